@@ -1,0 +1,53 @@
+"""THE list of ZYFA code objects.
+
+Read by Bazel (kernels/defs.bzl turns each entry into a target) and by the pip build of zyfa-core
+(kernels/tools/zyfa_kernel_build.py parses it with ast.literal_eval). Keep it a pure literal: no
+function calls, no arithmetic on names, so both front ends read exactly the same list.
+
+Fields:
+  name        kernel key = file stem = extern "C" symbol = manifest key
+  arch        "sm90a" | "gfx950"
+  dtype       "bf16" | "e4m3fn"  (inputs; output is always bf16)
+  d_qk, d_v   head dims of q.k and of v
+  causal      True (non-causal kernels come later)
+  p_mode      FP8 only: "exact" (exp2) or "lean" (one FMA to the e4m3 code); None for bf16
+  kind        "cuda" (nvcc -> cubin), "hip" (clang -x hip -> .s -> hsaco), "asmgen" (zyfa_asmgen -> .s -> hsaco)
+  src         source file under kernels/ (cuda, hip) or generator name (asmgen)
+  tile_m      query rows per block; launch grid = (ceil(seqlen_q / tile_m), heads_q, batch)
+  tile_n      keys per inner block (the P-scaling block of the FP8 numerics)
+  threads     threads per block
+  smem_bytes  dynamic shared memory per block (cuda); the kernel static_asserts it matches its layout.
+              For hip/asmgen the LDS size is read from the built code object, so it is 0 here.
+"""
+
+VARIANTS = [
+    # ---- NVIDIA Hopper (sm_90a): simple mma.sync kernels (correct first; FA3-class kernels come later)
+    {"name": "fa_fwd_bf16_hd128_causal_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
+     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 49152},
+    {"name": "fa_fwd_bf16_hd192x128_causal_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192, "d_v": 128,
+     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 65536},
+    {"name": "fa_fwd_e4m3fn_hd128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
+     "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 24576},
+    {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
+     "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 24576},
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
+     "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 32768},
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
+     "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 32768},
+    # ---- AMD MI355X (gfx950)
+    {"name": "fa_fwd_bf16_hd128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128, "d_v": 128,
+     "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
+     "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0},
+    {"name": "fa_fwd_bf16_hd192x128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 192, "d_v": 128,
+     "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
+     "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0},
+    {"name": "fa_fwd_e4m3fn_hd128_causal_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
+     "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "rowwise_fp8",
+     "tile_m": 64, "tile_n": 1, "threads": 64, "smem_bytes": 0},
+]
