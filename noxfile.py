@@ -1,0 +1,214 @@
+"""ZYFA's developer and CI tasks: every one is a nox session.
+
+    nox -s lint      ruff check + ruff format --check (root ruff.toml)
+    nox -s tests     install the four packages with torch, run every package's tests in one pytest run
+    nox -s kernels   bazel build //kernels:all (skips with a message when bazel is absent)
+    nox -s docs      mkdocs build --strict
+    nox -s demo      attention on the best device present, checked against a float64 reference
+    nox -s bench     zyfa-bench on a GPU (skips with a message without one)
+
+Venvs are reused, and the local packages are reinstalled only when their files (or the install
+request) change, so a second run of a session skips straight to its work.  Pins live here, in
+docs/requirements.txt, and (toolchains) in kernels/toolchains.bzl, which is read, not copied.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+nox.options.reuse_venv = "yes"
+nox.options.default_venv_backend = "virtualenv"
+nox.options.sessions = ["lint", "tests", "docs", "demo"]
+
+# Dependency order: zyfa-core build-depends on zyfa-asmgen; zyfa-torch needs zyfa-core; zyfa-bench needs zyfa.
+PACKAGES = ("zyfa-asmgen", "zyfa-core", "zyfa-torch", "zyfa-bench")
+# A plain PyPI pin: on this project's machines pip takes the CPU wheel that lies on disk; elsewhere
+# PyPI serves the CUDA build for Linux x86_64 (about 2.7 GB with its nvidia-* wheels).
+TORCH = "torch==2.13.0"
+TEST_DEPS = ("pytest==9.0.3", "hypothesis==6.155.2")
+LINT_DEPS = ("ruff==0.17.6",)
+TEST_DIRS_EXTRA = ("kernels/tools/tests",)
+SKIP_KERNELS_ENV = "ZYFA_SKIP_KERNELS"
+
+
+def toolchain_pins() -> dict[str, dict[str, str]]:
+    """Return the TOOLCHAINS literal of kernels/toolchains.bzl (the one place the pins live)."""
+    tree = ast.parse((ROOT / "kernels" / "toolchains.bzl").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "TOOLCHAINS" for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise RuntimeError("kernels/toolchains.bzl defines no TOOLCHAINS literal")
+
+
+def pip_pin(tool: str) -> str:
+    """Return the pip requirement pinned for `tool` in kernels/toolchains.bzl, e.g. 'ziglang==0.17.0'."""
+    return toolchain_pins()[tool]["pip"]
+
+
+def gpu_present() -> str | None:
+    """Name the GPU driver whose device nodes are present ('cuda' or 'rocm'), else None (no torch needed)."""
+    if Path("/dev/nvidiactl").exists() or Path("/dev/nvidia0").exists():
+        return "cuda"
+    if Path("/dev/kfd").exists():
+        return "rocm"
+    return None
+
+
+def _tree_files(paths: Iterable[Path]) -> list[Path]:
+    """List the files under `paths` that git tracks or would track (build outputs are ignored)."""
+    rels = [str(p.relative_to(ROOT)) for p in paths]
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "--", *rels],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        return sorted(ROOT / line for line in out.splitlines() if (ROOT / line).is_file())
+    except (OSError, subprocess.CalledProcessError):
+        # No git (an unpacked tarball): hash everything but caches.
+        skip = {"__pycache__", "build", ".pytest_cache"}
+        return sorted(
+            f for p in paths for f in p.rglob("*") if f.is_file() and not skip.intersection(f.parts)
+        )
+
+
+def _fingerprint(requirements: list[str], env: dict[str, str]) -> str:
+    """Hash the install request plus the contents of every local package (and kernels/, the sources
+    the zyfa-core build compiles), so a venv is refreshed exactly when something it holds changed."""
+    digest = hashlib.sha256(json.dumps([requirements, sorted(env.items())]).encode())
+    local = [ROOT / r for r in requirements if (ROOT / r).is_dir()]
+    if any(p.name == "zyfa-core" for p in local):
+        local.append(ROOT / "kernels")
+    for f in _tree_files(local):
+        digest.update(str(f.relative_to(ROOT)).encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def install(session: nox.Session, requirements: list[str], env: dict[str, str] | None = None) -> None:
+    """pip-install `requirements` (pins and local package dirs) in one resolver run, unless the venv
+    already holds exactly this request; local dirs are force-reinstalled so edits always land."""
+    env = env or {}
+    stamp = Path(session.virtualenv.location) / ".zyfa-install-stamp"
+    fingerprint = _fingerprint(requirements, env)
+    if stamp.exists() and stamp.read_text() == fingerprint:
+        session.log("venv is up to date with the sources; skipping pip install")
+        return
+    stamp.unlink(missing_ok=True)
+    session.install(*requirements, env=env)
+    local = [r for r in requirements if (ROOT / r).is_dir()]
+    if local:
+        # pip keeps an installed local package whose version did not change; force the rebuild.
+        session.install("--force-reinstall", "--no-deps", *local, env=env)
+    stamp.write_text(fingerprint)
+
+
+def package_dirs() -> list[str]:
+    """Relative paths of the four packages; every one must exist (a missing one is an error)."""
+    missing = [p for p in PACKAGES if not (ROOT / "packages" / p / "pyproject.toml").is_file()]
+    if missing:
+        raise RuntimeError(f"packages without a pyproject.toml: {', '.join(missing)}")
+    return [f"packages/{p}" for p in PACKAGES]
+
+
+def kernel_build_env(session: nox.Session, build_kernels: bool) -> dict[str, str]:
+    """Environment for the zyfa-core pip build: ZYFA_SKIP_KERNELS=1 unless kernels are wanted (a
+    caller's own ZYFA_SKIP_KERNELS wins)."""
+    if SKIP_KERNELS_ENV in os.environ:
+        return {SKIP_KERNELS_ENV: os.environ[SKIP_KERNELS_ENV]}
+    if build_kernels:
+        return {}
+    session.log(f"{SKIP_KERNELS_ENV}=1: the zyfa-core build compiles no code objects here")
+    return {SKIP_KERNELS_ENV: "1"}
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole tree (root ruff.toml)."""
+    install(session, list(LINT_DEPS))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Install the four packages with torch and the toolchain pins; run all their tests in one pytest.
+
+    The zyfa-core build skips code objects here: the kernel-build and simulator tests call the pinned
+    toolchains themselves.  Extra args go to pytest: `nox -s tests -- -k reference -x`."""
+    requirements = [
+        TORCH,
+        *TEST_DEPS,
+        pip_pin("ziglang"),
+        *package_dirs(),
+    ]
+    install(session, requirements, env=kernel_build_env(session, build_kernels=False))
+    test_dirs = [f"packages/{p}/tests" for p in PACKAGES] + list(TEST_DIRS_EXTRA)
+    missing = [d for d in test_dirs if not (ROOT / d).is_dir()]
+    if missing:
+        session.error(f"test directories missing: {', '.join(missing)}")
+    # importlib mode: test files in different packages may share a basename.
+    session.run("pytest", "--import-mode=importlib", "-ra", *test_dirs, *session.posargs)
+
+
+@nox.session
+def kernels(session: nox.Session) -> None:
+    """bazel build //kernels:all, with the pinned toolchains on PATH; skips when bazel is absent."""
+    bazel = shutil.which("bazel")
+    if bazel is None:
+        session.skip("bazel is not on PATH (Debian: apt-get install bazel-bootstrap); kernels not built")
+    requirements = [pip_pin("ziglang")]
+    if shutil.which("nvcc"):
+        requirements.append(pip_pin("cutlass"))
+    install(session, requirements)
+    session.run(bazel, "build", "//kernels:all", *session.posargs, external=True)
+    manifest = ROOT / "bazel-bin" / "kernels" / "manifest.json"
+    if manifest.is_file():
+        data = json.loads(manifest.read_text())
+        session.log(
+            f"{manifest.relative_to(ROOT)}: {len(data.get('kernels', []))} code objects, "
+            f"{len(data.get('skipped', []))} skipped"
+        )
+        for row in data.get("skipped", []):
+            session.log(f"  skipped {row.get('name')}: {row.get('reason')}")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """mkdocs build --strict (mkdocstrings reads each package's src/ directly, nothing installed)."""
+    install(session, ["-r", "docs/requirements.txt"])
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"))
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Build and install ZYFA, run attention on the best device present (an sm90/gfx950 kernel through
+    zyfa.flash_attn_func, else the CPU reference) in BF16 and FP8, compare with float64, print a table.
+
+    Code objects are compiled only when a GPU is present (ZYFA_SKIP_KERNELS overrides)."""
+    gpu = gpu_present()
+    session.log(f"GPU: {gpu or 'none found (/dev/nvidiactl, /dev/kfd)'}")
+    install(session, [TORCH, "rich==15.0.0", *package_dirs()], env=kernel_build_env(session, bool(gpu)))
+    session.run("python", "tools/demo.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Run zyfa-bench on the GPU; without one, print why and exit 0.  Args go to zyfa-bench."""
+    gpu = gpu_present()
+    if gpu is None:
+        session.skip("bench needs a GPU (no /dev/nvidiactl or /dev/kfd here); nothing measured")
+    install(session, [TORCH, *package_dirs()], env=kernel_build_env(session, build_kernels=True))
+    session.run("zyfa-bench", *(session.posargs or ["--help"]))
