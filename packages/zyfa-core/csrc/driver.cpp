@@ -1,0 +1,674 @@
+// zyfa_core._driver: loads the GPU driver at run time and launches ZYFA kernels.
+//
+// Builds with a host C++ compiler and pybind11 only: no CUDA or HIP headers or libraries at build
+// time. At run time it dlopens the CUDA driver (libcuda.so.1) or the HIP runtime (libamdhip64.so)
+// and resolves the dozen entry points it needs; their types and constants are declared below.
+//
+// The extension knows nothing of the ABI struct's layout: Python passes the argument bytes
+// (zyfa_core.abi), and this file hands them to the driver as the kernel's single parameter:
+//   CUDA: kernelParams = {&bytes} (the driver copies as many bytes as the kernel's parameter has);
+//   HIP:  extra = {BUFFER_POINTER, bytes, BUFFER_SIZE, &size, END} (the bytes are the kernarg segment).
+// Every failure throws DriverFailure, which Python sees as zyfa_core.errors.ZyfaDriverError naming the
+// kernel, the driver call, and the driver's error name and text.
+//
+// Environment: ZYFA_BACKEND=cuda|hip restricts which driver is tried; ZYFA_LIBCUDA / ZYFA_LIBAMDHIP64
+// give a library path to dlopen instead of the default names (a non-standard install, or a test double).
+
+#include <dlfcn.h>
+#include <pybind11/pybind11.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+struct DriverFailure : std::exception {
+  std::string message, kernel, call, error_name;
+  long code = 0;
+  const char *what() const noexcept override { return message.c_str(); }
+};
+
+[[noreturn]] void fail(const std::string &kernel, const std::string &call, long code,
+                       const std::string &error_name, const std::string &text) {
+  DriverFailure f;
+  f.kernel = kernel;
+  f.call = call;
+  f.code = code;
+  f.error_name = error_name;
+  std::ostringstream msg;
+  if (!kernel.empty()) msg << kernel << ": ";
+  msg << call << " failed";
+  if (!error_name.empty()) msg << " with " << error_name << " (" << code << ")";
+  if (!text.empty()) msg << ": " << text;
+  f.message = msg.str();
+  throw f;
+}
+
+// zyfa_core.errors.ZyfaDriverError, looked up once at import; never released (lives until exit).
+PyObject *g_error_class = nullptr;
+
+// ---------------------------------------------------------------------------------------------
+// The CUDA driver API subset (types and values as in cuda.h; declared here, see the file header).
+
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void *;
+using CUmodule = void *;
+using CUfunction = void *;
+using CUstream = void *;
+constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+
+struct CudaApi {
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDriverGetVersion)(int *);
+  CUresult (*cuDeviceGetCount)(int *);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*cuCtxGetCurrent)(CUcontext *);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void **, void **);
+  CUresult (*cuGetErrorName)(CUresult, const char **);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+  // Optional (CUDA 12.4+): lets us check the kernel's parameter size against the ABI bytes.
+  CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+};
+
+// ---------------------------------------------------------------------------------------------
+// The HIP runtime subset (types and values as in hip_runtime_api.h for the AMD platform).
+
+using hipError_t = int;
+using hipModule_t = void *;
+using hipFunction_t = void *;
+using hipStream_t = void *;
+void *const HIP_LAUNCH_PARAM_BUFFER_POINTER = reinterpret_cast<void *>(0x01);
+void *const HIP_LAUNCH_PARAM_BUFFER_SIZE = reinterpret_cast<void *>(0x02);
+void *const HIP_LAUNCH_PARAM_END = reinterpret_cast<void *>(0x03);
+// hipDeviceProp_t changed layout across ROCm releases; we never read its fields by offset (see
+// hip_arch_name), but the buffer must be at least as large as any version's struct.
+constexpr size_t HIP_PROPS_BUFFER = 16384;
+
+struct HipApi {
+  hipError_t (*hipInit)(unsigned);
+  hipError_t (*hipGetDeviceCount)(int *);
+  hipError_t (*hipGetDevice)(int *);
+  hipError_t (*hipSetDevice)(int);
+  hipError_t (*hipDeviceGetName)(char *, int, int);
+  hipError_t (*hipGetDeviceProperties)(void *, int);
+  hipError_t (*hipModuleLoadData)(hipModule_t *, const void *);
+  hipError_t (*hipModuleGetFunction)(hipFunction_t *, hipModule_t, const char *);
+  hipError_t (*hipModuleLaunchKernel)(hipFunction_t, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                      unsigned, unsigned, hipStream_t, void **, void **);
+  const char *(*hipGetErrorName)(hipError_t);
+  const char *(*hipGetErrorString)(hipError_t);
+  hipError_t (*hipDriverGetVersion)(int *);  // optional
+};
+
+// ---------------------------------------------------------------------------------------------
+// Process-wide state: one backend per process, probed once.
+
+enum class Backend { none, cuda, hip };
+
+struct ModuleEntry {
+  void *module = nullptr;
+  std::shared_ptr<std::string> image;  // kept alive: HIP may read the image after hipModuleLoadData
+};
+
+struct State {
+  std::mutex mutex;
+  bool probed = false;
+  Backend backend = Backend::none;
+  std::string library;                // the library that loaded
+  std::vector<std::string> attempts;  // "what: why" for each library that did not
+  void *handle = nullptr;
+  CudaApi cu{};
+  HipApi hip{};
+  std::map<int, CUcontext> contexts;                          // CUDA primary context per device
+  std::map<std::pair<int, std::string>, ModuleEntry> modules;  // (device, file path) -> module
+};
+
+// Leaked on purpose: destroying it at exit would race the driver's own teardown.
+State &state() {
+  static State *s = new State;
+  return *s;
+}
+
+template <class F>
+bool resolve(void *handle, const char *name, F &out, std::string &missing) {
+  out = reinterpret_cast<F>(dlsym(handle, name));
+  if (out == nullptr && missing.empty()) missing = name;
+  return out != nullptr;
+}
+
+std::string dl_error() {
+  const char *e = dlerror();
+  return e ? e : "unknown dlopen error";
+}
+
+// Prefer a copy of the library the process already has (e.g. the HIP runtime inside a torch wheel):
+// a second copy would not know the first one's streams.
+void *open_library(const std::vector<std::string> &names, std::string &opened, std::string &why) {
+  for (const auto &name : names) {
+    if (void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) {
+      opened = name;
+      return h;
+    }
+  }
+  for (const auto &name : names) {
+    if (void *h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      opened = name;
+      return h;
+    }
+    why += (why.empty() ? "" : "; ") + dl_error();
+  }
+  return nullptr;
+}
+
+std::vector<std::string> library_names(const char *env, std::vector<std::string> defaults) {
+  const char *override_path = std::getenv(env);
+  if (override_path && *override_path) return {override_path};
+  return defaults;
+}
+
+std::string cuda_error_name(const State &s, CUresult r) {
+  const char *name = nullptr;
+  if (s.cu.cuGetErrorName && s.cu.cuGetErrorName(r, &name) == 0 && name) return name;
+  return "CUDA error " + std::to_string(r);
+}
+
+std::string cuda_error_text(const State &s, CUresult r) {
+  const char *text = nullptr;
+  if (s.cu.cuGetErrorString && s.cu.cuGetErrorString(r, &text) == 0 && text) return text;
+  return "unknown CUDA error";
+}
+
+std::string hip_error_name(const State &s, hipError_t r) {
+  const char *name = s.hip.hipGetErrorName ? s.hip.hipGetErrorName(r) : nullptr;
+  return name ? name : "HIP error " + std::to_string(r);
+}
+
+std::string hip_error_text(const State &s, hipError_t r) {
+  const char *text = s.hip.hipGetErrorString ? s.hip.hipGetErrorString(r) : nullptr;
+  return text ? text : "unknown HIP error";
+}
+
+// Throws DriverFailure when a driver call returned an error.
+void check(const State &s, int result, const std::string &kernel, const char *call) {
+  if (result == 0) return;
+  if (s.backend == Backend::hip) fail(kernel, call, result, hip_error_name(s, result), hip_error_text(s, result));
+  fail(kernel, call, result, cuda_error_name(s, result), cuda_error_text(s, result));
+}
+
+bool try_cuda(State &s) {
+  const auto names = library_names("ZYFA_LIBCUDA", {"libcuda.so.1"});
+  std::string opened, why;
+  void *h = open_library(names, opened, why);
+  if (!h) {
+    s.attempts.push_back("cuda (" + names[0] + "): " + why);
+    return false;
+  }
+  std::string missing;
+  auto &c = s.cu;
+  resolve(h, "cuInit", c.cuInit, missing);
+  resolve(h, "cuDriverGetVersion", c.cuDriverGetVersion, missing);
+  resolve(h, "cuDeviceGetCount", c.cuDeviceGetCount, missing);
+  resolve(h, "cuDeviceGet", c.cuDeviceGet, missing);
+  resolve(h, "cuDeviceGetName", c.cuDeviceGetName, missing);
+  resolve(h, "cuDeviceGetAttribute", c.cuDeviceGetAttribute, missing);
+  resolve(h, "cuDevicePrimaryCtxRetain", c.cuDevicePrimaryCtxRetain, missing);
+  resolve(h, "cuCtxGetCurrent", c.cuCtxGetCurrent, missing);
+  resolve(h, "cuCtxSetCurrent", c.cuCtxSetCurrent, missing);
+  resolve(h, "cuModuleLoadData", c.cuModuleLoadData, missing);
+  resolve(h, "cuModuleGetFunction", c.cuModuleGetFunction, missing);
+  resolve(h, "cuFuncSetAttribute", c.cuFuncSetAttribute, missing);
+  resolve(h, "cuLaunchKernel", c.cuLaunchKernel, missing);
+  resolve(h, "cuGetErrorName", c.cuGetErrorName, missing);
+  resolve(h, "cuGetErrorString", c.cuGetErrorString, missing);
+  c.cuFuncGetParamInfo = reinterpret_cast<decltype(c.cuFuncGetParamInfo)>(dlsym(h, "cuFuncGetParamInfo"));
+  if (!missing.empty()) {
+    s.attempts.push_back("cuda (" + opened + "): missing symbol " + missing);
+    s.cu = CudaApi{};
+    dlclose(h);
+    return false;
+  }
+  int count = 0;
+  CUresult r = c.cuInit(0);
+  if (r == 0) r = c.cuDeviceGetCount(&count);
+  if (r != 0 || count == 0) {
+    s.attempts.push_back("cuda (" + opened + "): " +
+                         (r != 0 ? "cuInit: " + cuda_error_name(s, r) + ": " + cuda_error_text(s, r)
+                                 : std::string("no CUDA devices")));
+    s.cu = CudaApi{};
+    dlclose(h);
+    return false;
+  }
+  s.handle = h;
+  s.library = opened;
+  return true;
+}
+
+bool try_hip(State &s) {
+  const auto names = library_names(
+      "ZYFA_LIBAMDHIP64", {"libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6", "/opt/rocm/lib/libamdhip64.so"});
+  std::string opened, why;
+  void *h = open_library(names, opened, why);
+  if (!h) {
+    s.attempts.push_back("hip (" + names[0] + "): " + why);
+    return false;
+  }
+  std::string missing;
+  auto &p = s.hip;
+  resolve(h, "hipInit", p.hipInit, missing);
+  resolve(h, "hipGetDeviceCount", p.hipGetDeviceCount, missing);
+  resolve(h, "hipGetDevice", p.hipGetDevice, missing);
+  resolve(h, "hipSetDevice", p.hipSetDevice, missing);
+  resolve(h, "hipDeviceGetName", p.hipDeviceGetName, missing);
+  resolve(h, "hipModuleLoadData", p.hipModuleLoadData, missing);
+  resolve(h, "hipModuleGetFunction", p.hipModuleGetFunction, missing);
+  resolve(h, "hipModuleLaunchKernel", p.hipModuleLaunchKernel, missing);
+  resolve(h, "hipGetErrorName", p.hipGetErrorName, missing);
+  resolve(h, "hipGetErrorString", p.hipGetErrorString, missing);
+  // ROCm 6 renamed the entry point with the new struct layout; older releases have only the plain one.
+  p.hipGetDeviceProperties = reinterpret_cast<decltype(p.hipGetDeviceProperties)>(dlsym(h, "hipGetDevicePropertiesR0600"));
+  if (!p.hipGetDeviceProperties) resolve(h, "hipGetDeviceProperties", p.hipGetDeviceProperties, missing);
+  p.hipDriverGetVersion = reinterpret_cast<decltype(p.hipDriverGetVersion)>(dlsym(h, "hipDriverGetVersion"));
+  if (!missing.empty()) {
+    s.attempts.push_back("hip (" + opened + "): missing symbol " + missing);
+    s.hip = HipApi{};
+    dlclose(h);
+    return false;
+  }
+  s.backend = Backend::hip;  // so that error names come from HIP below
+  int count = 0;
+  hipError_t r = p.hipInit(0);
+  if (r == 0) r = p.hipGetDeviceCount(&count);
+  if (r != 0 || count == 0) {
+    s.attempts.push_back("hip (" + opened + "): " +
+                         (r != 0 ? "hipInit: " + hip_error_name(s, r) + ": " + hip_error_text(s, r)
+                                 : std::string("no HIP devices")));
+    s.backend = Backend::none;
+    s.hip = HipApi{};
+    dlclose(h);
+    return false;
+  }
+  s.handle = h;
+  s.library = opened;
+  return true;
+}
+
+// Loads a driver once per process. Never throws: failures are recorded in `attempts`.
+State &probed_state() {
+  State &s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.probed) return s;
+  s.probed = true;
+  const char *want_env = std::getenv("ZYFA_BACKEND");
+  const std::string want = want_env ? want_env : "";
+  if (!want.empty() && want != "cuda" && want != "hip") {
+    s.attempts.push_back("ZYFA_BACKEND=" + want + ": must be 'cuda', 'hip' or unset");
+    return s;
+  }
+  if (want != "hip" && try_cuda(s)) {
+    s.backend = Backend::cuda;
+  } else if (want != "cuda" && try_hip(s)) {
+    s.backend = Backend::hip;
+  }
+  return s;
+}
+
+std::string attempts_text(const State &s) {
+  std::string text;
+  for (const auto &a : s.attempts) text += (text.empty() ? "" : "; ") + a;
+  return text.empty() ? "nothing tried" : text;
+}
+
+// The loaded backend; throws DriverFailure (naming every library tried, and why) when none loaded.
+State &ready_state(const std::string &kernel) {
+  State &s = probed_state();
+  if (s.backend == Backend::none) fail(kernel, "load GPU driver", 0, "", "no GPU driver could be used: " + attempts_text(s));
+  return s;
+}
+
+void check_device(State &s, int device) {
+  int count = 0;
+  check(s, s.backend == Backend::cuda ? s.cu.cuDeviceGetCount(&count) : s.hip.hipGetDeviceCount(&count), "",
+        s.backend == Backend::cuda ? "cuDeviceGetCount" : "hipGetDeviceCount");
+  if (device < 0 || device >= count) {
+    throw py::value_error("device index " + std::to_string(device) + " out of range: " + std::to_string(count) +
+                          " device(s) present");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Making a device current for the duration of a call, and restoring what was current before, so
+// that we never disturb the caller's (e.g. PyTorch's) choice of device.
+
+CUcontext cuda_context(State &s, int device, const std::string &kernel) {
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.contexts.find(device);
+  if (it != s.contexts.end()) return it->second;
+  CUdevice dev = 0;
+  check(s, s.cu.cuDeviceGet(&dev, device), kernel, "cuDeviceGet");
+  CUcontext ctx = nullptr;
+  // The primary context is the one the CUDA runtime (and so PyTorch) uses: pointers and streams match.
+  check(s, s.cu.cuDevicePrimaryCtxRetain(&ctx, dev), kernel, "cuDevicePrimaryCtxRetain");
+  s.contexts[device] = ctx;
+  return ctx;
+}
+
+class DeviceScope {
+ public:
+  DeviceScope(State &s, int device, const std::string &kernel) : s_(s) {
+    if (s.backend == Backend::cuda) {
+      CUcontext ctx = cuda_context(s, device, kernel);
+      check(s, s.cu.cuCtxGetCurrent(&previous_ctx_), kernel, "cuCtxGetCurrent");
+      if (previous_ctx_ != ctx) {
+        check(s, s.cu.cuCtxSetCurrent(ctx), kernel, "cuCtxSetCurrent");
+        changed_ = true;
+      }
+    } else {
+      check(s, s.hip.hipGetDevice(&previous_device_), kernel, "hipGetDevice");
+      if (previous_device_ != device) {
+        check(s, s.hip.hipSetDevice(device), kernel, "hipSetDevice");
+        changed_ = true;
+      }
+    }
+  }
+  ~DeviceScope() {
+    if (!changed_) return;  // restoring is best effort: a destructor cannot report failure
+    if (s_.backend == Backend::cuda) {
+      s_.cu.cuCtxSetCurrent(previous_ctx_);
+    } else {
+      s_.hip.hipSetDevice(previous_device_);
+    }
+  }
+  DeviceScope(const DeviceScope &) = delete;
+  DeviceScope &operator=(const DeviceScope &) = delete;
+
+ private:
+  State &s_;
+  bool changed_ = false;
+  CUcontext previous_ctx_ = nullptr;
+  int previous_device_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Kernels
+
+std::shared_ptr<std::string> read_file(const std::string &path, const std::string &kernel) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(kernel, "open", errno, "", path + ": " + std::strerror(errno));
+  std::ostringstream data;
+  data << in.rdbuf();
+  auto image = std::make_shared<std::string>(data.str());
+  if (image->empty()) fail(kernel, "read", 0, "", path + ": empty code object");
+  return image;
+}
+
+void *load_module(State &s, int device, const std::string &path, const std::string &kernel) {
+  const auto key = std::make_pair(device, path);
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto it = s.modules.find(key);
+    if (it != s.modules.end()) return it->second.module;
+  }
+  ModuleEntry entry;
+  entry.image = read_file(path, kernel);
+  if (s.backend == Backend::cuda) {
+    check(s, s.cu.cuModuleLoadData(&entry.module, entry.image->data()), kernel, "cuModuleLoadData");
+  } else {
+    check(s, s.hip.hipModuleLoadData(&entry.module, entry.image->data()), kernel, "hipModuleLoadData");
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  // Another thread may have loaded the same file meanwhile; keep the first (a module is never unloaded).
+  return s.modules.emplace(key, entry).first->second.module;
+}
+
+struct Kernel {
+  std::string name;
+  std::string path;
+  int device = 0;
+  void *function = nullptr;
+  size_t param_size = 0;  // CUDA with cuFuncGetParamInfo: the kernel's parameter bytes; else 0 (unknown)
+  int max_dynamic_smem = 0;
+
+  void set_max_dynamic_smem(int bytes);
+  void launch(std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned smem, std::uintptr_t stream,
+              const py::bytes &args) const;
+};
+
+// Asks for up to `bytes` dynamic shared memory; CUDA needs this opt-in above 48 KiB.
+void Kernel::set_max_dynamic_smem(int bytes) {
+  State &s = ready_state(name);
+  if (s.backend != Backend::cuda || bytes <= max_dynamic_smem) return;
+  py::gil_scoped_release no_gil;
+  DeviceScope scope(s, device, name);
+  check(s, s.cu.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes), name,
+        "cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+  max_dynamic_smem = bytes;
+}
+
+constexpr size_t MAX_ARGS_BYTES = 4096;  // CUDA's classic kernel-parameter limit
+
+void Kernel::launch(std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned smem,
+                    std::uintptr_t stream, const py::bytes &args) const {
+  State &s = state();  // a Kernel exists only once a backend has loaded; no need for the probe lock
+  const std::string_view bytes = args;
+  if (bytes.empty() || bytes.size() > MAX_ARGS_BYTES) {
+    throw py::value_error(name + ": argument bytes must be 1.." + std::to_string(MAX_ARGS_BYTES) + " long, got " +
+                          std::to_string(bytes.size()));
+  }
+  if (param_size != 0 && param_size != bytes.size()) {
+    fail(name, "launch", 0, "",
+         "the kernel's parameter is " + std::to_string(param_size) + " bytes but the arguments are " +
+             std::to_string(bytes.size()) + " bytes (ABI mismatch between the code object and zyfa_core)");
+  }
+  // An aligned private copy: the driver reads it during the call, after the GIL is released.
+  alignas(16) unsigned char buffer[MAX_ARGS_BYTES];
+  std::memcpy(buffer, bytes.data(), bytes.size());
+  size_t size = bytes.size();
+  py::gil_scoped_release no_gil;
+  DeviceScope scope(s, device, name);
+  if (s.backend == Backend::cuda) {
+    void *params[] = {buffer};
+    check(s,
+          s.cu.cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
+                              reinterpret_cast<CUstream>(stream), params, nullptr),
+          name, "cuLaunchKernel");
+  } else {
+    void *extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, buffer, HIP_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                     HIP_LAUNCH_PARAM_END};
+    check(s,
+          s.hip.hipModuleLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
+                                      reinterpret_cast<hipStream_t>(stream), nullptr, extra),
+          name, "hipModuleLaunchKernel");
+  }
+}
+
+size_t cuda_param_size(State &s, CUfunction f, const std::string &kernel) {
+  if (!s.cu.cuFuncGetParamInfo) return 0;
+  size_t offset = 0, size = 0;
+  // Any failure (old driver, unsupported module) just means "unknown"; the launch still works.
+  if (s.cu.cuFuncGetParamInfo(f, 0, &offset, &size) != 0) return 0;
+  size_t offset1 = 0, size1 = 0;
+  if (s.cu.cuFuncGetParamInfo(f, 1, &offset1, &size1) == 0) {
+    fail(kernel, "cuFuncGetParamInfo", 0, "", "the kernel takes more than one parameter; ZYFA kernels take one struct");
+  }
+  return size;
+}
+
+Kernel load_kernel(int device, const std::string &path, const std::string &name, int dynamic_smem) {
+  State &s = ready_state(name);
+  Kernel k;
+  k.name = name;
+  k.path = path;
+  k.device = device;
+  {
+    py::gil_scoped_release no_gil;
+    check_device(s, device);
+    DeviceScope scope(s, device, name);
+    void *module = load_module(s, device, path, name);
+    if (s.backend == Backend::cuda) {
+      check(s, s.cu.cuModuleGetFunction(&k.function, module, name.c_str()), name, "cuModuleGetFunction");
+      k.param_size = cuda_param_size(s, k.function, name);
+    } else {
+      check(s, s.hip.hipModuleGetFunction(&k.function, module, name.c_str()), name, "hipModuleGetFunction");
+    }
+  }
+  if (dynamic_smem > 48 * 1024) k.set_max_dynamic_smem(dynamic_smem);
+  return k;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queries
+
+py::dict probe() {
+  State *s = nullptr;
+  {
+    py::gil_scoped_release no_gil;
+    s = &probed_state();
+  }
+  py::dict out;
+  out["backend"] = s->backend == Backend::cuda  ? py::object(py::str("cuda"))
+                   : s->backend == Backend::hip ? py::object(py::str("hip"))
+                                                : py::object(py::none());
+  out["library"] = s->library;
+  py::list attempts;
+  for (const auto &a : s->attempts) attempts.append(a);
+  out["attempts"] = attempts;
+  return out;
+}
+
+int device_count() {
+  State &s = ready_state("");
+  int count = 0;
+  if (s.backend == Backend::cuda) {
+    check(s, s.cu.cuDeviceGetCount(&count), "", "cuDeviceGetCount");
+  } else {
+    check(s, s.hip.hipGetDeviceCount(&count), "", "hipGetDeviceCount");
+  }
+  return count;
+}
+
+// The gfx target name, e.g. "gfx950:sramecc+:xnack-". hipDeviceProp_t's layout differs between ROCm
+// releases, so rather than trust one version's offset we find the one string field that holds a gfx
+// target name (gcnArchName; `name` holds the marketing name).
+std::string hip_arch_name(const unsigned char *props, size_t size) {
+  for (size_t i = 0; i + 4 < size; ++i) {
+    if (std::memcmp(props + i, "gfx", 3) != 0 || props[i + 3] < '0' || props[i + 3] > '9') continue;
+    if (i > 0 && props[i - 1] >= 0x20 && props[i - 1] < 0x7f) continue;  // starts a string, not inside one
+    size_t end = i;
+    while (end < size && props[end] != 0 && end - i < 255) ++end;
+    return std::string(reinterpret_cast<const char *>(props + i), end - i);
+  }
+  return "";
+}
+
+py::dict cuda_properties(State &s, int device) {
+  CUdevice dev = 0;
+  check(s, s.cu.cuDeviceGet(&dev, device), "", "cuDeviceGet");
+  char name[256] = {0};
+  check(s, s.cu.cuDeviceGetName(name, sizeof(name) - 1, dev), "", "cuDeviceGetName");
+  auto attribute = [&](int which, const char *what) {
+    int value = 0;
+    check(s, s.cu.cuDeviceGetAttribute(&value, which, dev), "", what);
+    return value;
+  };
+  int version = 0;
+  check(s, s.cu.cuDriverGetVersion(&version), "", "cuDriverGetVersion");
+  py::dict out;
+  out["name"] = std::string(name);
+  out["major"] = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)");
+  out["minor"] = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)");
+  out["multiprocessors"] = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  out["max_shared_memory_per_block_optin"] =
+      attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
+  out["driver_version"] = version;
+  return out;
+}
+
+py::dict hip_properties(State &s, int device) {
+  char name[256] = {0};
+  check(s, s.hip.hipDeviceGetName(name, sizeof(name) - 1, device), "", "hipDeviceGetName");
+  std::vector<unsigned char> props(HIP_PROPS_BUFFER, 0);
+  check(s, s.hip.hipGetDeviceProperties(props.data(), device), "", "hipGetDeviceProperties");
+  int version = 0;
+  if (s.hip.hipDriverGetVersion) check(s, s.hip.hipDriverGetVersion(&version), "", "hipDriverGetVersion");
+  py::dict out;
+  out["name"] = std::string(name);
+  out["gcn_arch_name"] = hip_arch_name(props.data(), props.size());
+  out["driver_version"] = version;
+  return out;
+}
+
+py::dict device_properties(int device) {
+  State &s = ready_state("");
+  {
+    py::gil_scoped_release no_gil;
+    check_device(s, device);
+  }
+  return s.backend == Backend::cuda ? cuda_properties(s, device) : hip_properties(s, device);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_driver, m) {
+  m.doc() = "ZYFA GPU driver shim: dlopens libcuda.so.1 or libamdhip64.so; see zyfa_core.launcher.";
+  g_error_class = py::object(py::module_::import("zyfa_core.errors").attr("ZyfaDriverError")).release().ptr();
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const DriverFailure &f) {
+      py::object cls = py::reinterpret_borrow<py::object>(g_error_class);
+      py::object exc = cls(f.message, py::arg("kernel") = f.kernel, py::arg("call") = f.call,
+                           py::arg("code") = f.code, py::arg("error_name") = f.error_name);
+      PyErr_SetObject(g_error_class, exc.ptr());
+    }
+  });
+
+  py::class_<Kernel>(m, "Kernel", "A loaded kernel function on one device (module cached per device and file).")
+      .def_readonly("name", &Kernel::name)
+      .def_readonly("path", &Kernel::path)
+      .def_readonly("device", &Kernel::device)
+      .def_readonly("param_size", &Kernel::param_size, "Parameter bytes the kernel declares; 0 if unknown.")
+      .def_readonly("max_dynamic_smem", &Kernel::max_dynamic_smem)
+      .def("set_max_dynamic_smem", &Kernel::set_max_dynamic_smem, py::arg("bytes"),
+           "CUDA: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to `bytes` (no-op on HIP).")
+      .def("launch", &Kernel::launch, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("stream"),
+           py::arg("args"),
+           "Launch with grid/block (3 ints each), dynamic shared memory bytes, a stream handle as an int "
+           "(0 = default stream) and the argument bytes as the single kernel parameter. The GIL is released.");
+
+  m.def("probe", &probe, "Load a GPU driver once; returns {'backend', 'library', 'attempts'}. Never raises.");
+  m.def("device_count", &device_count, "Number of devices of the loaded backend.");
+  m.def("device_properties", &device_properties, py::arg("device"),
+        "CUDA: name, major, minor, multiprocessors, max_shared_memory_per_block_optin, driver_version. "
+        "HIP: name, gcn_arch_name, driver_version.");
+  m.def("load_kernel", &load_kernel, py::arg("device"), py::arg("path"), py::arg("name"), py::arg("dynamic_smem"),
+        "Load `name` from the code object at `path` on `device` (module cached per device and file).");
+}

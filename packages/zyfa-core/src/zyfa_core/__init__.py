@@ -1,0 +1,82 @@
+"""zyfa_core: the ZYFA runtime — kernel ABI, manifest, loader and launcher. No torch.
+
+- `zyfa_core.abi`: ctypes mirror of `kernels/abi/zyfa_abi.h` (`ZyfaFwdArgs`, flags, ABI_VERSION).
+- `zyfa_core.manifest`: find the built code objects (`find_kernel_dir`), read `manifest.json`
+  (`Manifest`), pick a kernel (`select`).
+- `zyfa_core.launcher`: detect the GPU backend (`available_backend`, `device_arch`) and `launch`
+  a kernel on a caller-given stream through the C++ extension `zyfa_core._driver`, which dlopens
+  libcuda.so.1 or libamdhip64.so at run time.
+
+`python -m zyfa_core` prints where the kernels are, what the manifest holds and which backend loads.
+"""
+
+from __future__ import annotations
+
+from zyfa_core.abi import (
+    ABI_VERSION,
+    ARGS_SIZE,
+    FLAG_CAUSAL,
+    FLAG_LSE,
+    ZyfaFwdArgs,
+    args_bytes,
+    make_fwd_args,
+)
+from zyfa_core.errors import (
+    KernelDirNotFoundError,
+    KernelNotFoundError,
+    ManifestError,
+    ZyfaDriverError,
+    ZyfaError,
+)
+from zyfa_core.launcher import (
+    available_backend,
+    backend_report,
+    check_args,
+    device_arch,
+    device_count,
+    device_properties,
+    launch,
+    launch_grid,
+)
+from zyfa_core.manifest import (
+    KernelSpec,
+    Manifest,
+    SkippedKernel,
+    canonical_dtype,
+    default_manifest,
+    find_kernel_dir,
+    select,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ABI_VERSION",
+    "ARGS_SIZE",
+    "FLAG_CAUSAL",
+    "FLAG_LSE",
+    "KernelDirNotFoundError",
+    "KernelNotFoundError",
+    "KernelSpec",
+    "Manifest",
+    "ManifestError",
+    "SkippedKernel",
+    "ZyfaDriverError",
+    "ZyfaError",
+    "ZyfaFwdArgs",
+    "__version__",
+    "args_bytes",
+    "available_backend",
+    "backend_report",
+    "canonical_dtype",
+    "check_args",
+    "default_manifest",
+    "device_arch",
+    "device_count",
+    "device_properties",
+    "find_kernel_dir",
+    "launch",
+    "launch_grid",
+    "make_fwd_args",
+    "select",
+]

@@ -1,0 +1,150 @@
+"""ctypes mirror of `kernels/abi/zyfa_abi.h`, the single argument of every ZYFA kernel.
+
+`ZyfaFwdArgs` has the header's fields, in the header's order, with the header's names, packed
+(`_pack_ = 1`); `tests/test_abi.py` compiles the header with the host compiler and checks every
+offset, the size, the version macro and the field names against this module. Changing the header
+means changing this file and bumping ABI_VERSION in both.
+
+Tensor layout (flash-attn's): q [batch, seqlen_q, heads_q, d_qk], k [batch, seqlen_k, heads_kv, d_qk],
+v [batch, seqlen_k, heads_kv, d_v], out bf16 [batch, seqlen_q, heads_q, d_v]; strides in ELEMENTS;
+lse float32 [batch, heads_q, seqlen_q] contiguous when flags has FLAG_LSE.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from typing import Any
+
+__all__ = [
+    "ABI_VERSION",
+    "ARGS_SIZE",
+    "FIELD_NAMES",
+    "FLAG_CAUSAL",
+    "FLAG_LSE",
+    "ZyfaFwdArgs",
+    "args_bytes",
+    "make_fwd_args",
+]
+
+# 1: first layout (2026-12-01). Bump together with ZYFA_ABI_VERSION in zyfa_abi.h.
+ABI_VERSION = 1
+
+FLAG_CAUSAL = 0x1
+"""Apply the bottom-right aligned causal mask (ZYFA_FLAG_CAUSAL)."""
+FLAG_LSE = 0x2
+"""Write the log-sum-exp to `lse` (ZYFA_FLAG_LSE)."""
+
+ARGS_SIZE = 192
+"""sizeof(zyfa_fwd_args) in bytes."""
+
+_STRIDE_NAMES = [f"{t}_stride_{d}" for t in ("q", "k", "v", "out") for d in ("batch", "seq", "head")]
+
+_FIELDS: list[tuple[str, Any]] = [
+    ("q", ctypes.c_void_p),
+    ("k", ctypes.c_void_p),
+    ("v", ctypes.c_void_p),
+    ("out", ctypes.c_void_p),
+    ("lse", ctypes.c_void_p),  # float*; NULL unless FLAG_LSE
+    *[(name, ctypes.c_int64) for name in _STRIDE_NAMES],
+    ("batch", ctypes.c_int32),
+    ("heads_q", ctypes.c_int32),
+    ("heads_kv", ctypes.c_int32),
+    ("seqlen_q", ctypes.c_int32),
+    ("seqlen_k", ctypes.c_int32),
+    ("d_qk", ctypes.c_int32),
+    ("d_v", ctypes.c_int32),
+    ("flags", ctypes.c_uint32),
+    ("softmax_scale", ctypes.c_float),
+    ("q_descale", ctypes.c_float),
+    ("k_descale", ctypes.c_float),
+    ("v_descale", ctypes.c_float),
+    ("reserved", ctypes.c_uint64),
+]
+
+FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in _FIELDS)
+"""The struct's field names in declaration order."""
+
+
+class ZyfaFwdArgs(ctypes.Structure):
+    """`zyfa_fwd_args`: pointers, element strides, sizes, flags, scale and FP8 descales (192 bytes).
+
+    Pointer fields (q, k, v, out, lse) hold device addresses as integers. Prefer `make_fwd_args`,
+    which range-checks every value; ctypes itself silently wraps integers that do not fit a field.
+    """
+
+    _pack_ = 1
+    _fields_ = _FIELDS
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{name}={getattr(self, name)!r}" for name in FIELD_NAMES)
+        return f"ZyfaFwdArgs({body})"
+
+
+def args_bytes(args: ZyfaFwdArgs) -> bytes:
+    """The struct's exact bytes, as the kernel receives them (little-endian, packed, 192 bytes)."""
+    return bytes(args)
+
+
+_INT_RANGES: dict[Any, tuple[int, int]] = {
+    ctypes.c_void_p: (0, 2**64 - 1),
+    ctypes.c_int64: (-(2**63), 2**63 - 1),
+    ctypes.c_int32: (-(2**31), 2**31 - 1),
+    ctypes.c_uint32: (0, 2**32 - 1),
+    ctypes.c_uint64: (0, 2**64 - 1),
+}
+
+
+def _checked(name: str, ctype: Any, value: Any) -> Any:
+    """Return `value` if it fits `ctype` exactly; else raise ValueError naming the field."""
+    if ctype is ctypes.c_float:
+        number = float(value)
+        # Round to float32 the way the struct will, so an overflow to inf is caught here.
+        stored = ctypes.c_float(number).value
+        if not math.isfinite(stored):
+            raise ValueError(f"zyfa_fwd_args.{name} = {value!r} is not a finite float32")
+        return number
+    if isinstance(value, bool) or not isinstance(value, int):
+        if ctype is ctypes.c_void_p and value is None:
+            return 0
+        raise ValueError(f"zyfa_fwd_args.{name} must be an int, got {type(value).__name__} {value!r}")
+    low, high = _INT_RANGES[ctype]
+    if not low <= value <= high:
+        raise ValueError(f"zyfa_fwd_args.{name} = {value} does not fit its C type (range {low}..{high})")
+    return value
+
+
+def make_fwd_args(**fields: Any) -> ZyfaFwdArgs:
+    """Build a `ZyfaFwdArgs`, checking that every value fits its C field.
+
+    Every field may be given by keyword (see FIELD_NAMES). Defaults: lse=0 (NULL), flags=FLAG_CAUSAL,
+    q_descale=k_descale=v_descale=1.0, reserved=0; all other fields are required. Pointers are
+    integers (device addresses); None counts as NULL.
+
+    Raises:
+        TypeError: a name that is not a field.
+        ValueError: a missing field, or a value that does not fit (e.g. seqlen_q >= 2**31).
+    """
+    unknown = sorted(set(fields) - set(FIELD_NAMES))
+    if unknown:
+        raise TypeError(f"make_fwd_args: unknown field(s) {unknown}; fields are {list(FIELD_NAMES)}")
+    values: dict[str, Any] = {
+        "lse": 0,
+        "flags": FLAG_CAUSAL,
+        "q_descale": 1.0,
+        "k_descale": 1.0,
+        "v_descale": 1.0,
+        "reserved": 0,
+    }
+    values.update(fields)
+    missing = [name for name in FIELD_NAMES if name not in values]
+    if missing:
+        raise ValueError(f"make_fwd_args: missing field(s) {missing}")
+    args = ZyfaFwdArgs()
+    for name, ctype in _FIELDS:
+        setattr(args, name, _checked(name, ctype, values[name]))
+    return args
+
+
+if ctypes.sizeof(ZyfaFwdArgs) != ARGS_SIZE:  # pragma: no cover - guards edits of _FIELDS
+    raise ImportError(f"ZyfaFwdArgs is {ctypes.sizeof(ZyfaFwdArgs)} bytes, the ABI says {ARGS_SIZE}")

@@ -1,0 +1,292 @@
+"""Launching ZYFA kernels: backend discovery, device architecture, argument checks, launch.
+
+The GPU work happens in the C++ extension `zyfa_core._driver`, which dlopens the CUDA driver
+(libcuda.so.1) or the HIP runtime (libamdhip64.so) at run time. This module checks everything it can
+in Python first, so that a bad argument is a ValueError with a precise message rather than a fault
+on the device.
+
+Typical use (zyfa-torch does this with tensor data pointers and the current stream)::
+
+    spec = zyfa_core.select(zyfa_core.device_arch(0), "bf16", 128, 128, causal=True)
+    args = zyfa_core.make_fwd_args(q=q_ptr, k=k_ptr, ..., flags=zyfa_core.FLAG_CAUSAL)
+    zyfa_core.launch(spec, args, stream=stream_handle, device=0)
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+import threading
+from types import ModuleType
+from typing import Any
+
+from zyfa_core.abi import ABI_VERSION, FLAG_CAUSAL, FLAG_LSE, ZyfaFwdArgs
+from zyfa_core.errors import ManifestError, ZyfaDriverError
+from zyfa_core.manifest import KernelSpec
+
+__all__ = [
+    "available_backend",
+    "backend_report",
+    "check_args",
+    "device_arch",
+    "device_count",
+    "device_properties",
+    "launch",
+    "launch_grid",
+]
+
+_ELEMENT_BYTES = {"bf16": 2, "e4m3fn": 1}
+_OUT_ELEMENT_BYTES = 2  # out is always bf16
+_VECTOR_BYTES = 16  # the kernels load and store 16-byte vectors: pointers and strides must allow that
+_BACKEND_OF_KIND = {"cuda": "cuda", "hip": "hip", "asmgen": "hip"}
+
+_lock = threading.Lock()
+_kernels: dict[tuple[int, str, str], Any] = {}
+
+
+@functools.lru_cache(maxsize=1)
+def _driver_import() -> tuple[ModuleType | None, str]:
+    """The extension module, or None and why it could not be imported."""
+    try:
+        return importlib.import_module("zyfa_core._driver"), ""
+    except ImportError as exc:
+        return None, f"zyfa_core._driver is not importable ({exc}); reinstall zyfa-core to build it"
+
+
+def _driver() -> ModuleType:
+    module, why = _driver_import()
+    if module is None:
+        raise ZyfaDriverError(why, call="import")
+    return module
+
+
+def backend_report() -> dict[str, Any]:
+    """What the driver probe found: {"backend": "cuda"|"hip"|None, "library": str, "attempts": [str]}.
+
+    `attempts` says, for each library that was tried and not used, why (the dlerror or the failing
+    init call). Never raises.
+    """
+    module, why = _driver_import()
+    if module is None:
+        return {"backend": None, "library": "", "attempts": [why]}
+    return dict(module.probe())
+
+
+def available_backend() -> str | None:
+    """ "cuda" or "hip" if a GPU driver loaded and sees at least one device, else None. Never raises."""
+    return backend_report()["backend"]
+
+
+def _no_backend_error() -> ZyfaDriverError:
+    tried = "; ".join(backend_report()["attempts"]) or "nothing tried"
+    return ZyfaDriverError(f"no GPU driver could be used: {tried}", call="load GPU driver")
+
+
+def device_count() -> int:
+    """Number of GPUs the loaded backend sees. Raises ZyfaDriverError when no backend loaded."""
+    if available_backend() is None:
+        raise _no_backend_error()
+    return int(_driver().device_count())
+
+
+@functools.cache
+def _cached_properties(device: int) -> dict[str, Any]:
+    return dict(_driver().device_properties(device))
+
+
+def device_properties(device: int = 0) -> dict[str, Any]:
+    """Driver-reported properties of GPU `device` (cached).
+
+    CUDA: name, major, minor, multiprocessors, max_shared_memory_per_block_optin, driver_version.
+    HIP: name, gcn_arch_name (e.g. "gfx950:sramecc+:xnack-"), driver_version.
+
+    Raises:
+        ZyfaDriverError: no backend, or a driver call failed.
+        ValueError: `device` out of range.
+    """
+    if available_backend() is None:
+        raise _no_backend_error()
+    return dict(_cached_properties(device))
+
+
+def _cuda_arch(major: int, minor: int) -> str:
+    # Hopper's wgmma/setmaxnreg exist only in the arch-specific target sm_90a, which is what our
+    # sm90 code objects are built for; a 9.0 device runs them. Other capabilities get their plain name.
+    if (major, minor) == (9, 0):
+        return "sm90a"
+    return f"sm{major}{minor}"
+
+
+def device_arch(device_index: int = 0) -> str:
+    """The manifest arch name of GPU `device_index`: "sm90a" (CC 9.0), "sm80", "sm100", ..., "gfx950".
+
+    Raises:
+        ZyfaDriverError: no backend, or the architecture could not be read.
+    """
+    props = device_properties(device_index)
+    if available_backend() == "cuda":
+        return _cuda_arch(int(props["major"]), int(props["minor"]))
+    arch = str(props.get("gcn_arch_name", "")).split(":")[0]
+    if not arch:
+        raise ZyfaDriverError(
+            f"device {device_index} ({props.get('name')}): could not read gcnArchName",
+            call="hipGetDeviceProperties",
+        )
+    return arch
+
+
+def launch_grid(spec: KernelSpec, args: ZyfaFwdArgs) -> tuple[int, int, int]:
+    """grid = (ceil(seqlen_q / tile_m), heads_q, batch): one block per query tile, head and batch."""
+    return (-(-args.seqlen_q // spec.tile_m), args.heads_q, args.batch)
+
+
+def _check_spec(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
+    if not isinstance(spec, KernelSpec):
+        raise TypeError(f"spec must be a zyfa_core.KernelSpec, got {type(spec).__name__}")
+    if not isinstance(args, ZyfaFwdArgs):
+        raise TypeError(f"args must be a zyfa_core.ZyfaFwdArgs, got {type(args).__name__}")
+    if spec.abi_version != ABI_VERSION:
+        raise ValueError(f"{spec.name} uses ABI version {spec.abi_version}, zyfa_core uses {ABI_VERSION}")
+
+
+def _check_pointers(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
+    for name in ("q", "k", "v", "out"):
+        address = getattr(args, name) or 0
+        if address == 0:
+            raise ValueError(f"{spec.name}: args.{name} is a null pointer")
+        if address % _VECTOR_BYTES:
+            raise ValueError(f"{spec.name}: args.{name} = {address:#x} is not {_VECTOR_BYTES}-byte aligned")
+    lse = args.lse or 0
+    if args.flags & FLAG_LSE and lse == 0:
+        raise ValueError(f"{spec.name}: flags has FLAG_LSE but args.lse is a null pointer")
+    if lse % 4:
+        raise ValueError(f"{spec.name}: args.lse = {lse:#x} is not 4-byte aligned (float32)")
+
+
+def _check_sizes(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
+    for name in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k"):
+        if getattr(args, name) <= 0:
+            raise ValueError(
+                f"{spec.name}: args.{name} = {getattr(args, name)} must be positive "
+                "(handle empty tensors before launching)"
+            )
+    if args.heads_q % args.heads_kv:
+        raise ValueError(
+            f"{spec.name}: heads_q = {args.heads_q} is not a multiple of heads_kv = {args.heads_kv} (GQA/MQA)"
+        )
+    if (args.d_qk, args.d_v) != (spec.d_qk, spec.d_v):
+        raise ValueError(
+            f"{spec.name} is built for d_qk={spec.d_qk}, d_v={spec.d_v}; args have "
+            f"d_qk={args.d_qk}, d_v={args.d_v}"
+        )
+    if args.heads_q > 65535 or args.batch > 65535:
+        raise ValueError(
+            f"{spec.name}: heads_q = {args.heads_q} and batch = {args.batch} must each be <= 65535 "
+            "(grid y/z limit)"
+        )
+
+
+def _check_strides(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
+    in_bytes = _ELEMENT_BYTES[spec.dtype]
+    for tensor, elem in (("q", in_bytes), ("k", in_bytes), ("v", in_bytes), ("out", _OUT_ELEMENT_BYTES)):
+        for dim in ("batch", "seq", "head"):
+            name = f"{tensor}_stride_{dim}"
+            stride = getattr(args, name)
+            if stride < 0:
+                raise ValueError(f"{spec.name}: args.{name} = {stride} is negative")
+            if (stride * elem) % _VECTOR_BYTES:
+                raise ValueError(
+                    f"{spec.name}: args.{name} = {stride} elements ({stride * elem} bytes) is not a "
+                    f"multiple of {_VECTOR_BYTES} bytes; make the tensor contiguous"
+                )
+
+
+def _check_scalars(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
+    unknown = args.flags & ~(FLAG_CAUSAL | FLAG_LSE)
+    if unknown:
+        raise ValueError(f"{spec.name}: args.flags has unknown bits {unknown:#x}")
+    if bool(args.flags & FLAG_CAUSAL) != spec.causal:
+        want = "set" if spec.causal else "clear"
+        raise ValueError(f"{spec.name}: causal={spec.causal} needs FLAG_CAUSAL {want} in args.flags")
+    if not math.isfinite(args.softmax_scale):
+        raise ValueError(f"{spec.name}: args.softmax_scale = {args.softmax_scale} is not finite")
+    for name in ("q_descale", "k_descale", "v_descale"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{spec.name}: args.{name} = {value} must be finite and positive")
+    if args.reserved != 0:
+        raise ValueError(f"{spec.name}: args.reserved must be 0, got {args.reserved}")
+
+
+def check_args(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
+    """Check that `args` are launchable with `spec`; raise ValueError/TypeError naming the problem.
+
+    Checks: non-null, 16-byte aligned q/k/v/out (lse non-null when FLAG_LSE), positive sizes,
+    heads_q % heads_kv == 0, d_qk/d_v equal to the kernel's, strides non-negative and 16-byte
+    multiples, flags matching the kernel's causality, finite scale, positive descales, reserved 0,
+    and the grid limits. Needs no GPU.
+    """
+    _check_spec(spec, args)
+    _check_pointers(spec, args)
+    _check_sizes(spec, args)
+    _check_strides(spec, args)
+    _check_scalars(spec, args)
+
+
+def _check_target(spec: KernelSpec, device: int, stream: int) -> None:
+    """Device-side checks: backend for the kernel's kind, arch, shared memory, code object present."""
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise ValueError(f"device must be a non-negative int, got {device!r}")
+    if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream < 2**64:
+        raise ValueError(f"stream must be a stream handle as an int >= 0 (0 = default), got {stream!r}")
+    backend = available_backend()
+    if backend is None:
+        raise _no_backend_error()
+    if _BACKEND_OF_KIND[spec.kind] != backend:
+        raise ValueError(f"{spec.name} is a {spec.kind} kernel; the loaded GPU backend is {backend}")
+    arch = device_arch(device)
+    if arch != spec.arch:
+        name = device_properties(device).get("name", "?")
+        raise ValueError(f"{spec.name} is built for {spec.arch}; device {device} ({name}) is {arch}")
+    if backend == "cuda":
+        limit = int(device_properties(device)["max_shared_memory_per_block_optin"])
+        if spec.launch_smem_bytes > limit:
+            raise ValueError(
+                f"{spec.name} needs {spec.launch_smem_bytes} bytes of shared memory; "
+                f"device {device} allows {limit}"
+            )
+    if not spec.path.is_file():
+        raise ManifestError(f"{spec.name}: code object {spec.path} listed in the manifest is missing")
+
+
+def _kernel(spec: KernelSpec, device: int) -> Any:
+    """The loaded `_driver.Kernel` for (device, code object, name); loaded once per process."""
+    key = (device, str(spec.path), spec.name)
+    with _lock:
+        kernel = _kernels.get(key)
+        if kernel is None:
+            kernel = _driver().load_kernel(device, str(spec.path), spec.name, spec.launch_smem_bytes)
+            _kernels[key] = kernel
+    return kernel
+
+
+def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int) -> None:
+    """Launch kernel `spec` with `args` on `stream` of GPU `device`; asynchronous, like any launch.
+
+    grid = (ceil(seqlen_q / tile_m), heads_q, batch), block = (threads, 1, 1), dynamic shared memory
+    = spec.launch_smem_bytes (raised through cuFuncSetAttribute first on CUDA when above 48 KiB). The
+    code object is loaded once per (device, file). `stream` is the raw CUstream / hipStream_t value
+    as an int (torch: `torch.cuda.current_stream(device).cuda_stream`), 0 for the default stream;
+    it must belong to `device`. The GIL is released during the driver call.
+
+    Raises:
+        TypeError, ValueError: bad arguments (see `check_args`), or a kernel for another arch,
+            backend or shared-memory budget than the device's.
+        ManifestError: the code object file is missing.
+        ZyfaDriverError: no GPU driver, or a driver call failed (names kernel, call, error).
+    """
+    check_args(spec, args)
+    _check_target(spec, device, stream)
+    kernel = _kernel(spec, device)
+    kernel.launch(launch_grid(spec, args), (spec.threads, 1, 1), spec.launch_smem_bytes, stream, bytes(args))

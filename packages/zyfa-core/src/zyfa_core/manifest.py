@@ -1,0 +1,384 @@
+"""manifest.json: what code objects exist, how they were built, and which one serves a request.
+
+The manifest is written by `kernels/tools/zyfa_kernel_build.py` (Bazel or the pip build) next to the
+code objects it lists. `find_kernel_dir` finds that directory, `Manifest.load` reads and checks it,
+`Manifest.select` picks the kernel for (arch, dtype, d_qk, d_v, causal[, p_mode]).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from zyfa_core.abi import ABI_VERSION
+from zyfa_core.errors import KernelDirNotFoundError, KernelNotFoundError, ManifestError
+
+__all__ = [
+    "ENV_KERNEL_DIR",
+    "MANIFEST_NAME",
+    "P_MODES",
+    "KernelSpec",
+    "Manifest",
+    "SkippedKernel",
+    "canonical_dtype",
+    "default_manifest",
+    "find_kernel_dir",
+    "select",
+]
+
+ENV_KERNEL_DIR = "ZYFA_KERNEL_DIR"
+MANIFEST_NAME = "manifest.json"
+P_MODES = ("exact", "lean")
+"""FP8 probability modes, in the order `select` prefers them when p_mode is None."""
+
+# Accepted spellings of the input dtypes -> the manifest's canonical name.
+_DTYPE_ALIASES = {
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "torch.bfloat16": "bf16",
+    "e4m3fn": "e4m3fn",
+    "fp8_e4m3": "e4m3fn",
+    "fp8_e4m3fn": "e4m3fn",
+    "float8_e4m3fn": "e4m3fn",
+    "torch.float8_e4m3fn": "e4m3fn",
+}
+
+
+def canonical_dtype(dtype: object) -> str:
+    """Map a dtype spelling ("bf16", "bfloat16", "fp8_e4m3", torch.float8_e4m3fn, ...) to "bf16"/"e4m3fn".
+
+    Raises:
+        ValueError: an unsupported dtype (the message lists the accepted spellings).
+    """
+    name = str(dtype).lower()
+    if name not in _DTYPE_ALIASES:
+        raise ValueError(f"unsupported dtype {dtype!r}; ZYFA kernels take {sorted(_DTYPE_ALIASES)}")
+    return _DTYPE_ALIASES[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSpec:
+    """One row of manifest.json: a code object and everything needed to launch it.
+
+    `path` is not in the row: it is the code object's absolute path (manifest dir / file).
+    `smem_bytes` is the dynamic shared memory to launch with for kind "cuda"; for "hip"/"asmgen" it
+    is the LDS size recorded from the code object, which its descriptor already reserves (see
+    `launch_smem_bytes`).
+    """
+
+    name: str
+    file: str
+    arch: str
+    dtype: str
+    d_qk: int
+    d_v: int
+    causal: bool
+    p_mode: str | None
+    kind: str
+    tile_m: int
+    tile_n: int
+    threads: int
+    smem_bytes: int
+    registers: int
+    spill_bytes: int
+    abi_version: int
+    source_sha256: str
+    path: Path
+    sgprs: int | None = None
+    toolchain: Mapping[str, Any] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}), compare=False, hash=False
+    )
+
+    @property
+    def launch_smem_bytes(self) -> int:
+        """Dynamic shared memory (bytes) to pass at launch: smem_bytes for cuda, 0 for hip/asmgen.
+
+        HIP code objects here use static LDS only, which the kernel descriptor already reserves;
+        passing it again as dynamic LDS would allocate it twice.
+        """
+        return self.smem_bytes if self.kind == "cuda" else 0
+
+    def describe(self) -> str:
+        """A one-line summary: name (dtype d_qk x d_v, causal, p_mode, arch)."""
+        mode = f", p={self.p_mode}" if self.p_mode else ""
+        causal = "causal" if self.causal else "non-causal"
+        return f"{self.name} ({self.dtype} d{self.d_qk}x{self.d_v}, {causal}{mode}, {self.arch})"
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedKernel:
+    """A variant the build left out, with the reason (e.g. its toolchain is absent)."""
+
+    name: str
+    reason: str
+
+
+# Required row keys and their types; bool is checked apart because bool is an int in Python.
+_ROW_TYPES: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "file": str,
+    "arch": str,
+    "dtype": str,
+    "d_qk": int,
+    "d_v": int,
+    "causal": bool,
+    "p_mode": (str, type(None)),
+    "kind": str,
+    "tile_m": int,
+    "tile_n": int,
+    "threads": int,
+    "smem_bytes": int,
+    "registers": int,
+    "spill_bytes": int,
+    "abi_version": int,
+    "source_sha256": str,
+}
+_KINDS = ("cuda", "hip", "asmgen")
+
+
+def _row_error(where: str, name: str, problem: str) -> ManifestError:
+    return ManifestError(f"{where}: kernel {name!r}: {problem}")
+
+
+def _check_row_types(row: Mapping[str, Any], where: str, name: str) -> None:
+    missing = [key for key in _ROW_TYPES if key not in row]
+    if missing:
+        raise _row_error(where, name, f"missing key(s) {missing}")
+    for key, expected in _ROW_TYPES.items():
+        value = row[key]
+        is_bool = isinstance(value, bool)
+        if (expected is bool) != is_bool or not isinstance(value, expected):
+            raise _row_error(where, name, f"{key} = {value!r} has the wrong type")
+    for key in ("d_qk", "d_v", "tile_m", "tile_n", "threads"):
+        if row[key] <= 0:
+            raise _row_error(where, name, f"{key} = {row[key]} must be positive")
+    if row["smem_bytes"] < 0:
+        raise _row_error(where, name, f"smem_bytes = {row['smem_bytes']} must not be negative")
+
+
+def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
+    """Build a KernelSpec from one manifest row, checking keys, types and the ABI version."""
+    if not isinstance(row, Mapping):
+        raise ManifestError(f"{where}: a kernels entry is not an object: {row!r}")
+    name = str(row.get("name", "?"))
+    _check_row_types(row, where, name)
+    if row["abi_version"] != ABI_VERSION:
+        raise _row_error(
+            where, name, f"built for ABI version {row['abi_version']}, this zyfa_core uses {ABI_VERSION}"
+        )
+    if row["kind"] not in _KINDS:
+        raise _row_error(where, name, f"kind {row['kind']!r} is not one of {_KINDS}")
+    if Path(row["file"]).name != row["file"]:
+        raise _row_error(where, name, f"file {row['file']!r} must be a bare file name")
+    try:
+        dtype = canonical_dtype(row["dtype"])
+    except ValueError as exc:
+        raise _row_error(where, name, str(exc)) from None
+    if row["p_mode"] is not None and row["p_mode"] not in P_MODES:
+        raise _row_error(where, name, f"p_mode {row['p_mode']!r} is not one of {P_MODES} or null")
+    fields = {key: row[key] for key in _ROW_TYPES}
+    fields["dtype"] = dtype
+    sgprs = row.get("sgprs")
+    toolchain = row.get("toolchain") or {}
+    return KernelSpec(
+        **fields,
+        path=directory / row["file"],
+        sgprs=int(sgprs) if sgprs is not None else None,
+        toolchain=MappingProxyType(dict(toolchain)),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A loaded manifest.json: kernels (in file order), skipped variants, toolchain versions."""
+
+    directory: Path
+    abi_version: int
+    kernels: tuple[KernelSpec, ...]
+    skipped: tuple[SkippedKernel, ...] = ()
+    toolchains: Mapping[str, Any] = dataclasses.field(
+        default_factory=lambda: MappingProxyType({}), compare=False, hash=False
+    )
+
+    @property
+    def path(self) -> Path:
+        """The manifest.json file itself."""
+        return self.directory / MANIFEST_NAME
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Manifest:
+        """Read and check `<directory>/manifest.json`.
+
+        Raises:
+            ManifestError: unreadable or malformed JSON, a bad row, duplicate names, or an ABI
+                version other than zyfa_core.abi.ABI_VERSION (the message names both versions).
+        """
+        directory = Path(directory).resolve()
+        where = str(directory / MANIFEST_NAME)
+        try:
+            data = json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ManifestError(f"cannot read {where}: {exc}") from exc
+        if not isinstance(data, Mapping):
+            raise ManifestError(f"{where}: top level is not a JSON object")
+        version = data.get("abi_version")
+        if version != ABI_VERSION:
+            raise ManifestError(
+                f"{where} was built for ZYFA ABI version {version!r}, but this zyfa_core uses ABI "
+                f"version {ABI_VERSION}; rebuild the kernels or install a matching zyfa-core"
+            )
+        rows = data.get("kernels", [])
+        if not isinstance(rows, list):
+            raise ManifestError(f"{where}: 'kernels' is not a list")
+        kernels = tuple(_spec_from_row(row, directory, where) for row in rows)
+        names = [spec.name for spec in kernels]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ManifestError(f"{where}: duplicate kernel name(s) {duplicates}")
+        skipped = tuple(_skipped_from_rows(data.get("skipped", []), where))
+        toolchains = data.get("toolchains") or {}
+        return cls(directory, version, kernels, skipped, MappingProxyType(dict(toolchains)))
+
+    def arches(self) -> list[str]:
+        """Architectures that have at least one kernel, sorted."""
+        return sorted({spec.arch for spec in self.kernels})
+
+    def get(self, name: str) -> KernelSpec:
+        """The kernel with this key. Raises KernelNotFoundError (listing the keys) if absent."""
+        for spec in self.kernels:
+            if spec.name == name:
+                return spec
+        known = ", ".join(spec.name for spec in self.kernels) or "none"
+        raise KernelNotFoundError(f"no kernel named {name!r} in {self.path}; kernels: {known}")
+
+    def select(
+        self,
+        arch: str,
+        dtype: object,
+        d_qk: int,
+        d_v: int,
+        causal: bool,
+        p_mode: str | None = None,
+    ) -> KernelSpec:
+        """The kernel serving (arch, dtype, d_qk, d_v, causal, p_mode).
+
+        `dtype` is the input dtype ("bf16" or "e4m3fn"; aliases such as "fp8_e4m3" or a torch dtype
+        are accepted). `p_mode` applies to FP8 only: "exact" or "lean"; None prefers "exact", then
+        "lean". Among several equal matches the first in manifest order wins.
+
+        Raises:
+            ValueError: an unknown dtype or p_mode, or a p_mode with bf16.
+            KernelNotFoundError: nothing serves the request; the message lists the kernels built
+                for `arch`, the variants skipped for it with reasons, and the other arches.
+        """
+        dtype = canonical_dtype(dtype)
+        if p_mode is not None and p_mode not in P_MODES:
+            raise ValueError(f"p_mode must be one of {P_MODES} or None, got {p_mode!r}")
+        if p_mode is not None and dtype == "bf16":
+            raise ValueError(f"p_mode={p_mode!r} applies to FP8 (e4m3fn) inputs only, not bf16")
+        matches = [
+            spec
+            for spec in self.kernels
+            if (spec.arch, spec.dtype, spec.d_qk, spec.d_v, spec.causal) == (arch, dtype, d_qk, d_v, causal)
+        ]
+        order = (p_mode,) if p_mode is not None else (*P_MODES, None)
+        for mode in order:
+            for spec in matches:
+                if spec.p_mode == mode:
+                    return spec
+        raise KernelNotFoundError(self._not_found_message(arch, dtype, d_qk, d_v, causal, p_mode))
+
+    def _not_found_message(
+        self, arch: str, dtype: str, d_qk: int, d_v: int, causal: bool, p_mode: str | None
+    ) -> str:
+        request = f"arch={arch} dtype={dtype} d_qk={d_qk} d_v={d_v} causal={causal} p_mode={p_mode or 'any'}"
+        lines = [f"no ZYFA kernel serves {request} (manifest {self.path})."]
+        same_arch = [spec for spec in self.kernels if spec.arch == arch]
+        if same_arch:
+            lines.append(f"Kernels for {arch}:")
+            lines += [f"  {spec.describe()}" for spec in same_arch]
+        else:
+            lines.append(f"No kernels were built for {arch}.")
+        skipped = [item for item in self.skipped if item.name.endswith(f"_{arch}")]
+        if skipped:
+            lines.append(f"Skipped for {arch} at build time:")
+            lines += [f"  {item.name}: {item.reason}" for item in skipped]
+        others = [a for a in self.arches() if a != arch]
+        if others:
+            counts = ", ".join(f"{a} ({sum(s.arch == a for s in self.kernels)} kernels)" for a in others)
+            lines.append(f"Other arches in this manifest: {counts}.")
+        return "\n".join(lines)
+
+
+def _skipped_from_rows(rows: Any, where: str) -> Iterable[SkippedKernel]:
+    if not isinstance(rows, list):
+        raise ManifestError(f"{where}: 'skipped' is not a list")
+    for row in rows:
+        if not isinstance(row, Mapping) or not isinstance(row.get("name"), str):
+            raise ManifestError(f"{where}: bad 'skipped' entry {row!r} (needs name and reason)")
+        yield SkippedKernel(row["name"], str(row.get("reason", "")))
+
+
+def _bazel_candidates(start: Path) -> Iterable[Path]:
+    """<dir>/bazel-bin/kernels for `start` and each of its parents."""
+    for directory in (start, *start.parents):
+        yield directory / "bazel-bin" / "kernels"
+
+
+def find_kernel_dir() -> Path:
+    """The directory holding manifest.json and the code objects.
+
+    Looked for in order: env ZYFA_KERNEL_DIR (if set it must hold a manifest; no fallback, so a typo
+    is not silently ignored), the installed package's `zyfa_core/kernels/`, then
+    `<repo>/bazel-bin/kernels/` found by walking up from this file and from the current directory.
+
+    Raises:
+        KernelDirNotFoundError: nothing found; the message names each place looked and why it missed.
+    """
+    env = os.environ.get(ENV_KERNEL_DIR)
+    if env:
+        directory = Path(env)
+        if (directory / MANIFEST_NAME).is_file():
+            return directory.resolve()
+        why = "directory does not exist" if not directory.is_dir() else f"no {MANIFEST_NAME} in it"
+        raise KernelDirNotFoundError(f"{ENV_KERNEL_DIR}={env}: {why}")
+    misses = [f"{ENV_KERNEL_DIR}: not set"]
+    package_dir = Path(__file__).resolve().parent / "kernels"
+    if (package_dir / MANIFEST_NAME).is_file():
+        return package_dir
+    why = "directory does not exist" if not package_dir.is_dir() else f"no {MANIFEST_NAME} in it"
+    misses.append(f"{package_dir}: {why} (the pip build of zyfa-core puts kernels here)")
+    for start in (Path(__file__).resolve().parent, Path.cwd().resolve()):
+        for candidate in _bazel_candidates(start):
+            if (candidate / MANIFEST_NAME).is_file():
+                return candidate.resolve()
+        misses.append(f"bazel-bin/kernels/{MANIFEST_NAME}: not found in {start} or any parent")
+    raise KernelDirNotFoundError(
+        "no ZYFA kernel directory found. Looked at:\n  "
+        + "\n  ".join(misses)
+        + f"\nBuild the kernels (`bazel build //kernels:all` or `pip install packages/zyfa-core`) "
+        f"or set {ENV_KERNEL_DIR}."
+    )
+
+
+@functools.cache
+def _load_cached(directory: Path) -> Manifest:
+    return Manifest.load(directory)
+
+
+def default_manifest() -> Manifest:
+    """The manifest in `find_kernel_dir()`, loaded once per directory and process."""
+    return _load_cached(find_kernel_dir())
+
+
+def select(
+    arch: str, dtype: object, d_qk: int, d_v: int, causal: bool, p_mode: str | None = None
+) -> KernelSpec:
+    """`default_manifest().select(...)`: see `Manifest.select`."""
+    return default_manifest().select(arch, dtype, d_qk, d_v, causal, p_mode)
