@@ -85,13 +85,14 @@ def _tree_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def _fingerprint(requirements: list[str], env: dict[str, str]) -> str:
-    """Hash the install request plus the contents of every local package (and kernels/, the sources
-    the zyfa-core build compiles), so a venv is refreshed exactly when something it holds changed."""
+    """Hash the install request plus the contents of the requirement files and local packages it names
+    (and kernels/, which the zyfa-core build compiles): a venv is refreshed exactly when these change."""
     digest = hashlib.sha256(json.dumps([requirements, sorted(env.items())]).encode())
     local = [ROOT / r for r in requirements if (ROOT / r).is_dir()]
     if any(p.name == "zyfa-core" for p in local):
         local.append(ROOT / "kernels")
-    for f in _tree_files(local):
+    files = [ROOT / r for r in requirements if (ROOT / r).is_file()]  # e.g. -r docs/requirements.txt
+    for f in files + _tree_files(local):
         digest.update(str(f.relative_to(ROOT)).encode())
         digest.update(f.read_bytes())
     return digest.hexdigest()
@@ -99,7 +100,7 @@ def _fingerprint(requirements: list[str], env: dict[str, str]) -> str:
 
 def install(session: nox.Session, requirements: list[str], env: dict[str, str] | None = None) -> None:
     """pip-install `requirements` (pins and local package dirs) in one resolver run, unless the venv
-    already holds exactly this request; local dirs are force-reinstalled so edits always land."""
+    already holds exactly this request (same pins, same local files, same build environment)."""
     env = env or {}
     stamp = Path(session.virtualenv.location) / ".zyfa-install-stamp"
     fingerprint = _fingerprint(requirements, env)
@@ -107,11 +108,8 @@ def install(session: nox.Session, requirements: list[str], env: dict[str, str] |
         session.log("venv is up to date with the sources; skipping pip install")
         return
     stamp.unlink(missing_ok=True)
+    # pip (>= 21.3, and the venv's is newer) rebuilds and reinstalls local directories every time.
     session.install(*requirements, env=env)
-    local = [r for r in requirements if (ROOT / r).is_dir()]
-    if local:
-        # pip keeps an installed local package whose version did not change; force the rebuild.
-        session.install("--force-reinstall", "--no-deps", *local, env=env)
     stamp.write_text(fingerprint)
 
 
