@@ -1,0 +1,107 @@
+"""kernels/variants.bzl: parses, every entry is complete, names follow the rule and are unique."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import zyfa_kernel_build as kb
+from conftest import REPO, make_root, variant
+from zyfa_toolchains import BuildError, load_literal
+
+
+def test_the_real_variant_list_is_valid() -> None:
+    variants = kb.load_variants(REPO)
+    assert variants, "kernels/variants.bzl lists no variant"
+    names = [v["name"] for v in variants]
+    assert len(names) == len(set(names))
+    for v in variants:
+        assert set(v) == set(kb.VARIANT_FIELDS), v["name"]
+        assert kb.variant_problems(v) == []
+        assert v["name"] == kb.expected_name(v)
+        assert v["kind"] in kb.ARCH_KINDS[v["arch"]]
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"),
+    [
+        (dict(dtype="bf16", d_qk=128, d_v=128, p_mode=None, arch="sm90a"), "fa_fwd_bf16_hd128_causal_sm90a"),
+        (
+            dict(dtype="e4m3fn", d_qk=192, d_v=128, p_mode="lean", arch="sm90a"),
+            "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a",
+        ),
+        (
+            dict(dtype="e4m3fn", d_qk=128, d_v=128, p_mode="exact", arch="gfx950"),
+            "fa_fwd_e4m3fn_hd128_causal_gfx950",
+        ),
+    ],
+)
+def test_naming_rule_spelled_out(fields: dict, name: str) -> None:
+    # Names written out by hand (the contract's examples), not derived from expected_name.
+    assert kb.expected_name({"causal": True, **fields}) == name
+
+
+def test_random_valid_variants_have_no_problems() -> None:
+    rng = random.Random()
+    for _ in range(50):
+        dtype = rng.choice(kb.DTYPES)
+        arch = rng.choice(sorted(kb.ARCH_KINDS))
+        v = variant(
+            arch=arch, kind=rng.choice(kb.ARCH_KINDS[arch]), dtype=dtype,
+            p_mode=None if dtype == "bf16" else rng.choice(["exact", "lean"]),
+            d_qk=rng.choice([64, 128, 192, 256]), d_v=rng.choice([64, 128]),
+        )  # fmt: skip
+        assert kb.variant_problems(v) == [], v
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"name": "fa_fwd_bf16_hd64_gfx950"}, "naming rule gives 'fa_fwd_bf16_hd64_causal_gfx950'"),
+        ({"causal": 1}, "causal = 1 has the wrong type"),
+        ({"d_qk": 64.0}, "d_qk = 64.0 has the wrong type"),
+        ({"p_mode": "lean"}, "p_mode 'lean' with dtype bf16"),
+        ({"kind": "cuda"}, "kind 'cuda' is not built for arch 'gfx950'"),
+        ({"dtype": "e4m3fnuz", "p_mode": "exact"}, "dtype 'e4m3fnuz' is not one of"),
+        ({"threads": 0}, "threads = 0 must be positive"),
+        ({"extra": 1}, "unknown field(s) ['extra']"),
+    ],
+)
+def test_bad_variants_are_named(change: dict, needle: str) -> None:
+    v = variant()
+    v.update(change)
+    problems = kb.variant_problems(v)
+    assert any(needle in p for p in problems), problems
+
+
+def test_missing_field_is_named() -> None:
+    v = variant()
+    del v["tile_n"]
+    assert kb.variant_problems(v) == [f"{v['name']}: missing field(s) ['tile_n']"]
+
+
+def test_duplicate_names_fail_the_load(tmp_path: Path) -> None:
+    root = make_root(tmp_path, [variant(), variant()])
+    with pytest.raises(BuildError, match="duplicate name 'fa_fwd_bf16_hd64_causal_gfx950'"):
+        kb.load_variants(root)
+
+
+def test_non_literal_list_is_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "variants.bzl"
+    path.write_text('VARIANTS = [dict(name = "x")]\n')
+    with pytest.raises(BuildError, match="must be a pure literal"):
+        load_literal(path, "VARIANTS")
+    path.write_text("OTHER = []\n")
+    with pytest.raises(BuildError, match="no top-level assignment to VARIANTS"):
+        load_literal(path, "VARIANTS")
+
+
+def test_defines_carry_the_configuration() -> None:
+    v = variant(dtype="e4m3fn", p_mode="lean", d_qk=192, d_v=128, arch="sm90a", kind="cuda", smem_bytes=4096)
+    d = dict(flag[2:].split("=", 1) for flag in kb.defines(v))
+    assert d == {
+        "ZYFA_KERNEL_NAME": "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a", "ZYFA_DTYPE_E4M3": "1",
+        "ZYFA_D_QK": "192", "ZYFA_D_V": "128", "ZYFA_TILE_M": "32", "ZYFA_TILE_N": "32",
+        "ZYFA_THREADS": "64", "ZYFA_SMEM_BYTES": "4096", "ZYFA_LEAN_P": "1",
+    }  # fmt: skip

@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""Build ZYFA code objects from kernels/variants.bzl: the one tool behind Bazel and the pip build.
+
+Both front ends call this file, so a variant compiles with the same commands, the same toolchain
+checks and the same manifest rows whichever way it is built. Standard library only (python >= 3.10).
+
+    zyfa_kernel_build.py compile NAME --out X.cubin|X.hsaco --meta X.meta.json [--asm X.s]
+    zyfa_kernel_build.py manifest --out manifest.json A.meta.json B.meta.json ...
+    zyfa_kernel_build.py build-all --out DIR [--jobs N] [--arch ARCH] [--skip-all REASON]
+    zyfa_kernel_build.py toolchains          # what is found here, and what each kind of kernel needs
+
+Kinds: "cuda" (nvcc -> .cubin), "hip" (clang -x hip -> .s -> .hsaco) and "asmgen"
+(python -m zyfa_asmgen emit -> .s -> .hsaco); the gfx950 .s stays next to the code object because
+the simulator runs it. Toolchains are found and version-checked in one place (zyfa_toolchains.py)
+against the pins in kernels/toolchains.bzl. Env ZYFA_MISSING_TOOLCHAINS=skip makes `compile` write
+an empty code object and a "skipped" meta instead of failing when a toolchain is absent (Bazel on a
+machine without nvcc); `build-all` always skips such variants and records why in the manifest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+# Siblings in kernels/tools/ (this file runs as a script, so its directory is on sys.path).
+from zyfa_resources import parse_ptxas, read_gfx950_resources
+from zyfa_toolchains import (
+    ASMGEN_SRC,
+    BuildError,
+    Toolchain,
+    ToolchainCache,
+    ToolchainError,
+    load_literal,
+    run_tool,
+    tool_env,
+)
+
+ROOT = Path(os.path.abspath(__file__)).parent.parent.parent
+ABI_HEADER = "kernels/abi/zyfa_abi.h"
+
+# Field -> accepted types of one VARIANTS entry (bool is checked apart: it is an int in Python).
+VARIANT_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "arch": str,
+    "dtype": str,
+    "d_qk": int,
+    "d_v": int,
+    "causal": bool,
+    "p_mode": (str, type(None)),
+    "kind": str,
+    "src": str,
+    "tile_m": int,
+    "tile_n": int,
+    "threads": int,
+    "smem_bytes": int,
+}
+ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
+DTYPES = ("bf16", "e4m3fn")
+KIND_SUFFIX = {"cuda": ".cubin", "hip": ".hsaco", "asmgen": ".hsaco"}
+
+# Hardware limits checked after a build (DESIGN.md "Verification without AMD hardware").
+GFX950_MAX_REGISTERS = 512  # unified VGPR + AGPR file per lane
+GFX950_MAX_LDS = 160 * 1024
+SM90_MAX_SMEM = 227 * 1024  # opt-in dynamic + static shared memory per block
+
+
+def expected_name(v: dict[str, Any]) -> str:
+    """The kernel key the naming rule gives a variant, e.g. fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a."""
+    hd = f"{v['d_qk']}" if v["d_qk"] == v["d_v"] else f"{v['d_qk']}x{v['d_v']}"
+    causal = "_causal" if v["causal"] else ""
+    lean = "_leanp" if v["p_mode"] == "lean" else ""
+    return f"fa_fwd_{v['dtype']}_hd{hd}{causal}{lean}_{v['arch']}"
+
+
+def variant_problems(v: Any) -> list[str]:
+    """Everything wrong with one VARIANTS entry (empty list: the entry is valid)."""
+    if not isinstance(v, dict):
+        return [f"entry {v!r} is not a dict"]
+    label = v.get("name", "?")
+    missing = [k for k in VARIANT_FIELDS if k not in v]
+    extra = [k for k in v if k not in VARIANT_FIELDS]
+    problems = [f"{label}: missing field(s) {missing}"] if missing else []
+    if extra:
+        problems.append(f"{label}: unknown field(s) {extra}")
+    if missing:
+        return problems
+    for key, types in VARIANT_FIELDS.items():
+        if (types is bool) != isinstance(v[key], bool) or not isinstance(v[key], types):
+            problems.append(f"{label}: {key} = {v[key]!r} has the wrong type")
+    if problems:
+        return problems
+    if v["kind"] not in ARCH_KINDS.get(v["arch"], ()):
+        problems.append(f"{label}: kind {v['kind']!r} is not built for arch {v['arch']!r} ({ARCH_KINDS})")
+    if v["dtype"] not in DTYPES:
+        problems.append(f"{label}: dtype {v['dtype']!r} is not one of {DTYPES}")
+    modes = (None,) if v["dtype"] == "bf16" else ("exact", "lean")
+    if v["p_mode"] not in modes:
+        problems.append(f"{label}: p_mode {v['p_mode']!r} with dtype {v['dtype']} must be one of {modes}")
+    for key in ("d_qk", "d_v", "tile_m", "tile_n", "threads"):
+        if v[key] <= 0:
+            problems.append(f"{label}: {key} = {v[key]} must be positive")
+    if v["smem_bytes"] < 0:
+        problems.append(f"{label}: smem_bytes must not be negative")
+    if not problems and v["name"] != expected_name(v):
+        problems.append(f"{label}: the naming rule gives {expected_name(v)!r}")
+    return problems
+
+
+def load_variants(root: Path) -> list[dict[str, Any]]:
+    """VARIANTS from <root>/kernels/variants.bzl, checked (fields, types, naming rule, unique names)."""
+    path = root / "kernels" / "variants.bzl"
+    variants = load_literal(path, "VARIANTS")
+    problems = [p for v in variants for p in variant_problems(v)]
+    names = [v.get("name") for v in variants if isinstance(v, dict)]
+    problems += [f"duplicate name {n!r}" for n in sorted({n for n in names if names.count(n) > 1})]
+    if problems:
+        raise BuildError(f"{path}:\n  " + "\n  ".join(problems))
+    return variants
+
+
+def find_variant(variants: Sequence[dict[str, Any]], name: str) -> dict[str, Any]:
+    """The variant with this name; the error lists the names that exist."""
+    for v in variants:
+        if v["name"] == name:
+            return v
+    raise BuildError(f"no variant {name!r} in kernels/variants.bzl; known: {[v['name'] for v in variants]}")
+
+
+def abi_version(root: Path) -> int:
+    """ZYFA_ABI_VERSION from the ABI header."""
+    match = re.search(r"^#define\s+ZYFA_ABI_VERSION\s+(\d+)", (root / ABI_HEADER).read_text(), re.M)
+    if not match:
+        raise BuildError(f"{root / ABI_HEADER}: no #define ZYFA_ABI_VERSION")
+    return int(match.group(1))
+
+
+def defines(v: dict[str, Any]) -> list[str]:
+    """The -D set every kernel source is compiled with (the variant's compile-time configuration)."""
+    values = {
+        "ZYFA_KERNEL_NAME": v["name"],
+        "ZYFA_DTYPE_E4M3": int(v["dtype"] == "e4m3fn"),
+        "ZYFA_D_QK": v["d_qk"],
+        "ZYFA_D_V": v["d_v"],
+        "ZYFA_TILE_M": v["tile_m"],
+        "ZYFA_TILE_N": v["tile_n"],
+        "ZYFA_THREADS": v["threads"],
+        "ZYFA_SMEM_BYTES": v["smem_bytes"],
+        "ZYFA_LEAN_P": int(v["p_mode"] == "lean"),
+    }
+    return [f"-D{key}={value}" for key, value in values.items()]
+
+
+def compile_cuda(v: dict[str, Any], root: Path, tc: Toolchain, out: Path, work: Path) -> dict[str, Any]:
+    """nvcc -> .cubin; returns the resource fields of the manifest row."""
+    argv = [
+        *tc.command, "-O3", "-std=c++17", *tc.flags, "-cubin",
+        f"-I{root / 'kernels'}", *[f"-I{d}" for d in tc.include_dirs], *defines(v),
+        "-Xptxas", "-v", str(root / "kernels" / v["src"]), "-o", str(out),
+    ]  # fmt: skip
+    res = parse_ptxas(run_tool(argv, tool_env(work, tc.env), f"nvcc ({v['name']})"), v["name"])
+    if res["static_smem"] + v["smem_bytes"] > SM90_MAX_SMEM:
+        raise BuildError(
+            f"{v['name']}: {res['static_smem']} static + {v['smem_bytes']} dynamic bytes of shared memory "
+            f"exceed sm_90's {SM90_MAX_SMEM} per block"
+        )
+    return {"smem_bytes": v["smem_bytes"], "registers": res["registers"], "spill_bytes": res["spill_bytes"]}
+
+
+def assemble_link(tc: Toolchain, asm: Path, out: Path, work: Path, name: str) -> None:
+    """gfx950 .s -> .o -> .hsaco with the pinned LLVM."""
+    env = tool_env(work, tc.env)
+    obj = work / f"{name}.o"
+    target = ("-target", "amdgcn-amd-amdhsa", "-mcpu=gfx950")
+    run_tool([*tc.command, "clang", *target, "-c", str(asm), "-o", str(obj)], env, f"assembling {asm.name}")
+    run_tool([*tc.command, "ld.lld", "-shared", str(obj), "-o", str(out)], env, f"linking {out.name}")
+
+
+def compile_gfx950(
+    v: dict[str, Any], root: Path, tc: Toolchain, out: Path, asm: Path, work: Path
+) -> dict[str, Any]:
+    """hip or asmgen -> .s (kept at `asm`) -> .hsaco; returns the resource fields of the manifest row."""
+    env = tool_env(work, tc.env)
+    if v["kind"] == "hip":
+        argv = [
+            *tc.command, "clang", "-x", "hip", "--offload-arch=gfx950", "-nogpulib", "-nogpuinc",
+            "--cuda-device-only", "-O3", "-S", f"-I{root / 'kernels'}", *defines(v),
+            str(root / "kernels" / v["src"]), "-o", str(asm),
+        ]  # fmt: skip
+        run_tool(argv, env, f"clang -x hip ({v['name']})")
+    else:
+        argv = [
+            sys.executable, "-m", "zyfa_asmgen", "emit", v["src"], "--variant-json", json.dumps(v),
+            "--abi-header", str(root / ABI_HEADER), "-o", str(asm),
+        ]  # fmt: skip
+        run_tool(argv, env, f"zyfa_asmgen emit {v['src']} ({v['name']})")
+    assemble_link(tc, asm, out, work, v["name"])
+    res = read_gfx950_resources(asm.read_text(encoding="utf-8"), v["name"], str(asm))
+    if res["registers"] > GFX950_MAX_REGISTERS or res["lds_bytes"] > GFX950_MAX_LDS:
+        raise BuildError(
+            f"{v['name']}: {res['registers']} VGPR+AGPR (max {GFX950_MAX_REGISTERS}) and "
+            f"{res['lds_bytes']} LDS bytes (max {GFX950_MAX_LDS}) do not fit gfx950"
+        )
+    return {
+        "smem_bytes": res["lds_bytes"], "registers": res["registers"], "spill_bytes": res["scratch_bytes"],
+        "sgprs": res["sgprs"], "vgprs": res["vgprs"], "agprs": res["agprs"],
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# One variant -> code object + meta; metas -> manifest.json.
+
+
+def source_files(v: dict[str, Any], root: Path) -> list[Path]:
+    """Files whose bytes define the kernel: the source, its directory's headers and the ABI header,
+    or (asmgen) the generator package's Python sources and the ABI header."""
+    if v["kind"] == "asmgen":
+        files = sorted((root / ASMGEN_SRC).rglob("*.py"))
+    else:
+        src = root / "kernels" / v["src"]
+        if not src.is_file():
+            raise BuildError(f"{v['name']}: source {src} does not exist (kernels/variants.bzl names it)")
+        headers = [p for p in src.parent.iterdir() if p.suffix in (".h", ".cuh", ".hpp", ".inc")]
+        files = [src, *sorted(headers)]
+    return [*files, root / ABI_HEADER]
+
+
+def source_sha256(v: dict[str, Any], root: Path) -> str:
+    """sha256 over (path relative to root, bytes) of every file in `source_files`."""
+    digest = hashlib.sha256()
+    for path in source_files(v, root):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def compile_variant(
+    v: dict[str, Any], root: Path, tc: Toolchain, out: Path, asm: Path | None = None
+) -> dict[str, Any]:
+    """Build one variant into `out` (and `asm` for gfx950); return its manifest row."""
+    sha = source_sha256(v, root)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"zyfa-{v['name']}-") as tmp:
+        work = Path(tmp)
+        if v["kind"] == "cuda":
+            resources = compile_cuda(v, root, tc, out, work)
+        else:
+            resources = compile_gfx950(v, root, tc, out, asm or out.with_suffix(".s"), work)
+    row = {key: v[key] for key in VARIANT_FIELDS if key != "src"}
+    row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
+    row["toolchain"] = dict(tc.versions)
+    return row
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write indented JSON; keys keep insertion order, so rows list fields in the contract's order."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def merge_manifest(metas: Iterable[dict[str, Any]], abi: int, code_dir: Path | None = None) -> dict[str, Any]:
+    """manifest.json content from per-variant metas ({"kernel": row} or {"skipped": {name, reason}}).
+
+    Raises:
+        BuildError: duplicate names, a row of another ABI version, conflicting toolchain versions,
+            or (when `code_dir` is given) a listed code object missing from it.
+    """
+    kernels, skipped, toolchains = [], [], {}
+    for meta in metas:
+        if "skipped" in meta:
+            skipped.append(meta["skipped"])
+            continue
+        row = meta["kernel"]
+        if row["abi_version"] != abi:
+            raise BuildError(f"{row['name']} was built for ABI {row['abi_version']}, the header says {abi}")
+        if code_dir is not None and not (code_dir / row["file"]).is_file():
+            raise BuildError(f"{row['name']}: code object {code_dir / row['file']} is missing")
+        for tool, version in row["toolchain"].items():
+            if toolchains.setdefault(tool, version) != version:
+                raise BuildError(
+                    f"{row['name']} was built with {tool} {version}, others with {toolchains[tool]}"
+                )
+        kernels.append(row)
+    names = [k["name"] for k in kernels] + [s["name"] for s in skipped]
+    if dupes := sorted({n for n in names if names.count(n) > 1}):
+        raise BuildError(f"duplicate kernel names in the manifest: {dupes}")
+    return {"abi_version": abi, "toolchains": toolchains, "kernels": kernels, "skipped": skipped}
+
+
+def build_one(v: dict[str, Any], root: Path, cache: ToolchainCache, out_dir: Path) -> dict[str, Any]:
+    """build-all's step: the variant's meta, skipped (with the reason) when its toolchain is absent."""
+    try:
+        tc = cache.get(v["kind"])
+    except ToolchainError as exc:
+        return {"skipped": {"name": v["name"], "reason": str(exc)}}
+    out = out_dir / (v["name"] + KIND_SUFFIX[v["kind"]])
+    return {"kernel": compile_variant(v, root, tc, out)}
+
+
+def clean_outputs(out_dir: Path) -> None:
+    """Remove the code objects, .s files and manifest.json a previous build-all left in `out_dir`,
+    so a variant dropped from the list cannot linger in a wheel (not recursive)."""
+    if out_dir.is_dir():
+        for path in out_dir.iterdir():
+            if path.is_file() and (path.suffix in (".cubin", ".hsaco", ".s") or path.name == "manifest.json"):
+                path.unlink()
+
+
+def build_all(root: Path, out_dir: Path, jobs: int, arch: str | None, skip_all: str | None) -> dict[str, Any]:
+    """Build every variant the present toolchains allow into `out_dir`; write out_dir/manifest.json."""
+    variants = [v for v in load_variants(root) if arch is None or v["arch"] == arch]
+    clean_outputs(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if skip_all:
+        metas = [{"skipped": {"name": v["name"], "reason": skip_all}} for v in variants]
+    else:
+        cache = ToolchainCache(root)
+        for kind in sorted({v["kind"] for v in variants}):  # find toolchains once, before threads
+            with contextlib.suppress(ToolchainError):
+                cache.get(kind)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            metas = list(pool.map(lambda v: build_one(v, root, cache, out_dir), variants))
+    manifest = merge_manifest(metas, abi_version(root), out_dir)
+    write_json(out_dir / "manifest.json", manifest)
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line.
+
+
+def cmd_compile(args: argparse.Namespace) -> None:
+    """`compile`: one variant to --out and --meta (Bazel's per-variant action)."""
+    root: Path = args.root
+    v = find_variant(load_variants(root), args.variant)
+    cache = ToolchainCache(root)
+    try:
+        tc = cache.get(v["kind"])
+    except ToolchainError as exc:
+        if os.environ.get("ZYFA_MISSING_TOOLCHAINS") != "skip":
+            raise
+        # Declared outputs must exist: empty placeholders that the manifest does not list.
+        for path in filter(None, (args.out, args.asm)):
+            Path(path).write_bytes(b"")
+        write_json(Path(args.meta), {"skipped": {"name": v["name"], "reason": str(exc)}})
+        print(f"zyfa_kernel_build: skipped {v['name']}: {exc}", file=sys.stderr)
+        return
+    row = compile_variant(v, root, tc, Path(args.out), Path(args.asm) if args.asm else None)
+    write_json(Path(args.meta), {"kernel": row})
+
+
+def cmd_manifest(args: argparse.Namespace) -> None:
+    """`manifest`: merge metas (whose code objects lie next to them) into one manifest.json."""
+    metas = [json.loads(Path(p).read_text(encoding="utf-8")) for p in args.metas]
+    out = Path(args.out)
+    for meta, path in zip(metas, args.metas, strict=True):
+        if "kernel" in meta and not (Path(path).parent / meta["kernel"]["file"]).is_file():
+            raise BuildError(f"{path}: code object {meta['kernel']['file']} is not next to it")
+    write_json(out, merge_manifest(metas, abi_version(args.root)))
+
+
+def cmd_build_all(args: argparse.Namespace) -> None:
+    """`build-all`: everything the present toolchains allow, into --out (what the pip build runs)."""
+    manifest = build_all(args.root, Path(args.out), args.jobs, args.arch, args.skip_all)
+    for row in manifest["kernels"]:
+        print(f"built   {row['file']}: {row['registers']} registers, {row['smem_bytes']} smem bytes")
+    for item in manifest["skipped"]:
+        print(f"skipped {item['name']}: {item['reason']}")
+    print(f"wrote {Path(args.out) / 'manifest.json'}")
+
+
+def cmd_toolchains(args: argparse.Namespace) -> None:
+    """`toolchains`: each kind's toolchain as found here, or why it is unusable."""
+    cache = ToolchainCache(args.root)
+    for kind in KIND_SUFFIX:
+        try:
+            tc = cache.get(kind)
+            print(f"{kind:7s} ok       {' '.join(f'{k} {v}' for k, v in tc.versions.items())}")
+        except ToolchainError as exc:
+            print(f"{kind:7s} missing  {exc}")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--root",
+        type=lambda text: Path(text).absolute(),  # absolute, not resolved: stay inside Bazel's sandbox
+        default=ROOT,
+        help="repository root (default: two levels above tools/)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("compile", help="build one variant")
+    p.add_argument("variant")
+    p.add_argument("--out", required=True, help="code object path (.cubin / .hsaco)")
+    p.add_argument("--meta", required=True, help="per-variant meta JSON path")
+    p.add_argument("--asm", help="where to keep the gfx950 .s (default: next to --out)")
+    p.set_defaults(func=cmd_compile)
+    p = sub.add_parser("manifest", help="merge per-variant metas into manifest.json")
+    p.add_argument("--out", required=True)
+    p.add_argument("metas", nargs="*")
+    p.set_defaults(func=cmd_manifest)
+    p = sub.add_parser("build-all", help="build every variant the present toolchains allow")
+    p.add_argument("--out", required=True, help="directory for code objects and manifest.json")
+    p.add_argument(
+        "--jobs", type=int, default=int(os.environ.get("ZYFA_BUILD_JOBS", min(2, os.cpu_count() or 1)))
+    )
+    p.add_argument("--arch", choices=sorted(ARCH_KINDS), help="only this arch")
+    p.add_argument("--skip-all", metavar="REASON", help="build nothing; list every variant as skipped")
+    p.set_defaults(func=cmd_build_all)
+    p = sub.add_parser("toolchains", help="report the toolchains found here")
+    p.set_defaults(func=cmd_toolchains)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; build errors print as `zyfa_kernel_build: error: ...` and exit 1."""
+    args = parse_args(argv)
+    try:
+        args.func(args)
+    except BuildError as exc:
+        print(f"zyfa_kernel_build: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
