@@ -1,45 +1,18 @@
-"""Shared helpers of the build-tool tests: the tool modules on sys.path, and throwaway repo roots."""
+"""pytest setup of the build-tool tests: the tool modules and the helper module on sys.path."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-TOOLS = Path(__file__).resolve().parent.parent
-REPO = TOOLS.parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-sys.path.insert(0, str(TOOLS))
-
-
-def variant(**overrides: Any) -> dict[str, Any]:
-    """A valid variant (bf16 hd64 hip for gfx950) with `overrides` applied; the name follows them."""
-    import zyfa_kernel_build as kb
-
-    v = {
-        "name": "", "arch": "gfx950", "dtype": "bf16", "d_qk": 64, "d_v": 64, "causal": True,
-        "p_mode": None, "kind": "hip", "src": "gfx950/tiny.hip", "tile_m": 32, "tile_n": 32,
-        "threads": 64, "smem_bytes": 0,
-    }  # fmt: skip
-    v.update(overrides)
-    if "name" not in overrides:
-        v["name"] = kb.expected_name(v)
-    return v
-
-
-def make_root(tmp: Path, variants: list[dict[str, Any]], pins: dict[str, Any] | None = None) -> Path:
-    """A minimal repository root: the real ABI header, these variants, the real (or given) pins."""
-    (tmp / "kernels" / "abi").mkdir(parents=True)
-    shutil.copy(REPO / "kernels" / "abi" / "zyfa_abi.h", tmp / "kernels" / "abi")
-    (tmp / "kernels" / "variants.bzl").write_text(f"VARIANTS = {variants!r}\n")
-    if pins is None:
-        shutil.copy(REPO / "kernels" / "toolchains.bzl", tmp / "kernels")
-    else:
-        (tmp / "kernels" / "toolchains.bzl").write_text(f"TOOLCHAINS = {pins!r}\n")
-    return tmp
+# kernels/tools (the tool's modules) and this directory (kernel_build_testlib); also under
+# --import-mode=importlib, which puts neither on sys.path.
+for _path in (Path(__file__).resolve().parent.parent, Path(__file__).resolve().parent):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 
 @pytest.fixture
@@ -47,4 +20,6 @@ def real_pins() -> dict[str, Any]:
     """kernels/toolchains.bzl as the tool reads it."""
     import zyfa_toolchains
 
-    return zyfa_toolchains.load_literal(REPO / "kernels" / "toolchains.bzl", "TOOLCHAINS")
+    return zyfa_toolchains.load_literal(
+        Path(__file__).resolve().parents[3] / "kernels" / "toolchains.bzl", "TOOLCHAINS"
+    )

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import zyfa_kernel_build as kb
-from conftest import FIXTURES, TOOLS, make_root, variant
+from kernel_build_testlib import FIXTURES, TOOLS, make_root, variant
 from zyfa_toolchains import BuildError, ToolchainCache, ToolchainError
 
 HIP = variant()

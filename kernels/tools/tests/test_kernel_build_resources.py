@@ -6,7 +6,7 @@ import random
 import re
 
 import pytest
-from conftest import FIXTURES
+from kernel_build_testlib import FIXTURES
 from zyfa_resources import parse_ptxas, read_gfx950_resources
 from zyfa_toolchains import BuildError
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import zyfa_kernel_build as kb
-from conftest import REPO, make_root, variant
+from kernel_build_testlib import REPO, make_root, variant
 from zyfa_toolchains import BuildError, load_literal
 
 
