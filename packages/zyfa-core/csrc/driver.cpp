@@ -16,6 +16,7 @@
 
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <array>
 #include <cerrno>

@@ -325,12 +325,6 @@ def _skipped_from_rows(rows: Any, where: str) -> Iterable[SkippedKernel]:
         yield SkippedKernel(row["name"], str(row.get("reason", "")))
 
 
-def _bazel_candidates(start: Path) -> Iterable[Path]:
-    """<dir>/bazel-bin/kernels for `start` and each of its parents."""
-    for directory in (start, *start.parents):
-        yield directory / "bazel-bin" / "kernels"
-
-
 def find_kernel_dir() -> Path:
     """The directory holding manifest.json and the code objects.
 
@@ -341,21 +335,28 @@ def find_kernel_dir() -> Path:
     Raises:
         KernelDirNotFoundError: nothing found; the message names each place looked and why it missed.
     """
-    env = os.environ.get(ENV_KERNEL_DIR)
+    here = Path(__file__).resolve().parent
+    return _search_kernel_dir(os.environ.get(ENV_KERNEL_DIR), here / "kernels", (here, Path.cwd().resolve()))
+
+
+def _why_missing(directory: Path) -> str:
+    return "directory does not exist" if not directory.is_dir() else f"no {MANIFEST_NAME} in it"
+
+
+def _search_kernel_dir(env: str | None, package_dir: Path, starts: Iterable[Path]) -> Path:
+    """find_kernel_dir with its inputs explicit (the tests drive it with temporary trees)."""
     if env:
         directory = Path(env)
         if (directory / MANIFEST_NAME).is_file():
             return directory.resolve()
-        why = "directory does not exist" if not directory.is_dir() else f"no {MANIFEST_NAME} in it"
-        raise KernelDirNotFoundError(f"{ENV_KERNEL_DIR}={env}: {why}")
+        raise KernelDirNotFoundError(f"{ENV_KERNEL_DIR}={env}: {_why_missing(directory)}")
     misses = [f"{ENV_KERNEL_DIR}: not set"]
-    package_dir = Path(__file__).resolve().parent / "kernels"
     if (package_dir / MANIFEST_NAME).is_file():
         return package_dir
-    why = "directory does not exist" if not package_dir.is_dir() else f"no {MANIFEST_NAME} in it"
-    misses.append(f"{package_dir}: {why} (the pip build of zyfa-core puts kernels here)")
-    for start in (Path(__file__).resolve().parent, Path.cwd().resolve()):
-        for candidate in _bazel_candidates(start):
+    misses.append(f"{package_dir}: {_why_missing(package_dir)} (where the pip build puts kernels)")
+    for start in starts:
+        for directory in (start, *start.parents):
+            candidate = directory / "bazel-bin" / "kernels"
             if (candidate / MANIFEST_NAME).is_file():
                 return candidate.resolve()
         misses.append(f"bazel-bin/kernels/{MANIFEST_NAME}: not found in {start} or any parent")

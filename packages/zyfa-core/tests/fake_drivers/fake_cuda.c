@@ -1,0 +1,194 @@
+/* Test double of the CUDA driver API subset that zyfa_core._driver uses. It is NOT a driver: it
+ * runs nothing, it records each call as one line in the file named by $FAKE_GPU_LOG, so the tests can
+ * check exactly what the launcher asked for (grid, block, shared memory, stream, argument bytes) on a
+ * machine without a GPU.
+ *
+ * A "code object" is text: "FAKECUBIN <name> <name> ...". Environment knobs: FAKE_DEVICE_COUNT (1),
+ * FAKE_CC_MAJOR/FAKE_CC_MINOR (9/0), FAKE_INIT_ERROR, FAKE_LAUNCH_ERROR, FAKE_PARAM_SIZE (192),
+ * FAKE_PARAM_COUNT (1), FAKE_NO_PARAM_INFO (hide cuFuncGetParamInfo's result).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef void *CUcontext;
+
+enum {
+  SUCCESS = 0, INVALID_VALUE = 1, NO_DEVICE = 100, INVALID_DEVICE = 101, INVALID_IMAGE = 200,
+  INVALID_CONTEXT = 201, NOT_FOUND = 500, LAUNCH_FAILED = 719
+};
+
+static CUcontext g_current = NULL;
+static int g_inited = 0;
+
+typedef struct {
+  char name[128];
+  size_t param_size;
+} fake_function;
+
+static int env_int(const char *name, int fallback) {
+  const char *v = getenv(name);
+  return v && *v ? atoi(v) : fallback;
+}
+
+static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void log_line(const char *fmt, ...) {
+  const char *path = getenv("FAKE_GPU_LOG");
+  if (!path) return;
+  FILE *f = fopen(path, "a");
+  if (!f) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(f, fmt, ap);
+  va_end(ap);
+  fputc('\n', f);
+  fclose(f);
+}
+
+void *fake_current_context(void) { return g_current; }
+
+CUresult cuInit(unsigned flags) {
+  (void)flags;
+  int e = env_int("FAKE_INIT_ERROR", 0);
+  if (e) return e;
+  g_inited = 1;
+  return SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return SUCCESS; }
+
+CUresult cuDeviceGetCount(int *n) {
+  if (!g_inited) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
+  *n = env_int("FAKE_DEVICE_COUNT", 1);
+  return SUCCESS;
+}
+
+CUresult cuDeviceGet(int *dev, int ordinal) {
+  if (ordinal < 0 || ordinal >= env_int("FAKE_DEVICE_COUNT", 1)) return INVALID_DEVICE;
+  *dev = ordinal;
+  return SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int len, int dev) {
+  snprintf(name, (size_t)len, "Fake GPU %d", dev);
+  return SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int *value, int attribute, int dev) {
+  (void)dev;
+  switch (attribute) {
+    case 16: *value = 132; return SUCCESS;
+    case 75: *value = env_int("FAKE_CC_MAJOR", 9); return SUCCESS;
+    case 76: *value = env_int("FAKE_CC_MINOR", 0); return SUCCESS;
+    case 97: *value = 232448; return SUCCESS;
+    default: return INVALID_VALUE;
+  }
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, int dev) {
+  *ctx = (CUcontext)(size_t)(0x1000 + dev);
+  log_line("cuDevicePrimaryCtxRetain dev=%d", dev);
+  return SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext *ctx) { *ctx = g_current; return SUCCESS; }
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  g_current = ctx;
+  log_line("cuCtxSetCurrent ctx=%#zx", (size_t)ctx);
+  return SUCCESS;
+}
+
+CUresult cuModuleLoadData(void **module, const void *image) {
+  if (!g_current) return INVALID_CONTEXT;
+  if (strncmp((const char *)image, "FAKECUBIN ", 10) != 0) return INVALID_IMAGE;
+  *module = strdup((const char *)image);
+  log_line("cuModuleLoadData ctx=%#zx", (size_t)g_current);
+  return SUCCESS;
+}
+
+CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
+  if (!g_current) return INVALID_CONTEXT;
+  char needle[160];
+  snprintf(needle, sizeof(needle), " %s", name);
+  const char *text = (const char *)module;
+  const char *hit = strstr(text, needle);
+  size_t n = strlen(needle);
+  if (!hit || (hit[n] != ' ' && hit[n] != '\n' && hit[n] != '\0')) return NOT_FOUND;
+  fake_function *f = calloc(1, sizeof(*f));
+  snprintf(f->name, sizeof(f->name), "%s", name);
+  f->param_size = (size_t)env_int("FAKE_PARAM_SIZE", 192);
+  *function = f;
+  log_line("cuModuleGetFunction name=%s", name);
+  return SUCCESS;
+}
+
+CUresult cuFuncSetAttribute(void *function, int attribute, int value) {
+  if (!g_current) return INVALID_CONTEXT;
+  log_line("cuFuncSetAttribute name=%s attribute=%d value=%d", ((fake_function *)function)->name, attribute,
+           value);
+  return value > 232448 ? INVALID_VALUE : SUCCESS;
+}
+
+CUresult cuFuncGetParamInfo(void *function, size_t index, size_t *offset, size_t *size) {
+  if (env_int("FAKE_NO_PARAM_INFO", 0)) return INVALID_VALUE;
+  if (index >= (size_t)env_int("FAKE_PARAM_COUNT", 1)) return INVALID_VALUE;
+  *offset = index * 8;
+  *size = ((fake_function *)function)->param_size;
+  return SUCCESS;
+}
+
+CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
+  if (!g_current) return INVALID_CONTEXT;
+  if (!params || extra) return INVALID_VALUE;
+  int e = env_int("FAKE_LAUNCH_ERROR", 0);
+  if (e) return e;
+  fake_function *f = function;
+  /* Like the real driver, read exactly the kernel's parameter size from params[0]. */
+  const unsigned char *bytes = params[0];
+  char hex[2 * 4096 + 1] = {0};
+  for (size_t i = 0; i < f->param_size && i < 4096; ++i) sprintf(hex + 2 * i, "%02x", bytes[i]);
+  log_line("cuLaunchKernel name=%s ctx=%#zx grid=%u,%u,%u block=%u,%u,%u smem=%u stream=%#zx args=%s", f->name,
+           (size_t)g_current, gx, gy, gz, bx, by, bz, smem, (size_t)stream, hex);
+  return SUCCESS;
+}
+
+static const char *names[][2] = {
+    {"CUDA_SUCCESS", "no error"},
+    {"CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {"CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+    {"CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+    {"CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+    {"CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+    {"CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+    {"CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+};
+
+static int index_of(CUresult r) {
+  switch (r) {
+    case SUCCESS: return 0;
+    case INVALID_VALUE: return 1;
+    case NO_DEVICE: return 2;
+    case INVALID_DEVICE: return 3;
+    case INVALID_IMAGE: return 4;
+    case INVALID_CONTEXT: return 5;
+    case NOT_FOUND: return 6;
+    case LAUNCH_FAILED: return 7;
+    default: return -1;
+  }
+}
+
+CUresult cuGetErrorName(CUresult r, const char **out) {
+  int i = index_of(r);
+  *out = i < 0 ? NULL : names[i][0];
+  return i < 0 ? INVALID_VALUE : SUCCESS;
+}
+
+CUresult cuGetErrorString(CUresult r, const char **out) {
+  int i = index_of(r);
+  *out = i < 0 ? NULL : names[i][1];
+  return i < 0 ? INVALID_VALUE : SUCCESS;
+}

@@ -1,0 +1,227 @@
+"""zyfa_core.abi against kernels/abi/zyfa_abi.h as the host compiler sees it.
+
+The field list is parsed from the header, a C program is generated that prints offsetof/sizeof of
+each field (and decodes struct bytes), and both are compared with the ctypes mirror: a field added,
+removed, renamed, reordered or retyped on either side fails here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import random
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from zyfa_core import abi
+
+HEADER_ENV = "ZYFA_ABI_HEADER"
+
+# C type in the header -> (printf format, cast) used by the generated decoder.
+_PRINT = {
+    "const void *": ("%llu", "(unsigned long long)(uintptr_t)"),
+    "void *": ("%llu", "(unsigned long long)(uintptr_t)"),
+    "float *": ("%llu", "(unsigned long long)(uintptr_t)"),
+    "int64_t": ("%lld", "(long long)"),
+    "int32_t": ("%d", "(int)"),
+    "uint32_t": ("%u", "(unsigned)"),
+    "uint64_t": ("%llu", "(unsigned long long)"),
+    "float": ('\\"%a\\"', "(double)"),
+}
+
+
+def find_header() -> Path | None:
+    """$ZYFA_ABI_HEADER, else kernels/abi/zyfa_abi.h in a parent of this file (the repo checkout)."""
+    if os.environ.get(HEADER_ENV):
+        return Path(os.environ[HEADER_ENV])
+    for directory in Path(__file__).resolve().parents:
+        candidate = directory / "kernels" / "abi" / "zyfa_abi.h"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def parse_fields(header_text: str) -> list[tuple[str, str]]:
+    """[(C type, field name)] of struct zyfa_fwd_args, in declaration order."""
+    body = re.search(r"typedef\s+struct\s+zyfa_fwd_args\s*\{(.*?)\}\s*zyfa_fwd_args\s*;", header_text, re.S)
+    assert body, "struct zyfa_fwd_args not found in the header"
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", body.group(1), flags=re.S)
+    fields = []
+    for decl in filter(None, (d.strip() for d in text.split(";"))):
+        match = re.fullmatch(r"(.*?)\b(\w+)", " ".join(decl.split()))
+        assert match, f"cannot parse field declaration {decl!r}"
+        ctype = match.group(1).strip().replace(" *", " *")
+        fields.append((re.sub(r"\s*\*", " *", ctype), match.group(2)))
+    return fields
+
+
+def program(fields: list[tuple[str, str]], header_name: str) -> str:
+    """A C program: no argument -> layout JSON; argument "decode" -> field values of struct bytes on stdin."""
+    layout_lines, decode_lines = [], []
+    for i, (ctype, name) in enumerate(fields):
+        sep = '""' if i == 0 else '", "'
+        fmt, cast = _PRINT[ctype]
+        layout_lines.append(
+            f'  printf("%s{{\\"name\\": \\"{name}\\", \\"offset\\": %zu, \\"size\\": %zu}}", {sep}, '
+            f"offsetof(zyfa_fwd_args, {name}), sizeof(a.{name}));"
+        )
+        decode_lines.append(f'  printf("%s\\"{name}\\": {fmt}", {sep}, {cast}a.{name});')
+    text = _PROGRAM.replace("@HEADER@", header_name).replace("@LAYOUT@", "\n".join(layout_lines))
+    return text.replace("@DECODE@", "\n".join(decode_lines))
+
+
+_PROGRAM = r"""
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "@HEADER@"
+int main(int argc, char **argv) {
+  zyfa_fwd_args a;
+  (void)argv;
+  memset(&a, 0, sizeof a);
+  if (argc > 1) {
+    if (fread(&a, 1, sizeof a, stdin) != sizeof a) return 2;
+    printf("{");
+@DECODE@
+    printf("}\n");
+    return 0;
+  }
+  printf("{\"size\": %zu, \"version\": %d, \"flag_causal\": %u, \"flag_lse\": %u, \"fields\": [",
+         sizeof(zyfa_fwd_args), (int)ZYFA_ABI_VERSION, (unsigned)ZYFA_FLAG_CAUSAL, (unsigned)ZYFA_FLAG_LSE);
+@LAYOUT@
+  printf("]}\n");
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module", params=["c", "c++"])
+def compiled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, host_compiler):
+    """(parsed fields, path of the compiled probe) for the C and the C++ compiler."""
+    header = find_header()
+    if header is None:
+        pytest.skip(f"kernels/abi/zyfa_abi.h not found above this file; set {HEADER_ENV}")
+    compiler = host_compiler(request.param)
+    if compiler is None:
+        pytest.skip(f"no host {request.param} compiler on PATH")
+    fields = parse_fields(header.read_text())
+    out = tmp_path_factory.mktemp(f"abi_{request.param.replace('+', 'x')}")
+    source = out / ("probe.c" if request.param == "c" else "probe.cpp")
+    source.write_text(program(fields, header.name))
+    std = "-std=c11" if request.param == "c" else "-std=c++17"
+    exe = out / "probe"
+    result = subprocess.run(
+        [compiler, std, "-Wall", f"-I{header.parent}", str(source), "-o", str(exe)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    return fields, exe
+
+
+def layout(exe: Path) -> dict:
+    return json.loads(subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout)
+
+
+def test_field_names_match_in_both_directions(compiled) -> None:
+    fields, _ = compiled
+    header_names = [name for _, name in fields]
+    only_header = [n for n in header_names if n not in abi.FIELD_NAMES]
+    only_ctypes = [n for n in abi.FIELD_NAMES if n not in header_names]
+    assert not only_header, f"fields in zyfa_abi.h but not in zyfa_core.abi: {only_header}"
+    assert not only_ctypes, f"fields in zyfa_core.abi but not in zyfa_abi.h: {only_ctypes}"
+    assert header_names == list(abi.FIELD_NAMES), "field order differs"
+    assert [name for name, _ in abi.ZyfaFwdArgs._fields_] == header_names
+
+
+def test_every_offset_and_size_match(compiled) -> None:
+    _, exe = compiled
+    info = layout(exe)
+    assert info["size"] == ctypes.sizeof(abi.ZyfaFwdArgs) == abi.ARGS_SIZE == 192
+    for field in info["fields"]:
+        mirror = getattr(abi.ZyfaFwdArgs, field["name"])
+        assert mirror.offset == field["offset"], (
+            f"{field['name']}: offset {mirror.offset} != C {field['offset']}"
+        )
+        assert mirror.size == field["size"], f"{field['name']}: size {mirror.size} != C {field['size']}"
+    # Packed and gap-free: the parsed fields tile the struct exactly (a field the parser missed shows here).
+    assert sum(f["size"] for f in info["fields"]) == info["size"]
+
+
+def test_version_and_flags_match(compiled) -> None:
+    _, exe = compiled
+    info = layout(exe)
+    assert info["version"] == abi.ABI_VERSION, (
+        f"ZYFA_ABI_VERSION {info['version']} != ABI_VERSION {abi.ABI_VERSION}"
+    )
+    assert info["flag_causal"] == abi.FLAG_CAUSAL
+    assert info["flag_lse"] == abi.FLAG_LSE
+
+
+def _random_fields(rng: random.Random) -> dict:
+    values = {}
+    for name, ctype in abi.ZyfaFwdArgs._fields_:
+        if ctype in (ctypes.c_void_p, ctypes.c_uint64):
+            values[name] = rng.randrange(1, 2**64)
+        elif ctype is ctypes.c_int64:
+            values[name] = rng.randrange(-(2**63), 2**63)
+        elif ctype is ctypes.c_int32:
+            values[name] = rng.randrange(-(2**31), 2**31)
+        elif ctype is ctypes.c_uint32:
+            values[name] = rng.randrange(0, 2**32)
+        else:  # float32-exact values, so equality below is exact
+            values[name] = ctypes.c_float(rng.uniform(-1e6, 1e6)).value
+    return values
+
+
+def test_bytes_decode_to_the_same_values_in_c(compiled) -> None:
+    """Random values through make_fwd_args -> bytes -> C struct: every field reads back exactly."""
+    _, exe = compiled
+    rng = random.Random()
+    for _ in range(3):
+        values = _random_fields(rng)
+        data = abi.args_bytes(abi.make_fwd_args(**values))
+        assert len(data) == abi.ARGS_SIZE
+        out = subprocess.run([str(exe), "decode"], input=data, capture_output=True, check=True).stdout
+        decoded = json.loads(out)
+        for name, value in values.items():
+            got = decoded[name]
+            got = float.fromhex(got) if isinstance(got, str) else got
+            assert got == value, f"{name}: C read {got}, Python wrote {value}"
+
+
+def test_make_fwd_args_rejects_values_that_do_not_fit() -> None:
+    base = {name: 16 for name in abi.FIELD_NAMES}
+    base.update(softmax_scale=0.1, flags=abi.FLAG_CAUSAL, reserved=0)
+    abi.make_fwd_args(**base)
+    with pytest.raises(ValueError, match="seqlen_q"):
+        abi.make_fwd_args(**{**base, "seqlen_q": 2**31})
+    with pytest.raises(ValueError, match="q_stride_seq"):
+        abi.make_fwd_args(**{**base, "q_stride_seq": 2**63})
+    with pytest.raises(ValueError, match="flags"):
+        abi.make_fwd_args(**{**base, "flags": -1})
+    with pytest.raises(ValueError, match="softmax_scale"):
+        abi.make_fwd_args(**{**base, "softmax_scale": 1e39})  # overflows float32
+    with pytest.raises(ValueError, match="batch"):
+        abi.make_fwd_args(**{**base, "batch": True})
+    with pytest.raises(ValueError, match="heads_q"):
+        abi.make_fwd_args(**{**base, "heads_q": 2.0})
+    with pytest.raises(TypeError, match="bogus"):
+        abi.make_fwd_args(**base, bogus=1)
+    missing = dict(base)
+    del missing["d_v"]
+    with pytest.raises(ValueError, match="d_v"):
+        abi.make_fwd_args(**missing)
+
+
+def test_make_fwd_args_defaults() -> None:
+    required = {n: 8 for n in abi.FIELD_NAMES if n not in ("lse", "flags", "reserved") and "descale" not in n}
+    args = abi.make_fwd_args(**{**required, "softmax_scale": 0.125, "q": None})
+    assert (args.q or 0) == 0 and (args.lse or 0) == 0
+    assert args.flags == abi.FLAG_CAUSAL and args.reserved == 0
+    assert (args.q_descale, args.k_descale, args.v_descale) == (1.0, 1.0, 1.0)

@@ -1,0 +1,280 @@
+"""The C++ driver shim and the launcher end to end, against test doubles of the CUDA and HIP drivers.
+
+tests/fake_drivers/*.c implement the driver entry points zyfa_core._driver dlopens; they run nothing
+and log every call. Each test runs in a fresh process (the extension loads its driver once per
+process) with ZYFA_LIBCUDA / ZYFA_LIBAMDHIP64 pointing at a fake. This checks, without a GPU, what
+reaches the driver: the exact argument bytes, grid, block, shared memory, stream, context/device
+handling, and how driver errors surface in Python.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+SM90_BF16 = "fa_fwd_bf16_hd128_causal_sm90a"
+SM90_BF16_192 = "fa_fwd_bf16_hd192x128_causal_sm90a"
+GFX950_BF16 = "fa_fwd_bf16_hd128_causal_gfx950"
+
+# Builds random but valid args for the kernel `spec` inside the snippet; prints nothing.
+ARGS = """
+import random
+rng = random.Random({seed})
+b, sq, sk, hq, hkv = {b}, {sq}, {sk}, {hq}, {hkv}
+spec = {spec}
+def ptr():
+    return rng.randrange(1, 2**44) * 16
+args = zyfa_core.make_fwd_args(
+    q=ptr(), k=ptr(), v=ptr(), out=ptr(), lse=ptr(), flags=zyfa_core.FLAG_CAUSAL | zyfa_core.FLAG_LSE,
+    q_stride_batch=sq * hq * {d_qk}, q_stride_seq=hq * {d_qk}, q_stride_head={d_qk},
+    k_stride_batch=sk * hkv * {d_qk}, k_stride_seq=hkv * {d_qk}, k_stride_head={d_qk},
+    v_stride_batch=sk * hkv * {d_v}, v_stride_seq=hkv * {d_v}, v_stride_head={d_v},
+    out_stride_batch=sq * hq * {d_v}, out_stride_seq=hq * {d_v}, out_stride_head={d_v},
+    batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=sq, seqlen_k=sk, d_qk={d_qk}, d_v={d_v},
+    softmax_scale=rng.uniform(0.01, 1.0))
+"""
+
+
+def args_snippet(arch: str = "sm90a", d_qk: int = 128, d_v: int = 128, spec: str = "", **shape: int) -> str:
+    """Code that sets `spec` (default: select(arch, bf16, d_qk, d_v)) and random valid `args` for it."""
+    rng = random.Random()
+    dims = {
+        "b": rng.randint(1, 4),
+        "sq": rng.randint(1, 700),
+        "sk": rng.randint(1, 700),
+        "hkv": rng.randint(1, 3),
+    }
+    dims["hq"] = dims["hkv"] * rng.randint(1, 4)
+    dims.update(shape)
+    spec = spec or f"zyfa_core.select({arch!r}, 'bf16', {d_qk}, {d_v}, True)"
+    return ARGS.format(seed=rng.random(), spec=spec, d_qk=d_qk, d_v=d_v, **dims)
+
+
+def parse(line: str) -> dict[str, str]:
+    """'call key=value key=value' -> {"call": call, key: value}."""
+    call, *pairs = line.split(" ")
+    return {"call": call, **dict(pair.split("=", 1) for pair in pairs)}
+
+
+def calls_named(calls: list[str], name: str) -> list[dict[str, str]]:
+    return [parse(c) for c in calls if c.startswith(name + " ")]
+
+
+@pytest.fixture
+def cuda_dir(tmp_path: Path, manifest_tools) -> Path:
+    rows = [manifest_tools.row(SM90_BF16), manifest_tools.row(SM90_BF16_192, smem_bytes=65536)]
+    image = f"FAKECUBIN {SM90_BF16} {SM90_BF16_192}\n".encode()
+    return manifest_tools.write(tmp_path / "kernels", rows, files={row["file"]: image for row in rows})
+
+
+@pytest.fixture
+def hip_dir(tmp_path: Path, manifest_tools) -> Path:
+    row = manifest_tools.row(GFX950_BF16, tile_m=32, threads=64, smem_bytes=40960)
+    return manifest_tools.write(
+        tmp_path / "hip", [row], files={row["file"]: f"FAKEHSACO {GFX950_BF16}".encode()}
+    )
+
+
+LAUNCH_TWICE = """
+stream = rng.randrange(1, 2**48) * 8
+zyfa_core.launch(spec, args, stream=stream, device=0)
+zyfa_core.launch(spec, args, stream=stream, device=0)
+import ctypes
+fake = ctypes.CDLL(FAKE_LIB)
+fake.fake_current_context.restype = ctypes.c_void_p
+print(json.dumps({"args": bytes(args).hex(), "stream": stream, "grid": zyfa_core.launch_grid(spec, args),
+                  "threads": spec.threads, "smem": spec.smem_bytes, "ctx_after": fake.fake_current_context(),
+                  "name": spec.name, "arch": zyfa_core.device_arch(0),
+                  "backend": zyfa_core.available_backend()}))
+"""
+
+
+@pytest.mark.parametrize(("d_qk", "expect_attribute"), [(128, False), (192, True)])
+def test_cuda_launch_passes_exact_bytes_grid_and_stream(
+    run_with_fake, cuda_dir: Path, d_qk: int, expect_attribute
+):
+    out, calls = run_with_fake("cuda", args_snippet(d_qk=d_qk) + LAUNCH_TWICE, cuda_dir)
+    assert out["backend"] == "cuda" and out["arch"] == "sm90a"
+    launches = calls_named(calls, "cuLaunchKernel")
+    assert len(launches) == 2
+    for launch in launches:
+        assert launch["name"] == out["name"]
+        assert launch["args"] == out["args"]  # the 192 bytes the kernel receives, unchanged
+        assert launch["grid"] == ",".join(map(str, out["grid"]))
+        assert launch["block"] == f"{out['threads']},1,1"
+        assert int(launch["smem"]) == out["smem"]
+        assert int(launch["stream"], 16) == out["stream"]
+        assert launch["ctx"] == "0x1000"  # device 0's primary context was current during the launch
+    assert len(calls_named(calls, "cuModuleLoadData")) == 1  # loaded once, then cached
+    attributes = calls_named(calls, "cuFuncSetAttribute")
+    if expect_attribute:  # 64 KiB > 48 KiB: the opt-in is set, once
+        assert [(a["attribute"], a["value"]) for a in attributes] == [("8", "65536")]
+    else:
+        assert attributes == []
+    assert out["ctx_after"] is None  # the caller's (empty) context is restored
+
+
+def test_cuda_grid_for_uneven_seqlen(run_with_fake, cuda_dir: Path) -> None:
+    snippet = args_snippet(sq=129, b=3, hq=6, hkv=2) + LAUNCH_TWICE
+    _, calls = run_with_fake("cuda", snippet, cuda_dir)
+    assert calls_named(calls, "cuLaunchKernel")[0]["grid"] == "3,6,3"
+
+
+def test_cuda_keeps_the_callers_current_context(run_with_fake, cuda_dir: Path) -> None:
+    """When the device's primary context is already current (as under PyTorch), nothing is switched."""
+    snippet = (
+        "import ctypes\nfake = ctypes.CDLL(FAKE_LIB)\nfake.cuInit(0)\n"
+        "fake.cuCtxSetCurrent(ctypes.c_void_p(0x1000))\n" + args_snippet() + LAUNCH_TWICE
+    )
+    out, calls = run_with_fake("cuda", snippet, cuda_dir)
+    assert [c for c in calls if c.startswith("cuCtxSetCurrent")] == [
+        "cuCtxSetCurrent ctx=0x1000"
+    ]  # ours above
+    assert out["ctx_after"] == 0x1000
+
+
+@pytest.mark.parametrize(
+    ("image", "env", "call", "error_name"),
+    [
+        (b"NOT A CUBIN", {}, "cuModuleLoadData", "CUDA_ERROR_INVALID_IMAGE"),
+        (b"FAKECUBIN some_other_kernel\n", {}, "cuModuleGetFunction", "CUDA_ERROR_NOT_FOUND"),
+        (None, {"FAKE_LAUNCH_ERROR": "719"}, "cuLaunchKernel", "CUDA_ERROR_LAUNCH_FAILED"),
+        (None, {"FAKE_PARAM_COUNT": "2"}, "cuFuncGetParamInfo", ""),
+    ],
+)
+def test_cuda_errors_name_kernel_call_and_error(
+    run_with_fake, cuda_dir: Path, image: bytes | None, env: dict, call: str, error_name: str
+) -> None:
+    if image is not None:
+        (cuda_dir / f"{SM90_BF16}.cubin").write_bytes(image)
+    snippet = args_snippet() + CATCH.format(call="zyfa_core.launch(spec, args, stream=0, device=0)")
+    out, _ = run_with_fake("cuda", snippet, cuda_dir, **env)
+    assert out["type"] == "ZyfaDriverError"
+    assert (out["kernel"], out["call"], out["error_name"]) == (SM90_BF16, call, error_name)
+    assert out["message"].startswith(f"{SM90_BF16}: {call} failed")
+    if error_name:
+        assert error_name in out["message"]
+
+
+CATCH = """
+try:
+    {call}
+    result = {{"type": None}}
+except Exception as exc:
+    result = {{"type": type(exc).__name__, "message": str(exc), "kernel": getattr(exc, "kernel", None),
+              "call": getattr(exc, "call", None), "error_name": getattr(exc, "error_name", None),
+              "is_zyfa_error": isinstance(exc, zyfa_core.ZyfaError)}}
+print(json.dumps(result))
+"""
+
+
+def test_cuda_abi_size_mismatch_is_caught(run_with_fake, cuda_dir: Path) -> None:
+    snippet = args_snippet() + CATCH.format(call="zyfa_core.launch(spec, args, stream=0, device=0)")
+    out, calls = run_with_fake("cuda", snippet, cuda_dir, FAKE_PARAM_SIZE="184")
+    assert out["type"] == "ZyfaDriverError" and "ABI mismatch" in out["message"]
+    assert "184 bytes" in out["message"] and "192 bytes" in out["message"]
+    assert calls_named(calls, "cuLaunchKernel") == []
+
+
+def test_cuda_without_param_info_still_launches(run_with_fake, cuda_dir: Path) -> None:
+    out, calls = run_with_fake("cuda", args_snippet() + LAUNCH_TWICE, cuda_dir, FAKE_NO_PARAM_INFO="1")
+    assert calls_named(calls, "cuLaunchKernel")[0]["args"] == out["args"]
+
+
+def test_cuda_init_failure_means_no_backend(run_with_fake, cuda_dir: Path) -> None:
+    snippet = "print(json.dumps(zyfa_core.backend_report()))"
+    out, _ = run_with_fake("cuda", snippet, cuda_dir, FAKE_INIT_ERROR="100")
+    assert out["backend"] is None
+    assert "cuInit: CUDA_ERROR_NO_DEVICE: no CUDA-capable device is detected" in out["attempts"][0]
+
+
+def test_cuda_other_arch_is_refused(run_with_fake, cuda_dir: Path) -> None:
+    snippet = args_snippet() + CATCH.format(call="zyfa_core.launch(spec, args, stream=0, device=0)")
+    out, calls = run_with_fake("cuda", snippet, cuda_dir, FAKE_CC_MAJOR="8", FAKE_CC_MINOR="0")
+    assert out["type"] == "ValueError"
+    assert f"{SM90_BF16} is built for sm90a; device 0 (Fake GPU 0) is sm80" == out["message"]
+    assert calls_named(calls, "cuModuleLoadData") == []
+
+
+def test_cuda_device_out_of_range(run_with_fake, cuda_dir: Path) -> None:
+    snippet = args_snippet() + CATCH.format(call="zyfa_core.launch(spec, args, stream=0, device=3)")
+    out, _ = run_with_fake("cuda", snippet, cuda_dir, FAKE_DEVICE_COUNT="2")
+    assert (
+        out["type"] == "ValueError" and "device index 3 out of range: 2 device(s) present" in out["message"]
+    )
+
+
+def test_hip_launch_uses_the_kernarg_buffer(run_with_fake, hip_dir: Path) -> None:
+    snippet = args_snippet(arch="gfx950") + LAUNCH_TWICE.replace(
+        "fake_current_context", "fake_current_device"
+    )
+    out, calls = run_with_fake("hip", snippet, hip_dir)
+    assert out["backend"] == "hip" and out["arch"] == "gfx950"
+    launches = calls_named(calls, "hipModuleLaunchKernel")
+    assert len(launches) == 2
+    for launch in launches:
+        assert launch["args"] == out["args"] and launch["size"] == "192"
+        assert launch["grid"] == ",".join(map(str, out["grid"])) and launch["block"] == "64,1,1"
+        assert launch["smem"] == "0"  # the recorded LDS size is static; it is not passed again
+        assert int(launch["stream"], 16) == out["stream"]
+    assert len(calls_named(calls, "hipModuleLoadData")) == 1
+
+
+def test_hip_switches_device_and_restores_it(run_with_fake, hip_dir: Path) -> None:
+    snippet = (
+        args_snippet(arch="gfx950")
+        + """
+zyfa_core.launch(spec, args, stream=0, device=1)
+import ctypes
+print(json.dumps({"device_after": ctypes.CDLL(FAKE_LIB).fake_current_device()}))
+"""
+    )
+    out, calls = run_with_fake("hip", snippet, hip_dir, FAKE_DEVICE_COUNT="2")
+    assert out["device_after"] == 0
+    assert calls_named(calls, "hipModuleLoadData")[0]["device"] == "1"
+    assert calls_named(calls, "hipModuleLaunchKernel")[0]["device"] == "1"
+
+
+def test_hip_errors(run_with_fake, hip_dir: Path) -> None:
+    (hip_dir / f"{GFX950_BF16}.hsaco").write_bytes(b"garbage")
+    snippet = args_snippet(arch="gfx950") + CATCH.format(
+        call="zyfa_core.launch(spec, args, stream=0, device=0)"
+    )
+    out, _ = run_with_fake("hip", snippet, hip_dir)
+    assert (out["type"], out["call"], out["error_name"]) == (
+        "ZyfaDriverError",
+        "hipModuleLoadData",
+        "hipErrorInvalidImage",
+    )
+    expected = "hipModuleLoadData failed with hipErrorInvalidImage (200): device kernel image is invalid"
+    assert out["message"] == f"{GFX950_BF16}: {expected}"
+
+
+def test_hip_refuses_a_cuda_kernel(run_with_fake, cuda_dir: Path) -> None:
+    snippet = args_snippet(spec="zyfa_core.Manifest.load(KERNEL_DIR).kernels[0]")
+    out, _ = run_with_fake(
+        "hip", snippet + CATCH.format(call="zyfa_core.launch(spec, args, stream=0, device=0)"), cuda_dir
+    )
+    assert out["type"] == "ValueError" and "is a cuda kernel; the loaded GPU backend is hip" in out["message"]
+
+
+@pytest.mark.parametrize("arch", ["gfx942:sramecc+:xnack-", "gfx1100"])
+def test_hip_arch_is_read_from_the_properties(run_with_fake, hip_dir: Path, arch: str) -> None:
+    out, _ = run_with_fake("hip", "print(json.dumps(zyfa_core.device_arch(0)))", hip_dir, FAKE_GCN_ARCH=arch)
+    assert out == arch.split(":")[0]
+
+
+def test_missing_code_object(run_with_fake, cuda_dir: Path) -> None:
+    (cuda_dir / f"{SM90_BF16}.cubin").unlink()
+    snippet = args_snippet() + CATCH.format(call="zyfa_core.launch(spec, args, stream=0, device=0)")
+    out, _ = run_with_fake("cuda", snippet, cuda_dir)
+    assert out["type"] == "ManifestError" and "missing" in out["message"] and out["is_zyfa_error"]
+
+
+def test_backend_env_must_be_valid(run_with_fake, cuda_dir: Path) -> None:
+    out, _ = run_with_fake(
+        "cuda", "print(json.dumps(zyfa_core.backend_report()))", cuda_dir, ZYFA_BACKEND="metal"
+    )
+    assert out["backend"] is None and "ZYFA_BACKEND=metal" in out["attempts"][0]

@@ -1,0 +1,190 @@
+"""zyfa_core.launcher without a GPU: argument checks, grid, and clear errors when no driver loads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import zyfa_core
+from zyfa_core import launcher
+
+NAME = "fa_fwd_bf16_hd128_causal_sm90a"
+
+
+@pytest.fixture
+def spec(tmp_path: Path, manifest_tools) -> zyfa_core.KernelSpec:
+    rows = [manifest_tools.row(NAME), manifest_tools.row("fa_fwd_e4m3fn_hd192x128_causal_sm90a")]
+    return zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows)).get(NAME)
+
+
+def good_fields(**overrides: Any) -> dict[str, Any]:
+    """Arguments of a contiguous bf16 problem: batch 2, seqlen 100/130, 8 q heads over 2 kv heads, d 128."""
+    b, sq, sk, hq, hkv, d = 2, 100, 130, 8, 2, 128
+    fields = dict(
+        q=0x7F0000000000, k=0x7F0000100000, v=0x7F0000200000, out=0x7F0000300000, lse=0,
+        q_stride_batch=sq * hq * d, q_stride_seq=hq * d, q_stride_head=d,
+        k_stride_batch=sk * hkv * d, k_stride_seq=hkv * d, k_stride_head=d,
+        v_stride_batch=sk * hkv * d, v_stride_seq=hkv * d, v_stride_head=d,
+        out_stride_batch=sq * hq * d, out_stride_seq=hq * d, out_stride_head=d,
+        batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=sq, seqlen_k=sk, d_qk=d, d_v=d,
+        flags=zyfa_core.FLAG_CAUSAL, softmax_scale=d**-0.5,
+    )  # fmt: skip
+    fields.update(overrides)
+    return fields
+
+
+def test_good_args_pass(spec: zyfa_core.KernelSpec) -> None:
+    zyfa_core.check_args(spec, zyfa_core.make_fwd_args(**good_fields()))
+    lse = good_fields(lse=0x7F0000400000, flags=zyfa_core.FLAG_CAUSAL | zyfa_core.FLAG_LSE)
+    zyfa_core.check_args(spec, zyfa_core.make_fwd_args(**lse))
+    # Broadcast K/V heads (stride 0) are legal.
+    zyfa_core.check_args(spec, zyfa_core.make_fwd_args(**good_fields(k_stride_head=0, v_stride_head=0)))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"q": 0}, "args.q is a null pointer"),
+        ({"out": None}, "args.out is a null pointer"),
+        ({"v": 0x7F0000200008}, "args.v = 0x7f0000200008 is not 16-byte aligned"),
+        ({"flags": zyfa_core.FLAG_CAUSAL | zyfa_core.FLAG_LSE}, "FLAG_LSE but args.lse is a null pointer"),
+        ({"lse": 0x7F0000400002}, "not 4-byte aligned"),
+        ({"seqlen_q": 0}, "seqlen_q = 0 must be positive"),
+        ({"seqlen_k": -3}, "seqlen_k = -3 must be positive"),
+        ({"batch": 0}, "batch = 0 must be positive"),
+        ({"heads_kv": 3}, "heads_q = 8 is not a multiple of heads_kv = 3"),
+        ({"d_qk": 192}, "built for d_qk=128, d_v=128; args have d_qk=192, d_v=128"),
+        ({"d_v": 64}, "args have d_qk=128, d_v=64"),
+        ({"heads_q": 65536 * 2, "heads_kv": 2}, "65535"),
+        ({"q_stride_seq": 1028}, "q_stride_seq = 1028 elements"),
+        ({"out_stride_head": -128}, "out_stride_head = -128 is negative"),
+        ({"flags": 0}, "needs FLAG_CAUSAL set"),
+        ({"flags": zyfa_core.FLAG_CAUSAL | 0x10}, "unknown bits 0x10"),
+        ({"k_descale": 0.0}, "k_descale = 0.0 must be finite and positive"),
+        ({"reserved": 5}, "reserved must be 0"),
+    ],
+)
+def test_bad_args_raise_value_error(spec: zyfa_core.KernelSpec, override: dict, message: str) -> None:
+    args = zyfa_core.make_fwd_args(**good_fields(**override))
+    with pytest.raises(ValueError) as info:
+        zyfa_core.check_args(spec, args)
+    assert message in str(info.value)
+    assert NAME in str(info.value)
+
+
+def test_non_finite_scale(spec: zyfa_core.KernelSpec) -> None:
+    args = zyfa_core.make_fwd_args(**good_fields())
+    args.softmax_scale = float("inf")  # make_fwd_args refuses it; a hand-filled struct may not
+    with pytest.raises(ValueError, match="softmax_scale = inf is not finite"):
+        zyfa_core.check_args(spec, args)
+
+
+def test_fp8_strides_are_checked_in_bytes(tmp_path: Path, manifest_tools) -> None:
+    """e4m3fn elements are 1 byte: a stride of 200 elements is fine for q but not a 16-byte multiple."""
+    fp8 = zyfa_core.Manifest.load(
+        manifest_tools.write(tmp_path, [manifest_tools.row("fa_fwd_e4m3fn_hd192x128_causal_sm90a")])
+    ).kernels[0]
+    fields = good_fields(
+        d_qk=192, q_stride_head=192, k_stride_head=192, q_stride_seq=8 * 192, k_stride_seq=2 * 192
+    )
+    zyfa_core.check_args(fp8, zyfa_core.make_fwd_args(**fields))
+    with pytest.raises(ValueError, match="q_stride_head = 200 elements"):
+        zyfa_core.check_args(fp8, zyfa_core.make_fwd_args(**{**fields, "q_stride_head": 200}))
+
+
+def test_type_errors(spec: zyfa_core.KernelSpec) -> None:
+    with pytest.raises(TypeError, match="ZyfaFwdArgs"):
+        zyfa_core.check_args(spec, good_fields())
+    with pytest.raises(TypeError, match="KernelSpec"):
+        zyfa_core.check_args(NAME, zyfa_core.make_fwd_args(**good_fields()))
+
+
+@pytest.mark.parametrize(
+    ("seqlen_q", "blocks"), [(1, 1), (63, 1), (64, 1), (65, 2), (100, 2), (128, 2), (129, 3)]
+)
+def test_launch_grid(spec: zyfa_core.KernelSpec, seqlen_q: int, blocks: int) -> None:
+    args = zyfa_core.make_fwd_args(**good_fields(seqlen_q=seqlen_q))
+    assert zyfa_core.launch_grid(spec, args) == (blocks, 8, 2)
+
+
+def test_bad_args_fail_before_any_driver_call(
+    spec: zyfa_core.KernelSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_driver() -> None:
+        raise AssertionError("the driver must not be touched for invalid arguments")
+
+    monkeypatch.setattr(launcher, "_driver", no_driver)
+    with pytest.raises(ValueError, match="null pointer"):
+        zyfa_core.launch(spec, zyfa_core.make_fwd_args(**good_fields(q=0)), stream=0, device=0)
+    with pytest.raises(ValueError, match="stream"):
+        zyfa_core.launch(spec, zyfa_core.make_fwd_args(**good_fields()), stream=-1, device=0)
+    with pytest.raises(ValueError, match="device"):
+        zyfa_core.launch(spec, zyfa_core.make_fwd_args(**good_fields()), stream=0, device=-1)
+
+
+def test_report_when_the_extension_is_missing(
+    monkeypatch: pytest.MonkeyPatch, spec: zyfa_core.KernelSpec
+) -> None:
+    monkeypatch.setattr(launcher, "_driver_import", lambda: (None, "zyfa_core._driver is not importable (x)"))
+    assert zyfa_core.available_backend() is None
+    assert zyfa_core.backend_report()["attempts"] == ["zyfa_core._driver is not importable (x)"]
+    with pytest.raises(zyfa_core.ZyfaDriverError, match="not importable"):
+        zyfa_core.launch(spec, zyfa_core.make_fwd_args(**good_fields()), stream=0, device=0)
+
+
+def test_driver_imports_and_reports_no_backend(driver_dir: str | None) -> None:
+    from zyfa_core import _driver
+
+    report = _driver.probe()
+    assert set(report) == {"backend", "library", "attempts"}
+    if report["backend"] is not None:
+        pytest.skip(f"a GPU driver is present here ({report['library']})")
+    text = "; ".join(report["attempts"])
+    assert "libcuda.so.1" in text and "libamdhip64.so" in text
+    assert zyfa_core.available_backend() is None
+
+
+def test_launch_without_gpu_raises_a_clear_error(driver_dir: str | None, spec: zyfa_core.KernelSpec) -> None:
+    if zyfa_core.available_backend() is not None:
+        pytest.skip("a GPU backend is present")
+    args = zyfa_core.make_fwd_args(**good_fields())
+    with pytest.raises(zyfa_core.ZyfaDriverError) as info:
+        zyfa_core.launch(spec, args, stream=0, device=0)
+    assert "no GPU driver could be used" in str(info.value)
+    assert "libcuda.so.1" in str(info.value) and "libamdhip64.so" in str(info.value)
+    assert info.value.call == "load GPU driver"
+    for query in (zyfa_core.device_count, lambda: zyfa_core.device_arch(0)):
+        with pytest.raises(zyfa_core.ZyfaDriverError, match="no GPU driver"):
+            query()
+    # The extension itself raises the same Python class, with the call named.
+    from zyfa_core import _driver
+
+    with pytest.raises(zyfa_core.ZyfaDriverError) as raw:
+        _driver.device_count()
+    assert raw.value.call == "load GPU driver"
+
+
+def test_cuda_arch_names() -> None:
+    assert launcher._cuda_arch(9, 0) == "sm90a"
+    assert launcher._cuda_arch(8, 0) == "sm80"
+    assert launcher._cuda_arch(8, 9) == "sm89"
+    assert launcher._cuda_arch(10, 0) == "sm100"
+    assert launcher._cuda_arch(12, 0) == "sm120"
+
+
+def test_python_m_zyfa_core(tmp_path: Path, manifest_tools, monkeypatch, capsys) -> None:
+    from zyfa_core import __main__ as cli
+
+    directory = manifest_tools.write(
+        tmp_path, [manifest_tools.row(NAME)], [{"name": "x_gfx950", "reason": "no zig"}]
+    )
+    monkeypatch.setenv("ZYFA_KERNEL_DIR", str(directory))
+    assert cli.main() == 0
+    out = capsys.readouterr().out
+    assert str(directory.resolve()) in out and NAME in out and "skipped x_gfx950: no zig" in out
+    assert "backend:" in out
+    monkeypatch.setenv("ZYFA_KERNEL_DIR", str(tmp_path / "missing"))
+    assert cli.main() == 1
+    assert "ZYFA_KERNEL_DIR=" in capsys.readouterr().out

@@ -1,0 +1,202 @@
+"""zyfa_core.manifest on fixture manifests: loading, validation, selection, error messages, discovery."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import zyfa_core
+from zyfa_core import manifest as mf
+from zyfa_core.errors import KernelDirNotFoundError, KernelNotFoundError, ManifestError
+
+SM90 = [
+    "fa_fwd_bf16_hd128_causal_sm90a",
+    "fa_fwd_bf16_hd192x128_causal_sm90a",
+    "fa_fwd_e4m3fn_hd128_causal_sm90a",
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a",
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a",
+]
+GFX950 = ["fa_fwd_bf16_hd128_causal_gfx950"]
+SKIPPED = [
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_sm90a", "reason": "nvcc 12.4 < 12.8"},
+    {"name": "fa_fwd_e4m3fn_hd128_causal_gfx950", "reason": "ziglang missing"},
+]
+
+
+@pytest.fixture
+def kernel_dir(tmp_path: Path, manifest_tools) -> Path:
+    rows = [manifest_tools.row(name) for name in SM90 + GFX950]
+    return manifest_tools.write(tmp_path / "kernels", rows, SKIPPED)
+
+
+def test_load_reads_every_row(kernel_dir: Path) -> None:
+    m = zyfa_core.Manifest.load(kernel_dir)
+    assert [s.name for s in m.kernels] == SM90 + GFX950
+    assert m.arches() == ["gfx950", "sm90a"]
+    assert m.path == kernel_dir.resolve() / "manifest.json"
+    spec = m.get("fa_fwd_bf16_hd192x128_causal_sm90a")
+    assert (spec.d_qk, spec.d_v, spec.dtype, spec.p_mode, spec.kind) == (192, 128, "bf16", None, "cuda")
+    assert spec.path == kernel_dir.resolve() / "fa_fwd_bf16_hd192x128_causal_sm90a.cubin"
+    assert spec.toolchain["nvcc"] == "13.0.88"
+    assert spec.launch_smem_bytes == spec.smem_bytes == 49152
+    hip = m.get("fa_fwd_bf16_hd128_causal_gfx950")
+    assert hip.sgprs == 64 and hip.launch_smem_bytes == 0  # static LDS: never passed again as dynamic
+    assert [s.name for s in m.skipped] == [s["name"] for s in SKIPPED]
+    assert m.toolchains["nvcc"] == "13.0.88"
+    hash(spec)  # frozen and hashable despite the toolchain mapping
+
+
+def test_abi_version_mismatch_names_both_versions(tmp_path: Path, manifest_tools) -> None:
+    manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0])], abi_version=7)
+    with pytest.raises(ManifestError, match=r"ABI version 7.*ABI version 1"):
+        zyfa_core.Manifest.load(tmp_path)
+
+
+def test_row_abi_version_mismatch(tmp_path: Path, manifest_tools) -> None:
+    manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0], abi_version=2)])
+    with pytest.raises(ManifestError, match=rf"{SM90[0]}.*ABI version 2.*uses 1"):
+        zyfa_core.Manifest.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"causal": "yes"}, "causal"),
+        ({"d_qk": "128"}, "d_qk"),
+        ({"d_qk": True}, "d_qk"),
+        ({"tile_m": 0}, "tile_m"),
+        ({"smem_bytes": -1}, "smem_bytes"),
+        ({"kind": "opencl"}, "kind"),
+        ({"file": "../escape.cubin"}, "bare file name"),
+        ({"dtype": "fp16"}, "fp16"),
+        ({"p_mode": "fast"}, "p_mode"),
+    ],
+)
+def test_bad_rows_are_rejected(tmp_path: Path, manifest_tools, override: dict, message: str) -> None:
+    manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0], **override)])
+    with pytest.raises(ManifestError, match=message):
+        zyfa_core.Manifest.load(tmp_path)
+
+
+def test_missing_key_and_duplicates(tmp_path: Path, manifest_tools) -> None:
+    row = manifest_tools.row(SM90[0])
+    del row["threads"]
+    manifest_tools.write(tmp_path / "a", [row])
+    with pytest.raises(ManifestError, match=r"missing key.*threads"):
+        zyfa_core.Manifest.load(tmp_path / "a")
+    manifest_tools.write(tmp_path / "b", [manifest_tools.row(SM90[0]), manifest_tools.row(SM90[0])])
+    with pytest.raises(ManifestError, match="duplicate"):
+        zyfa_core.Manifest.load(tmp_path / "b")
+
+
+def test_unreadable_manifest(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(ManifestError, match="cannot read"):
+        zyfa_core.Manifest.load(tmp_path)
+    with pytest.raises(ManifestError, match="cannot read"):
+        zyfa_core.Manifest.load(tmp_path / "nowhere")
+
+
+def test_unknown_keys_are_ignored(tmp_path: Path, manifest_tools) -> None:
+    """Newer builders may add columns; an older zyfa_core keeps working."""
+    manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0], occupancy=2)])
+    data = json.loads((tmp_path / "manifest.json").read_text())
+    data["generator"] = "future"
+    (tmp_path / "manifest.json").write_text(json.dumps(data))
+    assert zyfa_core.Manifest.load(tmp_path).kernels[0].name == SM90[0]
+
+
+def test_select_exact_match(kernel_dir: Path) -> None:
+    m = zyfa_core.Manifest.load(kernel_dir)
+    assert m.select("sm90a", "bf16", 128, 128, True).name == SM90[0]
+    assert m.select("sm90a", "bfloat16", 192, 128, True).name == SM90[1]
+    assert m.select("gfx950", "bf16", 128, 128, True).name == GFX950[0]
+
+
+def test_select_p_mode(kernel_dir: Path) -> None:
+    m = zyfa_core.Manifest.load(kernel_dir)
+    # None prefers exact when both exist ...
+    assert m.select("sm90a", "e4m3fn", 128, 128, True).p_mode == "exact"
+    assert m.select("sm90a", "fp8_e4m3", 128, 128, True, p_mode="lean").name == SM90[3]
+    # ... and takes lean when only lean was built (hd192x128 exact is in `skipped`).
+    assert m.select("sm90a", "float8_e4m3fn", 192, 128, True).name == SM90[4]
+    with pytest.raises(KernelNotFoundError):
+        m.select("sm90a", "e4m3fn", 192, 128, True, p_mode="exact")
+
+
+def test_select_rejects_bad_requests(kernel_dir: Path) -> None:
+    m = zyfa_core.Manifest.load(kernel_dir)
+    with pytest.raises(ValueError, match="FP8"):
+        m.select("sm90a", "bf16", 128, 128, True, p_mode="exact")
+    with pytest.raises(ValueError, match="p_mode"):
+        m.select("sm90a", "e4m3fn", 128, 128, True, p_mode="approx")
+    with pytest.raises(ValueError, match="float16"):
+        m.select("sm90a", "float16", 128, 128, True)
+
+
+def test_not_found_message_lists_what_exists(kernel_dir: Path) -> None:
+    m = zyfa_core.Manifest.load(kernel_dir)
+    with pytest.raises(KernelNotFoundError) as info:
+        m.select("sm90a", "e4m3fn", 192, 128, True, p_mode="exact")
+    text = str(info.value)
+    assert "arch=sm90a dtype=e4m3fn d_qk=192 d_v=128 causal=True p_mode=exact" in text
+    assert all(name in text for name in SM90)
+    assert "fa_fwd_e4m3fn_hd192x128_causal_sm90a: nvcc 12.4 < 12.8" in text  # skipped, with reason
+    assert "ziglang missing" not in text  # a gfx950 skip is not about this request
+    assert "gfx950 (1 kernels)" in text
+    with pytest.raises(KernelNotFoundError, match="No kernels were built for sm100"):
+        m.select("sm100", "bf16", 128, 128, True)
+    with pytest.raises(KernelNotFoundError, match="causal=False"):
+        m.select("sm90a", "bf16", 128, 128, False)
+    with pytest.raises(KernelNotFoundError, match="fa_fwd_bf16_hd128_causal_sm90a"):
+        m.get("fa_fwd_bf16_hd64_causal_sm90a")
+
+
+def test_find_kernel_dir_env(monkeypatch: pytest.MonkeyPatch, kernel_dir: Path, tmp_path: Path) -> None:
+    monkeypatch.setenv("ZYFA_KERNEL_DIR", str(kernel_dir))
+    assert zyfa_core.find_kernel_dir() == kernel_dir.resolve()
+    monkeypatch.setenv("ZYFA_KERNEL_DIR", str(tmp_path / "nope"))
+    with pytest.raises(KernelDirNotFoundError, match=r"ZYFA_KERNEL_DIR=.*nope: directory does not exist"):
+        zyfa_core.find_kernel_dir()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("ZYFA_KERNEL_DIR", str(empty))
+    with pytest.raises(KernelDirNotFoundError, match="no manifest.json in it"):
+        zyfa_core.find_kernel_dir()
+
+
+def test_module_level_select_uses_the_env_dir(monkeypatch: pytest.MonkeyPatch, kernel_dir: Path) -> None:
+    monkeypatch.setenv("ZYFA_KERNEL_DIR", str(kernel_dir))
+    assert zyfa_core.default_manifest().directory == kernel_dir.resolve()
+    assert zyfa_core.select("sm90a", "bf16", 128, 128, True).name == SM90[0]
+
+
+def test_search_order(tmp_path: Path, manifest_tools) -> None:
+    package = tmp_path / "site" / "zyfa_core" / "kernels"
+    repo = tmp_path / "repo"
+    deep = repo / "packages" / "zyfa-core" / "src"
+    deep.mkdir(parents=True)
+    bazel = manifest_tools.write(repo / "bazel-bin" / "kernels", [manifest_tools.row(SM90[0])])
+    # Nothing installed: Bazel's output is found by walking up from the start directory.
+    assert mf._search_kernel_dir(None, package, [deep]) == bazel.resolve()
+    # An installed package wins over Bazel's output.
+    manifest_tools.write(package, [manifest_tools.row(SM90[0])])
+    assert mf._search_kernel_dir(None, package, [deep]) == package
+    # The environment variable wins over both.
+    other = manifest_tools.write(tmp_path / "other", [manifest_tools.row(SM90[0])])
+    assert mf._search_kernel_dir(str(other), package, [deep]) == other.resolve()
+
+
+def test_nothing_found_names_every_place(tmp_path: Path) -> None:
+    package = tmp_path / "zyfa_core" / "kernels"
+    starts = [tmp_path / "a", tmp_path / "b"]
+    with pytest.raises(KernelDirNotFoundError) as info:
+        mf._search_kernel_dir(None, package, starts)
+    text = str(info.value)
+    assert "ZYFA_KERNEL_DIR: not set" in text
+    assert f"{package}: directory does not exist" in text
+    assert f"not found in {starts[0]} or any parent" in text
+    assert f"not found in {starts[1]} or any parent" in text
+    assert "bazel build //kernels:all" in text
