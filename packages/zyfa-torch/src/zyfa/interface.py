@@ -1,0 +1,69 @@
+"""`flash_attn_func`: flash-attn's forward signature, served by ZYFA kernels (GPU) or the reference (CPU)."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from zyfa import _ops, _validate
+
+__all__ = ["flash_attn_func"]
+
+
+def flash_attn_func(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    dropout_p: float = 0.0,
+    softmax_scale: float | None = None,
+    causal: bool = False,
+    window_size: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Tensor | None = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    *,
+    q_descale: float | Tensor | None = None,
+    k_descale: float | Tensor | None = None,
+    v_descale: float | Tensor | None = None,
+    p_mode: str | None = None,
+) -> Tensor | tuple[Tensor, Tensor, None]:
+    """Causal attention forward with flash-attn's interface, BF16 or FP8 (e4m3fn) inputs, BF16 output.
+
+    Args:
+        q: [batch, seqlen_q, heads_q, d_qk], torch.bfloat16 or torch.float8_e4m3fn.
+        k: [batch, seqlen_k, heads_kv, d_qk], same dtype and device; heads_q % heads_kv == 0 (GQA/MQA).
+        v: [batch, seqlen_k, heads_kv, d_v], same dtype and device.
+            Supported (d_qk, d_v): (128, 128) and (192, 128). The last dim of q, k, v must be
+            contiguous (stride 1) and rows 16-byte aligned, as flash-attn requires.
+        dropout_p: must be 0.0 (inference only).
+        softmax_scale: scale of q.k before the softmax; default 1/sqrt(d_qk).
+        causal: must be True for now (the kernels are causal; non-causal raises NotImplementedError).
+            The mask is bottom-right aligned: query i sees key j iff j <= i + seqlen_k - seqlen_q;
+            rows that see no key (seqlen_q > seqlen_k) output 0 with lse = +inf.
+        window_size: must be (-1, -1); softcap: must be 0.0; alibi_slopes: must be None.
+        deterministic: accepted and ignored: the forward pass is always bitwise deterministic.
+        return_attn_probs: also return the log-sum-exp, as flash-attn does: (out, lse, None).
+        q_descale, k_descale, v_descale: FP8 only and then required: x ~= x8 * descale (floats or
+            1-element float tensors, e.g. from `zyfa.fp8_quantize`). A tensor's value is read on the
+            host, which synchronises with its device.
+        p_mode: FP8 only: "exact" (P = e4m3(exp2(.))), "lean" (P's e4m3 code from one FMA) or None
+            (the default kernel; "exact" where both exist). Must be None for bf16.
+
+    Returns:
+        out: torch.bfloat16 [batch, seqlen_q, heads_q, d_v]; with return_attn_probs=True the tuple
+        (out, lse, None), lse float32 [batch, heads_q, seqlen_q] (natural log of the scaled scores).
+
+    CPU tensors run `zyfa.reference.attention` (block_n 64); CUDA/ROCm tensors run the zyfa_core kernel
+    selected for (device arch, dtype, d_qk, d_v, causal, p_mode). The op is forward-only.
+    """
+    _validate.check_options(dropout_p, causal, window_size, softcap, alibi_slopes, return_attn_probs)
+    dims = _validate.check_tensors(q, k, v)
+    _validate.check_p_mode(q.dtype, p_mode)
+    scale = _validate.check_scale(softmax_scale, dims.d_qk)
+    # Descales become Python floats here, before the op: reading a device tensor's value syncs with
+    # the device, which also keeps this call out of CUDA graphs (issue 6 revisits this).
+    descales = _validate.check_descales(q.dtype, q_descale, k_descale, v_descale)
+    out, lse = _ops.fwd(q, k, v, scale, causal, *descales, return_attn_probs, p_mode)
+    if return_attn_probs:
+        return out, lse, None
+    return out

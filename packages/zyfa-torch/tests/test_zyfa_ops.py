@@ -1,0 +1,247 @@
+"""The custom op zyfa::fwd: opcheck (schema, fake, autograd registration, AOT dispatch) on CPU, and the
+GPU dispatch path with zyfa_core mocked (ZyfaFwdArgs fields, kernel selection, stream, no launch on
+empty inputs)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import sys
+import types
+
+import pytest
+import torch
+from zyfa_testutil import make_qkv, quantize3
+
+import zyfa
+from zyfa import _ops
+from zyfa import reference as R
+
+
+def _noncontig(b, sq, sk, hq, hkv, dtype, seed):
+    """q, k, v as views transposed from [batch, heads, seqlen, d]: last dim contiguous, others not."""
+    g = torch.Generator().manual_seed(seed)
+    views = [
+        torch.randn(b, h, s, 128, generator=g).to(dtype).transpose(1, 2)
+        for h, s in ((hq, sq), (hkv, sk), (hkv, sk))
+    ]
+    assert not views[0].is_contiguous() and views[0].stride(-1) == 1
+    return views
+
+
+def _inputs(kind: str, fp8: bool):
+    if kind == "contiguous":
+        q, k, v = make_qkv(2, 40, 56, 4, 2, seed=1)
+    elif kind == "noncontiguous":
+        q, k, v = _noncontig(2, 40, 56, 4, 2, torch.bfloat16, seed=2)
+    else:  # zero-size
+        q, k, v = make_qkv(0, 40, 56, 4, 2, seed=3)
+    if fp8:
+        q, k, v = (x.float().clamp(-448, 448).to(torch.float8_e4m3fn) for x in (q, k, v))  # keeps strides
+    assert q.is_contiguous() == (kind != "noncontiguous")
+    return q, k, v, ((0.5, 0.25, 2.0) if fp8 else (1.0, 1.0, 1.0))
+
+
+@pytest.mark.parametrize("return_lse", [True, False])
+@pytest.mark.parametrize(("fp8", "p_mode"), [(False, None), (True, None), (True, "lean")])
+@pytest.mark.parametrize("kind", ["contiguous", "noncontiguous", "zero-size"])
+def test_opcheck(kind, fp8, p_mode, return_lse):
+    q, k, v, ds = _inputs(kind, fp8)
+    # test_schema watches every aten op inside the impl and compares inputs with torch.allclose, which
+    # torch does not implement for float8 on CPU; the schema (no mutation, no aliasing) does not depend
+    # on the dtype and is checked by the bf16 cases.
+    utils = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic") if fp8 else None
+    kw = {"test_utils": utils} if utils else {}
+    torch.library.opcheck(torch.ops.zyfa.fwd.default, (q, k, v, 0.09, True, *ds, return_lse, p_mode), **kw)
+
+
+def test_opcheck_seqlen_k_zero_and_grad_inputs():
+    q, k, v = make_qkv(1, 16, 0, 2, 2, seed=4)
+    torch.library.opcheck(torch.ops.zyfa.fwd.default, (q, k, v, 0.1, True, 1.0, 1.0, 1.0, True, None))
+    q, k, v = (x.requires_grad_() for x in make_qkv(1, 16, 16, 2, 2, seed=5))
+    torch.library.opcheck(
+        torch.ops.zyfa.fwd.default,
+        (q, k, v, 0.1, True, 1.0, 1.0, 1.0, True, None),
+        test_utils=("test_schema", "test_faketensor"),
+    )
+
+
+def test_fake_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(2, 100, 8, 192, dtype=torch.float8_e4m3fn)
+        k = torch.empty(2, 300, 2, 192, dtype=torch.float8_e4m3fn)
+        v = torch.empty(2, 300, 2, 128, dtype=torch.float8_e4m3fn)
+        out, lse = torch.ops.zyfa.fwd(q, k, v, 0.1, True, 1.0, 1.0, 1.0, True, "lean")
+        assert out.shape == (2, 100, 8, 128) and out.dtype == torch.bfloat16
+        assert lse.shape == (2, 8, 100) and lse.dtype == torch.float32
+        _, lse0 = torch.ops.zyfa.fwd(q, k, v, 0.1, True, 1.0, 1.0, 1.0, False, None)
+        assert lse0.shape == (0,)
+
+
+def test_op_rejects_descales_for_bf16():
+    q, k, v = make_qkv(1, 8, 8, 2, 2, seed=0)
+    with pytest.raises(ValueError, match="descales"):
+        torch.ops.zyfa.fwd(q, k, v, 0.1, True, 2.0, 1.0, 1.0, True, None)
+
+
+# ------------------------------------------------------------------ GPU dispatch with zyfa_core mocked
+
+_FIELDS = [
+    *[(n, ctypes.c_void_p) for n in ("q", "k", "v", "out", "lse")],
+    *[(f"{t}_stride_{d}", ctypes.c_int64) for t in ("q", "k", "v", "out") for d in ("batch", "seq", "head")],
+    *[(n, ctypes.c_int32) for n in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "d_qk", "d_v")],
+    ("flags", ctypes.c_uint32),
+    *[(n, ctypes.c_float) for n in ("softmax_scale", "q_descale", "k_descale", "v_descale")],
+    ("reserved", ctypes.c_uint64),
+]
+
+
+class _MockArgs(ctypes.Structure):
+    """The header's struct (kernels/abi/zyfa_abi.h), typed: assigning a float to an int field fails."""
+
+    _pack_ = 1
+    _fields_ = _FIELDS
+
+
+class _MockCore:
+    """Stand-ins of zyfa_core.{abi, manifest, launcher}: record calls, run the reference as the 'kernel'."""
+
+    def __init__(self, tile_n: int = 32, backend: str | None = "cuda") -> None:
+        self.selects: list[tuple] = []
+        self.launches: list[tuple] = []
+        self.tile_n, self.backend = tile_n, backend
+        self.outputs: dict[int, torch.Tensor] = {}
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        abi = types.SimpleNamespace(ZyfaFwdArgs=_MockArgs, FLAG_CAUSAL=0x1, FLAG_LSE=0x2)
+        manifest = types.SimpleNamespace(select=self.select)
+        launcher = types.SimpleNamespace(
+            available_backend=lambda: self.backend, device_arch=lambda i: f"arch{i}", launch=self.launch
+        )
+        for name, mod in (
+            ("zyfa_core", types.SimpleNamespace()),
+            ("zyfa_core.abi", abi),
+            ("zyfa_core.manifest", manifest),
+            ("zyfa_core.launcher", launcher),
+        ):
+            monkeypatch.setitem(sys.modules, name, mod)
+        # Route CPU tensors through the GPU branch; no CUDA exists here, so fake its device and stream.
+        monkeypatch.setattr(_ops, "_fwd_cpu", _ops._fwd_core)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+        monkeypatch.setattr(
+            torch.cuda, "current_stream", lambda device=None: types.SimpleNamespace(cuda_stream=0xABC)
+        )
+        real_empty = torch.empty
+
+        def empty(*size, **kw):  # poison what the op allocates, and remember it by address
+            t = real_empty(*size, **kw).fill_(math.nan)
+            self.outputs[t.data_ptr()] = t
+            return t
+
+        monkeypatch.setattr(torch, "empty", empty)
+
+    def select(self, arch, dtype, d_qk, d_v, causal, p_mode=None):
+        self.selects.append((arch, dtype, d_qk, d_v, causal, p_mode))
+        return types.SimpleNamespace(
+            name="mock_kernel", tile_n=self.tile_n, p_mode=p_mode or ("exact" if dtype == "e4m3fn" else None)
+        )
+
+    def launch(self, spec, args, *, stream, device):
+        """Run the reference on the tensors behind the pointers and write the outputs, like a kernel."""
+        self.launches.append((spec, args, stream, device))
+        out = self.outputs[args.out]
+        q, k, v = self.inputs
+        o, lse = R.attention(
+            q,
+            k,
+            v,
+            q_descale=args.q_descale,
+            k_descale=args.k_descale,
+            v_descale=args.v_descale,
+            p_mode=spec.p_mode or "exact",
+            block_n=spec.tile_n,
+            softmax_scale=args.softmax_scale,
+        )
+        out.copy_(o)
+        if args.flags & 0x2:
+            self.outputs[args.lse].copy_(lse)
+
+
+@pytest.fixture
+def core(monkeypatch):
+    mock = _MockCore()
+    mock.install(monkeypatch)
+    return mock
+
+
+def _check_args(args, q, k, v, out, lse):
+    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+        assert getattr(args, name) == x.data_ptr()
+        assert (
+            getattr(args, f"{name}_stride_batch"),
+            getattr(args, f"{name}_stride_seq"),
+            getattr(args, f"{name}_stride_head"),
+        ) == x.stride()[:3]
+    assert (args.batch, args.seqlen_q, args.heads_q, args.d_qk) == tuple(q.shape)
+    assert (args.seqlen_k, args.heads_kv, args.d_v) == (k.shape[1], k.shape[2], v.shape[3])
+    assert args.lse == (lse.data_ptr() if lse is not None else None)
+    assert args.reserved == 0
+
+
+@pytest.mark.parametrize("noncontig", [False, True])
+def test_dispatch_bf16_fills_args(core, noncontig):
+    q, k, v = (
+        _noncontig(2, 40, 56, 4, 2, torch.bfloat16, 9) if noncontig else make_qkv(2, 40, 56, 4, 2, seed=9)
+    )
+    core.inputs = (q, k, v)
+    out, lse, _ = zyfa.flash_attn_func(q, k, v, softmax_scale=0.125, causal=True, return_attn_probs=True)
+    ((spec, args, stream, device),) = core.launches
+    assert core.selects == [("arch3", "bf16", 128, 128, True, None)]
+    assert stream == 0xABC and device == 3
+    _check_args(args, q, k, v, out, lse)
+    assert args.flags == 0x1 | 0x2
+    assert (args.softmax_scale, args.q_descale, args.k_descale, args.v_descale) == (0.125, 1.0, 1.0, 1.0)
+    if noncontig:  # strides in ELEMENTS of the transposed view, not bytes
+        assert (args.q_stride_batch, args.q_stride_seq, args.q_stride_head) == (4 * 40 * 128, 128, 40 * 128)
+    # The "kernel" (the reference at tile_n) wrote every element: no poison survives.
+    want, want_lse = R.attention(q, k, v, softmax_scale=0.125, block_n=core.tile_n)
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
+@pytest.mark.parametrize("p_mode", [None, "exact", "lean"])
+def test_dispatch_fp8_fills_args(core, p_mode):
+    q, k, v = make_qkv(1, 64, 80, 8, 2, 192, 128, seed=10)
+    q8, k8, v8, ds = quantize3(q, k, v)
+    core.inputs = (q8, k8, v8)
+    t = [torch.tensor(d) for d in ds]  # tensor descales become floats before the op
+    out = zyfa.flash_attn_func(
+        q8, k8, v8, causal=True, q_descale=t[0], k_descale=t[1], v_descale=t[2], p_mode=p_mode
+    )
+    assert core.selects == [("arch3", "e4m3fn", 192, 128, True, p_mode)]
+    ((_, args, _, _),) = core.launches
+    _check_args(args, q8, k8, v8, out, None)
+    assert args.flags == 0x1  # no LSE requested
+    assert args.softmax_scale == pytest.approx(1 / math.sqrt(192), rel=1e-7)
+    assert (args.q_descale, args.k_descale, args.v_descale) == ds  # powers of two: exact in float32
+    assert not torch.isnan(out.float()).any()
+
+
+def test_dispatch_empty_does_not_launch(core):
+    for b, sq, sk in ((0, 8, 8), (1, 0, 8), (1, 8, 0)):
+        q, k, v = make_qkv(b, sq, sk, 2, 2, seed=0)
+        out, lse, _ = zyfa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        assert out.shape == (b, sq, 2, 128) and torch.all(out == 0) and torch.all(lse == math.inf)
+    assert core.launches == [] and core.selects == []
+
+
+def test_dispatch_errors(monkeypatch):
+    mock = _MockCore(backend=None)
+    mock.install(monkeypatch)
+    q, k, v = make_qkv(1, 8, 8, 2, 2, seed=0)
+    with pytest.raises(RuntimeError, match="no GPU driver"):
+        zyfa.flash_attn_func(q, k, v, causal=True)
+    monkeypatch.setitem(sys.modules, "zyfa_core.launcher", None)  # import of zyfa_core.launcher fails
+    with pytest.raises(RuntimeError, match="needs zyfa-core"):
+        zyfa.flash_attn_func(q, k, v, causal=True)
