@@ -191,9 +191,11 @@ def compile_gfx950(
     """hip or asmgen -> .s (kept at `asm`) -> .hsaco; returns the resource fields of the manifest row."""
     env = tool_env(work, tc.env)
     if v["kind"] == "hip":
+        # -cuid: clang otherwise derives the __hip_cuid_ symbol from the source's path, and Bazel's
+        # sandbox path would make its code objects differ from the pip build's.
         argv = [
             *tc.command, "clang", "-x", "hip", "--offload-arch=gfx950", "-nogpulib", "-nogpuinc",
-            "--cuda-device-only", "-O3", "-S", f"-I{root / 'kernels'}", *defines(v),
+            "--cuda-device-only", "-O3", "-S", f"-cuid={v['name']}", f"-I{root / 'kernels'}", *defines(v),
             str(root / "kernels" / v["src"]), "-o", str(asm),
         ]  # fmt: skip
         run_tool(argv, env, f"clang -x hip ({v['name']})")

@@ -199,7 +199,8 @@ def find_asmgen(pins: dict[str, Any], root: Path) -> Toolchain:
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         raise ToolchainError(
-            f"zyfa_asmgen CLI not usable by {sys.executable} with PYTHONPATH={env['PYTHONPATH']}: {last}"
+            f"zyfa_asmgen CLI not usable by {sys.executable} (from {ASMGEN_SRC} of the repository, "
+            f"or installed): {last}"
         )
     version = proc.stdout.strip()
     versions = {**zig.versions, **({"zyfa_asmgen": version} if version else {})}

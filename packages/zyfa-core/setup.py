@@ -51,7 +51,7 @@ class BuildPyWithKernels(build_py):
             build_kernels(out)
             (out / ".gitignore").write_text("*\n")
         else:
-            build_kernels(Path(self.build_lib) / "zyfa_core" / "kernels")
+            build_kernels(Path(self.build_lib).resolve() / "zyfa_core" / "kernels")
 
 
 def build_kernels(out: Path) -> None:
