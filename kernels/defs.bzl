@@ -6,8 +6,8 @@ commands and toolchain checks. Each rule is one `ctx.actions.run` of the tool wi
 checks their versions. Plain custom rules only: no rules_cc/rules_python, no http_archive, so this
 builds offline on Bazel 4.2.3 (Debian's bazel-bootstrap) and on newer Bazel in WORKSPACE mode.
 
-  zyfa_kernels(VARIANTS)  one target per variant (cuda_cubin / hip_code_object / asm_code_object),
-                          plus kernel_manifest targets :sm90, :gfx950 and :all.
+  zyfa_kernels(VARIANTS, ...)  one target per variant (cuda_cubin / hip_code_object /
+                               asm_code_object) plus kernel_manifest targets :sm90, :gfx950, :all.
 """
 
 ZyfaKernelInfo = provider(
@@ -119,17 +119,16 @@ def zyfa_kernels(variants, build_inputs, asmgen_srcs):
       build_inputs: label of the files every build reads (variant list, pins, ABI header).
       asmgen_srcs: label of the generator package's sources (kind "asmgen").
     """
+    # Every header under kernels/ may be included (-Ikernels); the tool hashes those of the
+    # source's own directory into source_sha256.
+    headers = native.glob(["**/*" + ext for ext in _HEADER_EXTS], exclude = ["tools/**"], allow_empty = True)
     groups = {}
     for v in variants:
         srcs = [build_inputs]
         if v["kind"] == "asmgen":
             srcs.append(asmgen_srcs)
         else:
-            # The source itself (a missing file fails here, by name) and its directory's headers
-            # (the tool hashes the same headers into source_sha256).
-            src_dir = v["src"].rpartition("/")[0]
-            srcs.append(v["src"])
-            srcs += native.glob([src_dir + "/*" + ext for ext in _HEADER_EXTS], allow_empty = True)
+            srcs += [v["src"]] + headers  # a missing source fails here, by name
         _RULES[v["kind"]](name = v["name"], variant = v["name"], srcs = srcs)
         groups.setdefault(_GROUPS[v["arch"]], []).append(v["name"])
     for group, names in groups.items():
