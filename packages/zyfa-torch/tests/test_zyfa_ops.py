@@ -245,3 +245,37 @@ def test_dispatch_errors(monkeypatch):
     monkeypatch.setitem(sys.modules, "zyfa_core.launcher", None)  # import of zyfa_core.launcher fails
     with pytest.raises(RuntimeError, match="needs zyfa-core"):
         zyfa.flash_attn_func(q, k, v, causal=True)
+
+
+def test_size_one_dims_get_dense_strides(core):
+    """torch calls a tensor with an odd size-1 stride contiguous; the kernel gets the dense stride."""
+    q, k, v = make_qkv(1, 40, 56, 1, 1, seed=11)
+    q = q.as_strided(q.shape, (7, 128, 3, 1))  # batch and head have size 1: their strides are arbitrary
+    core.inputs = (q, k, v)
+    zyfa.flash_attn_func(q, k, v, causal=True)
+    ((_, args, _, _),) = core.launches
+    assert (args.q_stride_batch, args.q_stride_seq, args.q_stride_head) == (40 * 128, 128, 128)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_args_pass_zyfa_core_checks(fp8):
+    """The args this package fills pass zyfa_core's own launch checks (when zyfa_core is importable)."""
+    abi = pytest.importorskip("zyfa_core.abi")
+    launcher = pytest.importorskip("zyfa_core.launcher")
+    manifest = pytest.importorskip("zyfa_core.manifest")
+    q, k, v = _noncontig(2, 40, 56, 4, 2, torch.bfloat16, 12)
+    if fp8:
+        q, k, v = (x.float().to(torch.float8_e4m3fn) for x in (q, k, v))
+    out = torch.empty(2, 40, 4, 128, dtype=torch.bfloat16)
+    lse = torch.empty(2, 4, 40)
+    spec = manifest.KernelSpec(
+        name="fa_fwd_test", file="x.cubin", arch="sm90a", dtype="e4m3fn" if fp8 else "bf16",
+        d_qk=128, d_v=128, causal=True, p_mode="lean" if fp8 else None, kind="cuda", tile_m=64, tile_n=64, threads=128,
+        smem_bytes=0, registers=0, spill_bytes=0, abi_version=abi.ABI_VERSION, source_sha256="", path=None,
+    )  # fmt: skip
+    descales = (0.5, 0.25, 2.0) if fp8 else (1.0, 1.0, 1.0)
+    args = _ops._fill_args(abi, q, k, v, out, lse, 0.1, True, descales)
+    launcher.check_args(spec, args)
+    assert len(abi.args_bytes(args)) == abi.ARGS_SIZE
+    assert args.flags == abi.FLAG_CAUSAL | abi.FLAG_LSE and args.lse == lse.data_ptr()
+    assert (args.k_stride_batch, args.k_stride_seq, args.k_stride_head) == (2 * 56 * 128, 128, 56 * 128)

@@ -152,8 +152,10 @@ def select_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, p_mode: 
     """The zyfa_core KernelSpec that serves these GPU tensors (its tile_n is the reference's block_n)."""
     core = _core()
     if not core.launcher.available_backend():
+        report = getattr(core.launcher, "backend_report", lambda: {"attempts": []})()
+        why = "; ".join(report.get("attempts", [])) or "no details"
         raise RuntimeError(
-            "zyfa: zyfa_core found no GPU driver (libcuda.so.1 / libamdhip64.so) to launch kernels"
+            f"zyfa: zyfa_core found no GPU driver (libcuda.so.1 / libamdhip64.so) to launch kernels: {why}"
         )
     arch = core.launcher.device_arch(_device_index(q.device))
     dtype = "e4m3fn" if q.dtype == torch.float8_e4m3fn else "bf16"
@@ -182,6 +184,20 @@ def _fwd_core(
     return out, lse
 
 
+def _kernel_strides(x: Tensor) -> tuple[int, int, int]:
+    """Element strides of the batch, seq and head dims as the kernel gets them.
+
+    A size-1 dim is never stepped along, so torch lets its stride be anything (and calls such a tensor
+    contiguous); the kernel and zyfa_core's checks want 16-byte multiples, so a size-1 dim gets the
+    stride it would have in a dense layout: the next dim's stride times its size.
+    """
+    strides = list(x.stride())
+    for dim in (2, 1, 0):
+        if x.shape[dim] == 1:
+            strides[dim] = strides[dim + 1] * x.shape[dim + 1]
+    return strides[0], strides[1], strides[2]
+
+
 def _fill_args(
     abi: object,
     q: Tensor,
@@ -197,8 +213,8 @@ def _fill_args(
     args = abi.ZyfaFwdArgs()
     for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
         setattr(args, name, x.data_ptr())
-        for dim, which in enumerate(("batch", "seq", "head")):
-            setattr(args, f"{name}_stride_{which}", x.stride(dim))
+        for which, stride in zip(("batch", "seq", "head"), _kernel_strides(x), strict=True):
+            setattr(args, f"{name}_stride_{which}", stride)
     args.lse = lse.data_ptr() if lse is not None else 0
     args.batch, args.seqlen_q, args.heads_q, args.d_qk = q.shape
     args.seqlen_k, args.heads_kv, args.d_v = k.shape[1], k.shape[2], v.shape[3]

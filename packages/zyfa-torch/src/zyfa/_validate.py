@@ -21,6 +21,7 @@ P_MODES = ("exact", "lean")
 # every row 16-byte aligned.
 ALIGN_BYTES = 16
 _INT32_MAX = 2**31 - 1
+_GRID_YZ_MAX = 65535  # heads_q and batch are the launch grid's y and z
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> Dims:
             f"zyfa: head dims (d_qk={d_qk}, d_v={d_v}) are not supported; supported (d_qk, d_v): "
             f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))}"
         )
+    if heads_q > _GRID_YZ_MAX or batch > _GRID_YZ_MAX:
+        raise ValueError(f"zyfa: heads_q ({heads_q}) and batch ({batch}) must each be <= {_GRID_YZ_MAX}")
     for name, x in (("q", q), ("k", k), ("v", v)):
         if max(x.shape) > _INT32_MAX:
             raise ValueError(f"zyfa: {name} is too large: sizes must fit in int32, got {tuple(x.shape)}")
