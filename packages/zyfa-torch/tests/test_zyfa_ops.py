@@ -268,11 +268,17 @@ def test_args_pass_zyfa_core_checks(fp8):
         q, k, v = (x.float().to(torch.float8_e4m3fn) for x in (q, k, v))
     out = torch.empty(2, 40, 4, 128, dtype=torch.bfloat16)
     lse = torch.empty(2, 4, 40)
-    spec = manifest.KernelSpec(
-        name="fa_fwd_test", file="x.cubin", arch="sm90a", dtype="e4m3fn" if fp8 else "bf16",
-        d_qk=128, d_v=128, causal=True, p_mode="lean" if fp8 else None, kind="cuda", tile_m=64, tile_n=64, threads=128,
-        smem_bytes=0, registers=0, spill_bytes=0, abi_version=abi.ABI_VERSION, source_sha256="", path=None,
-    )  # fmt: skip
+    fields = {
+        "name": "fa_fwd_test",
+        "file": "x.cubin",
+        "arch": "sm90a",
+        "d_qk": 128,
+        "d_v": 128,
+        "causal": True,
+    }
+    fields.update(kind="cuda", tile_m=64, tile_n=64, threads=128, smem_bytes=0, registers=0, spill_bytes=0)
+    fields.update(dtype="e4m3fn" if fp8 else "bf16", p_mode="lean" if fp8 else None)
+    spec = manifest.KernelSpec(**fields, abi_version=abi.ABI_VERSION, source_sha256="", path=None)
     descales = (0.5, 0.25, 2.0) if fp8 else (1.0, 1.0, 1.0)
     args = _ops._fill_args(abi, q, k, v, out, lse, 0.1, True, descales)
     launcher.check_args(spec, args)
