@@ -140,10 +140,7 @@ def make_fwd_args(**fields: Any) -> ZyfaFwdArgs:
     missing = [name for name in FIELD_NAMES if name not in values]
     if missing:
         raise ValueError(f"make_fwd_args: missing field(s) {missing}")
-    args = ZyfaFwdArgs()
-    for name, ctype in _FIELDS:
-        setattr(args, name, _checked(name, ctype, values[name]))
-    return args
+    return ZyfaFwdArgs(*(_checked(name, ctype, values[name]) for name, ctype in _FIELDS))
 
 
 if ctypes.sizeof(ZyfaFwdArgs) != ARGS_SIZE:  # pragma: no cover - guards edits of _FIELDS

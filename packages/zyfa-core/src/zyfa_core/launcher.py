@@ -18,6 +18,7 @@ import functools
 import importlib
 import math
 import threading
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -42,7 +43,7 @@ _VECTOR_BYTES = 16  # the kernels load and store 16-byte vectors: pointers and s
 _BACKEND_OF_KIND = {"cuda": "cuda", "hip": "hip", "asmgen": "hip"}
 
 _lock = threading.Lock()
-_kernels: dict[tuple[int, str, str], Any] = {}
+_kernels: dict[tuple[int, Path, str], Any] = {}  # (device, code object, name) -> _driver.Kernel
 
 
 @functools.lru_cache(maxsize=1)
@@ -234,12 +235,15 @@ def check_args(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
     _check_scalars(spec, args)
 
 
-def _check_target(spec: KernelSpec, device: int, stream: int) -> None:
-    """Device-side checks: backend for the kernel's kind, arch, shared memory, code object present."""
+def _check_handles(device: int, stream: int) -> None:
     if isinstance(device, bool) or not isinstance(device, int) or device < 0:
         raise ValueError(f"device must be a non-negative int, got {device!r}")
     if isinstance(stream, bool) or not isinstance(stream, int) or not 0 <= stream < 2**64:
         raise ValueError(f"stream must be a stream handle as an int >= 0 (0 = default), got {stream!r}")
+
+
+def _check_target(spec: KernelSpec, device: int) -> None:
+    """Device-side checks: backend for the kernel's kind, arch, shared memory, code object present."""
     backend = available_backend()
     if backend is None:
         raise _no_backend_error()
@@ -261,11 +265,15 @@ def _check_target(spec: KernelSpec, device: int, stream: int) -> None:
 
 
 def _kernel(spec: KernelSpec, device: int) -> Any:
-    """The loaded `_driver.Kernel` for (device, code object, name); loaded once per process."""
-    key = (device, str(spec.path), spec.name)
+    """The loaded `_driver.Kernel` for (device, code object, name): checked and loaded once per process."""
+    key = (device, spec.path, spec.name)
+    kernel = _kernels.get(key)
+    if kernel is not None:
+        return kernel
     with _lock:
         kernel = _kernels.get(key)
         if kernel is None:
+            _check_target(spec, device)
             kernel = _driver().load_kernel(device, str(spec.path), spec.name, spec.launch_smem_bytes)
             _kernels[key] = kernel
     return kernel
@@ -287,6 +295,6 @@ def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int) -> 
         ZyfaDriverError: no GPU driver, or a driver call failed (names kernel, call, error).
     """
     check_args(spec, args)
-    _check_target(spec, device, stream)
+    _check_handles(device, stream)
     kernel = _kernel(spec, device)
     kernel.launch(launch_grid(spec, args), (spec.threads, 1, 1), spec.launch_smem_bytes, stream, bytes(args))
