@@ -94,6 +94,24 @@ def test_fp8_strides_are_checked_in_bytes(tmp_path: Path, manifest_tools) -> Non
         zyfa_core.check_args(fp8, zyfa_core.make_fwd_args(**{**fields, "q_stride_head": 200}))
 
 
+def test_strides_of_size_one_dims_are_not_checked(spec: zyfa_core.KernelSpec) -> None:
+    """torch leaves strides of size-1 dims arbitrary; the kernel never steps along them."""
+    fields = good_fields(batch=1, q_stride_batch=3, k_stride_batch=-5, v_stride_batch=1, out_stride_batch=7)
+    zyfa_core.check_args(spec, zyfa_core.make_fwd_args(**fields))
+    fields = good_fields(
+        heads_q=1, heads_kv=1, q_stride_head=1, k_stride_head=1, v_stride_head=1, out_stride_head=1
+    )
+    zyfa_core.check_args(spec, zyfa_core.make_fwd_args(**fields))
+    with pytest.raises(ValueError, match="k_stride_head = 1 elements"):  # heads_kv = 2 here: checked
+        zyfa_core.check_args(spec, zyfa_core.make_fwd_args(**good_fields(heads_q=2, k_stride_head=1)))
+    with pytest.raises(
+        ValueError, match="k_stride_seq = 3 elements"
+    ):  # q's seq stride is skipped, k's is not
+        zyfa_core.check_args(
+            spec, zyfa_core.make_fwd_args(**good_fields(seqlen_q=1, q_stride_seq=3, k_stride_seq=3))
+        )
+
+
 def test_type_errors(spec: zyfa_core.KernelSpec) -> None:
     with pytest.raises(TypeError, match="ZyfaFwdArgs"):
         zyfa_core.check_args(spec, good_fields())

@@ -190,8 +190,16 @@ def _check_sizes(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
 
 def _check_strides(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
     in_bytes = _ELEMENT_BYTES[spec.dtype]
+    sizes = {
+        "q": (args.batch, args.seqlen_q, args.heads_q),
+        "k": (args.batch, args.seqlen_k, args.heads_kv),
+        "v": (args.batch, args.seqlen_k, args.heads_kv),
+        "out": (args.batch, args.seqlen_q, args.heads_q),
+    }
     for tensor, elem in (("q", in_bytes), ("k", in_bytes), ("v", in_bytes), ("out", _OUT_ELEMENT_BYTES)):
-        for dim in ("batch", "seq", "head"):
+        for dim, size in zip(("batch", "seq", "head"), sizes[tensor], strict=True):
+            if size == 1:
+                continue  # never stepped along, so any stride is harmless (torch leaves them arbitrary)
             name = f"{tensor}_stride_{dim}"
             stride = getattr(args, name)
             if stride < 0:
@@ -225,8 +233,8 @@ def check_args(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
 
     Checks: non-null, 16-byte aligned q/k/v/out (lse non-null when FLAG_LSE), positive sizes,
     heads_q % heads_kv == 0, d_qk/d_v equal to the kernel's, strides non-negative and 16-byte
-    multiples, flags matching the kernel's causality, finite scale, positive descales, reserved 0,
-    and the grid limits. Needs no GPU.
+    multiples (except along size-1 dims, which are never stepped), flags matching the kernel's
+    causality, finite scale, positive descales, reserved 0, and the grid limits. Needs no GPU.
     """
     _check_spec(spec, args)
     _check_pointers(spec, args)
