@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .core import Op, Wave
+from .hazard_rules import check as check_rules
 
 if TYPE_CHECKING:
     from .machine import Workgroup
@@ -113,11 +114,14 @@ class WaveChecker:
                 self._check_regs(op, file, idx, cnt, "reads")
             for file, idx, cnt in op.writes:
                 self._check_regs(op, file, idx, cnt, "overwrites")
-        for rule in self.rules:
-            msg = rule(self, op)
-            if msg:
-                name, text = msg
-                self.wg.report(w, f"hazard:{name}", text, op)
+        if self.rules:
+            for name, need, prod, since in check_rules(op, self.history, self.ws, self.rules):
+                self.wg.report(
+                    w,
+                    f"hazard:{name}",
+                    f"needs {need} wait states after '{prod.inst.text}' (line {prod.inst.line}), has {since}",
+                    op,
+                )
 
     def after(self, op: Op) -> None:
         """Bookkeeping once `op` has executed."""

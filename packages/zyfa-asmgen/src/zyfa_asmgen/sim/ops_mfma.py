@@ -83,8 +83,8 @@ class MfmaSemantics:
     def run(self, a_regs: np.ndarray, b_regs: np.ndarray, c_regs: np.ndarray) -> np.ndarray:
         """D register block (regs_d, 64) uint32."""
         a, b = self.matrices(a_regs, b_regs)
-        c = _gather(c_regs, self.D, 32).view(np.float32).astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
+            c = _gather(c_regs, self.D, 32).view(np.float32).astype(np.float64)
             d = (c + a @ b).astype(np.float32)
         out = np.zeros(self.regs_d * LANES, dtype=np.uint32)
         out[self.d_flat] = d.view(np.uint32).reshape(-1)
