@@ -1,0 +1,17 @@
+"""zyfa-bench: ZYFA's benchmark and accuracy harness (the `zyfa-bench` command).
+
+Modules, one concept each: `spec` (a problem's shape), `flops` (THE FLOP formula), `timing` (THE timer),
+`workloads` (where q, k, v come from), `inputs` (the BF16/FP8 inputs all peers share), `peers` (one
+adapter per implementation), `accuracy` (float64 references and errors), `clocks` (GPU clock sampling),
+`throughput` (the sweep), `results` (the JSON schema), `report` (markdown and PNGs), `capture` (q, k, v
+from Hugging Face models), `cli` (the command line).
+"""
+
+from __future__ import annotations
+
+from zyfa_bench.flops import attention_flops
+from zyfa_bench.spec import PRESETS, Spec
+
+__version__ = "0.1.0"
+
+__all__ = ["PRESETS", "Spec", "__version__", "attention_flops"]

@@ -1,0 +1,76 @@
+"""ZYFA itself, through `zyfa.flash_attn_func`: BF16, and FP8 with exact P or lean P.
+
+On CUDA/ROCm tensors the op runs the zyfa_core kernel selected for (arch, dtype, d_qk, d_v, causal,
+p_mode); on CPU tensors it runs `zyfa.reference` (the blockwise numerics), which is how the harness is
+tested without a GPU.  Descales are passed as Python floats: a descale *tensor* is read on the host
+inside the op (a device sync), which would also keep the call out of CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from zyfa_bench.inputs import Inputs
+from zyfa_bench.peers.base import Peer, Prepared, bshd_float, import_status
+from zyfa_bench.spec import Spec
+
+__all__ = ["ZyfaBF16", "ZyfaFP8"]
+
+
+class _Zyfa(Peer):
+    family = "zyfa"
+    vendor = "any"
+
+    def available(self) -> tuple[bool, str]:
+        mod, why = import_status("zyfa")
+        if mod is None:
+            return False, why
+        if not hasattr(mod, "flash_attn_func"):
+            return False, "zyfa is importable but has no flash_attn_func"
+        version = getattr(mod, "__version__", "?")
+        where = "GPU kernels" if torch.cuda.is_available() else "CPU reference (no GPU)"
+        return True, f"zyfa {version}: {where}"
+
+    def supports(self, spec: Spec, device: torch.device) -> tuple[bool, str]:
+        # The op validates shapes itself with precise messages; CPU runs the reference.
+        return True, ""
+
+
+class ZyfaBF16(_Zyfa):
+    """zyfa.flash_attn_func on BF16 inputs."""
+
+    name = "zyfa-bf16"
+    precision = "bf16"
+
+    def _prepare(self, inputs: Inputs) -> Prepared:
+        import zyfa
+
+        q, k, v, scale, causal = inputs.q, inputs.k, inputs.v, inputs.softmax_scale, inputs.spec.causal
+        return Prepared(lambda: zyfa.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal), bshd_float)
+
+
+class ZyfaFP8(_Zyfa):
+    """zyfa.flash_attn_func on e4m3fn inputs with per-tensor descales, BF16 output; exact or lean P."""
+
+    precision = "fp8"
+
+    def __init__(self, p_mode: str) -> None:
+        if p_mode not in ("exact", "lean"):
+            raise ValueError(f"p_mode must be 'exact' or 'lean', got {p_mode!r}")
+        self.p_mode = p_mode
+        self.name = f"zyfa-fp8-{p_mode}"
+        self.note = "lean P: e4m3 code of P from one FMA" if p_mode == "lean" else "exact P: e4m3(exp2)"
+
+    def _prepare(self, inputs: Inputs) -> Prepared:
+        import zyfa
+
+        q8, k8, v8 = inputs.q8, inputs.k8, inputs.v8
+        kw = dict(
+            softmax_scale=inputs.softmax_scale,
+            causal=inputs.spec.causal,
+            q_descale=inputs.q_descale,
+            k_descale=inputs.k_descale,
+            v_descale=inputs.v_descale,
+            p_mode=self.p_mode,
+        )
+        return Prepared(lambda: zyfa.flash_attn_func(q8, k8, v8, **kw), bshd_float)

@@ -1,0 +1,413 @@
+"""Reports from result files: a markdown document and at most two PNG figures.
+
+- throughput: one table per (shape, precision) with seqlen down and implementations across (TFLOP/s),
+  ZYFA's ratio to the best peer of the same precision, and a detail table (ms, TFLOP/s per GHz, clock,
+  host overhead, check error, status); the figure `throughput.png` plots TFLOP/s against seqlen, one
+  line per implementation, one panel per (shape, precision);
+- accuracy: relative L2 errors per workload and implementation (median over seeds and problems, min–max
+  in brackets), against the dequantised inputs and against the BF16 inputs; the figure `accuracy.png`
+  shows them as bars with min–max error bars, one group per workload;
+- issue-5 targets evaluated from whatever rows are present (a target without data says so);
+- clocks: the summary of each `zyfa-bench clocks` run.
+matplotlib is imported only when figures are drawn (Agg backend, no display needed).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from zyfa_bench.results import load_results
+
+__all__ = ["TARGETS", "build_report", "summary_text", "write_report"]
+
+# (description, shape, precision, seqlen, numerator, denominator, threshold); numerator/denominator are an
+# implementation name, "zyfa-best" (fastest ZYFA variant of that precision), "zyfa-bf16", or a ceiling key.
+TARGETS: list[tuple[str, str, str, int, str, str, float]] = [
+    ("FP8 d128 GQA vs cuDNN FP8 (FP8 out)", "gqa128", "fp8", 16384, "zyfa-best", "cudnn-fp8", 1.15),
+    ("FP8 d128 GQA vs FP8 GEMM ceiling", "gqa128", "fp8", 16384, "zyfa-best", "fp8_gemm_tflops", 0.80),
+    ("BF16 d128 GQA vs FlashAttention-4", "gqa128", "bf16", 16384, "zyfa-best", "fa4-bf16", 1.05),
+    ("FP8 192/128 vs cuDNN FP8 (FP8 out)", "mla192", "fp8", 16384, "zyfa-best", "cudnn-fp8", 1.30),
+    ("BF16 192/128 vs FlashAttention-4", "mla192", "bf16", 16384, "zyfa-best", "fa4-bf16", 1.05),
+    ("ZYFA FP8 / ZYFA BF16, d128 GQA", "gqa128", "fp8", 16384, "zyfa-best", "zyfa-bf16", 1.60),
+    ("ZYFA FP8 / ZYFA BF16, 192/128", "mla192", "fp8", 16384, "zyfa-best", "zyfa-bf16", 1.60),
+]
+
+
+def _ok(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("status") == "ok"]
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, str):
+        return x
+    if isinstance(x, float):
+        if math.isnan(x):
+            return "nan"
+        if x != 0 and (abs(x) < 1e-2 or abs(x) >= 1e5):
+            return f"{x:.2e}"
+        return f"{x:.{digits}g}" if abs(x) < 1 else f"{x:.1f}"
+    return str(x)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _impl_order(rows: list[dict[str, Any]]) -> list[str]:
+    seen: list[str] = []
+    for r in rows:
+        if r["impl"] not in seen:
+            seen.append(r["impl"])
+    return seen
+
+
+# ---------------------------------------------------------------- throughput
+def throughput_tables(rows: list[dict[str, Any]]) -> str:
+    """Pivot tables (TFLOP/s) per (shape, precision) with ZYFA's ratio to the best peer."""
+    ok = _ok(rows)
+    blocks = []
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in ok:
+        groups[(r.get("shape", r.get("label", "?")), r["precision"])].append(r)
+    for (shape, precision), grp in sorted(groups.items()):
+        impls = _impl_order(grp)
+        zyfa = [i for i in impls if i.startswith("zyfa")]
+        peers = [i for i in impls if not i.startswith("zyfa")]
+        by = {(r["seqlen_q"], r["impl"]): r for r in grp}
+        header = ["seqlen", "batch", *impls] + (["zyfa / best peer"] if zyfa and peers else [])
+        body = []
+        for s in sorted({r["seqlen_q"] for r in grp}):
+            cells = [by.get((s, i), {}).get("tflops") for i in impls]
+            batch = next(r["batch"] for r in grp if r["seqlen_q"] == s)
+            line: list[Any] = [s, batch, *cells]
+            if zyfa and peers:
+                best_z = max((by[(s, i)]["tflops"] for i in zyfa if (s, i) in by), default=None)
+                best_p = max((by[(s, i)]["tflops"] for i in peers if (s, i) in by), default=None)
+                line.append(f"{best_z / best_p:.2f}×" if best_z and best_p else None)
+            body.append(line)
+        blocks.append(f"### {shape}, {precision.upper()} — TFLOP/s (causal FLOPs)\n\n" + _table(header, body))
+    return "\n\n".join(blocks)
+
+
+def throughput_details(rows: list[dict[str, Any]]) -> str:
+    """Every row: time, TFLOP/s, clock-normalised rate, host overhead, check error, status."""
+    header = [
+        "impl",
+        "problem",
+        "ms",
+        "TFLOP/s",
+        "TFLOP/s/GHz",
+        "SM MHz",
+        "host µs",
+        "graph µs",
+        "check",
+        "status",
+    ]
+    body = []
+    for r in rows:
+        host = r.get("host") or {}
+        clocks = r.get("clocks") or {}
+        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('reason', '')[:90]}"
+        body.append(
+            [
+                r["impl"],
+                r.get("label"),
+                r.get("ms"),
+                r.get("tflops"),
+                r.get("tflops_per_ghz"),
+                clocks.get("sm_mhz_mean"),
+                host.get("eager_us"),
+                host.get("graph_us") if host.get("graph_us") is not None else host.get("graph_error"),
+                r.get("check_rel_l2"),
+                status,
+            ]
+        )
+    return _table(header, body)
+
+
+def _value(rows: list[dict[str, Any]], ceil: dict[str, Any], shape: str, prec: str, s: int, key: str) -> Any:
+    if key.endswith("_tflops"):
+        return ceil.get(key)
+    pool = [r for r in _ok(rows) if r.get("shape") == shape and r.get("seqlen_q") == s]
+    if key == "zyfa-best":
+        vals = [r["tflops"] for r in pool if r["impl"].startswith("zyfa") and r["precision"] == prec]
+        return max(vals, default=None)
+    return next((r["tflops"] for r in pool if r["impl"] == key), None)
+
+
+def targets_table(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
+    """Issue-5 targets with measured ratios (and 'no data' where a side is missing)."""
+    body = []
+    for desc, shape, prec, s, num, den, need in TARGETS:
+        a, b = _value(rows, ceilings, shape, prec, s, num), _value(rows, ceilings, shape, prec, s, den)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0:
+            ratio = a / b
+            body.append([desc, s, f"{ratio:.2f}×", f"≥ {need:.2f}×", "met" if ratio >= need else "MISSED"])
+        else:
+            body.append([desc, s, "no data", f"≥ {need:.2f}×", "–"])
+    body += _every_seqlen_targets(rows)
+    return _table(["target", "seqlen", "measured", "needed", ""], body)
+
+
+def _every_seqlen_targets(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    out = []
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in _ok(rows):
+        groups[(r.get("shape", "?"), r["precision"])].append(r)
+    for (shape, prec), grp in sorted(groups.items()):
+        worst = None
+        for s in sorted({r["seqlen_q"] for r in grp}):
+            z = max(
+                (r["tflops"] for r in grp if r["seqlen_q"] == s and r["impl"].startswith("zyfa")),
+                default=None,
+            )
+            p = max(
+                (r["tflops"] for r in grp if r["seqlen_q"] == s and not r["impl"].startswith("zyfa")),
+                default=None,
+            )
+            if z and p and (worst is None or z / p < worst[1]):
+                worst = (s, z / p)
+        if worst:
+            need = "≥ 1.00×"
+            out.append(
+                [
+                    f"{shape} {prec}: ZYFA vs best peer, worst seqlen",
+                    worst[0],
+                    f"{worst[1]:.2f}×",
+                    need,
+                    "met" if worst[1] >= 1.0 else "MISSED",
+                ]
+            )
+    return out
+
+
+# ---------------------------------------------------------------- accuracy
+def _acc_groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, Any], list[dict[str, Any]]]:
+    groups: dict[tuple[str, str, Any], list[dict[str, Any]]] = defaultdict(list)
+    for r in _ok(rows):
+        groups[(r["workload"], r["impl"], r.get("rotate"))].append(r)
+    return groups
+
+
+def _spread(vals: list[float]) -> tuple[float, float, float] | None:
+    vals = [v for v in vals if isinstance(v, (int, float)) and not math.isnan(v)]
+    if not vals:
+        return None
+    return statistics.median(vals), min(vals), max(vals)
+
+
+def accuracy_tables(rows: list[dict[str, Any]]) -> str:
+    """Per workload: median (min–max) rel L2 vs dequantised and vs BF16 inputs, and max abs error."""
+    groups = _acc_groups(rows)
+    header = ["workload", "impl", "rotate", "rel L2 vs dequant", "rel L2 vs BF16", "max abs vs BF16", "n"]
+    body = []
+    for (wl, impl, rot), grp in groups.items():
+        cells = []
+        for key in ("rel_l2_vs_dequant", "rel_l2_vs_bf16", "max_abs_vs_bf16"):
+            sp = _spread([r.get(key) for r in grp])
+            cells.append(None if sp is None else f"{_fmt(sp[0])} ({_fmt(sp[1])}–{_fmt(sp[2])})")
+        body.append([wl, impl, "–" if rot is None else ("on" if rot else "off"), *cells, len(grp)])
+    failed: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    for r in rows:
+        if r.get("status") != "ok":
+            failed[(r["workload"], r["impl"], r["status"], str(r.get("reason", ""))[:150])] += 1
+    text = _table(header, body)
+    if failed:
+        text += "\n\nNot measured:\n\n" + _table(
+            ["workload", "impl", "status", "reason", "n"], [[*k, n] for k, n in failed.items()]
+        )
+    return text
+
+
+# ---------------------------------------------------------------- figures
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_throughput(rows: list[dict[str, Any]], path: Path) -> Path | None:
+    """TFLOP/s vs seqlen, one line per implementation, a panel per (shape, precision), two panels a row."""
+    ok = _ok(rows)
+    panels = sorted({(r.get("shape", "?"), r["precision"]) for r in ok})
+    if not panels:
+        return None
+    plt = _pyplot()
+    ncols = min(2, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.5 * ncols, 4.4 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (shape, prec) in zip(axes.flat, panels, strict=False):
+        grp = [r for r in ok if r.get("shape", "?") == shape and r["precision"] == prec]
+        for impl in _impl_order(grp):
+            pts = sorted((r["seqlen_q"], r["tflops"]) for r in grp if r["impl"] == impl)
+            style = "-o" if impl.startswith("zyfa") else "--s"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=impl, markersize=4)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("seqlen (tokens per call fixed: batch = tokens / seqlen)")
+        ax.set_ylabel("TFLOP/s (causal FLOPs)")
+        ax.set_title(f"{shape} {prec.upper()}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_accuracy(rows: list[dict[str, Any]], path: Path) -> Path | None:
+    """Bars of rel L2 error per workload and implementation (median, min–max error bars), log scale."""
+    groups = _acc_groups(rows)
+    if not groups:
+        return None
+    plt = _pyplot()
+    workloads = list(dict.fromkeys(k[0] for k in groups))
+    series = list(dict.fromkeys((k[1], k[2]) for k in groups))
+    colors = plt.get_cmap("tab20").colors
+    fig, axes = plt.subplots(1, 2, figsize=(max(10.0, 0.35 * len(workloads) * len(series) + 6), 4.8))
+    width = 0.8 / max(1, len(series))
+    panels = (
+        ("rel_l2_vs_dequant", "vs dequantised inputs (own error)"),
+        ("rel_l2_vs_bf16", "vs original BF16 inputs"),
+    )
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for j, (impl, rot) in enumerate(series):
+            xs, ys, lo, hi = [], [], [], []
+            for i, wl in enumerate(workloads):
+                sp = _spread([r.get(key) for r in groups.get((wl, impl, rot), [])])
+                if sp is None or sp[0] <= 0:
+                    continue  # zero (the floor vs itself) cannot sit on a log axis
+                xs.append(i + j * width)
+                ys.append(sp[0])
+                lo.append(sp[0] - sp[1])
+                hi.append(sp[2] - sp[0])
+            label = impl if rot is None else f"{impl} rot={'on' if rot else 'off'}"
+            ax.bar(xs, ys, width, yerr=[lo, hi], label=label, capsize=2, color=colors[j % len(colors)])
+        ax.set_yscale("log")
+        ax.set_xticks([i + (len(series) - 1) * width / 2 for i in range(len(workloads))])
+        ax.set_xticklabels(workloads, fontsize=8)
+        ax.set_ylabel("‖out − ref‖ / ‖ref‖ (median; bars: min–max)")
+        ax.set_title(title)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------- documents
+def _header(doc: dict[str, Any]) -> str:
+    dev = doc.get("device", {})
+    v = doc.get("versions", {})
+    keep = ", ".join(
+        f"{k} {v[k]}"
+        for k in (
+            "zyfa-torch",
+            "zyfa-core",
+            "torch",
+            "nvidia-cudnn-frontend",
+            "flash-attn-4",
+            "cudnn-library",
+        )
+        if v.get(k)
+    )
+    return (
+        f"- `{doc['kind']}` run {doc.get('created')}: `{' '.join(doc.get('command', []))}`\n"
+        f"- device: {dev.get('name')} ({dev.get('backend')}, driver {dev.get('driver')})\n"
+        f"- versions: {keep}"
+    )
+
+
+def build_report(paths: list[str | Path]) -> tuple[str, dict[str, list[dict[str, Any]]], dict[str, Any]]:
+    """(markdown, rows by kind, merged ceilings) for the result files `paths`."""
+    docs = [load_results(p) for p in paths]
+    rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    ceilings: dict[str, Any] = {}
+    for d in docs:
+        rows[d["kind"]] += d["rows"]
+        ceilings.update(d.get("ceilings") or {})
+    parts = ["# zyfa-bench report", "\n".join(_header(d) for d in docs)]
+    if rows["throughput"]:
+        parts += ["## Throughput", throughput_tables(rows["throughput"])]
+        if ceilings:
+            parts.append(
+                "GEMM ceilings in the same run: " + ", ".join(f"{k} {_fmt(v)}" for k, v in ceilings.items())
+            )
+        parts += ["## Targets (issue 5)", targets_table(rows["throughput"], ceilings)]
+        parts += ["## Throughput details", throughput_details(rows["throughput"])]
+    if rows["accuracy"]:
+        parts += ["## Accuracy", accuracy_tables(rows["accuracy"])]
+    if rows["clocks"]:
+        parts += ["## Clocks", clocks_table(rows["clocks"])]
+    return "\n\n".join(parts) + "\n", rows, ceilings
+
+
+def clocks_table(rows: list[dict[str, Any]]) -> str:
+    """One line per clocks run: implementation, problem, clock range, power, temperature, TFLOP/s."""
+    header = [
+        "impl",
+        "problem",
+        "SM MHz mean (min–max)",
+        "power W mean/max",
+        "temp °C max",
+        "TFLOP/s",
+        "TFLOP/s/GHz",
+    ]
+    body = []
+    for r in rows:
+        c = r.get("clocks") or {}
+        body.append(
+            [
+                r.get("impl"),
+                r.get("label"),
+                f"{_fmt(c.get('sm_mhz_mean'))} ({_fmt(c.get('sm_mhz_min'))}–{_fmt(c.get('sm_mhz_max'))})",
+                f"{_fmt(c.get('power_w_mean'))}/{_fmt(c.get('power_w_max'))}",
+                c.get("temp_c_max"),
+                r.get("tflops"),
+                r.get("tflops_per_ghz"),
+            ]
+        )
+    return _table(header, body)
+
+
+def write_report(paths: list[str | Path], out_dir: str | Path) -> dict[str, Path]:
+    """Write report.md, throughput.png and accuracy.png (those with data) into out_dir."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    text, rows, _ = build_report(paths)
+    written = {"markdown": out / "report.md"}
+    figures = []
+    if (p := plot_throughput(rows["throughput"], out / "throughput.png")) is not None:
+        written["throughput_png"] = p
+        figures.append("![throughput](throughput.png)")
+    if (p := plot_accuracy(rows["accuracy"], out / "accuracy.png")) is not None:
+        written["accuracy_png"] = p
+        figures.append("![accuracy](accuracy.png)")
+    written["markdown"].write_text(text + ("\n" + "\n\n".join(figures) + "\n" if figures else ""))
+    return written
+
+
+def summary_text(paths: list[str | Path]) -> str:
+    """The short console summary: throughput pivots, targets, accuracy (no detail table)."""
+    _, rows, ceilings = build_report(paths)
+    parts = []
+    if rows["throughput"]:
+        parts += [throughput_tables(rows["throughput"]), targets_table(rows["throughput"], ceilings)]
+    if rows["accuracy"]:
+        parts.append(accuracy_tables(rows["accuracy"]))
+    if rows["clocks"]:
+        parts.append(clocks_table(rows["clocks"]))
+    return "\n\n".join(parts)

@@ -1,0 +1,247 @@
+"""The throughput sweep: every selected implementation on every problem, side by side, one process.
+
+For each problem (shape preset × seqlen, batch = tokens // seqlen) fresh inputs are drawn once and
+shared by all implementations (FP8 ones get the same quantised tensors).  Each implementation is then
+prepared (outside the timer: layouts, plans, JIT compiles, one validation call), timed with
+`zyfa_bench.timing.time_calls`, checked against a float64 reference on a slice of its output, and
+measured for host overhead (eager and CUDA-graph replay).  Clock samples taken during its timed region
+are attached to its row.  Any failure becomes a row with its reason; the sweep goes on.
+
+`ceilings` measures, in the same run, the BF16 and FP8 GEMM rates the attention figures are compared
+with (issue 5: "≥ 80% of the FP8 GEMM rate measured in the same run").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from zyfa_bench.accuracy import attention_f64, errors
+from zyfa_bench.clocks import ClockSampler, normalised_throughput
+from zyfa_bench.flops import attention_flops
+from zyfa_bench.inputs import Inputs, make_inputs, quantize_inputs
+from zyfa_bench.peers.base import Peer, Prepared, Unsupported
+from zyfa_bench.spec import Spec
+from zyfa_bench.timing import buffer_sets, host_overhead, l2_bytes, time_calls
+from zyfa_bench.workloads import Workload, describe
+
+__all__ = ["Problem", "SweepOptions", "ceilings", "run_sweep"]
+
+
+@dataclass
+class Problem:
+    """One problem of the sweep: a shape preset's name and its Spec."""
+
+    shape: str
+    spec: Spec
+
+
+@dataclass
+class SweepOptions:
+    """How each implementation is measured (see `zyfa-bench throughput --help`)."""
+
+    warmup: int = 3
+    repeats: int = 20
+    max_sets: int = 8
+    graph: bool = True
+    check: bool = True
+    check_rows: int = 256
+    rotate: bool = False
+    seed: int = 0
+    time_budget_s: float | None = None
+    host_calls: int = 20
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _seed_of(base: int, problem: int, inputs_set: int) -> int:
+    """Seed of input set `inputs_set` of problem `problem` (recorded in rows)."""
+    return base + 1000 * problem + inputs_set
+
+
+def run_sweep(
+    problems: list[Problem],
+    peers: list[Peer],
+    workload: Workload,
+    *,
+    device: torch.device,
+    options: SweepOptions,
+    add_row: Callable[[dict[str, Any]], None],
+    sampler: ClockSampler | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> None:
+    """Measure every peer on every problem; each row goes to `add_row` as soon as it exists."""
+    t_begin = time.monotonic()
+    availability = {p.name: p.available() for p in peers}
+    need_fp8 = any(p.precision == "fp8" and availability[p.name][0] for p in peers)
+    for n, problem in enumerate(problems):
+        over = options.time_budget_s is not None and time.monotonic() - t_begin > options.time_budget_s
+        sets: list[Inputs] = []
+        if not over:
+            sets = _input_sets(problem.spec, workload, device, options, n, need_fp8)
+        for peer in peers:
+            if progress:
+                progress(f"{problem.spec.label} {peer.name}")
+            row = _base_row(problem, peer, workload, options, n)
+            over = options.time_budget_s is not None and time.monotonic() - t_begin > options.time_budget_s
+            if over:
+                add_row(
+                    {
+                        **row,
+                        "status": "skipped",
+                        "reason": f"time budget of {options.time_budget_s:.0f} s spent",
+                    }
+                )
+                continue
+            add_row({**row, **_measure(peer, availability[peer.name], sets, device, options, sampler)})
+        del sets
+
+
+def _input_sets(
+    spec: Spec, workload: Workload, device: torch.device, options: SweepOptions, n: int, fp8: bool
+) -> list[Inputs]:
+    """Enough independent input sets that rotating them defeats the L2 cache (see timing.buffer_sets)."""
+
+    def one(j: int) -> Inputs:
+        seed = _seed_of(options.seed, n, j)
+        inputs = make_inputs(spec, workload, device=device, seed=seed)
+        if fp8:
+            try:
+                quantize_inputs(inputs, rotate=options.rotate, seed=seed)
+            except Exception as exc:  # FP8 peers then report this instead of running
+                inputs.meta["fp8_error"] = f"FP8 inputs could not be made: {_why(exc)}"
+        return inputs
+
+    first = one(0)
+    count = buffer_sets(first.nbytes("bf16"), l2_bytes(device), max_sets=options.max_sets)
+    return [first, *(one(j) for j in range(1, count))]
+
+
+def _base_row(
+    problem: Problem, peer: Peer, workload: Workload, options: SweepOptions, n: int
+) -> dict[str, Any]:
+    spec = problem.spec
+    return {
+        **peer.describe(),
+        "impl": peer.name,
+        "shape": problem.shape,
+        "label": spec.label,
+        **spec.as_dict(),
+        "workload": workload.name,
+        "workload_params": describe(workload),
+        "seed": _seed_of(options.seed, n, 0),
+        "rotate": options.rotate if peer.precision == "fp8" else None,
+        "flops": attention_flops(spec),
+    }
+
+
+def _measure(
+    peer: Peer,
+    availability: tuple[bool, str],
+    sets: list[Inputs],
+    device: torch.device,
+    options: SweepOptions,
+    sampler: ClockSampler | None,
+) -> dict[str, Any]:
+    ok, why = availability
+    spec = sets[0].spec
+    if ok:
+        ok, why = peer.supports(spec, device)
+    if not ok:
+        return {"status": "skipped", "reason": why}
+    if peer.precision == "fp8" and not sets[0].has_fp8:
+        return {"status": "skipped", "reason": str(sets[0].meta.get("fp8_error", "no FP8 inputs"))}
+    try:
+        prepared = [peer.prepare(s) for s in sets]
+    except Unsupported as exc:
+        return {"status": "unsupported", "reason": str(exc)}
+    except Exception as exc:  # a peer's failure is a row, not the end of the sweep
+        return {"status": "error", "reason": _why(exc)}
+    try:
+        timing = time_calls(
+            [p.call for p in prepared], device=device, warmup=options.warmup, repeats=options.repeats
+        )
+    except Exception as exc:
+        return {"status": "error", "reason": f"timing failed: {_why(exc)}"}
+    flops = attention_flops(spec)
+    tflops = flops / (timing.median_ms * 1e-3) / 1e12
+    row: dict[str, Any] = {
+        "status": "ok",
+        "reason": "",
+        "notes": prepared[0].notes,
+        "ms": timing.median_ms,
+        "tflops": tflops,
+        "timing": timing.as_dict(),
+    }
+    if sampler is not None:
+        row["clocks"] = sampler.window(timing.t_start, timing.t_end)
+        row.update(normalised_throughput(tflops, row["clocks"]["sm_mhz_mean"], sampler.max_sm_mhz))
+    if options.check:
+        row["check_rel_l2"] = _check(prepared[0], sets[0], peer.precision, options.check_rows)
+    host = host_overhead(prepared[0].call, device=device, calls=options.host_calls, graph=options.graph)
+    row["host"] = host.as_dict()
+    return row
+
+
+def _check(prepared: Prepared, inputs: Inputs, precision: str, rows: int) -> float | str:
+    """rel L2 error of the last `rows` query rows, batch 0, the q heads of kv head 0, vs float64."""
+    try:
+        out = prepared.output()
+    except Exception as exc:
+        return f"check failed: {_why(exc)}"
+    spec = inputs.spec
+    r = min(rows, spec.seqlen_q)
+    group = spec.heads_q // spec.heads_kv
+    if precision == "fp8":
+        q, k, v = inputs.dequantized()
+    else:
+        q, k, v = inputs.q, inputs.k, inputs.v
+    ref = attention_f64(
+        q[:1, -r:, :group],
+        k[:1, :, :1],
+        v[:1, :, :1],
+        softmax_scale=inputs.softmax_scale,
+        causal=spec.causal,
+        q_row0=spec.seqlen_q - r,
+        seqlen_q_total=spec.seqlen_q,
+    )
+    return errors(out[:1, -r:, :group], ref)["rel_l2"]
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).strip()[:400]}"
+
+
+def ceilings(device: torch.device, *, n: int = 8192, repeats: int = 10) -> dict[str, Any]:
+    """BF16 (torch.matmul) and FP8 (torch._scaled_mm, e4m3fn, BF16 out) GEMM TFLOP/s at n×n×n, random data.
+
+    Random, not zero, operands: zeros run measurably faster on this hardware.  Each entry is a number or
+    the reason it could not be measured.
+    """
+    if device.type != "cuda":
+        return {"note": "no GPU: no GEMM ceilings"}
+    out: dict[str, Any] = {"n": n}
+    gen = torch.Generator(device=device).manual_seed(1234)
+    a = torch.randn(n, n, device=device, generator=gen).bfloat16()
+    b = torch.randn(n, n, device=device, generator=gen).bfloat16()
+    flops = 2.0 * n**3
+    try:
+        t = time_calls([lambda: a @ b], device=device, warmup=3, repeats=repeats)
+        out["bf16_gemm_tflops"] = flops / (t.median_ms * 1e-3) / 1e12
+    except Exception as exc:
+        out["bf16_gemm_tflops"] = f"failed: {_why(exc)}"
+    try:
+        a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+        one = torch.ones((), device=device, dtype=torch.float32)
+
+        def mm() -> torch.Tensor:
+            return torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        t = time_calls([mm], device=device, warmup=3, repeats=repeats)
+        out["fp8_gemm_tflops"] = flops / (t.median_ms * 1e-3) / 1e12
+    except Exception as exc:
+        out["fp8_gemm_tflops"] = f"failed: {_why(exc)}"
+    return out

@@ -1,0 +1,233 @@
+"""THE timer: device events (CUDA/HIP) or the wall clock (CPU), warm-up, median of repeats, rotated inputs.
+
+Every throughput figure of zyfa-bench comes from `time_calls`:
+- warm-up calls first (module load, JIT compiles, cuDNN plan selection stay out of the numbers);
+- then `repeats` calls, each bracketed by its own pair of device events, all enqueued back to back and
+  synchronised once at the end, so the host never stalls the device between calls;
+- the calls cycle over several input sets (one callable per set) so that a small problem cannot be
+  served from the L2 cache by the previous call (`buffer_sets` picks how many);
+- the median is the figure; min, max and the 10th/90th percentiles show the spread.
+
+`host_overhead` measures what a call costs the host in eager mode and under CUDA-graph replay, where the
+launch work is done once at capture.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+
+__all__ = [
+    "GraphUnsupported",
+    "HostOverhead",
+    "Timing",
+    "buffer_sets",
+    "host_overhead",
+    "l2_bytes",
+    "synchronize",
+    "time_calls",
+]
+
+
+@dataclass
+class Timing:
+    """Per-call times of one measured callable, in milliseconds."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    p10_ms: float
+    p90_ms: float
+    repeats: int
+    warmup: int
+    sets: int
+    method: str  # "device-events" or "wall-clock"
+    t_start: float  # time.monotonic() bounds of the timed region (to match clock samples)
+    t_end: float
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        """Fields as a plain dict (for JSON rows)."""
+        return asdict(self)
+
+
+@dataclass
+class HostOverhead:
+    """Host time per call, microseconds: eager launch, and CUDA-graph replay (None where not measurable)."""
+
+    eager_us: float | None
+    graph_us: float | None
+    graph_device_ms: float | None  # device time of one replay (events), comparable with Timing.median_ms
+    graph_error: str | None
+
+    def as_dict(self) -> dict[str, float | str | None]:
+        """Fields as a plain dict (for JSON rows)."""
+        return asdict(self)
+
+
+class GraphUnsupported(RuntimeError):
+    """The callable cannot be captured into a CUDA graph (host syncs, stream mismatch, ...)."""
+
+
+def _is_device(device: torch.device) -> bool:
+    return device.type == "cuda"  # ROCm builds of torch also report "cuda"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all work on `device` (no-op on CPU)."""
+    if _is_device(device):
+        torch.cuda.synchronize(device)
+
+
+def l2_bytes(device: torch.device) -> int:
+    """L2 cache size of the device in bytes (0 for CPU or when torch does not report it)."""
+    if not _is_device(device):
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+
+
+def buffer_sets(bytes_per_set: int, l2: int, *, max_sets: int = 8, factor: int = 4) -> int:
+    """How many input sets to rotate so that one call's inputs were evicted by the calls in between.
+
+    Rotating n sets means each set's bytes were last touched n-1 calls ago; with (n-1)·bytes >= factor·L2
+    nothing of it is left in L2.  One set suffices when a single set already exceeds factor·L2.
+    """
+    if l2 <= 0 or bytes_per_set <= 0:
+        return 1
+    need = 1 + math.ceil(factor * l2 / bytes_per_set)
+    return max(1, min(max_sets, need if bytes_per_set < factor * l2 else 1))
+
+
+def _percentile(sorted_vals: list[float], q: float) -> float:
+    pos = (len(sorted_vals) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def _summarise(times: list[float], warmup: int, sets: int, method: str, t0: float, t1: float) -> Timing:
+    s = sorted(times)
+    return Timing(
+        median_ms=statistics.median(s),
+        min_ms=s[0],
+        max_ms=s[-1],
+        p10_ms=_percentile(s, 0.1),
+        p90_ms=_percentile(s, 0.9),
+        repeats=len(s),
+        warmup=warmup,
+        sets=sets,
+        method=method,
+        t_start=t0,
+        t_end=t1,
+    )
+
+
+def time_calls(
+    calls: Sequence[Callable[[], object]], *, device: torch.device, warmup: int = 3, repeats: int = 20
+) -> Timing:
+    """Median time of one call, cycling over `calls` (one per input set).
+
+    Args:
+        calls: zero-argument callables, each launching exactly the work to be timed on one input set.
+        device: where the work runs: CUDA/HIP devices are timed with events, CPU with the wall clock.
+        warmup: untimed calls first (at least one per set is made anyway, so each set is resident).
+        repeats: timed calls.
+    """
+    if not calls:
+        raise ValueError("time_calls needs at least one callable")
+    if repeats < 1:
+        raise ValueError("repeats must be >= 1")
+    for i in range(max(warmup, len(calls))):
+        calls[i % len(calls)]()
+    synchronize(device)
+    if _is_device(device):
+        return _time_events(calls, device, warmup, repeats)
+    times = []
+    t0 = time.monotonic()
+    for i in range(repeats):
+        start = time.perf_counter()
+        calls[i % len(calls)]()
+        times.append((time.perf_counter() - start) * 1e3)
+    return _summarise(times, warmup, len(calls), "wall-clock", t0, time.monotonic())
+
+
+def _time_events(
+    calls: Sequence[Callable[[], object]], device: torch.device, warmup: int, repeats: int
+) -> Timing:
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    stream = torch.cuda.current_stream(device)
+    t0 = time.monotonic()
+    for i in range(repeats):
+        starts[i].record(stream)
+        calls[i % len(calls)]()
+        ends[i].record(stream)
+    torch.cuda.synchronize(device)
+    t1 = time.monotonic()
+    times = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    return _summarise(times, warmup, len(calls), "device-events", t0, t1)
+
+
+def host_overhead(
+    call: Callable[[], object], *, device: torch.device, calls: int = 20, graph: bool = True
+) -> HostOverhead:
+    """Host microseconds per call in eager mode and under CUDA-graph replay.
+
+    Eager: the wall time of `calls` back-to-back calls without synchronising, divided by `calls` (the
+    device queue is deep enough that the host does not block for these few calls).  Graph: `call` is
+    captured once into a torch.cuda.CUDAGraph; then the host time per replay, and the device time of a
+    replay (events).  A callable that cannot be captured reports why in graph_error.
+    """
+    if not _is_device(device):
+        return HostOverhead(None, None, None, "CPU: no device launches")
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    eager_us = (time.perf_counter() - start) * 1e6 / calls
+    synchronize(device)
+    if not graph:
+        return HostOverhead(eager_us, None, None, "graph replay not requested")
+    try:
+        replay = _capture(call, device)
+    except GraphUnsupported as exc:
+        return HostOverhead(eager_us, None, None, str(exc))
+    synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        replay()
+    graph_us = (time.perf_counter() - start) * 1e6 / calls
+    synchronize(device)
+    timing = time_calls([replay], device=device, warmup=1, repeats=max(3, calls // 2))
+    return HostOverhead(eager_us, graph_us, timing.median_ms, None)
+
+
+def _capture(call: Callable[[], object], device: torch.device) -> Callable[[], object]:
+    """Capture `call` into a CUDA graph (after a warm-up on a side stream, as torch requires)."""
+    try:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            call()
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            call()
+        torch.cuda.synchronize(device)
+    except Exception as exc:  # any failure inside capture means "not graph-safe"
+        # A failed capture can leave the device with a sticky error only in rare driver states;
+        # synchronising here surfaces it at this row rather than the next one.
+        with contextlib.suppress(Exception):  # the first error is the one worth reporting
+            torch.cuda.synchronize(device)
+        raise GraphUnsupported(f"{type(exc).__name__}: {_first_line(exc)}") from exc
+    return graph.replay
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""

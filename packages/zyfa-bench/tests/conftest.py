@@ -1,0 +1,33 @@
+"""Shared fixtures of zyfa-bench's tests (CPU only unless marked gpu)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import fake_zyfa  # noqa: E402
+
+
+@pytest.fixture
+def fake_zyfa_mod(monkeypatch):
+    """The fake `zyfa` module installed for this test."""
+    return fake_zyfa.install(monkeypatch)
+
+
+@pytest.fixture
+def cpu() -> torch.device:
+    return torch.device("cpu")
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA/ROCm device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

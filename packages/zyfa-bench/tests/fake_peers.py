@@ -1,0 +1,345 @@
+"""Mocked peer libraries (cudnn frontend, FlashAttention-4, FlashInfer, AITER, AITER's Triton MHA).
+
+Each mock follows the documented call shape of the real API and computes real attention (float64, via
+`fake_zyfa.dense`) from exactly what it is given, so the adapters' layouts, scale conventions and
+arguments are checked numerically, not only by inspection.  Every mock records its calls.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import torch
+from fake_zyfa import dense
+
+
+def _dequant_bhsd(t: torch.Tensor, attr: object) -> torch.Tensor:
+    """The [b, h, s, d] tensor cuDNN would read: `t`'s storage with the dims/strides the graph declared."""
+    return torch.as_strided(t, attr.dim, attr.stride).double()
+
+
+def cudnn_module(*, refuse: str | None = None) -> types.ModuleType:
+    """A fake `cudnn` (nvidia-cudnn-frontend) pygraph API; refuse="gqa" or "all" makes check_support fail."""
+    mod = types.ModuleType("cudnn")
+    mod.__version__ = "fake"
+    mod.calls = []
+    mod.data_type = types.SimpleNamespace(BFLOAT16="bf16", FLOAT="f32", FP8_E4M3="e4m3")
+    mod.heur_mode = types.SimpleNamespace(A="A", FALLBACK="FALLBACK")
+    mod.backend_version = lambda: 91000
+    mod.create_handle = lambda: "handle"
+    mod.set_stream = lambda handle, stream: mod.calls.append(("set_stream", handle, stream))
+
+    class Attr:
+        def __init__(self, name, dim=None, stride=None, data_type=None):
+            self.name, self.dim, self.stride, self.data_type, self.output = (
+                name,
+                dim,
+                stride,
+                data_type,
+                False,
+            )
+
+        def set_output(self, flag):
+            self.output = flag
+            return self
+
+        def set_dim(self, dim):
+            self.dim = list(dim)
+            return self
+
+        def set_stride(self, stride):
+            self.stride = list(stride)
+            return self
+
+        def set_data_type(self, dt):
+            self.data_type = dt
+            return self
+
+    class Graph:
+        def __init__(self, io_data_type, intermediate_data_type, compute_data_type, handle=None):
+            self.io = io_data_type
+            self.op = None
+            mod.calls.append(("pygraph", io_data_type, intermediate_data_type, compute_data_type))
+
+        def tensor(self, name, dim, stride, data_type):
+            return Attr(name, list(dim), list(stride), data_type)
+
+        def sdpa(
+            self,
+            name,
+            q,
+            k,
+            v,
+            generate_stats,
+            attn_scale,
+            use_causal_mask=False,
+            use_causal_mask_bottom_right=False,
+        ):
+            self.op = dict(
+                kind="sdpa",
+                q=q,
+                k=k,
+                v=v,
+                scale=attn_scale,
+                stats=generate_stats,
+                causal=use_causal_mask or use_causal_mask_bottom_right,
+            )
+            self.o = Attr("o")
+            return self.o, None
+
+        def sdpa_fp8(
+            self,
+            q,
+            k,
+            v,
+            descale_q,
+            descale_k,
+            descale_v,
+            descale_s,
+            scale_s,
+            scale_o,
+            generate_stats,
+            attn_scale,
+            name,
+            use_causal_mask=False,
+            use_causal_mask_bottom_right=False,
+        ):
+            self.op = dict(
+                kind="sdpa_fp8",
+                q=q,
+                k=k,
+                v=v,
+                scale=attn_scale,
+                stats=generate_stats,
+                causal=use_causal_mask or use_causal_mask_bottom_right,
+                scalars=dict(
+                    descale_q=descale_q,
+                    descale_k=descale_k,
+                    descale_v=descale_v,
+                    descale_s=descale_s,
+                    scale_s=scale_s,
+                    scale_o=scale_o,
+                ),
+            )
+            self.o, self.amax_s, self.amax_o = Attr("o"), Attr("amax_s"), Attr("amax_o")
+            return self.o, None, self.amax_s, self.amax_o
+
+        def validate(self):
+            pass
+
+        def build_operation_graph(self):
+            pass
+
+        def create_execution_plans(self, modes):
+            assert modes == ["A", "FALLBACK"]
+
+        def check_support(self):
+            gqa = self.op["q"].dim[1] != self.op["k"].dim[1]
+            if refuse == "all" or (refuse == "gqa" and gqa):
+                raise RuntimeError("[cudnn_frontend] Error: not supported by this fake")
+
+        def build_plans(self):
+            pass
+
+        def get_workspace_size(self):
+            return 64
+
+        def execute(self, pack, workspace, handle=None):
+            op = self.op
+            mod.calls.append(("execute", op["kind"]))
+            q = _dequant_bhsd(pack[op["q"]], op["q"])
+            k = _dequant_bhsd(pack[op["k"]], op["k"])
+            v = _dequant_bhsd(pack[op["v"]], op["v"])
+            if op["kind"] == "sdpa_fp8":
+                sc = {n: float(pack[a].reshape(-1)[0]) for n, a in op["scalars"].items()}
+                q, k, v = q * sc["descale_q"], k * sc["descale_k"], v * sc["descale_v"]
+            o = dense(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), op["scale"], op["causal"])
+            o = o.transpose(1, 2)  # back to [b, h, s, d]
+            if op["kind"] == "sdpa_fp8":
+                o = o * sc["scale_o"]
+                assert float(o.abs().max()) <= 448.0, "scale_o lets the FP8 output overflow"
+            out = pack[self.o]
+            torch.as_strided(out, self.o.dim, self.o.stride).copy_(o.float().to(out.dtype))
+
+    mod.pygraph = Graph
+    return mod
+
+
+def fa4_modules() -> dict[str, types.ModuleType]:
+    """Fake `flash_attn` and `flash_attn.cute` (FlashAttention-4's interface)."""
+    pkg = types.ModuleType("flash_attn")
+    cute = types.ModuleType("flash_attn.cute")
+    cute.__version__ = "fake"
+    cute.calls = []
+
+    def flash_attn_func(
+        q,
+        k,
+        v,
+        softmax_scale=None,
+        causal=False,
+        window_size=(None, None),
+        learnable_sink=None,
+        softcap=0.0,
+        num_splits=1,
+        pack_gqa=None,
+        deterministic=False,
+        return_lse=False,
+    ):
+        cute.calls.append(dict(softmax_scale=softmax_scale, causal=causal, dtype=q.dtype))
+        scale = softmax_scale if softmax_scale is not None else 1 / math.sqrt(q.shape[-1])
+        return dense(q.double(), k.double(), v.double(), scale, causal).to(q.dtype), None
+
+    cute.flash_attn_func = flash_attn_func
+    pkg.cute = cute
+    return {"flash_attn": pkg, "flash_attn.cute": cute}
+
+
+def flashinfer_module() -> types.ModuleType:
+    """Fake `flashinfer` with BatchPrefillWithRaggedKVCacheWrapper (NHD layout, ragged indptr)."""
+    mod = types.ModuleType("flashinfer")
+    mod.__version__ = "fake"
+    mod.calls = []
+
+    class Wrapper:
+        def __init__(self, workspace, kv_layout="NHD"):
+            assert kv_layout == "NHD"
+            self.plan_args = None
+
+        def plan(
+            self,
+            qo_indptr,
+            kv_indptr,
+            num_qo_heads,
+            num_kv_heads,
+            head_dim_qk,
+            head_dim_vo=None,
+            causal=False,
+            sm_scale=None,
+            q_data_type=None,
+            kv_data_type=None,
+        ):
+            self.plan_args = dict(
+                qo=qo_indptr.tolist(),
+                kv=kv_indptr.tolist(),
+                hq=num_qo_heads,
+                hkv=num_kv_heads,
+                dqk=head_dim_qk,
+                dv=head_dim_vo,
+                causal=causal,
+                scale=sm_scale,
+            )
+            mod.calls.append(self.plan_args)
+
+        def run(self, q, k, v):
+            a = self.plan_args
+            outs = []
+            for i in range(len(a["qo"]) - 1):
+                qs, ks = q[a["qo"][i] : a["qo"][i + 1]], k[a["kv"][i] : a["kv"][i + 1]]
+                vs = v[a["kv"][i] : a["kv"][i + 1]]
+                o = dense(qs[None].double(), ks[None].double(), vs[None].double(), a["scale"], a["causal"])[0]
+                outs.append(o)
+            return torch.cat(outs).to(q.dtype)
+
+    mod.BatchPrefillWithRaggedKVCacheWrapper = Wrapper
+    return mod
+
+
+def aiter_modules() -> dict[str, types.ModuleType]:
+    """Fake `aiter` (flash_attn_func, flash_attn_fp8_pertensor_func) and `aiter.ops.triton.mha`."""
+    aiter = types.ModuleType("aiter")
+    ops = types.ModuleType("aiter.ops")
+    triton = types.ModuleType("aiter.ops.triton")
+    mha = types.ModuleType("aiter.ops.triton.mha")
+    aiter.calls, mha.calls = [], []
+
+    def _scale(q, softmax_scale):
+        return softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+
+    def flash_attn_func(
+        q,
+        k,
+        v,
+        dropout_p=0.0,
+        softmax_scale=None,
+        causal=False,
+        window_size=(-1, -1, 0),
+        bias=None,
+        alibi_slopes=None,
+        deterministic=True,
+        return_lse=False,
+        return_attn_probs=False,
+    ):
+        aiter.calls.append(
+            dict(
+                fn="flash_attn_func",
+                dtype=q.dtype,
+                dropout_p=dropout_p,
+                causal=causal,
+                softmax_scale=softmax_scale,
+            )
+        )
+        return dense(q.double(), k.double(), v.double(), _scale(q, softmax_scale), causal).to(q.dtype)
+
+    def flash_attn_fp8_pertensor_func(
+        q, k, v, q_descale, k_descale, v_descale, causal=False, window_size=(-1, -1, 0), softmax_scale=None
+    ):
+        for d in (q_descale, k_descale, v_descale):
+            assert isinstance(d, torch.Tensor) and d.dtype == torch.float32 and d.shape == (1,)
+        assert q.dtype == k.dtype == v.dtype == torch.float8_e4m3fn
+        aiter.calls.append(
+            dict(
+                fn="fp8",
+                causal=causal,
+                softmax_scale=softmax_scale,
+                descales=[float(d) for d in (q_descale, k_descale, v_descale)],
+            )
+        )
+        qd, kd, vd = (x.double() * float(d) for x, d in ((q, q_descale), (k, k_descale), (v, v_descale)))
+        return dense(qd, kd, vd, _scale(q, softmax_scale), causal).bfloat16()
+
+    def triton_func(
+        q,
+        k,
+        v,
+        dropout_p=0.0,
+        softmax_scale=None,
+        causal=False,
+        window_size=(-1, -1),
+        bias=None,
+        alibi_slopes=None,
+        deterministic=True,
+        return_lse=False,
+        return_attn_probs=False,
+    ):
+        mha.calls.append(
+            dict(fn="flash_attn_func", dtype=q.dtype, causal=causal, softmax_scale=softmax_scale)
+        )
+        return dense(q.double(), k.double(), v.double(), _scale(q, softmax_scale), causal).to(q.dtype)
+
+    def triton_fp8(
+        q,
+        k,
+        v,
+        dropout_p=0.0,
+        softmax_scale=None,
+        causal=False,
+        window_size=(-1, -1),
+        alibi_slopes=None,
+        deterministic=False,
+        return_lse=False,
+        return_attn_probs=False,
+    ):
+        assert q.dtype == torch.bfloat16  # high-precision inputs: it quantises internally
+        mha.calls.append(
+            dict(fn="flash_attn_fp8_func", dtype=q.dtype, causal=causal, softmax_scale=softmax_scale)
+        )
+        return dense(q.double(), k.double(), v.double(), _scale(q, softmax_scale), causal).to(q.dtype)
+
+    aiter.flash_attn_func = flash_attn_func
+    aiter.flash_attn_fp8_pertensor_func = flash_attn_fp8_pertensor_func
+    mha.flash_attn_func = triton_func
+    mha.flash_attn_fp8_func = triton_fp8
+    aiter.ops, ops.triton, triton.mha = ops, triton, mha
+    return {"aiter": aiter, "aiter.ops": ops, "aiter.ops.triton": triton, "aiter.ops.triton.mha": mha}

@@ -1,0 +1,225 @@
+"""The command line on CPU: tiny problems through the CPU reference produce valid result files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zyfa_bench.cli import build_parser, main
+from zyfa_bench.flops import attention_flops
+from zyfa_bench.results import load_results
+from zyfa_bench.spec import Spec
+
+TINY = ["--device", "cpu", "--shape", "4x2x32x32,2x2x48x32", "--quiet"]
+
+
+def test_throughput_on_cpu_writes_valid_json(tmp_path, fake_zyfa_mod, capsys):
+    out = tmp_path / "t.json"
+    rc = main(
+        [
+            "throughput",
+            *TINY,
+            "--seqlens",
+            "32,64",
+            "--tokens",
+            "128",
+            "--repeats",
+            "3",
+            "--warmup",
+            "1",
+            "--impl",
+            "zyfa,sdpa-math,cudnn-fp8,fa4-bf16",
+            "--json",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    doc = load_results(out)
+    assert doc["kind"] == "throughput" and doc["device"]["backend"] == "cpu"
+    assert doc["settings"]["repeats"] == 3 and doc["versions"]["zyfa-bench"] == "0.1.0"
+    assert {p["name"] for p in doc["peers"]} == {
+        "zyfa-bf16",
+        "zyfa-fp8-exact",
+        "zyfa-fp8-lean",
+        "sdpa-math",
+        "cudnn-fp8",
+        "fa4-bf16",
+    }
+    rows = doc["rows"]
+    assert len(rows) == 2 * 2 * 6  # 2 shapes x 2 seqlens x 6 implementations
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert {r["impl"] for r in ok} == {"zyfa-bf16", "zyfa-fp8-exact", "zyfa-fp8-lean", "sdpa-math"}
+    for r in ok:
+        spec = Spec(
+            r["batch"], r["seqlen_q"], r["seqlen_k"], r["heads_q"], r["heads_kv"], r["d_qk"], r["d_v"]
+        )
+        assert r["batch"] == 128 // r["seqlen_q"]
+        assert r["flops"] == attention_flops(spec)
+        assert r["tflops"] == pytest.approx(r["flops"] / (r["ms"] * 1e-3) / 1e12)
+        assert r["timing"]["method"] == "wall-clock" and r["timing"]["repeats"] == 3
+        assert r["check_rel_l2"] < 1e-2  # the output slice matches float64
+    skipped = {r["impl"]: r["reason"] for r in rows if r["status"] == "skipped"}
+    assert "nvidia-cudnn-frontend" in skipped["cudnn-fp8"] and "flash-attn-4" in skipped["fa4-bf16"]
+    printed = capsys.readouterr().out
+    assert "TFLOP/s" in printed and "cudnn-fp8: skipped" in printed
+
+
+def test_throughput_time_budget(tmp_path, fake_zyfa_mod):
+    out = tmp_path / "t.json"
+    main(
+        [
+            "throughput",
+            *TINY,
+            "--seqlens",
+            "32",
+            "--tokens",
+            "32",
+            "--impl",
+            "zyfa-bf16",
+            "--time-budget",
+            "0",
+            "--json",
+            str(out),
+        ]
+    )
+    rows = load_results(out)["rows"]
+    assert rows and all(r["status"] == "skipped" and "time budget" in r["reason"] for r in rows)
+
+
+def test_accuracy_on_cpu_writes_valid_json(tmp_path, fake_zyfa_mod, capsys):
+    out = tmp_path / "a.json"
+    rc = main(
+        [
+            "accuracy",
+            "--device",
+            "cpu",
+            "--shape",
+            "4x2x32x32",
+            "--seqlens",
+            "40",
+            "--quiet",
+            "--impl",
+            "zyfa",
+            "--workload",
+            "gaussian,model-like",
+            "--seeds",
+            "2",
+            "--json",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    doc = load_results(out)
+    assert doc["kind"] == "accuracy" and doc["seeds"]["list"] == [0, 1]
+    # 2 workloads x 2 seeds x (1 bf16 + 2 rotations x (2 fp8 + floor))
+    assert len(doc["rows"]) == 2 * 2 * (1 + 2 * 3)
+    assert all(r["status"] == "ok" for r in doc["rows"])
+    assert "rel L2 vs dequant" in capsys.readouterr().out
+
+
+def test_report_command(tmp_path, capsys):
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data"
+    rc = main(
+        [
+            "report",
+            str(data / "throughput_fixture.json"),
+            str(data / "accuracy_fixture.json"),
+            "--out",
+            str(tmp_path),
+            "--print",
+        ]
+    )
+    assert rc == 0
+    assert (tmp_path / "report.md").exists() and (tmp_path / "throughput.png").exists()
+    assert "FP8 d128 GQA vs cuDNN FP8" in capsys.readouterr().out
+
+
+def test_peers_command(capsys, fake_zyfa_mod):
+    assert main(["peers"]) == 0
+    out = capsys.readouterr().out
+    assert "zyfa-fp8-lean" in out and "cudnn-fp8" in out and "aiter-fp8" in out
+
+
+def test_bad_values_exit_2(capsys, fake_zyfa_mod):
+    assert main(["throughput", "--device", "cpu", "--impl", "nope", "--quiet"]) == 2
+    assert "unknown implementation" in capsys.readouterr().err
+    assert main(["throughput", "--device", "cpu", "--shape", "weird", "--quiet"]) == 2
+
+
+@pytest.mark.parametrize("cmd", ["throughput", "accuracy", "clocks", "capture", "report", "peers"])
+def test_help_explains_each_option(cmd, capsys):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices[cmd]
+    for action in sub._actions:
+        assert action.help and len(action.help) > 8, (
+            f"{cmd}: {action.option_strings or action.dest} has no help"
+        )
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args([cmd, "--help"])
+    assert exc.value.code == 0 and "usage: zyfa-bench" in capsys.readouterr().out
+
+
+def test_clocks_on_cpu_without_a_source(tmp_path, fake_zyfa_mod):
+    out = tmp_path / "c.json"
+    rc = main(
+        [
+            "clocks",
+            "--device",
+            "cpu",
+            "--shape",
+            "4x2x32x32",
+            "--seqlen",
+            "32",
+            "--tokens",
+            "64",
+            "--impl",
+            "zyfa-bf16",
+            "--seconds",
+            "0.2",
+            "--source",
+            "none",
+            "--json",
+            str(out),
+            "--quiet",
+        ]
+    )
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    row = doc["rows"][0]
+    assert row["status"] == "ok" and row["tflops"] > 0 and row["clocks"]["samples"] == 0
+    assert doc["clocks"]["source"] == "none"
+
+
+@pytest.mark.gpu
+def test_throughput_on_gpu(tmp_path):
+    out = tmp_path / "g.json"
+    rc = main(
+        [
+            "throughput",
+            "--device",
+            "cuda",
+            "--shape",
+            "32x8x128x128",
+            "--seqlens",
+            "1024",
+            "--tokens",
+            "4096",
+            "--impl",
+            "sdpa-flash,sdpa-efficient",
+            "--precision",
+            "bf16",
+            "--repeats",
+            "5",
+            "--no-ceilings",
+            "--json",
+            str(out),
+            "--quiet",
+        ]
+    )
+    assert rc == 0
+    rows = load_results(out)["rows"]
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert ok and all(r["timing"]["method"] == "device-events" and r["check_rel_l2"] < 2e-2 for r in ok)

@@ -1,0 +1,265 @@
+"""Peers: availability reasons, selection, and every adapter driven through a mocked library.
+
+No GPU and none of the peer libraries are here: the mocks (fake_peers.py) follow the documented APIs and
+compute real attention from what they are handed, so a wrong layout, scale or argument fails numerically.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+from fake_peers import aiter_modules, cudnn_module, fa4_modules, flashinfer_module
+
+from zyfa_bench.accuracy import attention_f64, errors
+from zyfa_bench.inputs import make_inputs
+from zyfa_bench.peers import aiter as aiter_peer
+from zyfa_bench.peers import all_peers, select
+from zyfa_bench.peers import cudnn as cudnn_peer
+from zyfa_bench.peers import fa4 as fa4_peer
+from zyfa_bench.peers import flashinfer as flashinfer_peer
+from zyfa_bench.peers import triton_amd as triton_peer
+from zyfa_bench.peers.base import Unsupported
+from zyfa_bench.spec import Spec
+from zyfa_bench.workloads import Gaussian
+
+CPU = torch.device("cpu")
+GQA = Spec(2, 24, 24, 4, 2, 32, 32)
+MLA = Spec(1, 20, 20, 2, 2, 48, 32)
+
+
+def _inputs(spec, fp8=False, seed=0):
+    return make_inputs(spec, Gaussian(), device=CPU, seed=seed, fp8=fp8)
+
+
+def _ref(inputs, fp8=False):
+    q, k, v = inputs.dequantized() if fp8 else (inputs.q, inputs.k, inputs.v)
+    return attention_f64(q, k, v, softmax_scale=inputs.softmax_scale, causal=inputs.spec.causal)
+
+
+@pytest.fixture
+def no_cuda_stream(monkeypatch):
+    """Adapters bind libraries to torch's current stream; CPU-only torch has none, so give a dummy."""
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: types.SimpleNamespace(cuda_stream=0))
+
+
+# ------------------------------------------------------------------ availability and selection
+@pytest.mark.parametrize(
+    ("peer_name", "module", "hint"),
+    [
+        ("cudnn-bf16", "cudnn", "nvidia-cudnn-frontend"),
+        ("cudnn-fp8", "cudnn", "nvidia-cudnn-frontend"),
+        ("fa4-bf16", "flash_attn.cute", "flash-attn-4"),
+        ("flashinfer-bf16", "flashinfer", "flashinfer-python"),
+        ("aiter-bf16", "aiter", "amd-aiter"),
+        ("aiter-fp8", "aiter", "amd-aiter"),
+        ("triton-amd-bf16", "aiter.ops.triton.mha", "amd-aiter"),
+        ("zyfa-bf16", "zyfa", "import zyfa failed"),
+    ],
+)
+def test_available_names_the_missing_import(monkeypatch, peer_name, module, hint):
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
+    (peer,) = select([peer_name])
+    ok, why = peer.available()
+    assert not ok
+    assert f"import {module} failed" in why and hint in why
+
+
+def test_available_without_a_gpu(monkeypatch, fake_zyfa_mod):
+    monkeypatch.setitem(sys.modules, "cudnn", cudnn_module())
+    for name, mod in fa4_modules().items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert select(["cudnn-bf16"])[0].available() == (False, "cuDNN SDPA needs an NVIDIA GPU (none visible)")
+    assert "NVIDIA GPU" in select(["fa4-bf16"])[0].available()[1]
+    assert not select(["sdpa-flash"])[0].available()[0]
+    assert select(["sdpa-math"])[0].available()[0]
+    ok, why = select(["zyfa-bf16"])[0].available()
+    assert ok and "CPU reference" in why
+    assert select(["flashinfer-fp8"])[0].available() == (
+        False,
+        flashinfer_peer.FlashInferFP8().available()[1],
+    )
+
+
+def test_select():
+    names = [p.name for p in select(["zyfa"])]
+    assert names == ["zyfa-bf16", "zyfa-fp8-exact", "zyfa-fp8-lean"]
+    assert [p.name for p in select(["torch-sdpa"], precisions=("bf16",))] == [
+        "sdpa-flash",
+        "sdpa-cudnn",
+        "sdpa-efficient",
+        "sdpa-math",
+    ]
+    assert len(select(["all"])) == len(all_peers())
+    assert all(p.precision == "fp8" for p in select(["all"], precisions=("fp8",)))
+    with pytest.raises(ValueError, match="unknown implementation"):
+        select(["nope"])
+    assert len({p.name for p in all_peers()}) == len(all_peers())
+
+
+def test_gpu_only_peers_refuse_cpu():
+    for p in all_peers():
+        if p.family in ("zyfa",) or p.name == "sdpa-math":
+            assert p.supports(GQA, CPU)[0]
+        else:
+            assert not p.supports(GQA, CPU)[0]
+
+
+def test_sdpa_math_caps_its_score_matrix():
+    ok, why = select(["sdpa-math"])[0].supports(Spec(1, 65536, 65536, 32, 8, 128, 128), CPU)
+    assert not ok and "GiB" in why
+
+
+# ------------------------------------------------------------------ adapters that run on CPU
+@pytest.mark.parametrize("spec", [GQA, MLA, Spec(1, 8, 20, 2, 1, 16, 16), Spec(1, 20, 8, 2, 1, 16, 16)])
+def test_sdpa_math_matches_reference(spec):
+    inputs = _inputs(spec)
+    prepared = select(["sdpa-math"])[0].prepare(inputs)
+    assert errors(prepared.output(), _ref(inputs))["rel_l2"] < 1e-2
+
+
+def test_zyfa_uniform_run(fake_zyfa_mod):
+    inputs = _inputs(GQA, fp8=True)
+    peer = select(["zyfa-fp8-lean"])[0]
+    out = peer.run(
+        inputs.q8,
+        inputs.k8,
+        inputs.v8,
+        q_descale=inputs.q_descale,
+        k_descale=inputs.k_descale,
+        v_descale=inputs.v_descale,
+    )
+    assert out.dtype == torch.float32 and out.shape == (2, 24, 4, 32)
+    assert errors(out, _ref(inputs, fp8=True))["rel_l2"] < 1e-2
+    assert fake_zyfa_mod.calls[-1]["p_mode"] == "lean"
+    with pytest.raises(ValueError, match="needs FP8 inputs"):
+        peer.prepare(_inputs(GQA))
+
+
+# ------------------------------------------------------------------ NVIDIA adapters, mocked
+@pytest.mark.parametrize("spec", [GQA, MLA, Spec(1, 10, 16, 2, 1, 16, 16)])
+def test_cudnn_bf16_layout_and_numerics(monkeypatch, no_cuda_stream, spec):
+    fake = cudnn_module()
+    monkeypatch.setitem(sys.modules, "cudnn", fake)
+    inputs = _inputs(spec)
+    prepared = cudnn_peer.CudnnBF16().prepare(inputs)
+    assert errors(prepared.output(), _ref(inputs))["rel_l2"] < 1e-2
+    assert ("pygraph", "bf16", "f32", "f32") in fake.calls
+    assert ("set_stream", "handle", 0) in fake.calls  # bound to torch's stream on every call
+
+
+def test_cudnn_fp8_scales_and_fp8_output(monkeypatch, no_cuda_stream, fake_zyfa_mod):
+    monkeypatch.setitem(sys.modules, "cudnn", cudnn_module())
+    inputs = _inputs(GQA, fp8=True)
+    peer = cudnn_peer.CudnnFP8()
+    prepared = peer.prepare(inputs)
+    raw = prepared.call()
+    assert raw.dtype == torch.float8_e4m3fn  # FP8 out: cuDNN's only FP8 contract on Hopper
+    # Dequantised output vs the dequantised-input reference: e4m3 output rounding (~2-3% rel L2).
+    err = errors(prepared.result(raw), _ref(inputs, fp8=True))["rel_l2"]
+    assert 1e-3 < err < 6e-2
+    assert "FP8 output" in peer.note and any("dequantised" in n for n in prepared.notes)
+
+
+def test_cudnn_falls_back_to_expanded_heads(monkeypatch, no_cuda_stream):
+    monkeypatch.setitem(sys.modules, "cudnn", cudnn_module(refuse="gqa"))
+    inputs = _inputs(GQA)
+    prepared = cudnn_peer.CudnnBF16().prepare(inputs)
+    assert any("expanded" in n for n in prepared.notes)
+    assert errors(prepared.output(), _ref(inputs))["rel_l2"] < 1e-2
+
+
+@pytest.mark.parametrize("spec", [GQA, MLA])
+def test_cudnn_refusal_is_unsupported(monkeypatch, no_cuda_stream, spec):
+    monkeypatch.setitem(sys.modules, "cudnn", cudnn_module(refuse="all"))
+    with pytest.raises(Unsupported, match="cuDNN cannot build this graph"):
+        cudnn_peer.CudnnBF16().prepare(_inputs(spec))
+
+
+def test_fa4_adapter(monkeypatch):
+    for name, mod in fa4_modules().items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(fa4_peer, "cuda_capability", lambda: (9, 0))
+    ok, why = fa4_peer.FA4BF16().available()
+    assert ok and "sm90" in why
+    inputs = _inputs(GQA)
+    prepared = fa4_peer.FA4BF16().prepare(inputs)
+    assert errors(prepared.output(), _ref(inputs))["rel_l2"] < 1e-2  # (out, lse) tuple unpacked
+    call = sys.modules["flash_attn.cute"].calls[-1]
+    assert call == {"softmax_scale": inputs.softmax_scale, "causal": True, "dtype": torch.bfloat16}
+    monkeypatch.setattr(fa4_peer, "cuda_capability", lambda: (8, 0))
+    assert "sm80" in fa4_peer.FA4BF16().available()[1]
+
+
+def test_flashinfer_adapter(monkeypatch):
+    fake = flashinfer_module()
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
+    inputs = _inputs(GQA)
+    prepared = flashinfer_peer.FlashInferBF16().prepare(inputs)
+    assert errors(prepared.output(), _ref(inputs))["rel_l2"] < 1e-2
+    plan = fake.calls[-1]
+    assert plan["qo"] == [0, 24, 48] and plan["kv"] == [0, 24, 48]
+    assert (plan["hq"], plan["hkv"], plan["dqk"], plan["dv"], plan["causal"]) == (4, 2, 32, 32, True)
+    assert not flashinfer_peer.FlashInferBF16().supports(Spec(1, 8, 16, 2, 2, 16, 16), torch.device("cuda"))[
+        0
+    ]
+
+
+# ------------------------------------------------------------------ AMD adapters, mocked
+@pytest.fixture
+def fake_aiter(monkeypatch):
+    mods = aiter_modules()
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    for module in (aiter_peer, triton_peer):
+        monkeypatch.setattr(module, "rocm_arch", lambda: "gfx950")
+    return mods
+
+
+def test_aiter_available_and_arch_rules(fake_aiter, monkeypatch):
+    assert aiter_peer.AiterBF16().available() == (True, "aiter on gfx950")
+    assert triton_peer.TritonAmdBF16().available()[0]
+    monkeypatch.setattr(aiter_peer, "rocm_arch", lambda: "gfx942")
+    ok, why = aiter_peer.AiterFP8().supports(GQA, torch.device("cuda"))
+    assert not ok and "e4m3fnuz" in why
+    monkeypatch.setattr(aiter_peer, "rocm_arch", lambda: None)
+    assert "AMD GPU" in aiter_peer.AiterBF16().available()[1]
+
+
+@pytest.mark.parametrize("spec", [GQA, MLA])
+def test_aiter_bf16_and_fp8_calls(fake_aiter, fake_zyfa_mod, spec):
+    inputs = _inputs(spec, fp8=True)
+    out = aiter_peer.AiterBF16().prepare(inputs).output()
+    assert errors(out, _ref(inputs))["rel_l2"] < 1e-2
+    call = fake_aiter["aiter"].calls[-1]
+    assert call == {
+        "fn": "flash_attn_func",
+        "dtype": torch.bfloat16,
+        "dropout_p": 0.0,
+        "causal": True,
+        "softmax_scale": inputs.softmax_scale,
+    }
+    out8 = aiter_peer.AiterFP8().prepare(inputs).output()
+    assert errors(out8, _ref(inputs, fp8=True))["rel_l2"] < 1e-2
+    call = fake_aiter["aiter"].calls[-1]
+    assert call["fn"] == "fp8" and call["descales"] == [inputs.q_descale, inputs.k_descale, inputs.v_descale]
+
+
+def test_triton_amd_calls(fake_aiter, fake_zyfa_mod):
+    inputs = _inputs(GQA, fp8=True)
+    out = triton_peer.TritonAmdBF16().prepare(inputs).output()
+    assert errors(out, _ref(inputs))["rel_l2"] < 1e-2
+    prepared = triton_peer.TritonAmdFP8().prepare(inputs)
+    # Handed the dequantised shared FP8 values (exact in bf16): its output matches their reference.
+    assert errors(prepared.output(), _ref(inputs, fp8=True))["rel_l2"] < 1e-2
+    # validation call + output call of each adapter
+    fns = [c["fn"] for c in fake_aiter["aiter.ops.triton.mha"].calls]
+    assert fns == ["flash_attn_func"] * 2 + ["flash_attn_fp8_func"] * 2
+    assert all(
+        c["causal"] and c["softmax_scale"] == inputs.softmax_scale
+        for c in fake_aiter["aiter.ops.triton.mha"].calls
+    )
+    assert prepared.notes and "re-quantises" in prepared.notes[0]

@@ -1,0 +1,70 @@
+"""Reports from fixture JSON: tables, issue-5 targets, and the two PNG figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zyfa_bench.report import build_report, summary_text, write_report
+
+DATA = Path(__file__).parent / "data"
+FILES = [DATA / "throughput_fixture.json", DATA / "accuracy_fixture.json"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _target(text: str, name: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(f"| {name} |"))
+
+
+def test_targets_are_computed_from_the_rows():
+    text, rows, ceilings = build_report(FILES)
+    assert ceilings["fp8_gemm_tflops"] == 1234.0
+    # Fixture at 16K: zyfa-fp8-exact 1050, cudnn-fp8 885, FP8 GEMM 1234, zyfa-bf16 600, fa4 632.
+    assert "1.19×" in _target(text, "FP8 d128 GQA vs cuDNN FP8 (FP8 out)") and "| met |" in _target(
+        text, "FP8 d128 GQA vs cuDNN FP8 (FP8 out)"
+    )
+    assert "0.85×" in _target(text, "FP8 d128 GQA vs FP8 GEMM ceiling")
+    assert "MISSED" in _target(text, "BF16 d128 GQA vs FlashAttention-4")
+    assert "1.43×" in _target(text, "FP8 192/128 vs cuDNN FP8 (FP8 out)")
+    assert "1.75×" in _target(text, "ZYFA FP8 / ZYFA BF16, d128 GQA")
+    assert "MISSED" in _target(text, "ZYFA FP8 / ZYFA BF16, 192/128")
+
+
+def test_pivot_and_details():
+    text, _, _ = build_report(FILES)
+    assert "### gqa128, FP8 — TFLOP/s (causal FLOPs)" in text
+    pivot = text.split("### gqa128, FP8")[1].split("###")[0]
+    line16k = next(line for line in pivot.splitlines() if line.startswith("| 16384 |"))
+    assert "| 1050.0 |" in line16k and "1.19×" in line16k  # zyfa / best peer (cudnn-fp8)
+    assert "unsupported: sdpa-flash: No available kernel." in text  # failures are shown, not dropped
+    assert "## Accuracy" in text and "exact-attention-on-fp8-inputs" in text
+    assert "Not measured" in text and "fa4-bf16" in text
+
+
+def test_accuracy_medians_and_ranges():
+    text, _, _ = build_report([DATA / "accuracy_fixture.json"])
+    line = next(ln for ln in text.splitlines() if ln.startswith("| gaussian | cudnn-fp8 | off |"))
+    assert "0.0335 (0.033–0.034)" in line and line.endswith("| 2 |")
+
+
+def test_write_report_makes_two_pngs(tmp_path):
+    written = write_report(FILES, tmp_path)
+    assert set(written) == {"markdown", "throughput_png", "accuracy_png"}
+    for key in ("throughput_png", "accuracy_png"):
+        data = written[key].read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 10_000
+    md = written["markdown"].read_text()
+    assert "![throughput](throughput.png)" in md and "![accuracy](accuracy.png)" in md
+
+
+def test_summary_text_is_short():
+    text = summary_text(FILES)
+    assert "Throughput details" not in text and "FP8 d128 GQA vs cuDNN FP8" in text
+
+
+def test_report_rejects_non_results(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError):
+        build_report([bad])

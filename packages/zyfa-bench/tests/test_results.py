@@ -1,0 +1,47 @@
+"""Result files: schema, atomic rewrites after each row, JSON-safe values, environment capture."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from zyfa_bench.results import SCHEMA, ResultWriter, environment, load_results, versions
+
+
+def test_writer_rewrites_after_each_row(tmp_path):
+    path = tmp_path / "sub" / "r.json"
+    w = ResultWriter(path, "throughput", {"device": {"name": "x"}})
+    assert load_results(path)["rows"] == []
+    w.add({"impl": "a", "tflops": 1.5, "bad": float("nan"), "inf": float("inf"), "t": torch.tensor([1, 2])})
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == SCHEMA and doc["kind"] == "throughput"
+    assert doc["rows"][0] == {"impl": "a", "tflops": 1.5, "bad": "nan", "inf": "inf", "t": [1, 2]}
+    w.set("ceilings", {"fp8_gemm_tflops": 1234.0})
+    assert load_results(path)["ceilings"]["fp8_gemm_tflops"] == 1234.0
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_writer_in_memory():
+    w = ResultWriter(None, "accuracy", {})
+    w.add({"x": 1})
+    assert w.rows == [{"x": 1}]
+
+
+def test_load_rejects_foreign_files(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"schema": "other", "kind": "throughput"}))
+    with pytest.raises(ValueError, match="schema"):
+        load_results(p)
+    p.write_text(json.dumps({"schema": SCHEMA, "kind": "weird"}))
+    with pytest.raises(ValueError, match="kind"):
+        load_results(p)
+
+
+def test_environment_names_versions_and_device():
+    env = environment(torch.device("cpu"))
+    assert env["device"]["backend"] == "cpu"
+    assert env["versions"]["zyfa-bench"] == "0.1.0" and env["versions"]["torch"]
+    assert "flash-attn-4" in env["versions"] and "nvidia-cudnn-frontend" in versions()
+    assert "torch" in {k.lower() for k in env["packages"]}
