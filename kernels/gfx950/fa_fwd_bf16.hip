@@ -20,8 +20,9 @@
 // rescale by alpha is per lane. Registers: Q d_qk/4 VGPRs, O d_v/2 (64) VGPRs, S 16 VGPRs.
 //
 // Requirements checked by the launcher: d_qk == ZYFA_D_QK, d_v == ZYFA_D_V (the kernel writes
-// nothing otherwise); q/k/v/out rows start 16-byte aligned (base pointers 16-byte aligned, seq and
-// head strides multiples of 8 elements); heads_q % heads_kv == 0.
+// nothing otherwise); q, k and out rows 16-byte aligned (base pointers 16-byte aligned, batch, seq
+// and head strides multiples of 8 elements: 16-byte loads, 8-byte stores; v is read 2 bytes at a
+// time); heads_q % heads_kv == 0. Rows with no visible key write 0 and lse = +inf.
 #include "abi/zyfa_abi.h"
 
 // The contract fixes each rounding step (t = S * C, then t - m, then exp2; l * alpha, then + sum);
