@@ -213,7 +213,8 @@ def test_dispatch_bf16_fills_args(core, noncontig):
 @pytest.mark.parametrize("p_mode", [None, "exact", "lean"])
 def test_dispatch_fp8_fills_args(core, p_mode):
     q, k, v = make_qkv(1, 64, 80, 8, 2, 192, 128, seed=10)
-    q8, k8, v8, ds = quantize3(q, k, v)
+    q8, k8, v8, ds = quantize3(q, k * 16, v / 16)  # three different descales
+    assert len(set(ds)) == 3
     core.inputs = (q8, k8, v8)
     t = [torch.tensor(d) for d in ds]  # tensor descales become floats before the op
     out = zyfa.flash_attn_func(
