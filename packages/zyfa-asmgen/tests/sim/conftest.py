@@ -62,3 +62,16 @@ def hip(hip_cache: Path):
         return compile_hip(KERNELS / f"{name}.hip", defines, hip_cache)
 
     return compile_
+
+
+@pytest.fixture(scope="session")
+def hip_src(hip_cache: Path):
+    """compile(path relative to the repository, **defines) -> assembly text."""
+
+    def compile_(rel: str, **defines: int | str) -> str:
+        src = REPO / rel
+        if not src.exists():
+            pytest.skip(f"{src} not found")
+        return compile_hip(src, defines, hip_cache)
+
+    return compile_

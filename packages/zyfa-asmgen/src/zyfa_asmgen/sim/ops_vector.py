@@ -1004,15 +1004,11 @@ def _pk_f32(inst: Instruction, ctx: Ctx) -> Op:
             hi_in.append(b)
         outs = []
         for ins in (lo_in, hi_in):
-            if name == "v_pk_fma_f32":
-                r = fma_f32(*ins)
-            elif name == "v_pk_mul_f32":
-                r = (ins[0] * ins[1]).astype(F32)
-            elif name == "v_pk_add_f32":
-                r = (ins[0] + ins[1]).astype(F32)
-            else:
-                r = None
-            outs.append(r)
+            if name == "v_pk_mov_b32":
+                outs.append(None)
+                continue
+            with np.errstate(**_ERR):
+                outs.append(_pk_compute(name, ins))
         if name == "v_pk_mov_b32":
             outs = [lo_in[0], hi_in[1]]
         arr = w.vfile(file)
@@ -1024,6 +1020,14 @@ def _pk_f32(inst: Instruction, ctx: Ctx) -> Op:
 
     reads = tuple((r[0], r[1], 2) for r in (reg_of(s) for s in srcs) if r)
     return Op(fn, "valu", inst, reads, ((file, didx, 2),))
+
+
+def _pk_compute(name: str, ins: list) -> np.ndarray:
+    if name == "v_pk_fma_f32":
+        return fma_f32(*ins)
+    if name == "v_pk_mul_f32":
+        return (ins[0] * ins[1]).astype(F32)
+    return (ins[0] + ins[1]).astype(F32)
 
 
 # ---- conversions to bf16 / f16 / fp8 / u8 -------------------------------------------------------
