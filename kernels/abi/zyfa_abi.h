@@ -16,7 +16,17 @@
 #ifndef ZYFA_ABI_H
 #define ZYFA_ABI_H
 
+#if defined(__HIP_DEVICE_COMPILE__) || defined(__AMDGCN__)
+/* amdgcn device code is compiled with -nogpulib -nogpuinc, and the pinned ziglang clang ships no
+ * builtin headers, so <stdint.h> exists only if the host has libc headers. The compiler's own type
+ * macros name the same types (a repeated identical typedef is fine where stdint.h was included). */
+typedef __INT32_TYPE__ int32_t;
+typedef __UINT32_TYPE__ uint32_t;
+typedef __INT64_TYPE__ int64_t;
+typedef __UINT64_TYPE__ uint64_t;
+#else
 #include <stdint.h>
+#endif
 
 /* 1: first layout (2026-12-01). */
 #define ZYFA_ABI_VERSION 1
