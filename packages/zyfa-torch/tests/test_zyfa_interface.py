@@ -241,3 +241,18 @@ def test_p_mode_and_scale_rules():
     for scale in (float("inf"), float("nan"), "0.1", True):
         with pytest.raises(ValueError, match="softmax_scale"):
             zyfa.flash_attn_func(q, k, v, softmax_scale=scale, causal=True)
+
+
+def test_torch_compile_fullgraph():
+    """flash_attn_func traces into one graph (validation on FakeTensors, the op through its fake impl)."""
+    q, k, v = make_qkv(1, 64, 80, 2, 1, seed=8)
+    q8, k8, v8, ds = quantize3(q, k, v)
+
+    def fn(q, k, v, q8, k8, v8):
+        out, lse, _ = zyfa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        kw = {"q_descale": ds[0], "k_descale": ds[1], "v_descale": ds[2], "p_mode": "lean"}
+        return out, lse, zyfa.flash_attn_func(q8, k8, v8, causal=True, **kw)
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    for got, want in zip(compiled(q, k, v, q8, k8, v8), fn(q, k, v, q8, k8, v8), strict=True):
+        assert torch.equal(got, want)
