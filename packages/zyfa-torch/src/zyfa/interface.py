@@ -52,6 +52,8 @@ def flash_attn_func(
     Returns:
         out: torch.bfloat16 [batch, seqlen_q, heads_q, d_v]; with return_attn_probs=True the tuple
         (out, lse, None), lse float32 [batch, heads_q, seqlen_q] (natural log of the scaled scores).
+        In FP8 mode lse comes from the sum of the e4m3-rounded P (the kernels' row sum), so it is
+        within about ln(1 + 2^-4) (exact P) or 0.1 (lean P) of the exact log-sum-exp.
 
     CPU tensors run `zyfa.reference.attention` (block_n 64); CUDA/ROCm tensors run the zyfa_core kernel
     selected for (device arch, dtype, d_qk, d_v, causal, p_mode). The op is forward-only.
