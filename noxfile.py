@@ -20,10 +20,16 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 import nox
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # nox's own dependencies bring tomli on 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent
 nox.options.reuse_venv = "yes"
@@ -35,7 +41,12 @@ PACKAGES = ("zyfa-asmgen", "zyfa-core", "zyfa-torch", "zyfa-bench")
 # A plain PyPI pin: on this project's machines pip takes the CPU wheel that lies on disk; elsewhere
 # PyPI serves the CUDA build for Linux x86_64 (about 2.7 GB with its nvidia-* wheels).
 TORCH = "torch==2.13.0"
-TEST_DEPS = ("pytest==9.0.3", "hypothesis==6.155.2")
+# Pins for what the packages' own "test" extras ask for by range, plus PyYAML, which the simulator's
+# YAML-subset test compares against.
+TEST_DEPS = ("pytest==9.0.3", "hypothesis==6.155.2", "PyYAML==6.0.3")
+# Extras the tests session installs where a package defines them (test deps, the pinned assembler,
+# safetensors for captured workloads).
+TEST_EXTRAS = ("test", "asm", "captured")
 LINT_DEPS = ("ruff==0.17.6",)
 TEST_DIRS_EXTRA = ("kernels/tools/tests",)
 SKIP_KERNELS_ENV = "ZYFA_SKIP_KERNELS"
@@ -88,10 +99,11 @@ def _fingerprint(requirements: list[str], env: dict[str, str]) -> str:
     """Hash the install request plus the contents of the requirement files and local packages it names
     (and kernels/, which the zyfa-core build compiles): a venv is refreshed exactly when these change."""
     digest = hashlib.sha256(json.dumps([requirements, sorted(env.items())]).encode())
-    local = [ROOT / r for r in requirements if (ROOT / r).is_dir()]
+    paths = [ROOT / r.split("[")[0] for r in requirements]  # 'packages/zyfa-torch[test]' -> its dir
+    local = [p for p in paths if p.is_dir()]
     if any(p.name == "zyfa-core" for p in local):
         local.append(ROOT / "kernels")
-    files = [ROOT / r for r in requirements if (ROOT / r).is_file()]  # e.g. -r docs/requirements.txt
+    files = [p for p in paths if p.is_file()]  # e.g. -r docs/requirements.txt
     for f in files + _tree_files(local):
         digest.update(str(f.relative_to(ROOT)).encode())
         digest.update(f.read_bytes())
@@ -113,12 +125,18 @@ def install(session: nox.Session, requirements: list[str], env: dict[str, str] |
     stamp.write_text(fingerprint)
 
 
-def package_dirs() -> list[str]:
-    """Relative paths of the four packages; every one must exist (a missing one is an error)."""
+def package_dirs(extras: Iterable[str] = ()) -> list[str]:
+    """pip requirements for the four local packages, each with those of `extras` it defines
+    (e.g. 'packages/zyfa-torch[test]'); every package must exist (a missing one is an error)."""
     missing = [p for p in PACKAGES if not (ROOT / "packages" / p / "pyproject.toml").is_file()]
     if missing:
         raise RuntimeError(f"packages without a pyproject.toml: {', '.join(missing)}")
-    return [f"packages/{p}" for p in PACKAGES]
+    reqs = []
+    for name in PACKAGES:
+        project = tomllib.loads((ROOT / "packages" / name / "pyproject.toml").read_text())["project"]
+        have = [e for e in extras if e in project.get("optional-dependencies", {})]
+        reqs.append(f"packages/{name}" + (f"[{','.join(have)}]" if have else ""))
+    return reqs
 
 
 def kernel_build_env(session: nox.Session, build_kernels: bool) -> dict[str, str]:
@@ -150,15 +168,26 @@ def tests(session: nox.Session) -> None:
         TORCH,
         *TEST_DEPS,
         pip_pin("ziglang"),
-        *package_dirs(),
+        *package_dirs(TEST_EXTRAS),
     ]
     install(session, requirements, env=kernel_build_env(session, build_kernels=False))
     test_dirs = [f"packages/{p}/tests" for p in PACKAGES] + list(TEST_DIRS_EXTRA)
     missing = [d for d in test_dirs if not (ROOT / d).is_dir()]
     if missing:
         session.error(f"test directories missing: {', '.join(missing)}")
-    # importlib mode: test files in different packages may share a basename.
-    session.run("pytest", "--import-mode=importlib", "-ra", *test_dirs, *session.posargs)
+    # One run over every package: importlib mode, because test files of different packages share
+    # basenames (test_cli.py, test_abi.py). That mode puts no test dir on sys.path, so PYTHONPATH
+    # does, for helper modules (zyfa_testutil, kernel_build_testlib...); their names must be unique
+    # across packages, and no test may import `conftest` by name (there are several).
+    pythonpath = os.pathsep.join([*(str(ROOT / d) for d in test_dirs), os.environ.get("PYTHONPATH", "")])
+    session.run(
+        "pytest",
+        "--import-mode=importlib",
+        "-ra",
+        *test_dirs,
+        *session.posargs,
+        env={"PYTHONPATH": pythonpath.rstrip(os.pathsep)},
+    )
 
 
 @nox.session
