@@ -244,9 +244,13 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Run zyfa-bench on the GPU; without one, print why and exit 0.  Args go to zyfa-bench."""
+    """Run zyfa-bench on the GPU; without one, print why and exit 0.
+
+    Default: ZYFA's own kernels, throughput at the default shapes, JSON into .nox/bench-throughput.json.
+    Args replace that: `nox -s bench -- accuracy --device cuda --impl all`."""
     gpu = gpu_present()
     if gpu is None:
         session.skip("bench needs a GPU (no /dev/nvidiactl or /dev/kfd here); nothing measured")
     install(session, [TORCH, *package_dirs()], env=kernel_build_env(session, build_kernels=True))
-    session.run("zyfa-bench", *(session.posargs or ["--help"]))
+    default = ["throughput", "--device", "cuda", "--impl", "zyfa", "--json", ".nox/bench-throughput.json"]
+    session.run("zyfa-bench", *(session.posargs or default))
