@@ -118,7 +118,9 @@ def test_fp8_matches_dense_f64(shape, causal, p_mode):
 )
 def test_matches_rowwise_transcription(shape, causal, dtype, p_mode):
     """Same numerics as a literal per-row numpy/ml_dtypes transcription: equal up to fp32 summation order."""
-    rowwise = pytest.importorskip("zyfa_rowwise")
+    pytest.importorskip("ml_dtypes")  # the transcription's independent bf16/e4m3 roundings
+    import zyfa_rowwise as rowwise
+
     b, sq, sk, hq, hkv, dqk, dv, bn = shape
     q, k, v = make_qkv(b, sq, sk, hq, hkv, dqk, dv, seed=7, q_scale=2.0)
     ds = (1.0, 1.0, 1.0)
@@ -189,8 +191,8 @@ def test_rounded_row_sum_beats_unrounded(p_mode, vmean):
     sum of the unrounded exp2 values, on every seed and on average. With a non-zero mean in v the
     common-mode error dominates and the gain is large."""
     ratios = []
-    for seed in range(6):
-        q, k, v = make_qkv(1, 192, 192, 4, 4, seed=100 + seed, q_scale=1.5)
+    for seed in range(4):
+        q, k, v = make_qkv(1, 160, 160, 4, 4, seed=100 + seed, q_scale=1.5)
         q8, k8, v8, ds = quantize3(q, k, v + vmean)
         ref, _ = R.attention_dense_f64(q8, k8, v8, None, True, *ds)
         errs = [
