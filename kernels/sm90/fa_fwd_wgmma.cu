@@ -1,0 +1,820 @@
+/* ZYFA sm90a warp-specialised ("ws") causal-prefill attention forward: BF16, and FP8 (e4m3fn in,
+ * BF16 out), built on wgmma (HGMMA / QGMMA in SASS). Same ABI, launch contract and numerics contract
+ * as fa_fwd_simple.cu (see there and /tmp-free docs: DESIGN.md "Numerics of the FP8 path"):
+ * online softmax in base 2 over KV blocks of ZYFA_TILE_N keys in increasing order; BF16: P rounded
+ * to bf16 for P.V, row sum of the fp32 p; FP8: P scaled by 2^8, exact (exp2 + RNE/satfinite) or
+ * lean (one FMA to the e4m3 code), row sum of the e4m3-rounded values; out = acc / l * v_descale.
+ *
+ * Block structure (FA3-class; grid (ceil(seqlen_q / 128), heads_q, batch), 384 threads):
+ *   warpgroup 0  producer: loads Q once, then K_j and V_j for every visible KV block into a ring of
+ *                kStages shared-memory stages; setmaxnreg.dec to kProducerRegs.
+ *   warpgroups 1, 2  consumers: 64 query rows each (tile_m = 128); setmaxnreg.inc to kConsumerRegs.
+ *                S = Q K^T with wgmma SS (A = Q, B = K, both K-major in smem), O += P V with wgmma RS
+ *                (A = P from registers, straight from the S accumulators).
+ * Loads: the ABI passes raw pointers and strides, and a tensor map can only be built on the host,
+ *   so TMA tensor copies are out; 1D cp.async.bulk cannot write the 128-byte swizzle that wgmma
+ *   wants (it copies contiguous bytes). So the producer warpgroup issues plain 16-byte cp.async
+ *   (zero-fill past seqlen) straight into the swizzled layout and signals a full-mbarrier with
+ *   cp.async.mbarrier.arrive.noinc (one arrival per producer thread, counted at init). Consumers
+ *   wait on it, then fence.proxy.async (cp.async writes are generic-proxy, wgmma reads are
+ *   async-proxy). Strides or base pointers that are not 16-byte aligned take a byte-load path
+ *   (uniform per launch) with st.shared + fence.proxy.async + mbarrier.arrive.
+ * FP8 V: wgmma takes 8-bit B only K-major, i.e. V^T. The producer loads V rows with 16-byte global
+ *   loads, byte-transposes them in registers (prmt) and stores Vt[d][key] into the swizzled layout,
+ *   permuting keys inside each 16-key group (position 16h + 4t + i <- key 16h + 2t + (i&1) +
+ *   8(i>>1)) so that the RS A fragment of P.V is exactly the bytes a lane holds from its own S
+ *   accumulators (a permutation of the keys applied to both P and V leaves P.V unchanged).
+ * Pipelines: separate K and V rings (full + empty mbarrier per stage), so K_{j+1} is released as
+ *   soon as S_{j+1} is computed while V_j is still being read.
+ * Intra-warpgroup overlap (FA3): iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
+ *   wgmma groups, waits for the first only, runs the softmax of S_j while P_{j-1} V_{j-1} runs, then
+ *   waits for it and rescales O. ZYFA_WS_OVERLAP=0 waits for each group at once (debug).
+ * Ping-pong (FA3): the two consumer warpgroups take turns issuing their wgmmas (named barriers 1
+ *   and 2), so one runs its softmax while the other's GEMMs occupy the tensor cores.
+ *   ZYFA_WS_PINGPONG=0 turns it off (debug).
+ * Causal blocks wholly past the tile's last row are never loaded; per-element masks only in blocks
+ *   that cross the diagonal or seqlen_k. blockIdx.x is mapped to q tiles in reverse, so the
+ *   longest causal rows of a head start first (the grid rule itself is unchanged).
+ * Shared-memory layout (all tiles 1024-byte aligned; the 128B swizzle: 16-byte chunk c of row r
+ *   lives at chunk c ^ (r & 7) of a 128-byte row; wider rows are split into 128-byte column regions
+ *   stored one after another, each rows x 128 bytes):
+ *     Q     kTileM rows x kQkRowBytes               (regions of 128 rows x 128 B)
+ *     K[s]  kTileN rows x kQkRowBytes, s < kStages  (K-major B of S = Q K^T)
+ *     V[s]  bf16: kTileN key rows x 256 B  (MN-major B of O = P V, wgmma transpose flag)
+ *           e4m3: Vt kDV rows x kTileN key bytes (K-major B)
+ *     mbarriers (128 B), plus 1024 B of slack to align the base at run time.
+ * No atomics: deterministic.
+ *
+ * Build macros: ZYFA_KERNEL_NAME, ZYFA_DTYPE_E4M3, ZYFA_D_QK, ZYFA_D_V, ZYFA_TILE_M (128),
+ * ZYFA_TILE_N (128), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
+ * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_HANG_TRAP (tests: trap instead of hanging on a barrier).
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <stdint.h>
+
+#include "abi/zyfa_abi.h"
+
+#if !defined(ZYFA_KERNEL_NAME) || !defined(ZYFA_DTYPE_E4M3) || !defined(ZYFA_D_QK) || \
+    !defined(ZYFA_D_V) || !defined(ZYFA_TILE_M) || !defined(ZYFA_TILE_N) ||              \
+    !defined(ZYFA_THREADS) || !defined(ZYFA_SMEM_BYTES) || !defined(ZYFA_LEAN_P)
+#error "fa_fwd_wgmma.cu needs -DZYFA_KERNEL_NAME, ZYFA_DTYPE_E4M3, ZYFA_D_QK, ZYFA_D_V, ZYFA_TILE_M, ZYFA_TILE_N, ZYFA_THREADS, ZYFA_SMEM_BYTES, ZYFA_LEAN_P"
+#endif
+#ifndef ZYFA_WS_OVERLAP
+#define ZYFA_WS_OVERLAP 1
+#endif
+#ifndef ZYFA_WS_PINGPONG
+#define ZYFA_WS_PINGPONG 1
+#endif
+#ifndef ZYFA_WS_HANG_TRAP
+#define ZYFA_WS_HANG_TRAP 0
+#endif
+
+namespace zyfa_sm90_ws {
+
+constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
+constexpr bool kLeanP = ZYFA_LEAN_P != 0;
+constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
+constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
+constexpr int kDQk = ZYFA_D_QK;
+constexpr int kDV = ZYFA_D_V;
+constexpr int kTileM = ZYFA_TILE_M;
+constexpr int kTileN = ZYFA_TILE_N;
+constexpr int kThreads = ZYFA_THREADS;
+constexpr int kESize = kFp8 ? 1 : 2;              // bytes per q/k/v element
+constexpr int kQkRowBytes = kDQk * kESize;        // one q/k row in global memory
+constexpr int kVRowBytes = kDV * kESize;
+constexpr int kQkChunks = kQkRowBytes / 16;       // 16-byte chunks per q/k row
+constexpr int kVChunks = kVRowBytes / 16;
+constexpr int kQkRegions = (kQkRowBytes + 127) / 128;  // 128-byte column regions per q/k row
+constexpr int kQkSteps = kQkRowBytes / 32;        // wgmma k-steps of S (32 bytes: k16 bf16 / k32 e4m3)
+constexpr int kPvSteps = kTileN * kESize / 32;    // wgmma k-steps of O (keys)
+constexpr int kStages = kFp8 ? 3 : 2;             // K and V ring depth
+constexpr int kQBytes = kQkRegions * kTileM * 128;
+constexpr int kKStageBytes = kQkRegions * kTileN * 128;
+constexpr int kVStageBytes = kDV * kTileN * kESize;  // bf16: 2 regions x 128 keys x 128 B; e4m3: 128 d x 128 B
+constexpr int kBarrierBytes = 128;
+constexpr int kAlignSlack = 1024;
+constexpr int kSmemBytes = kQBytes + kStages * (kKStageBytes + kVStageBytes) + kBarrierBytes + kAlignSlack;
+constexpr int kProducerRegs = 56;  // 128 x P + 256 x C <= 168 x 384 (the launch allocation)
+constexpr int kConsumerRegs = 224;
+constexpr int kPRegs = kFp8 ? 16 : 32;            // packed P of one 64 x 128 block per thread
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kPShift = kFp8 ? 8.0f : 0.0f;     // FP8: row max lands at 2^8 (contract SHIFT)
+
+static_assert(ZYFA_DTYPE_E4M3 == 0 || ZYFA_DTYPE_E4M3 == 1, "ZYFA_DTYPE_E4M3 must be 0 or 1");
+static_assert(ZYFA_LEAN_P == 0 || ZYFA_LEAN_P == 1, "ZYFA_LEAN_P must be 0 or 1");
+static_assert(!kLeanP || kFp8, "lean P is an FP8-only mode");
+static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");
+static_assert(kTileN == 128, "S is one m64n128 wgmma accumulator; e4m3 Vt rows are one 128-byte swizzle row");
+static_assert(kDV == 128, "O is one m64n128 wgmma accumulator");
+static_assert(kQkRowBytes % 32 == 0 && kDQk <= 256, "d_qk * element size must be a multiple of 32 bytes");
+static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384, "setmaxnreg budget exceeds the launch allocation");
+static_assert(kSmemBytes == ZYFA_SMEM_BYTES,
+              "ZYFA_SMEM_BYTES (variants.bzl smem_bytes) must equal this kernel's shared-memory layout");
+static_assert(kSmemBytes <= 227 * 1024, "shared memory layout exceeds the sm_90 per-block limit");
+static_assert((1 + 4 * kStages) * 8 <= kBarrierBytes, "mbarriers do not fit their area");
+
+// ---------------------------------------------------------------------------------------------
+// PTX wrappers: shared memory, mbarriers, cp.async, fences, named barriers, setmaxnreg.
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0u;
+}
+
+// Wait until the phase of `bar` with this parity has completed (acquire). A fresh barrier counts
+// as having completed the phase of parity 1, so producers start at parity 1 on empty barriers.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if ZYFA_WS_HANG_TRAP
+  const long long t0 = clock64();
+  while (!mbar_try_wait(bar, parity)) {
+    if (clock64() - t0 > (1ll << 32)) {  // ~2 s: a protocol bug, not a slow load
+      printf("zyfa ws: mbarrier wait timed out (block %d %d %d thread %d bar 0x%x parity %u)\n", blockIdx.x,
+             blockIdx.y, blockIdx.z, threadIdx.x, bar, parity);
+      __trap();
+    }
+  }
+#else
+  while (!mbar_try_wait(bar, parity)) {
+  }
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Arrive on `bar` once this thread's earlier cp.async copies have landed (no pending-count change).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Generic-proxy shared-memory writes -> visible to the async proxy (wgmma operand reads).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma: descriptors, m64n128 instructions (fp32 accumulators d[64] per thread), fences.
+//
+// Accumulator layout (per warp w of the warpgroup: rows 16w..16w+15; g = lane / 4, t = lane % 4):
+//   d[4j + e] = D[16w + g + 8 (e >> 1)][8j + 2t + (e & 1)],  j = 0..15.
+// RS A fragment (per warp: 16 rows x 32 bytes of K): a0 = (row g, bytes 4t..4t+3 of the k-step),
+// a1 = (row g + 8, same), a2 = (row g, bytes 16 + 4t..), a3 = (row g + 8, bytes 16 + 4t..); for
+// bf16 that is k = 2t, 2t+1 / 8 + 2t, 9 + 2t (the mma.sync m16n8k16 A layout).
+
+// Shared-memory matrix descriptor, 128B swizzle. K-major operands: SBO = 1024 (8 rows of 128 B),
+// LBO unused (1). MN-major (bf16 V): LBO = stride between 64-element MN regions, SBO = 1024
+// (8 keys of 128 B).
+__device__ __forceinline__ uint64_t make_desc(uint32_t saddr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return static_cast<uint64_t>((saddr & 0x3ffffu) >> 4) | (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3fffu) << 16) |
+         (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3fffu) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving reads/writes of wgmma registers across wgmma issue/wait points.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+#define ZYFA_D64                                                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
+  "%62, %63}"
+#define ZYFA_ACC8(i) \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define ZYFA_ACC64 \
+  ZYFA_ACC8(0), ZYFA_ACC8(8), ZYFA_ACC8(16), ZYFA_ACC8(24), ZYFA_ACC8(32), ZYFA_ACC8(40), ZYFA_ACC8(48), ZYFA_ACC8(56)
+
+// D (+)= A B, A and B from shared memory, both K-major; scale_d = 0 overwrites D.
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+  if constexpr (kFp8) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", %64, %65, p, 1, 1;\n}\n"
+        : ZYFA_ACC64
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ZYFA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : ZYFA_ACC64
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+}
+
+// D += A B, A from registers (a0..a3, see above); B from shared memory: bf16 MN-major (transpose
+// flag set), e4m3 K-major (8-bit B has no transpose).
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint64_t desc_b) {
+  if constexpr (kFp8) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : ZYFA_ACC64
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1u));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : ZYFA_ACC64
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1u));
+  }
+}
+
+#undef ZYFA_ACC64
+#undef ZYFA_ACC8
+#undef ZYFA_D64
+
+// ---------------------------------------------------------------------------------------------
+// Tile loads into the 128B-swizzled layout (executed by the 128 threads of one warpgroup).
+
+// Byte offset of 16-byte chunk c of row r in a tile of `rows` rows (column regions of 128 bytes).
+__device__ __forceinline__ uint32_t swz_offset(int rows, int r, int c) {
+  return static_cast<uint32_t>((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// 16 bytes from global memory at any (1- or 2-byte aligned) address, as byte loads: the path for
+// strides or base pointers that are not 16-byte aligned.
+__device__ __forceinline__ uint4 load16_bytes(const uint8_t* p) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w[i] = static_cast<uint32_t>(__ldg(p + 4 * i)) | (static_cast<uint32_t>(__ldg(p + 4 * i + 1)) << 8) |
+           (static_cast<uint32_t>(__ldg(p + 4 * i + 2)) << 16) | (static_cast<uint32_t>(__ldg(p + 4 * i + 3)) << 24);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Rows [row0, row0 + ROWS) of a [seq][CHUNKS * 16 bytes] global slab into a swizzled tile; rows
+// >= nvalid are zero-filled and never read. Thread t copies chunk c8 = t % 8 of every 128-byte
+// region of rows t / 8 + 16 i (so its swizzle phase r & 7 is fixed and its pointers just step).
+// vec_ok: cp.async (the caller signals the barrier with cp_async_arrive_noinc); otherwise
+// synchronous byte loads + st.shared (the caller fences and arrives).
+template <int ROWS, int CHUNKS>
+__device__ __forceinline__ void load_tile(uint32_t tile, const uint8_t* g, int64_t row_bytes, int row0, int nvalid,
+                                          bool vec_ok, int t) {
+  static_assert(ROWS % 16 == 0, "16 rows per pass of 128 threads");
+  constexpr int kRegions = (CHUNKS + 7) / 8;
+  const int c8 = t & 7;
+  const int r0 = t >> 3;
+  const uint32_t dst0 = tile + r0 * 128 + ((c8 ^ (r0 & 7)) << 4);
+  const uint8_t* const src0 = g + static_cast<int64_t>(row0 + r0) * row_bytes + c8 * 16;
+  const int64_t step = 16 * row_bytes;
+#pragma unroll
+  for (int reg = 0; reg < kRegions; ++reg) {
+    if (CHUNKS % 8 != 0 && reg * 8 + c8 >= CHUNKS) continue;  // last region only partly used
+    const uint8_t* src = src0 + reg * 128;
+    if (vec_ok) {
+#pragma unroll
+      for (int i = 0; i < ROWS / 16; ++i) {
+        const bool valid = row0 + r0 + 16 * i < nvalid;
+        cp_async16(dst0 + reg * ROWS * 128 + i * 16 * 128, valid ? src : g, valid ? 16u : 0u);
+        src += step;
+      }
+    } else {
+#pragma unroll 1
+      for (int i = 0; i < ROWS / 16; ++i) {
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (row0 + r0 + 16 * i < nvalid) v = load16_bytes(src);
+        st_shared_v4(dst0 + reg * ROWS * 128 + i * 16 * 128, v);
+        src += step;
+      }
+    }
+  }
+}
+
+// 4x4 byte transpose: out[b] = {c0.byte b, c1.byte b, c2.byte b, c3.byte b}.
+__device__ __forceinline__ void transpose4x4(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, uint32_t (&out)[4]) {
+  const uint32_t x01lo = __byte_perm(c0, c1, 0x5140);
+  const uint32_t x01hi = __byte_perm(c0, c1, 0x7362);
+  const uint32_t x23lo = __byte_perm(c2, c3, 0x5140);
+  const uint32_t x23hi = __byte_perm(c2, c3, 0x7362);
+  out[0] = __byte_perm(x01lo, x23lo, 0x5410);
+  out[1] = __byte_perm(x01lo, x23lo, 0x7632);
+  out[2] = __byte_perm(x01hi, x23hi, 0x5410);
+  out[3] = __byte_perm(x01hi, x23hi, 0x7632);
+}
+
+// e4m3: V block [key0, key0 + kTileN) x kDV -> Vt[d][position] (kDV rows of 128 bytes, swizzled),
+// keys permuted inside each 16-key group h: position 16h + 4t + i <- key 16h + 2t + (i&1) + 8(i>>1).
+// Unit u = (t = u & 3, h = (u >> 2) & 7, 16-column group dc = u >> 5): 4 key rows x 16 bytes in,
+// 16 words out (d row dc*16 + 4 comp + b, positions 16h + 4t .. +3). Lanes of a warp cover all 8
+// h and 4 t of one dc: the 32 word stores of a warp hit 32 distinct banks. Keys >= seqlen_k read
+// as zeros. Synchronous; the caller fences and arrives.
+__device__ __forceinline__ void load_vt_e4m3(uint32_t vt, const uint8_t* g, int64_t row_bytes, int key0, int seqlen_k,
+                                             bool vec_ok, int t128) {
+  constexpr int kUnits = (kTileN / 16) * 4 * (kDV / 16);
+  static_assert(kUnits % 128 == 0 && kTileN / 16 == 8, "Vt units must divide evenly among 128 threads");
+#pragma unroll
+  for (int i = 0; i < kUnits / 128; ++i) {
+    const int u = t128 + 128 * i;
+    const int tq = u & 3;
+    const int h = (u >> 2) & 7;
+    const int dc = u >> 5;
+    uint32_t c[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int key = key0 + 16 * h + 2 * tq + (k & 1) + 8 * (k >> 1);
+      uint4 w = make_uint4(0u, 0u, 0u, 0u);
+      if (key < seqlen_k) {
+        const uint8_t* p = g + static_cast<int64_t>(key) * row_bytes + dc * 16;
+        w = vec_ok ? __ldg(reinterpret_cast<const uint4*>(p)) : load16_bytes(p);
+      }
+      c[k][0] = w.x;
+      c[k][1] = w.y;
+      c[k][2] = w.z;
+      c[k][3] = w.w;
+    }
+#pragma unroll
+    for (int comp = 0; comp < 4; ++comp) {
+      uint32_t out[4];
+      transpose4x4(c[0][comp], c[1][comp], c[2][comp], c[3][comp], out);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int row = dc * 16 + comp * 4 + b;
+        st_shared_u32(vt + row * 128 + ((h ^ (row & 7)) << 4) + 4 * tq, out[b]);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Softmax pieces.
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ uint32_t bf16_pair(float p0, float p1) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(p0, p1);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Sum of the two e4m3 values of a 16-bit pair (exact in f16, then fp32).
+__device__ __forceinline__ float e4m3_pair_sum(uint32_t pair16) {
+  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair16), __NV_E4M3);
+  const float2 f = __half22float2(__half2(hr));
+  return f.x + f.y;
+}
+
+// Everything one consumer warpgroup needs to know about its block.
+struct Block {
+  int head, kv_head, batch, q_row0, n_blocks;
+  int64_t diag;  // row i sees keys <= i + diag
+  bool causal;
+};
+
+// One block of the online softmax for this thread's two rows (r = 0: row g, r = 1: row g + 8 of the
+// warp's 16), first half: masks S, updates m, rescales l, returns alpha (the O rescale) and leaves
+// in s what pack_p turns into the P operand: bf16: p = exp2(t - m) (l += p here); FP8 exact:
+// exp2(t - m + 8); FP8 lean: the clamped FMA plus 1.5 * 2^23 (the code sits in the low byte).
+// It only touches s, m, l: it runs while the previous block's P.V wgmma still reads P.
+// key0: first key of the block; row_lim[r]: the last key row r sees (-1: none).
+__device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
+                                              int key0, bool need_mask, const int (&row_lim)[2], float qk_scale,
+                                              float lean_a, int tig) {
+  // ---- t = S * C (lean P keeps S raw: its FMA takes S), masked keys -> -inf
+  if constexpr (!kLeanP) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) s[i] *= qk_scale;
+  }
+  if (need_mask) {
+    // Element (j, e) holds key key0 + 8j + 2 tig + (e & 1); visible iff key <= row_lim[e >> 1].
+    const int thr0 = row_lim[0] - key0 - 2 * tig;
+    const int thr1 = row_lim[1] - key0 - 2 * tig;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (8 * j + (e & 1) > ((e >> 1) ? thr1 : thr0)) s[4 * j + e] = -INFINITY;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const float v = s[4 * j + 2 * r + x];
+        mx = fmaxf(mx, kLeanP ? (v == -INFINITY ? -INFINITY : v * qk_scale) : v);
+      }
+    }
+    const float m_new = fmaxf(m_run[r], quad_max(mx));
+    alpha[r] = 1.0f;  // m_new == -inf: nothing visible yet, the block changes nothing
+    if (m_new != -INFINITY) {
+      alpha[r] = m_run[r] == -INFINITY ? 0.0f : ex2(m_run[r] - m_new);
+      m_run[r] = m_new;
+    }
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // keeps exp2(t - m) = 0 for masked t, not NaN
+    l_run[r] *= alpha[r];
+    const float lean_b = 120.0f - 8.0f * m_use;
+    float lsum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        float& v = s[4 * j + 2 * r + x];
+        if constexpr (!kFp8) {
+          v = ex2(v - m_use);
+          lsum += v;
+        } else if constexpr (kLeanP) {
+          const float code = fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f) + 12582912.0f;
+          v = v == -INFINITY ? 12582912.0f : code;  // masked: code 0
+        } else {
+          v = ex2((v - m_use) + kPShift);
+        }
+      }
+    }
+    if constexpr (!kFp8) l_run[r] += lsum;
+  }
+}
+
+// Second half, after the previous P.V has finished: s -> packed P operand (see the RS A fragment
+// above); FP8 adds the e4m3-rounded values to l (the contract's rounded row sum).
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[kPRegs], float (&l_run)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lsum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; j += 2) {
+      uint32_t pair[2];
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const float v0 = s[4 * (j + x) + 2 * r];
+        const float v1 = s[4 * (j + x) + 2 * r + 1];
+        if constexpr (!kFp8) {
+          pair[x] = bf16_pair(v0, v1);
+        } else {
+          if constexpr (kLeanP) {
+            pair[x] = __byte_perm(__float_as_uint(v0), __float_as_uint(v1), 0x0040);
+          } else {
+            pair[x] = static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(v0, v1), __NV_SATFINITE, __NV_E4M3));
+          }
+          lsum += e4m3_pair_sum(pair[x]);
+        }
+      }
+      if constexpr (!kFp8) {
+        // k-step kk = j / 2 of P.V: a = {P[j][r0], P[j][r1], P[j+1][r0], P[j+1][r1]}
+        p[2 * j + r] = pair[0];
+        p[2 * (j + 1) + r] = pair[1];
+      } else {
+        // k-step kc = j / 4: a0/a1 (rows g, g+8) = tiles 4kc, 4kc+1; a2/a3 = tiles 4kc+2, 4kc+3.
+        p[4 * (j >> 2) + 2 * ((j >> 1) & 1) + r] = __byte_perm(pair[0], pair[1], 0x5410);
+      }
+    }
+    if constexpr (kFp8) l_run[r] += lsum;
+  }
+}
+
+}  // namespace zyfa_sm90_ws
+
+// ---------------------------------------------------------------------------------------------
+// The kernel.
+
+extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(const zyfa_fwd_args args) {
+  using namespace zyfa_sm90_ws;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t q_s = base;
+  const uint32_t k_s = q_s + kQBytes;
+  const uint32_t v_s = k_s + kStages * kKStageBytes;
+  const uint32_t bars = v_s + kStages * kVStageBytes;
+  const uint32_t bar_q = bars;
+  auto bar_full_k = [&](int s) { return bars + 8u * (1 + s); };
+  auto bar_full_v = [&](int s) { return bars + 8u * (1 + kStages + s); };
+  auto bar_empty_k = [&](int s) { return bars + 8u * (1 + 2 * kStages + s); };
+  auto bar_empty_v = [&](int s) { return bars + 8u * (1 + 3 * kStages + s); };
+
+  const int seqlen_q = args.seqlen_q;
+  const int seqlen_k = args.seqlen_k;
+  Block blk;
+  blk.head = static_cast<int>(blockIdx.y);
+  blk.batch = static_cast<int>(blockIdx.z);
+  blk.kv_head = blk.head / (args.heads_q / args.heads_kv);
+  blk.causal = (args.flags & ZYFA_FLAG_CAUSAL) != 0u;
+  // Reverse order: the last q tiles (longest causal rows) are launched first.
+  blk.q_row0 = static_cast<int>(gridDim.x - 1u - blockIdx.x) * kTileM;
+  blk.diag = static_cast<int64_t>(seqlen_k) - seqlen_q;
+  const int q_rows = min(kTileM, seqlen_q - blk.q_row0);
+  int64_t kv_end = seqlen_k;  // keys [0, kv_end) are visible to at least one row of the tile
+  if (blk.causal) kv_end = min(kv_end, static_cast<int64_t>(blk.q_row0) + q_rows - 1 + blk.diag + 1);
+  blk.n_blocks = kv_end > 0 ? static_cast<int>((kv_end + kTileN - 1) / kTileN) : 0;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    mbar_init(bar_q, 128);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(bar_full_k(s), 128);  // one arrival per producer thread
+      mbar_init(bar_full_v(s), 128);
+      mbar_init(bar_empty_k(s), 8);   // one arrival per consumer warp
+      mbar_init(bar_empty_v(s), 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_proxy_async();
+  }
+  __syncthreads();
+
+  // Broadcast from lane 0 so the compiler knows the warpgroup index is warp-uniform (descriptors
+  // derived from it then stay in uniform registers, next to the wgmma that reads them).
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  if (wg == 0) {
+    // ================================ producer warpgroup ================================
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    const int t = tid;
+    const uint8_t* const q_base = static_cast<const uint8_t*>(args.q) +
+        (static_cast<int64_t>(blk.batch) * args.q_stride_batch + static_cast<int64_t>(blk.head) * args.q_stride_head) * kESize;
+    const uint8_t* const k_base = static_cast<const uint8_t*>(args.k) +
+        (static_cast<int64_t>(blk.batch) * args.k_stride_batch + static_cast<int64_t>(blk.kv_head) * args.k_stride_head) * kESize;
+    const uint8_t* const v_base = static_cast<const uint8_t*>(args.v) +
+        (static_cast<int64_t>(blk.batch) * args.v_stride_batch + static_cast<int64_t>(blk.kv_head) * args.v_stride_head) * kESize;
+    // 16-byte copies are legal only if every row start is 16-byte aligned (uniform per launch).
+    const bool vec_ok =
+        ((reinterpret_cast<uintptr_t>(args.q) | reinterpret_cast<uintptr_t>(args.k) |
+          reinterpret_cast<uintptr_t>(args.v)) & 15u) == 0u &&
+        (((args.q_stride_batch | args.q_stride_seq | args.q_stride_head | args.k_stride_batch | args.k_stride_seq |
+           args.k_stride_head | args.v_stride_batch | args.v_stride_seq | args.v_stride_head) * kESize) & 15) == 0;
+    auto signal = [&](uint32_t bar) {
+      if (vec_ok) {
+        cp_async_arrive_noinc(bar);
+      } else {
+        fence_proxy_async();
+        mbar_arrive(bar);
+      }
+    };
+    if (blk.n_blocks > 0) {
+      load_tile<kTileM, kQkChunks>(q_s, q_base, args.q_stride_seq * kESize, blk.q_row0, seqlen_q, vec_ok, t);
+      signal(bar_q);
+    }
+#pragma unroll 1
+    for (int j = 0; j < blk.n_blocks; ++j) {
+      const int s = j % kStages;
+      const uint32_t parity = ((j / kStages) & 1) ^ 1;
+      mbar_wait(bar_empty_k(s), parity);
+      load_tile<kTileN, kQkChunks>(k_s + s * kKStageBytes, k_base, args.k_stride_seq * kESize, j * kTileN, seqlen_k,
+                                   vec_ok, t);
+      signal(bar_full_k(s));
+      mbar_wait(bar_empty_v(s), parity);
+      if constexpr (kFp8) {
+        load_vt_e4m3(v_s + s * kVStageBytes, v_base, args.v_stride_seq, j * kTileN, seqlen_k, vec_ok, t);
+        fence_proxy_async();
+        mbar_arrive(bar_full_v(s));
+      } else {
+        load_tile<kTileN, kVChunks>(v_s + s * kVStageBytes, v_base, args.v_stride_seq * kESize, j * kTileN, seqlen_k,
+                                    vec_ok, t);
+        signal(bar_full_v(s));
+      }
+    }
+    cp_async_wait_all();
+  } else {
+  // ================================ consumer warpgroups ================================
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  const int cw = wg - 1;              // consumer 0 / 1: rows 64 cw .. 64 cw + 63 of the tile
+  const int wt = tid - 128 * wg;      // thread within the warpgroup
+  const int warp = wt >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int tig = lane & 3;
+  const int n = blk.n_blocks;
+  const int64_t wg_row0 = static_cast<int64_t>(blk.q_row0) + 64 * cw;  // first row of this warpgroup
+  const int64_t row_a = wg_row0 + 16 * warp + g;                        // this thread's rows: row_a, row_a + 8
+
+  // Last key each of this thread's rows sees, clamped to [-1, seqlen_k - 1].
+  int row_lim[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    int64_t lim = static_cast<int64_t>(seqlen_k) - 1;
+    if (blk.causal) lim = min(lim, row_a + 8 * r + blk.diag);
+    row_lim[r] = static_cast<int>(max(lim, static_cast<int64_t>(-1)));
+  }
+
+  const float qk_scale = kFp8 ? args.softmax_scale * args.q_descale * args.k_descale * kLog2e
+                              : args.softmax_scale * kLog2e;
+  const float lean_a = 8.0f * qk_scale;
+  const float v_descale = kFp8 ? args.v_descale : 1.0f;
+
+  // Ping-pong: consumer cw waits on barrier 1 + cw before issuing, then hands the turn over.
+  const uint32_t pp_mine = 1u + cw;
+  const uint32_t pp_other = 2u - cw;
+  auto pp_sync = [&]() {
+    if constexpr (kPingPong) named_bar_sync(pp_mine, 256);
+  };
+  auto pp_arrive = [&](bool last) {
+    if constexpr (kPingPong) {
+      if (!(last && cw == 1)) named_bar_arrive(pp_other, 256);  // keeps arrivals == syncs per barrier
+    }
+  };
+  if (kPingPong && cw == 1 && n > 0) named_bar_arrive(pp_other, 256);  // consumer 0 goes first
+
+  // Descriptors (start addresses advance by byte offset >> 4 in the low bits).
+  const uint64_t desc_q = make_desc(q_s + cw * 64 * 128, 16, 1024);
+  auto desc_q_step = [&](int ks) { return desc_q + static_cast<uint64_t>(((ks >> 2) * kTileM * 128 + (ks & 3) * 32) >> 4); };
+  auto desc_k_step = [&](int s, int ks) {
+    return make_desc(k_s + s * kKStageBytes + (ks >> 2) * kTileN * 128 + (ks & 3) * 32, 16, 1024);
+  };
+  auto desc_v_step = [&](int s, int kk) {
+    if constexpr (kFp8) {
+      return make_desc(v_s + s * kVStageBytes + kk * 32, 16, 1024);  // Vt: K-major, 32 key bytes per step
+    } else {
+      return make_desc(v_s + s * kVStageBytes + kk * 16 * 128, kTileN * 128, 1024);  // V: MN-major, 16 keys per step
+    }
+  };
+
+  float o[64];
+  float sacc[64];
+  uint32_t p[kPRegs];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) sacc[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPRegs; ++i) p[i] = 0u;
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.0f, 0.0f};
+
+  auto issue_s = [&](int j) {
+    const int s = j % kStages;
+#pragma unroll
+    for (int ks = 0; ks < kQkSteps; ++ks) wgmma_ss(sacc, desc_q_step(ks), desc_k_step(s, ks), ks > 0 ? 1u : 0u);
+    wgmma_commit();
+  };
+  auto issue_pv = [&](int j) {
+    const int s = j % kStages;
+#pragma unroll
+    for (int kk = 0; kk < kPvSteps; ++kk) {
+      wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc_v_step(s, kk));
+    }
+    wgmma_commit();
+  };
+  auto need_mask = [&](int j) {
+    const int key0 = j * kTileN;
+    return key0 + kTileN > seqlen_k || (blk.causal && key0 + kTileN - 1 > wg_row0 + blk.diag);
+  };
+  auto release = [&](uint32_t bar) {
+    if (lane == 0) mbar_arrive(bar);
+  };
+
+  if (n > 0) {
+    mbar_wait(bar_q, 0);
+    // ---- block 0: S_0 only
+    mbar_wait(bar_full_k(0), 0);
+    fence_proxy_async();
+    pp_sync();
+    fence_regs(sacc);
+    wgmma_fence();
+    issue_s(0);
+    pp_arrive(false);
+    wgmma_wait<0>();
+    fence_regs(sacc);
+    release(bar_empty_k(0));
+    float alpha[2];
+    softmax_block(sacc, m_run, l_run, alpha, 0, need_mask(0), row_lim, qk_scale, lean_a, tig);
+    pack_p(sacc, p, l_run);
+
+    // ---- blocks 1..n-1: S_j overlapped with P_{j-1} V_{j-1}
+#pragma unroll 1
+    for (int j = 1; j < n; ++j) {
+      const int s = j % kStages;
+      const int sp = (j - 1) % kStages;
+      mbar_wait(bar_full_k(s), (j / kStages) & 1);
+      fence_proxy_async();
+      pp_sync();
+      fence_regs(sacc);
+      fence_regs(o);
+      fence_regs(p);
+      wgmma_fence();
+      issue_s(j);
+      if constexpr (!kOverlap) wgmma_wait<0>();
+      mbar_wait(bar_full_v(sp), ((j - 1) / kStages) & 1);
+      fence_proxy_async();
+      fence_regs(o);
+      fence_regs(p);
+      wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
+      issue_pv(j - 1);
+      pp_arrive(false);
+      wgmma_wait<1>();
+      fence_regs(sacc);
+      release(bar_empty_k(s));
+      softmax_block(sacc, m_run, l_run, alpha, j * kTileN, need_mask(j), row_lim, qk_scale, lean_a, tig);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(p);  // P_{j-1} stays live until its wgmma has finished reading it
+      release(bar_empty_v(sp));
+#pragma unroll
+      for (int i = 0; i < 64; ++i) o[i] *= alpha[(i >> 1) & 1];
+      pack_p(sacc, p, l_run);  // P registers are written only outside any wgmma's flight (FA3 order)
+    }
+
+    // ---- last P V
+    const int sl = (n - 1) % kStages;
+    mbar_wait(bar_full_v(sl), ((n - 1) / kStages) & 1);
+    fence_proxy_async();
+    pp_sync();
+    fence_regs(o);
+    fence_regs(p);
+    wgmma_fence();
+    issue_pv(n - 1);
+    pp_arrive(true);
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs(p);
+    release(bar_empty_v(sl));
+  }
+
+  // ---- epilogue: out = acc / l * v_descale -> bf16 (l == 0 -> 0); lse (l == 0 -> +inf)
+  const bool out_vec_ok = (reinterpret_cast<uintptr_t>(args.out) & 3u) == 0u &&
+                          ((args.out_stride_batch | args.out_stride_seq | args.out_stride_head) & 1) == 0;
+  const bool write_lse = (args.flags & ZYFA_FLAG_LSE) != 0u && args.lse != nullptr;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = quad_sum(l_run[r]);
+    const int64_t row = row_a + 8 * r;
+    if (row >= seqlen_q) continue;
+    __nv_bfloat16* const out_row = static_cast<__nv_bfloat16*>(args.out) +
+                                   static_cast<int64_t>(blk.batch) * args.out_stride_batch + row * args.out_stride_seq +
+                                   static_cast<int64_t>(blk.head) * args.out_stride_head;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float o0 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r] / l) * v_descale;
+      const float o1 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r + 1] / l) * v_descale;
+      __nv_bfloat16* const dst = out_row + 8 * j + 2 * tig;
+      if (out_vec_ok) {
+        *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o0, o1);
+      } else {
+        dst[0] = __float2bfloat16_rn(o0);
+        dst[1] = __float2bfloat16_rn(o1);
+      }
+    }
+    if (write_lse && tig == 0) {
+      const float lse = l == 0.0f ? INFINITY : (m_run[r] + log2f(l) - kPShift) * kLn2;
+      args.lse[(static_cast<int64_t>(blk.batch) * args.heads_q + blk.head) * seqlen_q + row] = lse;
+    }
+  }
+  }
+}
