@@ -14,9 +14,17 @@ import torch
 from fake_zyfa import dense
 
 
+def _typed(t: torch.Tensor, attr: object) -> torch.Tensor:
+    """cuDNN reads only the pointer: bytes are interpreted as the graph's declared data type."""
+    if attr.data_type == "e4m3" and t.dtype != torch.float8_e4m3fn:
+        assert t.element_size() == 1, "an FP8 tensor must be handed over as 1-byte elements"
+        return t.view(torch.float8_e4m3fn)
+    return t
+
+
 def _dequant_bhsd(t: torch.Tensor, attr: object) -> torch.Tensor:
     """The [b, h, s, d] tensor cuDNN would read: `t`'s storage with the dims/strides the graph declared."""
-    return torch.as_strided(t, attr.dim, attr.stride).double()
+    return torch.as_strided(_typed(t, attr), attr.dim, attr.stride).double()
 
 
 def cudnn_module(*, refuse: str | None = None) -> types.ModuleType:
@@ -159,7 +167,7 @@ def cudnn_module(*, refuse: str | None = None) -> types.ModuleType:
             if op["kind"] == "sdpa_fp8":
                 o = o * sc["scale_o"]
                 assert float(o.abs().max()) <= 448.0, "scale_o lets the FP8 output overflow"
-            out = pack[self.o]
+            out = _typed(pack[self.o], self.o)
             torch.as_strided(out, self.o.dim, self.o.stride).copy_(o.float().to(out.dtype))
 
     mod.pygraph = Graph

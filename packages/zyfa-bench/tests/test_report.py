@@ -44,8 +44,23 @@ def test_pivot_and_details():
 
 def test_accuracy_medians_and_ranges():
     text, _, _ = build_report([DATA / "accuracy_fixture.json"])
-    line = next(ln for ln in text.splitlines() if ln.startswith("| gaussian | cudnn-fp8 | off |"))
+    line = next(ln for ln in text.splitlines() if ln.startswith("| gaussian gqa128 | cudnn-fp8 | off |"))
     assert "0.0335 (0.033–0.034)" in line and line.endswith("| 2 |")
+
+
+def test_accuracy_targets_and_rotation():
+    text, _, _ = build_report([DATA / "accuracy_fixture.json"])
+    section = text.split("## Accuracy targets (issue 5)")[1]
+    # zyfa 0.0125 (median of 0.012, 0.013) vs cudnn 0.0335: 0.37x <= 0.5x
+    line = next(
+        ln for ln in section.splitlines() if ln.startswith("| gaussian gqa128 | zyfa-fp8-exact / cudnn-fp8")
+    )
+    assert "0.37×" in line and "| met |" in line
+    # the floor halves with rotation in the fixture
+    line = next(
+        ln for ln in section.splitlines() if ln.startswith("| model-like gqa128 | exact-attention-on-fp8")
+    )
+    assert line.endswith("| 2.00× |")
 
 
 def test_write_report_makes_two_pngs(tmp_path):

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from zyfa_bench.inputs import Inputs, make_inputs, quantize_inputs
 from zyfa_bench.peers.base import Peer
-from zyfa_bench.spec import Spec
+from zyfa_bench.spec import Spec, shape_name
 from zyfa_bench.workloads import Captured, Workload, describe
 
 __all__ = ["INPUT_FLOOR", "attention_f64", "errors", "run_accuracy"]
@@ -128,6 +128,7 @@ def _one_problem(
     base = make_inputs(spec, workload, device=device, seed=seed)
     truth = attention_f64(base.q, base.k, base.v, softmax_scale=base.softmax_scale, causal=spec.causal)
     common = {
+        "shape": shape_name(spec),
         "workload": workload.name,
         "workload_params": describe(workload),
         "seed": seed,
@@ -139,9 +140,27 @@ def _one_problem(
             progress(f"{workload.name} {spec.label} {peer.name}")
         rows.append({**common, **_measure(peer, base, truth, truth, spec, device), "rotate": None})
     for rotate in rotations:
-        inputs = quantize_inputs(
-            Inputs(spec, base.q, base.k, base.v, base.softmax_scale, meta=base.meta), rotate=rotate, seed=seed
-        )
+        try:
+            inputs = quantize_inputs(
+                Inputs(spec, base.q, base.k, base.v, base.softmax_scale, meta=base.meta),
+                rotate=rotate,
+                seed=seed,
+            )
+        except Exception as exc:  # no zyfa.fp8_quantize: every FP8 row says why
+            why = f"FP8 inputs could not be made: {type(exc).__name__}: {exc}"
+            for peer in (p for p in peers if p.precision == "fp8"):
+                rows.append(
+                    {
+                        **common,
+                        "impl": peer.name,
+                        "precision": "fp8",
+                        "rotate": rotate,
+                        "status": "skipped",
+                        "reason": why,
+                        "notes": [],
+                    }
+                )
+            continue
         qd, kd, vd = inputs.dequantized()
         ref_dq = attention_f64(qd, kd, vd, softmax_scale=inputs.softmax_scale, causal=spec.causal)
         floor = errors(ref_dq, truth)

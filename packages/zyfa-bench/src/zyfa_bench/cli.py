@@ -261,16 +261,19 @@ def _progress(total: int, quiet: bool) -> Iterator[Callable[[str], None]]:
 
 
 def _problems(args: argparse.Namespace) -> list[tuple[str, Spec]]:
+    """(shape name, Spec) in seqlen-major order: every shape at the first seqlen given, then the next.
+
+    So `--seqlens 16384,2048,...` measures the headline seqlen of every shape first, which matters when
+    --time-budget cuts a sweep short.
+    """
+    shapes = [parse_shape(text) for text in _words(args.shape)]
     out = []
-    for text in _words(args.shape):
-        name, shape = parse_shape(text)
-        for spec in specs_for_tokens(
-            shape,
-            _ints(args.seqlens),
-            tokens=None if args.batch else args.tokens,
-            batch=args.batch,
-            causal=not args.non_causal,
-        ):
+    for seqlen in _ints(args.seqlens):
+        for name, shape in shapes:
+            tokens = None if args.batch else args.tokens
+            (spec,) = specs_for_tokens(
+                shape, [seqlen], tokens=tokens, batch=args.batch, causal=not args.non_causal
+            )
             out.append((name, spec))
     return out
 
@@ -517,6 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # bad option values: one line, not a traceback
         print(f"zyfa-bench {args.command}: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # e.g. a time limit's SIGINT: the result file already holds every finished row
+        where = f"; rows so far are in {args.json}" if getattr(args, "json", None) else ""
+        print(f"zyfa-bench {args.command}: interrupted{where}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -190,10 +190,17 @@ def _every_seqlen_targets(rows: list[dict[str, Any]]) -> list[list[Any]]:
 
 
 # ---------------------------------------------------------------- accuracy
+def _problem(r: dict[str, Any]) -> str:
+    """'workload shape' of an accuracy row (the x groups of the figure, the first column of the table)."""
+    shape = r.get("shape") or f"{r['heads_q']}x{r['heads_kv']}x{r['d_qk']}x{r['d_v']}"
+    return f"{r['workload']} {shape}"
+
+
 def _acc_groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, Any], list[dict[str, Any]]]:
+    """Rows by (workload + shape, impl, rotate); several seeds (or captured layers) share a group."""
     groups: dict[tuple[str, str, Any], list[dict[str, Any]]] = defaultdict(list)
     for r in _ok(rows):
-        groups[(r["workload"], r["impl"], r.get("rotate"))].append(r)
+        groups[(_problem(r), r["impl"], r.get("rotate"))].append(r)
     return groups
 
 
@@ -207,7 +214,15 @@ def _spread(vals: list[float]) -> tuple[float, float, float] | None:
 def accuracy_tables(rows: list[dict[str, Any]]) -> str:
     """Per workload: median (min–max) rel L2 vs dequantised and vs BF16 inputs, and max abs error."""
     groups = _acc_groups(rows)
-    header = ["workload", "impl", "rotate", "rel L2 vs dequant", "rel L2 vs BF16", "max abs vs BF16", "n"]
+    header = [
+        "workload, shape",
+        "impl",
+        "rotate",
+        "rel L2 vs dequant",
+        "rel L2 vs BF16",
+        "max abs vs BF16",
+        "n",
+    ]
     body = []
     for (wl, impl, rot), grp in groups.items():
         cells = []
@@ -218,11 +233,50 @@ def accuracy_tables(rows: list[dict[str, Any]]) -> str:
     failed: dict[tuple[str, str, str, str], int] = defaultdict(int)
     for r in rows:
         if r.get("status") != "ok":
-            failed[(r["workload"], r["impl"], r["status"], str(r.get("reason", ""))[:150])] += 1
+            failed[(_problem(r), r["impl"], r["status"], str(r.get("reason", ""))[:150])] += 1
     text = _table(header, body)
     if failed:
         text += "\n\nNot measured:\n\n" + _table(
-            ["workload", "impl", "status", "reason", "n"], [[*k, n] for k, n in failed.items()]
+            ["workload, shape", "impl", "status", "reason", "n"], [[*k, n] for k, n in failed.items()]
+        )
+    return text
+
+
+def accuracy_targets(rows: list[dict[str, Any]]) -> str:
+    """Issue 5: ZYFA FP8's own error <= 0.5x cuDNN FP8's; and what the Q/K rotation recovers vs BF16 truth."""
+    groups = _acc_groups(rows)
+    med = {k: _spread([r.get("rel_l2_vs_dequant") for r in g]) for k, g in groups.items()}
+    truth = {k: _spread([r.get("rel_l2_vs_bf16") for r in g]) for k, g in groups.items()}
+    problems = list(dict.fromkeys(k[0] for k in groups))
+    zyfa_fp8 = sorted({k[1] for k in groups if k[1].startswith("zyfa-fp8")})
+    body = []
+    for prob in problems:
+        cud = med.get((prob, "cudnn-fp8", False))
+        for impl in zyfa_fp8:
+            z = med.get((prob, impl, False))
+            if z and cud and cud[0] > 0:
+                ratio = z[0] / cud[0]
+                body.append(
+                    [
+                        prob,
+                        f"{impl} / cudnn-fp8 (vs dequant)",
+                        f"{ratio:.2f}×",
+                        "≤ 0.50×",
+                        "met" if ratio <= 0.5 else "MISSED",
+                    ]
+                )
+            else:
+                body.append([prob, f"{impl} / cudnn-fp8 (vs dequant)", "no data", "≤ 0.50×", "–"])
+    rot = []
+    for prob in problems:
+        for impl in ("exact-attention-on-fp8-inputs", *zyfa_fp8):
+            off, on = truth.get((prob, impl, False)), truth.get((prob, impl, True))
+            if off and on:
+                rot.append([prob, impl, off[0], on[0], f"{off[0] / on[0]:.2f}×" if on[0] > 0 else "–"])
+    text = _table(["workload, shape", "target", "measured", "needed", ""], body) if body else ""
+    if rot:
+        text += "\n\nQ/K rotation, rel L2 vs the BF16 truth:\n\n" + _table(
+            ["workload, shape", "impl", "rotation off", "rotation on", "off / on"], rot
         )
     return text
 
@@ -273,7 +327,7 @@ def plot_accuracy(rows: list[dict[str, Any]], path: Path) -> Path | None:
     if not groups:
         return None
     plt = _pyplot()
-    workloads = list(dict.fromkeys(k[0] for k in groups))
+    workloads = list(dict.fromkeys(k[0] for k in groups))  # "workload shape" groups
     series = list(dict.fromkeys((k[1], k[2]) for k in groups))
     colors = plt.get_cmap("tab20").colors
     fig, axes = plt.subplots(1, 2, figsize=(max(10.0, 0.35 * len(workloads) * len(series) + 6), 4.8))
@@ -350,6 +404,7 @@ def build_report(paths: list[str | Path]) -> tuple[str, dict[str, list[dict[str,
         parts += ["## Throughput details", throughput_details(rows["throughput"])]
     if rows["accuracy"]:
         parts += ["## Accuracy", accuracy_tables(rows["accuracy"])]
+        parts += ["## Accuracy targets (issue 5)", accuracy_targets(rows["accuracy"]) or "no FP8 rows"]
     if rows["clocks"]:
         parts += ["## Clocks", clocks_table(rows["clocks"])]
     return "\n\n".join(parts) + "\n", rows, ceilings
@@ -364,17 +419,24 @@ def clocks_table(rows: list[dict[str, Any]]) -> str:
         "power W mean/max",
         "temp °C max",
         "TFLOP/s",
-        "TFLOP/s/GHz",
+        "per GHz",
     ]
     body = []
     for r in rows:
         c = r.get("clocks") or {}
+        if r.get("status") != "ok":
+            clock = f"{r.get('status')}: {str(r.get('reason', ''))[:80]}"
+        elif not c.get("samples"):
+            clock = f"no samples ({c.get('error') or c.get('source')})"
+        else:
+            clock = f"{_fmt(c.get('sm_mhz_mean'))} ({_fmt(c.get('sm_mhz_min'))}–{_fmt(c.get('sm_mhz_max'))})"
+        power = f"{_fmt(c.get('power_w_mean'))}/{_fmt(c.get('power_w_max'))}" if c.get("samples") else None
         body.append(
             [
                 r.get("impl"),
                 r.get("label"),
-                f"{_fmt(c.get('sm_mhz_mean'))} ({_fmt(c.get('sm_mhz_min'))}–{_fmt(c.get('sm_mhz_max'))})",
-                f"{_fmt(c.get('power_w_mean'))}/{_fmt(c.get('power_w_max'))}",
+                clock,
+                power,
                 c.get("temp_c_max"),
                 r.get("tflops"),
                 r.get("tflops_per_ghz"),
@@ -407,7 +469,7 @@ def summary_text(paths: list[str | Path]) -> str:
     if rows["throughput"]:
         parts += [throughput_tables(rows["throughput"]), targets_table(rows["throughput"], ceilings)]
     if rows["accuracy"]:
-        parts.append(accuracy_tables(rows["accuracy"]))
+        parts += [accuracy_tables(rows["accuracy"]), accuracy_targets(rows["accuracy"])]
     if rows["clocks"]:
         parts.append(clocks_table(rows["clocks"]))
-    return "\n\n".join(parts)
+    return "\n\n".join(p for p in parts if p)

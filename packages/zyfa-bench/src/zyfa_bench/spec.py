@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-__all__ = ["PRESETS", "Spec", "parse_shape", "specs_for_tokens"]
+__all__ = ["PRESETS", "Spec", "parse_shape", "shape_name", "specs_for_tokens"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,15 @@ def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int]]:
     raise ValueError(
         f"unknown shape {text!r}: use one of {sorted(PRESETS)} or HQxHKVxDQKxDV, e.g. 32x8x128x128"
     )
+
+
+def shape_name(spec: Spec) -> str:
+    """The preset name of spec's head shape, else 'HQxHKVxDQKxDV'."""
+    dims = (spec.heads_q, spec.heads_kv, spec.d_qk, spec.d_v)
+    for name, preset in PRESETS.items():
+        if preset == dims:
+            return name
+    return "x".join(str(x) for x in dims)
 
 
 def specs_for_tokens(

@@ -222,7 +222,11 @@ class CudnnFP8(_Cudnn):
         self._finish(cudnn, graph)
         workspace = torch.empty(graph.get_workspace_size(), dtype=torch.uint8, device=dev)
         values = {n: torch.full((1, 1, 1, 1), x, dtype=torch.float32, device=dev) for n, x in scalars.items()}
-        pack = {tq: q, tk: k, tv: v, o: out, amax_s: amax["amax_s"], amax_o: amax["amax_o"]}
+        # The frontend takes only each tensor's data pointer (through DLPack); uint8 views of the e4m3
+        # tensors share their storage and export through DLPack on every torch version.
+        as_bytes = {t: t.view(torch.uint8) for t in (q, k, v, out)}
+        pack = {tq: as_bytes[q], tk: as_bytes[k], tv: as_bytes[v], o: as_bytes[out]}
+        pack.update({amax_s: amax["amax_s"], amax_o: amax["amax_o"]})
         pack.update({ts[n]: values[n] for n in scalars})
         v_descale = inputs.v_descale
 

@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# h200_run.sh — THE H200 run of ZYFA: install, GPU tests, throughput + accuracy + clocks, report.
+#
+# Usage (through the device tool; the repository root is the working directory there):
+#     bash tools/device/h200_run.sh
+# with optional environment variables:
+#     ZYFA_TOTAL_S=510           wall-clock budget of the whole script in seconds (stages shrink to fit;
+#                                the device tool's per-command limit is 600 s)
+#     ZYFA_SEQLENS=16384,2048,4096,8192,32768   sweep order (16K first: the targets' seqlen)
+#     ZYFA_TOKENS=32768          tokens per call of the sweep (batch = tokens / seqlen)
+#     ZYFA_ACC_SEQLEN=4096       seqlen of the accuracy problems (batch 1)
+#     ZYFA_CLOCKS_SEQLEN=16384   seqlen of the clocks runs
+#     ZYFA_IMPLS=...             implementations of the throughput sweep (default: zyfa + NVIDIA peers)
+#     ZYFA_PYTEST_PATHS=...      test directories (default: zyfa-core, zyfa-torch, zyfa-bench tests)
+#     ZYFA_PYTEST_ARGS=...       extra pytest args, e.g. "-m gpu" or "-k sm90"
+#     ZYFA_SKIP=tests,clocks     stages to skip (names as in the stage table)
+#
+# Wheels the image lacks (flash-attn-4, nvidia-cutlass-dsl, nvidia-cudnn-frontend, nvidia-cutlass,
+# ziglang, ...) travel with the call: put them in .whl/ (pip download ... -d .whl, see the device README)
+# and name ".whl" in the call's `carry`.  They are installed with --no-index --no-deps into
+# /tmp/zyfa-site, which goes on PYTHONPATH.  Archives too big for one 64 MiB carry (FA4 with
+# nvidia-cutlass-dsl is ~107 MB of wheels): split a prepared site-packages tree into parts
+# (tar -cJf .carry/site-partN.tar.xz ...), carry one part per call; each call unpacks the parts it finds
+# under .carry/ into /tmp/zyfa-site, which persists while the machine stays warm (30 s after a call).
+#
+# Stages (each one's failure is reported and the next stages still run; each has a timeout):
+#     env         nvidia-smi, python/torch/CUDA versions, the relevant installed packages
+#     wheels      carried wheels/archives -> /tmp/zyfa-site
+#     install     pip install --no-build-isolation --no-deps (--no-index) zyfa-asmgen, zyfa-core (its build
+#                 compiles the sm_90a cubins with nvcc here), zyfa-torch, zyfa-bench — one at a time
+#     tests       pytest of the GPU-capable suites (CPU tests in them run too) -> $OUT/pytest.txt
+#     throughput  zyfa-bench throughput: d=128 32q/8kv heads and 16 heads 192/128, causal, 32K tokens per
+#                 call, seqlen 2K..32K, BF16 and FP8, zyfa and every available NVIDIA peer, GEMM ceilings,
+#                 clocks -> $OUT/throughput.json (rewritten after every row: a cut run keeps its rows)
+#     accuracy    zyfa-bench accuracy at 4K (batch 1), Gaussian and model-like inputs, rotation off/on
+#                 -> $OUT/accuracy.json
+#     clocks      zyfa-bench clocks on model-like data, 16K d=128, 5 s per implementation -> $OUT/clocks.json
+#     report      $OUT/report.md, $OUT/throughput.png, $OUT/accuracy.png, then the short tables
+# Files back in $OUT (8, the device tool's limit): log.txt pytest.txt throughput.json accuracy.json
+# clocks.json report.md throughput.png accuracy.png.
+#
+# Expected runtime: ~6-8 min (install ~1-2 min with the nvcc build, tests ~1 min, sweep <= ~3 min
+# (capped by --time-budget), accuracy ~30 s, clocks ~20 s, report ~10 s); never more than ZYFA_TOTAL_S.
+
+set -u
+export PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT="${OUT:-/tmp/zyfa-out}"
+mkdir -p "$OUT"
+LOG="$OUT/log.txt"
+: >"$LOG"
+PY="${PYTHON:-python3}"
+T0=$(date +%s)
+TOTAL="${ZYFA_TOTAL_S:-510}"
+SEQLENS="${ZYFA_SEQLENS:-16384,2048,4096,8192,32768}"
+TOKENS="${ZYFA_TOKENS:-32768}"
+ACC_SEQLEN="${ZYFA_ACC_SEQLEN:-4096}"
+CLOCKS_SEQLEN="${ZYFA_CLOCKS_SEQLEN:-16384}"
+IMPLS="${ZYFA_IMPLS:-zyfa,fa4-bf16,cudnn-bf16,cudnn-fp8,sdpa-flash,sdpa-cudnn,sdpa-efficient,flashinfer-bf16,flashinfer-fp8}"
+PYTEST_PATHS="${ZYFA_PYTEST_PATHS:-packages/zyfa-core/tests packages/zyfa-torch/tests packages/zyfa-bench/tests}"
+SKIP=",${ZYFA_SKIP:-},"
+SITE=/tmp/zyfa-site
+STATUS=()
+
+# The CLI through the interpreter that holds torch (its console script may not be on PATH).
+zb() { "$PY" -m zyfa_bench.cli "$@"; }
+log() { printf '%s\n' "$*" | tee -a "$LOG"; }
+elapsed() { echo $(($(date +%s) - T0)); }
+left() { echo $((T0 + TOTAL - $(date +%s))); }
+
+# stage NAME CAP_SECONDS RESERVE_SECONDS FUNCTION [ARGS...]: run the (exported) shell FUNCTION in a child
+# bash under a timeout of min(CAP, time left - RESERVE), RESERVE being what the later stages need at least.
+# SIGINT first (Python writes nothing half: result files are rewritten whole after every row), SIGKILL
+# 15 s later.
+stage() {
+    local name=$1 cap=$2 reserve=$3
+    shift 3
+    if [[ $SKIP == *",$name,"* ]]; then
+        STATUS+=("$name|skipped (ZYFA_SKIP)|0")
+        return 0
+    fi
+    local limit=$(($(left) - reserve))
+    ((limit > cap)) && limit=$cap
+    if ((limit < 5)); then
+        log "=== $name: not started, only $(left) s of the budget left"
+        STATUS+=("$name|not started: budget spent|0")
+        return 0
+    fi
+    log "=== $name (limit ${limit}s, t=$(elapsed)s)"
+    local start rc
+    start=$(date +%s)
+    timeout --signal=INT --kill-after=15 "$limit" bash -c '"$@"' _ "$@" >>"$LOG" 2>&1
+    rc=$?
+    local took=$(($(date +%s) - start)) what
+    case $rc in
+        0) what="ok" ;;
+        124 | 137) what="TIMED OUT after ${limit}s" ;;
+        *) what="FAILED (exit $rc)" ;;
+    esac
+    log "=== $name: $what in ${took}s"
+    STATUS+=("$name|$what|$took")
+    return 0
+}
+
+do_env() {
+    nvidia-smi || echo "nvidia-smi failed"
+    "$PY" - <<'EOF'
+import importlib.metadata as md, sys, torch
+print("python", sys.version.split()[0], sys.executable)
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print("device", p.name, f"sm{p.major}{p.minor}", p.multi_processor_count, "SMs", p.total_memory >> 30, "GiB")
+    print("cudnn", torch.backends.cudnn.version())
+for name in ("triton", "numpy", "nvidia-cudnn-frontend", "nvidia-cudnn-cu13", "flash-attn-4", "nvidia-cutlass-dsl",
+             "nvidia-cutlass", "flashinfer-python", "nvidia-ml-py", "pybind11", "scikit-build-core", "setuptools",
+             "ziglang", "pytest", "pytest-timeout", "matplotlib", "rich", "safetensors", "transformers"):
+    try:
+        print(f"  {name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"  {name} -")
+EOF
+    command -v nvcc && nvcc --version | tail -2
+}
+
+do_wheels() {
+    local found=0
+    mkdir -p "$SITE"
+    shopt -s nullglob globstar
+    local wheels=(.whl/*.whl .carry/**/*.whl)
+    if ((${#wheels[@]})); then
+        found=1
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" "${wheels[@]}"
+    fi
+    local a
+    for a in .carry/**/*.tar.xz .carry/**/*.tar.zst .carry/**/*.tar.gz .carry/**/*.tar; do
+        found=1
+        echo "unpacking $a into $SITE"
+        tar -xf "$a" -C "$SITE"
+    done
+    ((found)) || echo "no carried wheels or archives (.whl/, .carry/): using the image's packages only"
+    ls "$SITE" | head -50
+}
+
+do_install() {
+    local rc=0 p
+    for p in zyfa-asmgen zyfa-core zyfa-torch zyfa-bench; do
+        echo "--- pip install packages/$p"
+        if ! "$PY" -m pip install --no-build-isolation --no-deps --no-index --no-cache-dir "packages/$p"; then
+            echo "!!! packages/$p failed to install"
+            rc=1
+        fi
+    done
+    "$PY" - <<'EOF' || true
+import json, pathlib
+try:
+    import zyfa_core
+    d = pathlib.Path(zyfa_core.__file__).parent / "kernels" / "manifest.json"
+    m = json.loads(d.read_text())
+    print("manifest:", [k["name"] for k in m.get("kernels", [])])
+    print("skipped:", m.get("skipped"))
+except Exception as exc:
+    print("no zyfa_core manifest:", exc)
+EOF
+    zb peers || true
+    return $rc
+}
+
+do_tests() {
+    local timeout_opt=()
+    "$PY" -c "import pytest_timeout" 2>/dev/null && timeout_opt=(--timeout=90)
+    # shellcheck disable=SC2086  # paths and args are space-separated lists on purpose
+    "$PY" -m pytest --import-mode=importlib -q -rfEs -p no:cacheprovider "${timeout_opt[@]}" \
+        $PYTEST_PATHS ${ZYFA_PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+do_throughput() {
+    # Leave ~45 s after the last row starts for its measurement and the run's teardown.
+    local budget=$(($1 - 45))
+    ((budget < 20)) && budget=20
+    zb throughput --quiet --shape gqa128,mla192 --seqlens "$SEQLENS" --tokens "$TOKENS" \
+        --precision bf16,fp8 --impl "$IMPLS" --warmup 2 --repeats 15 --time-budget "$budget" \
+        --json "$OUT/throughput.json"
+}
+
+do_accuracy() {
+    zb accuracy --quiet --shape gqa128,mla192 --seqlens "$ACC_SEQLEN" --batch 1 \
+        --impl zyfa,cudnn-bf16,cudnn-fp8,fa4-bf16,sdpa-flash --workload gaussian,model-like --rotate off,on \
+        --json "$OUT/accuracy.json"
+}
+
+do_clocks() {
+    zb clocks --quiet --shape gqa128 --seqlen "$CLOCKS_SEQLEN" --tokens "$TOKENS" --workload model-like \
+        --impl zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean,cudnn-fp8 --seconds 4 --json "$OUT/clocks.json"
+}
+
+do_report() {
+    local files=()
+    for f in throughput accuracy clocks; do
+        [[ -s "$OUT/$f.json" ]] && files+=("$OUT/$f.json")
+    done
+    if ((${#files[@]} == 0)); then
+        echo "no result files to report"
+        return 1
+    fi
+    zb report "${files[@]}" --out "$OUT"
+}
+
+export OUT LOG PY SITE SEQLENS TOKENS ACC_SEQLEN CLOCKS_SEQLEN IMPLS PYTEST_PATHS
+export -f zb do_env do_wheels do_install do_tests do_throughput do_accuracy do_clocks do_report
+
+log "h200_run.sh: budget ${TOTAL}s, OUT=$OUT, repo $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+# Reserves: what the later stages need at the least, so an overrunning stage cannot starve them.
+stage env 30 120 do_env
+stage wheels 60 120 do_wheels
+[[ -d $SITE ]] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+stage install 200 180 do_install
+stage tests 100 150 do_tests
+# The sweep gets what is left minus what accuracy, clocks and report need (~100 s).
+SWEEP_CAP=$(($(left) - 100))
+((SWEEP_CAP > 240)) && SWEEP_CAP=240
+stage throughput "$SWEEP_CAP" 100 do_throughput "$SWEEP_CAP"
+stage accuracy 80 50 do_accuracy
+stage clocks 45 20 do_clocks
+stage report 40 0 do_report
+rm -f "$OUT"/*.tmp
+
+# The short tables last: the report's summary, then each stage's outcome.
+if [[ -s "$OUT/report.md" ]]; then
+    files=()
+    for f in throughput accuracy clocks; do [[ -s "$OUT/$f.json" ]] && files+=("$OUT/$f.json"); done
+    "$PY" -c "import sys; from zyfa_bench.report import summary_text; print(summary_text(sys.argv[1:]))" \
+        "${files[@]}" 2>&1 | tee -a "$LOG" | cut -c1-220
+fi
+echo
+printf '%-11s %-32s %6s\n' stage outcome seconds | tee -a "$LOG"
+for s in "${STATUS[@]}"; do
+    IFS='|' read -r n w t <<<"$s"
+    printf '%-11s %-32s %6s\n' "$n" "$w" "$t" | tee -a "$LOG"
+done
+log "total $(elapsed)s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
