@@ -47,7 +47,7 @@
  *
  * Build macros: ZYFA_KERNEL_NAME, ZYFA_DTYPE_E4M3, ZYFA_D_QK, ZYFA_D_V, ZYFA_TILE_M (128),
  * ZYFA_TILE_N (128), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
- * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_HANG_TRAP (tests: trap instead of hanging on a barrier).
+ * ZYFA_WS_PINGPONG (default 1).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -66,9 +66,6 @@
 #endif
 #ifndef ZYFA_WS_PINGPONG
 #define ZYFA_WS_PINGPONG 1
-#endif
-#ifndef ZYFA_WS_HANG_TRAP
-#define ZYFA_WS_HANG_TRAP 0
 #endif
 
 namespace zyfa_sm90_ws {
@@ -141,19 +138,8 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
 // Wait until the phase of `bar` with this parity has completed (acquire). A fresh barrier counts
 // as having completed the phase of parity 1, so producers start at parity 1 on empty barriers.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-#if ZYFA_WS_HANG_TRAP
-  const long long t0 = clock64();
-  while (!mbar_try_wait(bar, parity)) {
-    if (clock64() - t0 > (1ll << 32)) {  // ~2 s: a protocol bug, not a slow load
-      printf("zyfa ws: mbarrier wait timed out (block %d %d %d thread %d bar 0x%x parity %u)\n", blockIdx.x,
-             blockIdx.y, blockIdx.z, threadIdx.x, bar, parity);
-      __trap();
-    }
-  }
-#else
   while (!mbar_try_wait(bar, parity)) {
   }
-#endif
 }
 
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
@@ -422,6 +408,32 @@ __device__ __forceinline__ float e4m3_pair_sum(uint32_t pair16) {
   return f.x + f.y;
 }
 
+// ---------------------------------------------------------------------------------------------
+// The two GEMMs of one KV block for one consumer warpgroup (64 rows), each one committed group.
+
+// S = Q K^T. q_tile: this warpgroup's 64 rows inside the Q tile (regions of kTileM rows); k_tile:
+// one K stage. k-step ks covers bytes [32 ks, 32 ks + 32) of a row: region ks / 4, offset 32 (ks % 4).
+__device__ __forceinline__ void issue_s(float (&sacc)[64], uint32_t q_tile, uint32_t k_tile) {
+#pragma unroll
+  for (int ks = 0; ks < kQkSteps; ++ks) {
+    const uint32_t off_q = (ks >> 2) * kTileM * 128 + (ks & 3) * 32;
+    const uint32_t off_k = (ks >> 2) * kTileN * 128 + (ks & 3) * 32;
+    wgmma_ss(sacc, make_desc(q_tile + off_q, 16, 1024), make_desc(k_tile + off_k, 16, 1024), ks > 0 ? 1u : 0u);
+  }
+  wgmma_commit();
+}
+
+// O += P V. v_tile: one V stage. bf16: V [key][d] is MN-major (d regions of 64 at LBO = kTileN x
+// 128 B), a k-step is 16 keys = 2048 B; e4m3: Vt [d][key position] is K-major, a k-step is 32 bytes.
+__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&p)[kPRegs], uint32_t v_tile) {
+#pragma unroll
+  for (int kk = 0; kk < kPvSteps; ++kk) {
+    const uint64_t desc = kFp8 ? make_desc(v_tile + kk * 32, 16, 1024) : make_desc(v_tile + kk * 16 * 128, kTileN * 128, 1024);
+    wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc);
+  }
+  wgmma_commit();
+}
+
 // Everything one consumer warpgroup needs to know about its block.
 struct Block {
   int head, kv_head, batch, q_row0, n_blocks;
@@ -672,19 +684,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   };
   if (kPingPong && cw == 1 && n > 0) named_bar_arrive(pp_other, 256);  // consumer 0 goes first
 
-  // Descriptors (start addresses advance by byte offset >> 4 in the low bits).
-  const uint64_t desc_q = make_desc(q_s + cw * 64 * 128, 16, 1024);
-  auto desc_q_step = [&](int ks) { return desc_q + static_cast<uint64_t>(((ks >> 2) * kTileM * 128 + (ks & 3) * 32) >> 4); };
-  auto desc_k_step = [&](int s, int ks) {
-    return make_desc(k_s + s * kKStageBytes + (ks >> 2) * kTileN * 128 + (ks & 3) * 32, 16, 1024);
-  };
-  auto desc_v_step = [&](int s, int kk) {
-    if constexpr (kFp8) {
-      return make_desc(v_s + s * kVStageBytes + kk * 32, 16, 1024);  // Vt: K-major, 32 key bytes per step
-    } else {
-      return make_desc(v_s + s * kVStageBytes + kk * 16 * 128, kTileN * 128, 1024);  // V: MN-major, 16 keys per step
-    }
-  };
+  const uint32_t q_tile = q_s + cw * 64 * 128;  // this warpgroup's rows of Q
 
   float o[64];
   float sacc[64];
@@ -698,20 +698,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   float m_run[2] = {-INFINITY, -INFINITY};
   float l_run[2] = {0.0f, 0.0f};
 
-  auto issue_s = [&](int j) {
-    const int s = j % kStages;
-#pragma unroll
-    for (int ks = 0; ks < kQkSteps; ++ks) wgmma_ss(sacc, desc_q_step(ks), desc_k_step(s, ks), ks > 0 ? 1u : 0u);
-    wgmma_commit();
-  };
-  auto issue_pv = [&](int j) {
-    const int s = j % kStages;
-#pragma unroll
-    for (int kk = 0; kk < kPvSteps; ++kk) {
-      wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc_v_step(s, kk));
-    }
-    wgmma_commit();
-  };
+  auto issue_s_block = [&](int j) { issue_s(sacc, q_tile, k_s + (j % kStages) * kKStageBytes); };
+  auto issue_pv_block = [&](int j) { issue_pv(o, p, v_s + (j % kStages) * kVStageBytes); };
   auto need_mask = [&](int j) {
     const int key0 = j * kTileN;
     return key0 + kTileN > seqlen_k || (blk.causal && key0 + kTileN - 1 > wg_row0 + blk.diag);
@@ -728,7 +716,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     pp_sync();
     fence_regs(sacc);
     wgmma_fence();
-    issue_s(0);
+    issue_s_block(0);
     pp_arrive(false);
     wgmma_wait<0>();
     fence_regs(sacc);
@@ -749,14 +737,14 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       fence_regs(o);
       fence_regs(p);
       wgmma_fence();
-      issue_s(j);
+      issue_s_block(j);
       if constexpr (!kOverlap) wgmma_wait<0>();
       mbar_wait(bar_full_v(sp), ((j - 1) / kStages) & 1);
       fence_proxy_async();
       fence_regs(o);
       fence_regs(p);
       wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
-      issue_pv(j - 1);
+      issue_pv_block(j - 1);
       pp_arrive(false);
       wgmma_wait<1>();
       fence_regs(sacc);
@@ -779,7 +767,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     fence_regs(o);
     fence_regs(p);
     wgmma_fence();
-    issue_pv(n - 1);
+    issue_pv_block(n - 1);
     pp_arrive(true);
     wgmma_wait<0>();
     fence_regs(o);

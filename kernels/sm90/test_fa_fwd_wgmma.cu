@@ -1,0 +1,913 @@
+/* Self-test and timing of one sm90a variant of fa_fwd_wgmma.cu (the warp-specialised wgmma kernel)
+ * on an H100/H200 (compute capability 9.0).
+ *
+ * Built with the same -D macros as the kernel (tools/device/sm90_wgmma_selftest.sh does it for every
+ * entry of SM90_WS_VARIANTS in kernels/variants.bzl). The checking harness (cases, contract and
+ * float64 references, tolerances, poisoned outputs, padding/lse guards, bitwise repeatability) is the
+ * one of test_fa_fwd_simple.cu, whose header explains every tolerance; this file adds:
+ *   - a layout probe run first: one warpgroup computes S = Q K^T for a 128 x 128 tile and O = P V
+ *     for 64 x 128 with the kernel's own loaders, descriptors, P packing and wgmma issue functions,
+ *     against float64 products (rel L2 <= 1e-3: fp32-accumulated exact products); it separates a
+ *     shared-memory layout / descriptor bug from a pipeline or softmax bug;
+ *   - an error map on failed cases (per 16-row group, per 8 columns, per row % 8);
+ *   - cases sized for 128-row tiles and several KV blocks (every ring stage and phase parity);
+ *   - `--bench`: the ws kernel against fa_fwd_simple.cu's kernel of the same dtype / dims / P mode,
+ *     compiled into this program, on causal shapes of seqlen 8K and 16K (median of 20 launches
+ *     timed with CUDA events after 3 warm-ups; TFLOP/s with causal FLOPs = 2 B H S^2 (d_qk + d_v) / 2),
+ *     plus the relative L2 difference between the two kernels' outputs (information only: they use
+ *     different KV block sizes, so the contract's per-block P rounding differs).
+ * Usage: test [--bench | --bench-only | --refs-only]. Exit status 0 when every check passes, 1 when
+ * one fails, 2 on a CUDA or setup error.
+ */
+
+// ---- the simple kernel of the same dtype / dims / P mode, for timing only ---------------------
+#pragma push_macro("ZYFA_KERNEL_NAME")
+#pragma push_macro("ZYFA_TILE_M")
+#pragma push_macro("ZYFA_TILE_N")
+#pragma push_macro("ZYFA_THREADS")
+#pragma push_macro("ZYFA_SMEM_BYTES")
+#undef ZYFA_KERNEL_NAME
+#undef ZYFA_TILE_M
+#undef ZYFA_TILE_N
+#undef ZYFA_THREADS
+#undef ZYFA_SMEM_BYTES
+#define ZYFA_KERNEL_NAME zyfa_simple_timing_kernel
+#define ZYFA_TILE_M 64
+#define ZYFA_TILE_N 64
+#define ZYFA_THREADS 128
+#if ZYFA_DTYPE_E4M3
+#define ZYFA_SMEM_BYTES (2 * 64 * (ZYFA_D_QK + 16) + ZYFA_D_V * 64)
+#else
+#define ZYFA_SMEM_BYTES (2 * 64 * (2 * ZYFA_D_QK + 16) + 64 * (2 * ZYFA_D_V + 16))
+#endif
+#include "sm90/fa_fwd_simple.cu"
+#undef ZYFA_KERNEL_NAME
+#undef ZYFA_TILE_M
+#undef ZYFA_TILE_N
+#undef ZYFA_THREADS
+#undef ZYFA_SMEM_BYTES
+#pragma pop_macro("ZYFA_KERNEL_NAME")
+#pragma pop_macro("ZYFA_TILE_M")
+#pragma pop_macro("ZYFA_TILE_N")
+#pragma pop_macro("ZYFA_THREADS")
+#pragma pop_macro("ZYFA_SMEM_BYTES")
+
+// ---- the kernel under test -----------------------------------------------------------------------
+#include "sm90/fa_fwd_wgmma.cu"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#define ZYFA_STR2(x) #x
+#define ZYFA_STR(x) ZYFA_STR2(x)
+
+#define CHECK_CUDA(call)                                                                     \
+  do {                                                                                       \
+    const cudaError_t err_ = (call);                                                         \
+    if (err_ != cudaSuccess) {                                                               \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_), __FILE__, \
+                   __LINE__, #call);                                                         \
+      std::fprintf(stderr, "  %s\n", cudaGetErrorString(err_));                              \
+      std::exit(2);                                                                          \
+    }                                                                                        \
+  } while (0)
+
+namespace {
+
+using namespace zyfa_sm90_ws;
+
+// ---- host number formats -----------------------------------------------------------------------
+
+float bf16_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {  // round to nearest even (inputs here are finite)
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float bf16_round(float f) { return bf16_to_float(float_to_bf16(f)); }
+
+// e4m3fn: code 8e + f (e = 0..15, f = 0..7) is 2^(e-7) (1 + f/8), e = 0: f * 2^-9; 0x7f is NaN.
+double e4m3_decode(uint8_t c) {
+  const int mag = c & 0x7f;
+  if (mag == 0x7f) return NAN;
+  const int e = mag >> 3;
+  const int f = mag & 7;
+  const double v = e == 0 ? std::ldexp(static_cast<double>(f), -9) : std::ldexp(1.0 + f / 8.0, e - 7);
+  return (c & 0x80) ? -v : v;
+}
+
+// float -> e4m3fn, round to nearest (ties to the even code), saturating to +-448.
+uint8_t e4m3_encode(float x) {
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+  const double a = std::fabs(static_cast<double>(x));
+  int lo = 0;
+  int hi = 126;  // largest code with value <= a, by bisection over the monotonic codes 0..126
+  if (a >= e4m3_decode(126)) return sign | 126;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (e4m3_decode(static_cast<uint8_t>(mid)) <= a) lo = mid; else hi = mid - 1;
+  }
+  const double below = e4m3_decode(static_cast<uint8_t>(lo));
+  const double above = e4m3_decode(static_cast<uint8_t>(lo + 1));
+  int code = lo;
+  if (a - below > above - a || (a - below == above - a && (lo & 1))) code = lo + 1;
+  return sign | static_cast<uint8_t>(code);
+}
+
+// Cross-check of the host encoder with CUDA's own (host build of cuda_fp8.h), ties included.
+bool check_e4m3_encoder() {
+  std::mt19937 rng(7);
+  std::vector<float> xs = {0.0f, 1e-30f, 0.0009765625f, 0.0009765626f, 0.001953125f, 0.0029296875f,
+                           1.0625f, 1.1875f, 240.0f, 448.0f, 463.99f, 464.0f, 1e6f, -1.0625f, -500.0f};
+  std::uniform_real_distribution<float> u(-14.0f, 9.5f);
+  for (int i = 0; i < 200000; ++i) {
+    const float v = std::exp2(u(rng));
+    xs.push_back((i & 1) ? -v : v);
+  }
+  for (int c = 0; c < 126; ++c) {  // exact midpoints between neighbouring codes
+    xs.push_back(static_cast<float>(0.5 * (e4m3_decode(static_cast<uint8_t>(c)) + e4m3_decode(static_cast<uint8_t>(c + 1)))));
+  }
+  for (float x : xs) {
+    const uint8_t mine = e4m3_encode(x);
+    const uint8_t cuda = static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+    if (mine != cuda) {
+      std::printf("e4m3 encoder mismatch at %.9g: host 0x%02x, cuda_fp8.h 0x%02x\n", x, mine, cuda);
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---- test cases ----------------------------------------------------------------------------------
+
+enum Layout { kContiguous, kPadded, kMisaligned };
+
+struct Case {
+  const char* name;
+  int batch, sq, sk, hq, hkv;
+  bool causal, lse;
+  Layout layout;
+  float q_amp;  // scales q: sharper softmax (exercises tiny and subnormal e4m3 P codes)
+};
+
+// A [batch, seq, heads, dim] tensor inside a flat buffer: strides in elements, an element offset.
+struct Geometry {
+  int64_t sb, ss, sh, offset, total;
+};
+
+Geometry make_geometry(int batch, int seq, int heads, int dim, Layout layout) {
+  Geometry g{};
+  if (layout == kContiguous) {
+    g.sh = dim;
+    g.ss = static_cast<int64_t>(heads) * g.sh;
+    g.sb = seq * g.ss;
+  } else if (layout == kPadded) {  // gaps keep 16-byte alignment: vector-load path
+    g.sh = dim + 16;
+    g.ss = static_cast<int64_t>(heads) * g.sh + 32;
+    g.sb = seq * g.ss + 64;
+  } else {  // odd strides and a one-element base offset: byte-load / scalar-store path
+    g.sh = dim + 1;
+    g.ss = static_cast<int64_t>(heads) * g.sh + 3;
+    g.sb = seq * g.ss + 5;
+    g.offset = 1;
+  }
+  g.total = g.offset + (batch - 1) * g.sb + (seq - 1) * g.ss + (heads - 1) * g.sh + dim;
+  return g;
+}
+
+int64_t at(const Geometry& g, int b, int s, int h, int d) { return g.offset + b * g.sb + s * g.ss + h * g.sh + d; }
+
+// Input tensor: logical values (bf16 values, or e4m3 values before the descale) and their bytes.
+struct Tensor {
+  Geometry geo;
+  std::vector<uint8_t> bytes;  // device image, padding poisoned with NaN codes
+  std::vector<double> val;     // [b][s][h][d] logical values (e4m3: code value, not dequantised)
+  float descale = 1.0f;
+};
+
+Tensor make_input(std::mt19937& rng, int batch, int seq, int heads, int dim, Layout layout, float amp) {
+  Tensor t;
+  t.geo = make_geometry(batch, seq, heads, dim, layout);
+  const size_t n = static_cast<size_t>(batch) * seq * heads * dim;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = amp * nd(rng);
+  t.val.resize(n);
+  if (kFp8) {
+    // fp8_quantize: descale = 2^ceil(log2(amax / 448)), x8 = e4m3(x / descale).
+    float amax = 0.0f;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    t.descale = amax == 0.0f ? 1.0f : static_cast<float>(std::exp2(std::ceil(std::log2(amax / 448.0))));
+    t.bytes.assign(static_cast<size_t>(t.geo.total), 0x7f);  // e4m3fn NaN
+  } else {
+    t.bytes.assign(static_cast<size_t>(t.geo.total) * 2, 0);
+    for (size_t i = 0; i < t.bytes.size(); i += 2) {  // bf16 quiet NaN 0x7fc0
+      t.bytes[i] = 0xc0;
+      t.bytes[i + 1] = 0x7f;
+    }
+  }
+  size_t i = 0;
+  for (int b = 0; b < batch; ++b)
+    for (int s = 0; s < seq; ++s)
+      for (int h = 0; h < heads; ++h)
+        for (int d = 0; d < dim; ++d, ++i) {
+          const int64_t e = at(t.geo, b, s, h, d);
+          if (kFp8) {
+            const uint8_t c = e4m3_encode(x[i] / t.descale);
+            t.bytes[static_cast<size_t>(e)] = c;
+            t.val[i] = e4m3_decode(c);
+          } else {
+            const uint16_t h16 = float_to_bf16(x[i]);
+            std::memcpy(&t.bytes[static_cast<size_t>(e) * 2], &h16, 2);
+            t.val[i] = bf16_to_float(h16);
+          }
+        }
+  return t;
+}
+
+// ---- references ----------------------------------------------------------------------------------
+
+struct Refs {
+  std::vector<double> out_contract, out_dense;  // [b][sq][hq][dv]
+  std::vector<double> lse_contract, lse_dense;  // [b][hq][sq]
+};
+
+// P value fed to P.V for one visible key, per the contract (bf16: l uses p, P.V uses bf16(p)).
+void contract_p(float s, float t, float m, float c, float* p_sum, float* p_pv) {
+  if (!kFp8) {
+    const float p = ::exp2f(t - m);
+    *p_sum = p;
+    *p_pv = bf16_round(p);
+    return;
+  }
+  float p;
+  if (kLeanP) {
+    const float a = 8.0f * c;
+    const float b = 120.0f - 8.0f * m;
+    const float code = std::min(std::max(::nearbyintf(::fmaf(s, a, b)), 0.0f), 126.0f);
+    p = static_cast<float>(e4m3_decode(static_cast<uint8_t>(code)));
+  } else {
+    p = static_cast<float>(e4m3_decode(e4m3_encode(::exp2f((t - m) + 8.0f))));
+  }
+  *p_sum = p;
+  *p_pv = p;
+}
+
+Refs compute_refs(const Case& cs, const Tensor& q, const Tensor& k, const Tensor& v, float scale) {
+  const int dqk = kDQk, dv = kDV;
+  const int group = cs.hq / cs.hkv;
+  const float c = kFp8 ? scale * q.descale * k.descale * kLog2e : scale * kLog2e;
+  const double deq_qk = static_cast<double>(q.descale) * k.descale;
+  const double shift = kFp8 ? 8.0 : 0.0;
+  Refs r;
+  r.out_contract.assign(static_cast<size_t>(cs.batch) * cs.sq * cs.hq * dv, 0.0);
+  r.out_dense = r.out_contract;
+  r.lse_contract.assign(static_cast<size_t>(cs.batch) * cs.hq * cs.sq, 0.0);
+  r.lse_dense = r.lse_contract;
+  std::vector<double> sdot(cs.sk), acc(dv), dacc(dv);
+  for (int b = 0; b < cs.batch; ++b)
+    for (int h = 0; h < cs.hq; ++h) {
+      const int hk = h / group;
+      for (int i = 0; i < cs.sq; ++i) {
+        const int64_t limit = cs.causal ? static_cast<int64_t>(i) + cs.sk - cs.sq : cs.sk - 1;
+        const double* qi = &q.val[((static_cast<size_t>(b) * cs.sq + i) * cs.hq + h) * dqk];
+        for (int j = 0; j < cs.sk; ++j) {
+          const double* kj = &k.val[((static_cast<size_t>(b) * cs.sk + j) * cs.hkv + hk) * dqk];
+          double d = 0.0;
+          for (int x = 0; x < dqk; ++x) d += qi[x] * kj[x];
+          sdot[j] = d;
+        }
+        // Contract: blocks of tile_n keys, skipping blocks wholly past the row's limit.
+        float m = -INFINITY;
+        double l = 0.0;
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int key0 = 0; key0 < cs.sk && key0 <= limit; key0 += kTileN) {
+          const int key1 = std::min(key0 + kTileN, cs.sk);
+          float mx = -INFINITY;
+          for (int j = key0; j < key1; ++j) {
+            if (j <= limit) mx = std::max(mx, static_cast<float>(sdot[j]) * c);
+          }
+          const float m_new = std::max(m, mx);
+          if (m_new == -INFINITY) continue;
+          const float alpha = m == -INFINITY ? 0.0f : ::exp2f(m - m_new);
+          for (double& a : acc) a *= alpha;
+          l *= alpha;
+          m = m_new;
+          for (int j = key0; j < key1 && j <= limit; ++j) {
+            const float s = static_cast<float>(sdot[j]);
+            float p_sum, p_pv;
+            contract_p(s, s * c, m, c, &p_sum, &p_pv);
+            l += p_sum;
+            const double* vj = &v.val[((static_cast<size_t>(b) * cs.sk + j) * cs.hkv + hk) * dv];
+            for (int x = 0; x < dv; ++x) acc[x] += static_cast<double>(p_pv) * vj[x];
+          }
+        }
+        double* oc = &r.out_contract[((static_cast<size_t>(b) * cs.sq + i) * cs.hq + h) * dv];
+        for (int x = 0; x < dv; ++x) oc[x] = l == 0.0 ? 0.0 : acc[x] / l * v.descale;
+        const size_t li = (static_cast<size_t>(b) * cs.hq + h) * cs.sq + i;
+        r.lse_contract[li] = l == 0.0 ? INFINITY : (m + std::log2(l) - shift) * std::log(2.0);
+
+        // Dense float64 softmax on the dequantised inputs.
+        double smax = -INFINITY;
+        for (int j = 0; j < cs.sk && j <= limit; ++j) smax = std::max(smax, sdot[j] * deq_qk * scale);
+        double dl = 0.0;
+        std::fill(dacc.begin(), dacc.end(), 0.0);
+        for (int j = 0; j < cs.sk && j <= limit; ++j) {
+          const double p = std::exp(sdot[j] * deq_qk * scale - smax);
+          dl += p;
+          const double* vj = &v.val[((static_cast<size_t>(b) * cs.sk + j) * cs.hkv + hk) * dv];
+          for (int x = 0; x < dv; ++x) dacc[x] += p * vj[x] * v.descale;
+        }
+        double* od = &r.out_dense[((static_cast<size_t>(b) * cs.sq + i) * cs.hq + h) * dv];
+        for (int x = 0; x < dv; ++x) od[x] = dl == 0.0 ? 0.0 : dacc[x] / dl;
+        r.lse_dense[li] = dl == 0.0 ? INFINITY : smax + std::log(dl);
+      }
+    }
+  return r;
+}
+
+double rel_l2(const std::vector<double>& a, const std::vector<double>& ref) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den == 0.0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+struct LseStats {
+  bool inf_match = true;
+  double max_diff = 0.0, mean_diff = 0.0;
+};
+
+LseStats lse_stats(const std::vector<double>& a, const std::vector<double>& ref) {
+  LseStats st;
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const bool ra = std::isinf(ref[i]) && ref[i] > 0;
+    const bool ka = std::isinf(a[i]) && a[i] > 0;
+    if (ra != ka || std::isnan(a[i])) {
+      st.inf_match = false;
+      continue;
+    }
+    if (ra) continue;
+    const double d = std::fabs(a[i] - ref[i]);
+    st.max_diff = std::max(st.max_diff, d);
+    st.mean_diff += d;
+    ++n;
+  }
+  if (n) st.mean_diff /= static_cast<double>(n);
+  return st;
+}
+
+// ---- one case on the GPU -------------------------------------------------------------------------
+
+struct DeviceRun {
+  std::vector<uint16_t> out;  // whole out buffer (bf16 bits)
+  std::vector<float> lse;     // whole lse buffer including the guard element
+};
+
+DeviceRun launch(const Case& cs, const Tensor& q, const Tensor& k, const Tensor& v, const Geometry& og, float scale) {
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr, *dout = nullptr;
+  float* dlse = nullptr;
+  const size_t lse_n = static_cast<size_t>(cs.batch) * cs.hq * cs.sq + 1;  // + guard
+  CHECK_CUDA(cudaMalloc(&dq, q.bytes.size()));
+  CHECK_CUDA(cudaMalloc(&dk, k.bytes.size()));
+  CHECK_CUDA(cudaMalloc(&dv, v.bytes.size()));
+  CHECK_CUDA(cudaMalloc(&dout, static_cast<size_t>(og.total) * 2));
+  CHECK_CUDA(cudaMalloc(&dlse, lse_n * sizeof(float)));
+  CHECK_CUDA(cudaMemcpy(dq, q.bytes.data(), q.bytes.size(), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dk, k.bytes.data(), k.bytes.size(), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(dv, v.bytes.data(), v.bytes.size(), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemset(dout, 0xff, static_cast<size_t>(og.total) * 2));  // bf16 0xffff = NaN
+  CHECK_CUDA(cudaMemset(dlse, 0xff, lse_n * sizeof(float)));                // f32 0xffffffff = NaN
+
+  zyfa_fwd_args args;
+  std::memset(&args, 0, sizeof(args));
+  const Geometry& qg = q.geo;
+  const Geometry& kg = k.geo;
+  const Geometry& vg = v.geo;
+  const int es = kESize;
+  args.q = static_cast<const uint8_t*>(dq) + qg.offset * es;
+  args.k = static_cast<const uint8_t*>(dk) + kg.offset * es;
+  args.v = static_cast<const uint8_t*>(dv) + vg.offset * es;
+  args.out = static_cast<uint16_t*>(dout) + og.offset;
+  args.lse = cs.lse ? dlse : nullptr;
+  args.q_stride_batch = qg.sb; args.q_stride_seq = qg.ss; args.q_stride_head = qg.sh;
+  args.k_stride_batch = kg.sb; args.k_stride_seq = kg.ss; args.k_stride_head = kg.sh;
+  args.v_stride_batch = vg.sb; args.v_stride_seq = vg.ss; args.v_stride_head = vg.sh;
+  args.out_stride_batch = og.sb; args.out_stride_seq = og.ss; args.out_stride_head = og.sh;
+  args.batch = cs.batch; args.heads_q = cs.hq; args.heads_kv = cs.hkv;
+  args.seqlen_q = cs.sq; args.seqlen_k = cs.sk; args.d_qk = kDQk; args.d_v = kDV;
+  args.flags = (cs.causal ? ZYFA_FLAG_CAUSAL : 0u) | (cs.lse ? ZYFA_FLAG_LSE : 0u);
+  args.softmax_scale = scale;
+  args.q_descale = q.descale; args.k_descale = k.descale; args.v_descale = v.descale;
+
+  const dim3 grid((cs.sq + kTileM - 1) / kTileM, cs.hq, cs.batch);
+  ZYFA_KERNEL_NAME<<<grid, kThreads, kSmemBytes>>>(args);
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaDeviceSynchronize());
+
+  DeviceRun run;
+  run.out.resize(static_cast<size_t>(og.total));
+  run.lse.resize(lse_n);
+  CHECK_CUDA(cudaMemcpy(run.out.data(), dout, run.out.size() * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(run.lse.data(), dlse, lse_n * sizeof(float), cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaFree(dq));
+  CHECK_CUDA(cudaFree(dk));
+  CHECK_CUDA(cudaFree(dv));
+  CHECK_CUDA(cudaFree(dout));
+  CHECK_CUDA(cudaFree(dlse));
+  return run;
+}
+
+// On a failed case: where the error sits (batch 0, head 0): relative L2 per 16-row group of the
+// first 256 rows (a warp of a consumer warpgroup owns 16 rows), per 8-column group of d_v, and per
+// row % 8 (the accumulator's g index). Tells a layout bug from a masking bug.
+void print_error_map(const Case& cs, const std::vector<double>& out, const std::vector<double>& ref) {
+  auto idx = [&](int s, int d) { return (static_cast<size_t>(s) * cs.hq) * kDV + d; };  // b = 0, h = 0
+  std::printf("    error map (b0 h0), rows by 16:");
+  for (int r0 = 0; r0 < std::min(cs.sq, 256); r0 += 16) {
+    double num = 0, den = 0;
+    for (int s = r0; s < std::min(r0 + 16, cs.sq); ++s)
+      for (int d = 0; d < kDV; ++d) {
+        num += (out[idx(s, d)] - ref[idx(s, d)]) * (out[idx(s, d)] - ref[idx(s, d)]);
+        den += ref[idx(s, d)] * ref[idx(s, d)];
+      }
+    std::printf(" %.0e", den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+  }
+  std::printf("\n    columns by 8:");
+  for (int c0 = 0; c0 < kDV; c0 += 8) {
+    double num = 0, den = 0;
+    for (int s = 0; s < cs.sq; ++s)
+      for (int d = c0; d < c0 + 8; ++d) {
+        num += (out[idx(s, d)] - ref[idx(s, d)]) * (out[idx(s, d)] - ref[idx(s, d)]);
+        den += ref[idx(s, d)] * ref[idx(s, d)];
+      }
+    std::printf(" %.0e", den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+  }
+  std::printf("\n    row %% 8:");
+  for (int g = 0; g < 8; ++g) {
+    double num = 0, den = 0;
+    for (int s = g; s < cs.sq; s += 8)
+      for (int d = 0; d < kDV; ++d) {
+        num += (out[idx(s, d)] - ref[idx(s, d)]) * (out[idx(s, d)] - ref[idx(s, d)]);
+        den += ref[idx(s, d)] * ref[idx(s, d)];
+      }
+    std::printf(" %.0e", den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+  }
+  std::printf("\n    first row 0 values kernel/ref:");
+  for (int d = 0; d < 6; ++d) std::printf(" %.4f/%.4f", out[idx(0, d)], ref[idx(0, d)]);
+  std::printf("\n");
+}
+
+bool run_case(const Case& cs, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kDQk));
+  const Tensor q = make_input(rng, cs.batch, cs.sq, cs.hq, kDQk, cs.layout, cs.q_amp);
+  const Tensor k = make_input(rng, cs.batch, cs.sk, cs.hkv, kDQk, cs.layout, 1.0f);
+  const Tensor v = make_input(rng, cs.batch, cs.sk, cs.hkv, kDV, cs.layout, 1.0f);
+  const Geometry og = make_geometry(cs.batch, cs.sq, cs.hq, kDV, cs.layout);
+  const Refs ref = compute_refs(cs, q, k, v, scale);
+
+  const DeviceRun run = launch(cs, q, k, v, og, scale);
+  const DeviceRun again = launch(cs, q, k, v, og, scale);
+  const bool repeatable = run.out == again.out &&
+                          std::memcmp(run.lse.data(), again.lse.data(), run.lse.size() * sizeof(float)) == 0;
+
+  // Gather the kernel's output; check written/finite elements and untouched padding.
+  std::vector<double> out(ref.out_contract.size());
+  std::vector<char> is_valid(static_cast<size_t>(og.total), 0);
+  size_t not_finite = 0;
+  size_t idx = 0;
+  for (int b = 0; b < cs.batch; ++b)
+    for (int s = 0; s < cs.sq; ++s)
+      for (int h = 0; h < cs.hq; ++h)
+        for (int d = 0; d < kDV; ++d, ++idx) {
+          const int64_t e = at(og, b, s, h, d);
+          is_valid[static_cast<size_t>(e)] = 1;
+          out[idx] = bf16_to_float(run.out[static_cast<size_t>(e)]);
+          if (!std::isfinite(out[idx])) ++not_finite;
+        }
+  size_t pad_touched = 0;
+  for (size_t e = 0; e < is_valid.size(); ++e) {
+    if (!is_valid[e] && run.out[e] != 0xffffu) ++pad_touched;
+  }
+  const size_t lse_n = ref.lse_contract.size();
+  std::vector<double> lse(lse_n);
+  size_t lse_touched = 0;
+  for (size_t i = 0; i < lse_n; ++i) {
+    lse[i] = run.lse[i];
+    uint32_t bits;
+    std::memcpy(&bits, &run.lse[i], 4);
+    if (!cs.lse && bits != 0xffffffffu) ++lse_touched;
+  }
+  uint32_t guard;
+  std::memcpy(&guard, &run.lse[lse_n], 4);
+  if (guard != 0xffffffffu) ++lse_touched;
+
+  const double err_c = rel_l2(out, ref.out_contract);
+  const double err_d = rel_l2(out, ref.out_dense);
+  const double err_ref = rel_l2(ref.out_contract, ref.out_dense);
+  const double tol_c = kFp8 ? 2e-2 : 5e-3;
+  const double tol_d = 2.0 * err_ref + 4e-3;
+
+  bool ok = not_finite == 0 && pad_touched == 0 && lse_touched == 0 && repeatable && err_c <= tol_c && err_d <= tol_d;
+  std::printf("%-34s out vs contract %.2e (tol %.0e) vs f64 %.2e (tol %.2e, ref %.2e)", cs.name, err_c, tol_c, err_d,
+              tol_d, err_ref);
+  if (cs.lse) {
+    const LseStats lc = lse_stats(lse, ref.lse_contract);
+    const LseStats ld = lse_stats(lse, ref.lse_dense);
+    const bool inf_ok = lc.inf_match && ld.inf_match;
+    const bool lse_ok = inf_ok && lc.max_diff <= (kFp8 ? 0.07 : 1e-3) && lc.mean_diff <= (kFp8 ? 3e-3 : 1e-4) &&
+                        ld.max_diff <= (kFp8 ? 0.1 : 2e-3);
+    std::printf(" | lse vs contract max %.1e mean %.1e, vs f64 max %.1e%s", lc.max_diff, lc.mean_diff, ld.max_diff,
+                inf_ok ? "" : ", +inf rows DIFFER");
+    ok = ok && lse_ok;
+  }
+  std::printf(" | %s\n", ok ? "PASS" : "FAIL");
+  if (not_finite) std::printf("    %zu output elements not written or not finite\n", not_finite);
+  if (pad_touched) std::printf("    %zu padding elements of out were overwritten\n", pad_touched);
+  if (lse_touched) std::printf("    lse buffer written where it must not be (%zu elements)\n", lse_touched);
+  if (!repeatable) std::printf("    second launch differs bitwise\n");
+  if (err_c > tol_c) print_error_map(cs, out, ref.out_contract);
+  return ok;
+}
+
+
+// ---- layout probe -------------------------------------------------------------------------------
+
+// One warpgroup: S[128][128] = Q K^T (both 64-row halves of the Q tile) and O[64][128] = P V, with
+// the kernel's loaders, descriptors, pack_p and issue functions. p_in holds, per mode, what
+// softmax_block leaves for pack_p: bf16 / e4m3-exact: the P values; lean: 1.5 * 2^23 + e4m3 code.
+__global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const uint8_t* k, const uint8_t* v,
+                                                       const float* p_in, float* s_out, float* o_out) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t q_s = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t k_s = q_s + kQBytes;
+  const uint32_t v_s = k_s + kKStageBytes;
+  const int t = static_cast<int>(threadIdx.x);
+  load_tile<kTileM, kQkChunks>(q_s, q, kQkRowBytes, 0, kTileM, true, t);
+  load_tile<kTileN, kQkChunks>(k_s, k, kQkRowBytes, 0, kTileN, true, t);
+  if constexpr (kFp8) {
+    load_vt_e4m3(v_s, v, kVRowBytes, 0, kTileN, true, t);
+  } else {
+    load_tile<kTileN, kVChunks>(v_s, v, kVRowBytes, 0, kTileN, true, t);
+  }
+  cp_async_wait_all();
+  fence_proxy_async();
+  __syncthreads();
+  const int warp = t >> 5, lane = t & 31, g = lane >> 2, tig = lane & 3;
+  for (int half = 0; half < 2; ++half) {
+    float sacc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) sacc[i] = 0.0f;
+    fence_regs(sacc);
+    wgmma_fence();
+    issue_s(sacc, q_s + half * 64 * 128, k_s);
+    wgmma_wait<0>();
+    fence_regs(sacc);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+      const int row = half * 64 + 16 * warp + g + 8 * ((i >> 1) & 1);
+      const int col = 8 * (i >> 2) + 2 * tig + (i & 1);
+      s_out[row * kTileN + col] = sacc[i];
+    }
+  }
+  float s[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int row = 16 * warp + g + 8 * ((i >> 1) & 1);
+    const int col = 8 * (i >> 2) + 2 * tig + (i & 1);
+    s[i] = p_in[row * kTileN + col];
+  }
+  uint32_t p[kPRegs];
+  float l[2] = {0.0f, 0.0f};
+  pack_p(s, p, l);
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  fence_regs(o);
+  fence_regs(p);
+  wgmma_fence();
+  issue_pv(o, p, v_s);
+  wgmma_wait<0>();
+  fence_regs(o);
+  fence_regs(p);
+#pragma unroll
+  for (int i = 0; i < 64; ++i) {
+    const int row = 16 * warp + g + 8 * ((i >> 1) & 1);
+    const int col = 8 * (i >> 2) + 2 * tig + (i & 1);
+    o_out[row * kDV + col] = o[i];
+  }
+}
+
+// Random element bytes (bf16 of N(0,1), or e4m3 of N(0,1) x 4) and their values.
+void random_elems(std::mt19937& rng, size_t n, std::vector<uint8_t>* bytes, std::vector<double>* val) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  bytes->assign(n * kESize, 0);
+  val->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = nd(rng);
+    if (kFp8) {
+      const uint8_t c = e4m3_encode(4.0f * x);
+      (*bytes)[i] = c;
+      (*val)[i] = e4m3_decode(c);
+    } else {
+      const uint16_t h = float_to_bf16(x);
+      std::memcpy(&(*bytes)[2 * i], &h, 2);
+      (*val)[i] = bf16_to_float(h);
+    }
+  }
+}
+
+template <typename T>
+T* to_device(const std::vector<T>& h) {
+  T* d = nullptr;
+  CHECK_CUDA(cudaMalloc(&d, h.size() * sizeof(T)));
+  CHECK_CUDA(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+bool run_probe() {
+  std::mt19937 rng(99);
+  std::vector<uint8_t> qb, kb, vb;
+  std::vector<double> qv, kv, vv;
+  random_elems(rng, static_cast<size_t>(kTileM) * kDQk, &qb, &qv);
+  random_elems(rng, static_cast<size_t>(kTileN) * kDQk, &kb, &kv);
+  random_elems(rng, static_cast<size_t>(kTileN) * kDV, &vb, &vv);
+  // P in [0, 1] (bf16) or e4m3 values in [2^-9, 448] (exact / lean codes), 64 x 128.
+  std::vector<float> p_in(64 * kTileN);
+  std::vector<double> pv(64 * kTileN);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::uniform_int_distribution<int> code(0, 126);
+  for (size_t i = 0; i < p_in.size(); ++i) {
+    if (!kFp8) {
+      p_in[i] = bf16_round(u(rng));
+      pv[i] = p_in[i];
+    } else {
+      const int c = code(rng);
+      pv[i] = e4m3_decode(static_cast<uint8_t>(c));
+      p_in[i] = kLeanP ? 12582912.0f + static_cast<float>(c) : static_cast<float>(pv[i]);
+    }
+  }
+  uint8_t* dq = to_device(qb);
+  uint8_t* dk = to_device(kb);
+  uint8_t* dv = to_device(vb);
+  float* dp = to_device(p_in);
+  float *ds = nullptr, *dout = nullptr;
+  CHECK_CUDA(cudaMalloc(&ds, sizeof(float) * kTileM * kTileN));
+  CHECK_CUDA(cudaMalloc(&dout, sizeof(float) * 64 * kDV));
+  CHECK_CUDA(cudaMemset(ds, 0xff, sizeof(float) * kTileM * kTileN));
+  CHECK_CUDA(cudaMemset(dout, 0xff, sizeof(float) * 64 * kDV));
+  const int smem = kQBytes + kKStageBytes + kVStageBytes + 1024;
+  CHECK_CUDA(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  probe_kernel<<<1, 128, smem>>>(dq, dk, dv, dp, ds, dout);
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> s(kTileM * kTileN), o(64 * kDV);
+  CHECK_CUDA(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(o.data(), dout, o.size() * 4, cudaMemcpyDeviceToHost));
+  for (void* ptr : {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dp),
+                    static_cast<void*>(ds), static_cast<void*>(dout)}) {
+    CHECK_CUDA(cudaFree(ptr));
+  }
+  std::vector<double> s_ref(s.size()), s_got(s.size()), o_ref(o.size()), o_got(o.size());
+  for (int i = 0; i < kTileM; ++i)
+    for (int j = 0; j < kTileN; ++j) {
+      double acc = 0.0;
+      for (int x = 0; x < kDQk; ++x) acc += qv[i * kDQk + x] * kv[j * kDQk + x];
+      s_ref[i * kTileN + j] = acc;
+      s_got[i * kTileN + j] = s[i * kTileN + j];
+    }
+  for (int i = 0; i < 64; ++i)
+    for (int d = 0; d < kDV; ++d) {
+      double acc = 0.0;
+      for (int j = 0; j < kTileN; ++j) acc += pv[i * kTileN + j] * vv[j * kDV + d];
+      o_ref[i * kDV + d] = acc;
+      o_got[i * kDV + d] = o[i * kDV + d];
+    }
+  const double es = rel_l2(s_got, s_ref), eo = rel_l2(o_got, o_ref);
+  const bool ok = es <= 1e-3 && eo <= 1e-3;
+  std::printf("layout probe: S = Q K^T rel L2 %.2e, O = P V rel L2 %.2e | %s\n", es, eo, ok ? "PASS" : "FAIL");
+  if (!ok) {
+    std::printf("    S[0][0..3] got %.3f %.3f %.3f %.3f ref %.3f %.3f %.3f %.3f\n", s_got[0], s_got[1], s_got[2], s_got[3],
+                s_ref[0], s_ref[1], s_ref[2], s_ref[3]);
+    std::printf("    O[0][0..3] got %.3f %.3f %.3f %.3f ref %.3f %.3f %.3f %.3f\n", o_got[0], o_got[1], o_got[2], o_got[3],
+                o_ref[0], o_ref[1], o_ref[2], o_ref[3]);
+    // Does some other S element match S_ref[0][c]? (finds a permutation)
+    for (int c = 0; c < 3; ++c) {
+      for (size_t i = 0; i < s_got.size(); ++i) {
+        if (std::fabs(s_got[i] - s_ref[c]) < 1e-3 * (1.0 + std::fabs(s_ref[c]))) {
+          std::printf("    S_ref[0][%d] found at S[%zu][%zu]\n", c, i / kTileN, i % kTileN);
+          break;
+        }
+      }
+    }
+  }
+  return ok;
+}
+
+// ---- timing ---------------------------------------------------------------------------------------
+
+__global__ void fill_random(uint8_t* buf, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 0x9e3779b9u ^ (static_cast<uint32_t>(i >> 32) + seed) * 0x85ebca6bu;
+    h ^= h >> 16;
+    h *= 0x7feb352du;
+    h ^= h >> 15;
+    h *= 0x846ca68bu;
+    h ^= h >> 16;
+    const float x = (static_cast<float>(h >> 8) * (1.0f / 16777216.0f) - 0.5f) * 3.4f;  // ~unit variance
+    if (kFp8) {
+      buf[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+    } else {
+      reinterpret_cast<__nv_bfloat16*>(buf)[i] = __float2bfloat16_rn(x);
+    }
+  }
+}
+
+struct BenchShape {
+  int batch, seq, hq, hkv;
+};
+
+template <typename Launch>
+float median_ms(Launch launch) {
+  cudaEvent_t e0, e1;
+  CHECK_CUDA(cudaEventCreate(&e0));
+  CHECK_CUDA(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) launch();
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    CHECK_CUDA(cudaEventRecord(e0));
+    launch();
+    CHECK_CUDA(cudaEventRecord(e1));
+    CHECK_CUDA(cudaEventSynchronize(e1));
+    float t = 0.0f;
+    CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaEventDestroy(e0));
+  CHECK_CUDA(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return 0.5f * (ms[9] + ms[10]);
+}
+
+double bf16_rel_l2(const std::vector<uint16_t>& a, const std::vector<uint16_t>& ref) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = bf16_to_float(a[i]), r = bf16_to_float(ref[i]);
+    num += (x - r) * (x - r);
+    den += r * r;
+  }
+  return std::sqrt(num / den);
+}
+
+void bench(const BenchShape& sh) {
+  const size_t nq = static_cast<size_t>(sh.batch) * sh.seq * sh.hq * kDQk;
+  const size_t nk = static_cast<size_t>(sh.batch) * sh.seq * sh.hkv * kDQk;
+  const size_t nv = static_cast<size_t>(sh.batch) * sh.seq * sh.hkv * kDV;
+  const size_t no = static_cast<size_t>(sh.batch) * sh.seq * sh.hq * kDV;
+  uint8_t *dq, *dk, *dv, *dout_ws, *dout_simple;
+  CHECK_CUDA(cudaMalloc(&dq, nq * kESize));
+  CHECK_CUDA(cudaMalloc(&dk, nk * kESize));
+  CHECK_CUDA(cudaMalloc(&dv, nv * kESize));
+  CHECK_CUDA(cudaMalloc(&dout_ws, no * 2));
+  CHECK_CUDA(cudaMalloc(&dout_simple, no * 2));
+  fill_random<<<1024, 256>>>(dq, nq, 1u);
+  fill_random<<<1024, 256>>>(dk, nk, 2u);
+  fill_random<<<1024, 256>>>(dv, nv, 3u);
+  CHECK_CUDA(cudaGetLastError());
+  zyfa_fwd_args args;
+  std::memset(&args, 0, sizeof(args));
+  args.q = dq;
+  args.k = dk;
+  args.v = dv;
+  args.q_stride_head = kDQk; args.q_stride_seq = static_cast<int64_t>(sh.hq) * kDQk; args.q_stride_batch = args.q_stride_seq * sh.seq;
+  args.k_stride_head = kDQk; args.k_stride_seq = static_cast<int64_t>(sh.hkv) * kDQk; args.k_stride_batch = args.k_stride_seq * sh.seq;
+  args.v_stride_head = kDV; args.v_stride_seq = static_cast<int64_t>(sh.hkv) * kDV; args.v_stride_batch = args.v_stride_seq * sh.seq;
+  args.out_stride_head = kDV; args.out_stride_seq = static_cast<int64_t>(sh.hq) * kDV; args.out_stride_batch = args.out_stride_seq * sh.seq;
+  args.batch = sh.batch; args.heads_q = sh.hq; args.heads_kv = sh.hkv;
+  args.seqlen_q = sh.seq; args.seqlen_k = sh.seq; args.d_qk = kDQk; args.d_v = kDV;
+  args.flags = ZYFA_FLAG_CAUSAL;
+  args.softmax_scale = 1.0f / std::sqrt(static_cast<float>(kDQk));
+  args.q_descale = args.k_descale = args.v_descale = 1.0f;
+
+  zyfa_fwd_args args_ws = args, args_simple = args;
+  args_ws.out = dout_ws;
+  args_simple.out = dout_simple;
+  const dim3 grid_ws((sh.seq + kTileM - 1) / kTileM, sh.hq, sh.batch);
+  const dim3 grid_simple((sh.seq + zyfa_sm90_simple::kTileM - 1) / zyfa_sm90_simple::kTileM, sh.hq, sh.batch);
+  const float ms_ws = median_ms([&] { ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(args_ws); });
+  const float ms_simple = median_ms([&] {
+    zyfa_simple_timing_kernel<<<grid_simple, zyfa_sm90_simple::kThreads, zyfa_sm90_simple::kSmemBytes>>>(args_simple);
+  });
+  std::vector<uint16_t> ows(no), osimple(no);
+  CHECK_CUDA(cudaMemcpy(ows.data(), dout_ws, no * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(osimple.data(), dout_simple, no * 2, cudaMemcpyDeviceToHost));
+  const double flops = static_cast<double>(sh.batch) * sh.hq * sh.seq * static_cast<double>(sh.seq) * (kDQk + kDV);
+  std::printf("bench %-6s b%d s%-5d hq%-2d hkv%-2d | ws %8.3f ms %6.1f TFLOP/s | simple %8.3f ms %6.1f TFLOP/s | x%.2f | ws vs simple out rel L2 %.1e\n",
+              kFp8 ? (kLeanP ? "e4m3-l" : "e4m3") : "bf16", sh.batch, sh.seq, sh.hq, sh.hkv, ms_ws, flops / ms_ws * 1e-9,
+              ms_simple, flops / ms_simple * 1e-9, ms_simple / ms_ws, bf16_rel_l2(ows, osimple));
+  CHECK_CUDA(cudaFree(dq));
+  CHECK_CUDA(cudaFree(dk));
+  CHECK_CUDA(cudaFree(dv));
+  CHECK_CUDA(cudaFree(dout_ws));
+  CHECK_CUDA(cudaFree(dout_simple));
+}
+
+}  // namespace
+
+// CPU only (no GPU needed): how far the contract reference itself is from float64 softmax, per case.
+int refs_only(const Case* cases, int n) {
+  uint32_t seed = 1234;
+  for (int i = 0; i < n; ++i) {
+    const Case& cs = cases[i];
+    std::mt19937 rng(seed++);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(kDQk));
+    const Tensor q = make_input(rng, cs.batch, cs.sq, cs.hq, kDQk, cs.layout, cs.q_amp);
+    const Tensor k = make_input(rng, cs.batch, cs.sk, cs.hkv, kDQk, cs.layout, 1.0f);
+    const Tensor v = make_input(rng, cs.batch, cs.sk, cs.hkv, kDV, cs.layout, 1.0f);
+    const Refs ref = compute_refs(cs, q, k, v, scale);
+    const LseStats ls = lse_stats(ref.lse_contract, ref.lse_dense);
+    std::printf("%-34s contract ref vs f64: out %.3e, lse max %.2e mean %.2e, +inf rows %s\n", cs.name,
+                rel_l2(ref.out_contract, ref.out_dense), ls.max_diff, ls.mean_diff, ls.inf_match ? "match" : "DIFFER");
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  std::printf("self-test of %s: dtype %s, p %s, d_qk %d, d_v %d, tile %dx%d, %d threads, %d stages, smem %d B, "
+              "overlap %d, ping-pong %d\n",
+              ZYFA_STR(ZYFA_KERNEL_NAME), kFp8 ? "e4m3fn" : "bf16", kFp8 ? (kLeanP ? "lean" : "exact") : "-", kDQk, kDV,
+              kTileM, kTileN, kThreads, kStages, kSmemBytes, int(kOverlap), int(kPingPong));
+  const Case cases[] = {
+      {"causal b2 s256 GQA 4/2", 2, 256, 256, 4, 2, true, true, kContiguous, 1.0f},
+      {"causal b2 s200 (ragged)", 2, 200, 200, 4, 2, true, true, kContiguous, 1.0f},
+      {"causal b1 s777 GQA 4/2 (7 blocks)", 1, 777, 777, 4, 2, true, true, kContiguous, 1.0f},
+      {"causal b2 s333 padded strides", 2, 333, 333, 4, 2, true, true, kPadded, 1.0f},
+      {"causal sq100 sk300", 2, 100, 300, 4, 2, true, true, kContiguous, 1.0f},
+      {"causal sq200 sk650", 1, 200, 650, 4, 2, true, true, kContiguous, 1.0f},
+      {"causal sq300 sk100 (empty rows)", 2, 300, 100, 4, 2, true, true, kContiguous, 1.0f},
+      {"non-causal sq200 sk333", 2, 200, 333, 4, 2, false, true, kContiguous, 1.0f},
+      {"non-causal sq130 sk600", 1, 130, 600, 2, 2, false, true, kContiguous, 1.0f},
+      {"causal s150 misaligned strides", 1, 150, 150, 4, 2, true, true, kMisaligned, 1.0f},
+      {"causal s256 MQA 4/1 sharp (q x4)", 1, 256, 256, 4, 1, true, true, kContiguous, 4.0f},
+      {"causal sq65 sk1 (one visible key)", 1, 65, 1, 2, 2, true, true, kContiguous, 1.0f},
+      {"causal sq1 sk77 no lse", 1, 1, 77, 2, 1, true, false, kContiguous, 1.0f},
+  };
+  const int n_cases = static_cast<int>(sizeof(cases) / sizeof(cases[0]));
+  if (kFp8 && !check_e4m3_encoder()) {
+    std::printf("0 passed, 1 failed\n");
+    return 1;
+  }
+  if (mode == "--refs-only") return refs_only(cases, n_cases);
+  int device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
+  std::printf("device: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+  if (prop.major != 9 || prop.minor != 0) {
+    std::fprintf(stderr, "this sm_90a build needs a compute capability 9.0 GPU\n");
+    return 2;
+  }
+  CHECK_CUDA(cudaFuncSetAttribute(ZYFA_KERNEL_NAME, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  CHECK_CUDA(cudaFuncSetAttribute(zyfa_simple_timing_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  zyfa_sm90_simple::kSmemBytes));
+  int passed = 0, failed = 0;
+  if (mode != "--bench-only") {
+    if (run_probe()) ++passed; else ++failed;
+    uint32_t seed = 1234;
+    for (int i = 0; i < n_cases; ++i) {
+      if (run_case(cases[i], seed++)) ++passed; else ++failed;
+    }
+    std::printf("%d passed, %d failed\n", passed, failed);
+  }
+  if (mode == "--bench" || mode == "--bench-only") {
+    const BenchShape shapes[] = {{1, 8192, 16, 16}, {2, 16384, kDQk == 128 ? 32 : 16, kDQk == 128 ? 8 : 16}};
+    for (const BenchShape& sh : shapes) bench(sh);
+  }
+  return failed == 0 ? 0 : 1;
+}

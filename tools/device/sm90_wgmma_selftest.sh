@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Builds and tests the warp-specialised wgmma kernels (kernels/sm90/fa_fwd_wgmma.cu, the entries of
+# SM90_WS_VARIANTS in kernels/variants.bzl) on an sm_90 GPU (H100/H200), in one go:
+#   1. per variant, the kernel cubin exactly as kernels/tools/zyfa_kernel_build.py compiles it (nvcc -O3
+#      -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -Ikernels -D... -Xptxas -v): ptxas'
+#      registers / stack / spills and any wgmma serialization warning, and the HGMMA / QGMMA count in
+#      its SASS (cuobjdump);
+#   2. per variant, kernels/sm90/test_fa_fwd_wgmma.cu (layout probe, correctness cases against the
+#      contract and float64 references), plus debug builds of the first bf16 and e4m3 variants with
+#      the intra-warpgroup overlap and the ping-pong turned off (ZYFA_WS_OVERLAP=0, ZYFA_WS_PINGPONG=0),
+#      all run concurrently, each under a time limit (a hang is killed, not waited for);
+#   3. with ZYFA_BENCH=1 (default), timing of every variant against the simple kernel, one at a time.
+#
+#   bash tools/device/sm90_wgmma_selftest.sh [WORKDIR]
+# Env: NVCC (default nvcc); OUT (device machine) receives logs; ZYFA_BENCH=0 skips timing;
+# ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first variant's test
+# under compute-sanitizer memcheck too. Exit status 0 when every build and test passes.
+set -uo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+dir="${1:-$(mktemp -d)}"
+nvcc="${NVCC:-nvcc}"
+out="${OUT:-$dir}"
+mkdir -p "$dir" "$out"
+summary="$out/sm90_wgmma_summary.txt"
+: >"$summary"
+t_start=$SECONDS
+
+# One line per variant: name and its -D defines (+ debug builds, named NAME_serial).
+mapfile -t lines < <(python3 - "$repo/kernels/variants.bzl" "${ZYFA_ONLY:-.}" <<'EOF'
+import ast, re, sys
+tree = ast.parse(open(sys.argv[1]).read())
+variants = next(ast.literal_eval(n.value) for n in tree.body
+                if isinstance(n, ast.Assign) and n.targets[0].id == "SM90_WS_VARIANTS")
+only = re.compile(sys.argv[2])
+debug_done = set()
+for v in variants:
+    if not only.search(v["name"]):
+        continue
+    d = [f"-DZYFA_KERNEL_NAME={v['name']}", f"-DZYFA_DTYPE_E4M3={int(v['dtype'] == 'e4m3fn')}",
+         f"-DZYFA_D_QK={v['d_qk']}", f"-DZYFA_D_V={v['d_v']}", f"-DZYFA_TILE_M={v['tile_m']}",
+         f"-DZYFA_TILE_N={v['tile_n']}", f"-DZYFA_THREADS={v['threads']}",
+         f"-DZYFA_SMEM_BYTES={v['smem_bytes']}", f"-DZYFA_LEAN_P={int(v['p_mode'] == 'lean')}"]
+    print("main", v["name"], " ".join(d))
+    if v["dtype"] not in debug_done and v["p_mode"] != "lean":
+        debug_done.add(v["dtype"])
+        print("debug", v["name"] + "_serial", " ".join(d + ["-DZYFA_WS_OVERLAP=0", "-DZYFA_WS_PINGPONG=0"]))
+EOF
+)
+[[ ${#lines[@]} -gt 0 ]] || { echo "no SM90_WS_VARIANTS entry matches"; exit 1; }
+
+find_cuobjdump() {
+  command -v cuobjdump 2>/dev/null && return
+  [[ -x /usr/local/cuda/bin/cuobjdump ]] && echo /usr/local/cuda/bin/cuobjdump
+}
+cuobjdump="$(find_cuobjdump)"
+
+# ---- 1 + 2: builds, all in parallel
+pids=()
+for line in "${lines[@]}"; do
+  read -r kind name defines <<<"$line"
+  # shellcheck disable=SC2086
+  if [[ $kind == main ]]; then
+    "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -I"$repo/kernels" $defines \
+      -Xptxas -v "$repo/kernels/sm90/fa_fwd_wgmma.cu" -o "$dir/$name.cubin" >"$dir/cubin_$name.log" 2>&1 &
+    pids+=("$!")
+  fi
+  # -ffp-contract=off: the host reference must round every float operation as written.
+  "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I"$repo/kernels" $defines \
+    -Xcompiler -ffp-contract=off "$repo/kernels/sm90/test_fa_fwd_wgmma.cu" -o "$dir/test_$name" \
+    >"$dir/build_$name.log" 2>&1 &
+  pids+=("$!")
+done
+for p in "${pids[@]}"; do wait "$p"; done
+echo "builds done after $((SECONDS - t_start)) s"
+
+status=0
+echo "== resources (ptxas -v of the kernel cubin, SASS matrix instructions) ==" | tee -a "$summary"
+for line in "${lines[@]}"; do
+  read -r kind name defines <<<"$line"
+  [[ $kind == main ]] || continue
+  log="$dir/cubin_$name.log"
+  if [[ ! -s "$dir/$name.cubin" ]]; then
+    echo "CUBIN BUILD FAILED $name" | tee -a "$summary"; cat "$log" | tee -a "$summary"; status=1; continue
+  fi
+  regs="$(grep -o 'Used [0-9]* registers' "$log" | head -1)"
+  spill="$(grep -o '[0-9]* bytes spill stores, [0-9]* bytes spill loads' "$log" | head -1)"
+  stack="$(grep -o '[0-9]* bytes stack frame' "$log" | head -1)"
+  warn="$(grep -o 'C75[0-9]*[^(]*' "$log" | sort -u | tr '\n' ' ')"
+  mma="-"
+  if [[ -n "$cuobjdump" ]]; then
+    mma="$("$cuobjdump" --dump-sass "$dir/$name.cubin" | grep -oE '[HQ]GMMA\.[0-9x]+\.[A-Z0-9.]+' | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
+  fi
+  echo "$name: $regs; $stack; $spill; SASS:$mma ${warn:+ptxas: $warn}" | tee -a "$summary"
+  grep -q '0 bytes spill stores, 0 bytes spill loads' "$log" || status=1
+done
+
+echo "== correctness (probe + cases), concurrently ==" | tee -a "$summary"
+run_pids=()
+run_names=()
+for line in "${lines[@]}"; do
+  read -r kind name defines <<<"$line"
+  exe="$dir/test_$name"
+  if [[ ! -x "$exe" ]]; then
+    echo "TEST BUILD FAILED $name" | tee -a "$summary"; tail -30 "$dir/build_$name.log" | tee -a "$summary"; status=1
+    continue
+  fi
+  timeout 90 "$exe" >"$out/test_$name.log" 2>&1 &
+  run_pids+=("$!")
+  run_names+=("$name")
+done
+for i in "${!run_pids[@]}"; do
+  name="${run_names[$i]}"
+  if wait "${run_pids[$i]}"; then
+    res=PASS
+  else
+    rc=$?; res="FAIL (exit $rc$([[ $rc == 124 ]] && echo ': timed out, hang?'))"; status=1
+  fi
+  echo "-- $name: $res" | tee -a "$summary"
+  grep -E 'probe|FAIL|error map|rows by|columns by|row % 8|first row|S_ref|S\[0\]|O\[0\]|passed|CUDA error|not written|overwritten|differs' \
+    "$out/test_$name.log" | head -40 | tee -a "$summary"
+done
+echo "correctness done after $((SECONDS - t_start)) s"
+
+if [[ "${ZYFA_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
+  first="$(awk '{print $2; exit}' <<<"${lines[0]}")"
+  if timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir/test_$first" >"$out/memcheck_$first.log" 2>&1; then
+    echo "PASS memcheck $first" | tee -a "$summary"
+  else
+    echo "FAIL memcheck $first" | tee -a "$summary"; tail -20 "$out/memcheck_$first.log" | tee -a "$summary"; status=1
+  fi
+fi
+
+if [[ "${ZYFA_BENCH:-1}" == 1 ]]; then
+  echo "== timing (ws vs simple, causal, median of 20) ==" | tee -a "$summary"
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv,noheader \
+    2>/dev/null | tee -a "$summary"
+  for line in "${lines[@]}"; do
+    read -r kind name defines <<<"$line"
+    [[ $kind == main && -x "$dir/test_$name" ]] || continue
+    timeout 60 "$dir/test_$name" --bench-only >"$out/bench_$name.log" 2>&1 || status=1
+    grep -E '^bench|CUDA error' "$out/bench_$name.log" | sed "s/^/$name: /" | tee -a "$summary"
+  done
+fi
+echo "total $((SECONDS - t_start)) s; status $status" | tee -a "$summary"
+exit "$status"
