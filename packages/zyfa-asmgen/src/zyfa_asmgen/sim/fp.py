@@ -69,7 +69,8 @@ def bf16_bits_to_f32(b: np.ndarray) -> np.ndarray:
 
 def f32_to_f16_bits(x: np.ndarray) -> np.ndarray:
     """float32 -> IEEE half bits, round to nearest even (numpy's conversion is correctly rounded)."""
-    return x.astype(np.float16).view(np.uint16).astype(np.uint32)
+    with np.errstate(over="ignore"):
+        return x.astype(np.float16).view(np.uint16).astype(np.uint32)
 
 
 def f16_bits_to_f32(b: np.ndarray) -> np.ndarray:

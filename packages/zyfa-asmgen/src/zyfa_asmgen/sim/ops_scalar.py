@@ -70,7 +70,7 @@ SOP2_32: dict[str, Callable[[int, int, int], tuple[int, int | None]]] = {
     "s_mul_hi_i32": lambda a, b, c: (((S32(a) * S32(b)) >> 32) & MASK32, None),
     "s_bfe_u32": lambda a, b, c: _z((a >> (b & 31)) & ((1 << ((b >> 16) & 0x7F)) - 1) & MASK32),
     "s_bfe_i32": lambda a, b, c: _z(_bfe_i(a, b, 32)),
-    "s_absdiff_i32": lambda a, b, c: _z(abs(S32(a) - S32(b)) & MASK32),
+    "s_absdiff_i32": lambda a, b, c: _z(abs(S32((a - b) & MASK32)) & MASK32),  # 32-bit difference first
     "s_lshl1_add_u32": lambda a, b, c: _sh_add(a, b, 1),
     "s_lshl2_add_u32": lambda a, b, c: _sh_add(a, b, 2),
     "s_lshl3_add_u32": lambda a, b, c: _sh_add(a, b, 3),
@@ -115,7 +115,7 @@ def _bfe_i(a: int, b: int, bits: int) -> int:
     width = (b >> 16) & 0x7F
     if width == 0:
         return 0
-    v = (a >> (b & (bits - 1))) & ((1 << width) - 1)
+    v = (sext(a, bits) >> (b & (bits - 1))) & ((1 << width) - 1)  # arithmetic shift (ISA)
     return sext(v, width) & ((1 << bits) - 1)
 
 

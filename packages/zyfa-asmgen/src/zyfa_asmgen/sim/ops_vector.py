@@ -140,11 +140,9 @@ def _ldexp(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _fract(a: np.ndarray) -> np.ndarray:
+    # CDNA4 pseudocode: S0 + -floor(S0) in f32 (no clamp below 1.0: a tiny negative input gives 1.0).
     with np.errstate(**_ERR):
-        r = a - np.floor(a)
-        # The ISA clamps to the largest float below 1.0 (0x3f7fffff) to avoid returning 1.0.
-        r = np.minimum(r, F32(np.nextafter(F32(1), F32(0))))
-        return np.where(np.isinf(a), F32(np.nan), r).astype(F32)
+        return (a + (-np.floor(a))).astype(F32)
 
 
 def _f2i(a: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -284,8 +282,10 @@ def _bfe_u(a, b, c):
 
 
 def _bfe_i(a, b, c):
+    # Arithmetic shift first (ISA pseudocode: S0.i32 >> offset), so a field past bit 31 fills
+    # with the sign.
     w = (c & U32(31)).astype(np.int64)
-    v = (a >> (b & U32(31))).astype(np.int64) & ((1 << w) - 1)
+    v = (a.view(np.int32).astype(np.int64) >> (b & U32(31)).astype(np.int64)) & ((1 << w) - 1)
     sign = (v >> np.maximum(w - 1, 0)) & 1
     v = np.where((sign == 1) & (w > 0), v - (1 << w), v)
     return _wrap(np.where(w == 0, 0, v))
@@ -581,7 +581,8 @@ def _int_op(inst: Instruction, ctx: Ctx) -> Op:
 
 def _f16_rtz(x: np.ndarray) -> np.ndarray:
     """f32 -> f16 bits rounding toward zero (v_cvt_pkrtz_f16_f32)."""
-    h = x.astype(np.float16)  # RNE
+    with np.errstate(over="ignore"):
+        h = x.astype(np.float16)  # RNE
     back = h.astype(F32)
     with np.errstate(**_ERR):
         too_big = np.abs(back) > np.abs(x)
