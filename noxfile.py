@@ -170,6 +170,10 @@ def tests(session: nox.Session) -> None:
         pip_pin("ziglang"),
         *package_dirs(TEST_EXTRAS),
     ]
+    # Test-only requirements a test directory keeps beside its tests (e.g. the ISA pseudocode the
+    # simulator is checked against).
+    for extra in sorted(ROOT.glob("packages/*/tests/**/requirements-test.txt")):
+        requirements += ["-r", str(extra.relative_to(ROOT))]
     install(session, requirements, env=kernel_build_env(session, build_kernels=False))
     test_dirs = [f"packages/{p}/tests" for p in PACKAGES] + list(TEST_DIRS_EXTRA)
     missing = [d for d in test_dirs if not (ROOT / d).is_dir()]
