@@ -167,11 +167,14 @@ EOF
 }
 
 do_tests() {
-    local timeout_opt=()
+    local timeout_opt=() d helpers=""
     "$PY" -c "import pytest_timeout" 2>/dev/null && timeout_opt=(--timeout=90)
+    # As the noxfile does: importlib mode (test files of different packages share basenames), and the
+    # test dirs on PYTHONPATH for their helper modules (zyfa_testutil, fake_zyfa, ...).
+    for d in $PYTEST_PATHS; do helpers="$helpers:$PWD/$d"; done
     # shellcheck disable=SC2086  # paths and args are space-separated lists on purpose
-    "$PY" -m pytest --import-mode=importlib -q -rfEs -p no:cacheprovider "${timeout_opt[@]}" \
-        $PYTEST_PATHS ${ZYFA_PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.txt"
+    PYTHONPATH="${PYTHONPATH:-}$helpers" "$PY" -m pytest --import-mode=importlib -q -rfEs -p no:cacheprovider \
+        "${timeout_opt[@]}" $PYTEST_PATHS ${ZYFA_PYTEST_ARGS:-} 2>&1 | tee "$OUT/pytest.txt"
     return "${PIPESTATUS[0]}"
 }
 

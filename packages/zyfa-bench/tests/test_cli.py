@@ -223,3 +223,23 @@ def test_throughput_on_gpu(tmp_path):
     rows = load_results(out)["rows"]
     ok = [r for r in rows if r["status"] == "ok"]
     assert ok and all(r["timing"]["method"] == "device-events" and r["check_rel_l2"] < 2e-2 for r in ok)
+
+
+def test_cpu_reference_end_to_end(tmp_path):
+    """With the real zyfa installed, CPU tensors run zyfa.reference (the kernels' numerics) end to end."""
+    try:
+        import zyfa  # noqa: F401
+    except Exception as exc:  # not installed here (the fake-based tests above still cover the harness)
+        pytest.skip(f"the real zyfa (zyfa-torch) is not importable: {exc}")
+    t, a = tmp_path / "t.json", tmp_path / "a.json"
+    # zyfa's kernels (and so its reference path) serve (d_qk, d_v) = (128, 128) and (192, 128).
+    common = ["--device", "cpu", "--quiet", "--shape", "2x1x128x128,2x2x192x128", "--impl", "zyfa"]
+    sweep = ["--seqlens", "48", "--tokens", "48", "--repeats", "2", "--warmup", "1", "--json", str(t)]
+    assert main(["throughput", *common, *sweep]) == 0
+    rows = load_results(t)["rows"]
+    assert {r["status"] for r in rows} == {"ok"} and all(r["check_rel_l2"] < 5e-2 for r in rows)
+    assert main(["accuracy", *common, "--seqlens", "80", "--json", str(a)]) == 0
+    for r in load_results(a)["rows"]:
+        assert r["status"] == "ok"
+        # BF16: output rounding; FP8: e4m3 P and rounded row sums (the kernels' own error) stay in 5e-2.
+        assert r["rel_l2_vs_dequant"] < (1e-2 if r["precision"] == "bf16" else 5e-2)

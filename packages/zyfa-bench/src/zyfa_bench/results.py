@@ -147,6 +147,14 @@ def environment(device: torch.device) -> dict[str, Any]:
     }
 
 
+def _command() -> list[str]:
+    """argv of this run, with the entry point spelled `zyfa-bench` (also under `python -m zyfa_bench.cli`)."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name in ("zyfa-bench", "cli.py", "__main__.py"):
+        argv[0] = "zyfa-bench"
+    return argv
+
+
 def _jsonable(x: Any) -> Any:
     """Replace NaN/inf (not valid JSON) with strings, tuples with lists, tensors with lists."""
     if isinstance(x, float):
@@ -171,7 +179,7 @@ class ResultWriter:
             "schema": SCHEMA,
             "kind": kind,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": list(sys.argv),
+            "command": _command(),
             "cwd": os.getcwd(),
             **header,
             "rows": [],

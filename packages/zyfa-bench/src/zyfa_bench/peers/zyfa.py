@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from zyfa_bench.inputs import Inputs
-from zyfa_bench.peers.base import Peer, Prepared, bshd_float, import_status
+from zyfa_bench.peers.base import Peer, Prepared, bshd_float, import_status, validate_once
 from zyfa_bench.spec import Spec
 
 __all__ = ["ZyfaBF16", "ZyfaFP8"]
@@ -46,7 +46,10 @@ class ZyfaBF16(_Zyfa):
         import zyfa
 
         q, k, v, scale, causal = inputs.q, inputs.k, inputs.v, inputs.softmax_scale, inputs.spec.causal
-        return Prepared(lambda: zyfa.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal), bshd_float)
+        prepared = Prepared(
+            lambda: zyfa.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal), bshd_float
+        )
+        return validate_once(prepared, q.device)
 
 
 class ZyfaFP8(_Zyfa):
@@ -73,4 +76,4 @@ class ZyfaFP8(_Zyfa):
             v_descale=inputs.v_descale,
             p_mode=self.p_mode,
         )
-        return Prepared(lambda: zyfa.flash_attn_func(q8, k8, v8, **kw), bshd_float)
+        return validate_once(Prepared(lambda: zyfa.flash_attn_func(q8, k8, v8, **kw), bshd_float), q8.device)
