@@ -90,6 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"zyfa-bench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _throughput_parser(sub)
+    _accuracy_parser(sub)
+    _clocks_parser(sub)
+    _capture_parser(sub)
+    _report_parser(sub)
+    _peers_parser(sub)
+    return parser
+
+
+def _throughput_parser(sub: Any) -> None:
+    """The `throughput` subcommand and its options."""
     t = sub.add_parser(
         "throughput",
         help="TFLOP/s and ms of every implementation on every problem",
@@ -133,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.set_defaults(func=cmd_throughput)
 
+
+def _accuracy_parser(sub: Any) -> None:
+    """The `accuracy` subcommand and its options."""
     a = sub.add_parser(
         "accuracy",
         help="‖out − ref‖/‖ref‖ and max error vs float64 references",
@@ -158,6 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.set_defaults(func=cmd_accuracy)
 
+
+def _clocks_parser(sub: Any) -> None:
+    """The `clocks` subcommand and its options."""
     c = sub.add_parser(
         "clocks",
         help="GPU clock, power and temperature while kernels run",
@@ -183,6 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(func=cmd_clocks)
 
+
+def _capture_parser(sub: Any) -> None:
+    """The `capture` subcommand and its options."""
     k = sub.add_parser(
         "capture",
         help="record post-RoPE q, k, v of chosen layers of a local HF model",
@@ -211,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--out", required=True, help="output .safetensors file")
     k.set_defaults(func=cmd_capture)
 
+
+def _report_parser(sub: Any) -> None:
+    """The `report` subcommand and its options."""
     r = sub.add_parser(
         "report",
         help="markdown tables and PNG plots from result JSON files",
@@ -223,9 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--print", action="store_true", help="also print the summary tables")
     r.set_defaults(func=cmd_report)
 
+
+def _peers_parser(sub: Any) -> None:
+    """The `peers` subcommand and its options."""
     pe = sub.add_parser("peers", help="list the implementations and whether they are available here")
     pe.set_defaults(func=cmd_peers)
-    return parser
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -336,7 +361,7 @@ def cmd_throughput(args: argparse.Namespace) -> int:
         if sampler is not None:
             writer.set("clocks", {"source": sampler.source, "error": sampler.error})
         if device.type == "cuda" and not args.no_ceilings:
-            writer.set("ceilings", ceilings(device))
+            writer.set("ceilings", ceilings(device, sampler=sampler))
         with _progress(len(problems) * len(peers), args.quiet) as step:
             run_sweep(
                 problems,
@@ -400,12 +425,10 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
 
 def cmd_clocks(args: argparse.Namespace) -> int:
     """zyfa-bench clocks."""
-    from zyfa_bench.clocks import ClockSampler, normalised_throughput
-    from zyfa_bench.flops import attention_flops
+    from zyfa_bench.clocks import ClockSampler
     from zyfa_bench.inputs import make_inputs, quantize_inputs
     from zyfa_bench.report import clocks_table
     from zyfa_bench.results import ResultWriter
-    from zyfa_bench.timing import time_calls
 
     device = torch.device(args.device)
     peers = select(_words(args.impl))
@@ -418,47 +441,52 @@ def cmd_clocks(args: argparse.Namespace) -> int:
     writer = ResultWriter(args.json, "clocks", _header(device, peers, settings))
     with ClockSampler(device.index or 0, interval_s=args.interval_ms / 1000, source=args.source) as sampler:
         for peer in peers:
-            row: dict[str, Any] = {
+            row = {
                 "impl": peer.name,
                 "precision": peer.precision,
                 "shape": name,
                 "label": spec.label,
                 **spec.as_dict(),
             }
-            ok, why = peer.available()
-            if not ok:
-                writer.add({**row, "status": "skipped", "reason": why})
-                continue
-            try:
-                call = peer.prepare(inputs).call
-                t0, medians = time.monotonic(), []
-                while time.monotonic() - t0 < args.seconds:
-                    medians.append(time_calls([call], device=device, warmup=1, repeats=10).median_ms)
-                t1 = time.monotonic()
-            except Exception as exc:
-                writer.add({**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"[:400]})
-                continue
-            ms = sorted(medians)[len(medians) // 2]
-            tflops = attention_flops(spec) / (ms * 1e-3) / 1e12
-            summary = sampler.window(t0, t1)
-            writer.add(
-                {
-                    **row,
-                    "status": "ok",
-                    "reason": "",
-                    "ms": ms,
-                    "tflops": tflops,
-                    "seconds": t1 - t0,
-                    "clocks": summary,
-                    **normalised_throughput(tflops, summary["sm_mhz_mean"], sampler.max_sm_mhz),
-                }
-            )
+            writer.add({**row, **_clock_run(peer, inputs, args.seconds, sampler)})
     writer.set("clocks", {"source": sampler.source, "error": sampler.error, "max_sm_mhz": sampler.max_sm_mhz})
     print(clocks_table(writer.rows))
     _print_failures(writer.rows)
     if sampler.error:
         print(f"clock sampling: {sampler.error}")
     return 0
+
+
+def _clock_run(peer: Any, inputs: Any, seconds: float, sampler: Any) -> dict[str, Any]:
+    """Run one implementation back to back for `seconds`; its TFLOP/s and the clocks meanwhile."""
+    from zyfa_bench.clocks import normalised_throughput
+    from zyfa_bench.flops import attention_flops
+    from zyfa_bench.timing import time_calls
+
+    ok, why = peer.available()
+    if not ok:
+        return {"status": "skipped", "reason": why}
+    try:
+        call = peer.prepare(inputs).call
+        t0, medians = time.monotonic(), []
+        while time.monotonic() - t0 < seconds:
+            medians.append(time_calls([call], device=inputs.device, warmup=1, repeats=10).median_ms)
+        t1 = time.monotonic()
+    except Exception as exc:  # one implementation's failure is its row
+        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"[:400]}
+    ms = sorted(medians)[len(medians) // 2]
+    tflops = attention_flops(inputs.spec) / (ms * 1e-3) / 1e12
+    clocks = sampler.window(t0, t1)
+    extra = normalised_throughput(tflops, clocks["sm_mhz_mean"], sampler.max_sm_mhz)
+    return {
+        "status": "ok",
+        "reason": "",
+        "ms": ms,
+        "tflops": tflops,
+        "seconds": t1 - t0,
+        "clocks": clocks,
+        **extra,
+    }
 
 
 def cmd_capture(args: argparse.Namespace) -> int:

@@ -215,11 +215,13 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip()[:400]}"
 
 
-def ceilings(device: torch.device, *, n: int = 8192, repeats: int = 10) -> dict[str, Any]:
+def ceilings(
+    device: torch.device, *, n: int = 8192, repeats: int = 10, sampler: ClockSampler | None = None
+) -> dict[str, Any]:
     """BF16 (torch.matmul) and FP8 (torch._scaled_mm, e4m3fn, BF16 out) GEMM TFLOP/s at n×n×n, random data.
 
     Random, not zero, operands: zeros run measurably faster on this hardware.  Each entry is a number or
-    the reason it could not be measured.
+    the reason it could not be measured; with a sampler, the mean SM clock of each GEMM's timed region too.
     """
     if device.type != "cuda":
         return {"note": "no GPU: no GEMM ceilings"}
@@ -231,6 +233,8 @@ def ceilings(device: torch.device, *, n: int = 8192, repeats: int = 10) -> dict[
     try:
         t = time_calls([lambda: a @ b], device=device, warmup=3, repeats=repeats)
         out["bf16_gemm_tflops"] = flops / (t.median_ms * 1e-3) / 1e12
+        if sampler is not None:
+            out["bf16_gemm_sm_mhz"] = sampler.window(t.t_start, t.t_end)["sm_mhz_mean"]
     except Exception as exc:
         out["bf16_gemm_tflops"] = f"failed: {_why(exc)}"
     try:
@@ -242,6 +246,8 @@ def ceilings(device: torch.device, *, n: int = 8192, repeats: int = 10) -> dict[
 
         t = time_calls([mm], device=device, warmup=3, repeats=repeats)
         out["fp8_gemm_tflops"] = flops / (t.median_ms * 1e-3) / 1e12
+        if sampler is not None:
+            out["fp8_gemm_sm_mhz"] = sampler.window(t.t_start, t.t_end)["sm_mhz_mean"]
     except Exception as exc:
         out["fp8_gemm_tflops"] = f"failed: {_why(exc)}"
     return out
