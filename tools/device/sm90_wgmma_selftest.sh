@@ -9,7 +9,8 @@
 #      contract and float64 references), plus debug builds of the first bf16 and e4m3 variants with
 #      the intra-warpgroup overlap and the ping-pong turned off (ZYFA_WS_OVERLAP=0, ZYFA_WS_PINGPONG=0),
 #      all run concurrently, each under a time limit (a hang is killed, not waited for);
-#   3. with ZYFA_BENCH=1 (default), timing of every variant against the simple kernel, one at a time.
+#   3. with ZYFA_BENCH=1 (default), timing of every variant (and of the experiment builds listed in
+#      EXPERIMENTS below) against the simple kernel, one at a time.
 #
 #   bash tools/device/sm90_wgmma_selftest.sh [WORKDIR]
 # Env: NVCC (default nvcc); OUT (device machine) receives logs; ZYFA_BENCH=0 skips timing;
@@ -33,6 +34,11 @@ tree = ast.parse(open(sys.argv[1]).read())
 variants = next(ast.literal_eval(n.value) for n in tree.body
                 if isinstance(n, ast.Assign) and n.targets[0].id == "SM90_WS_VARIANTS")
 only = re.compile(sys.argv[2])
+# Experiments: extra builds of a variant (name suffix, smem_bytes, extra defines), tested and timed
+# like the variant itself; what wins moves into the kernel's defaults and the list above.
+EXPERIMENTS = {
+    "fa_fwd_bf16_hd128_causal_ws_sm90a": [("st3", 230528, ["-DZYFA_WS_STAGES=3"])],
+}
 debug_done = set()
 for v in variants:
     if not only.search(v["name"]):
@@ -42,6 +48,9 @@ for v in variants:
          f"-DZYFA_TILE_N={v['tile_n']}", f"-DZYFA_THREADS={v['threads']}",
          f"-DZYFA_SMEM_BYTES={v['smem_bytes']}", f"-DZYFA_LEAN_P={int(v['p_mode'] == 'lean')}"]
     print("main", v["name"], " ".join(d))
+    for suffix, smem, extra in EXPERIMENTS.get(v["name"], []):
+        dx = [x for x in d if not x.startswith("-DZYFA_SMEM_BYTES=")] + [f"-DZYFA_SMEM_BYTES={smem}"] + extra
+        print("exp", v["name"] + "_" + suffix, " ".join(dx))
     if v["dtype"] not in debug_done and v["p_mode"] != "lean":
         debug_done.add(v["dtype"])
         print("debug", v["name"] + "_serial", " ".join(d + ["-DZYFA_WS_OVERLAP=0", "-DZYFA_WS_PINGPONG=0"]))
@@ -137,7 +146,7 @@ if [[ "${ZYFA_BENCH:-1}" == 1 ]]; then
     2>/dev/null | tee -a "$summary"
   for line in "${lines[@]}"; do
     read -r kind name defines <<<"$line"
-    [[ $kind == main && -x "$dir/test_$name" ]] || continue
+    [[ $kind != debug && -x "$dir/test_$name" ]] || continue
     timeout 60 "$dir/test_$name" --bench-only >"$out/bench_$name.log" 2>&1 || status=1
     grep -E '^bench|CUDA error' "$out/bench_$name.log" | sed "s/^/$name: /" | tee -a "$summary"
   done

@@ -93,7 +93,11 @@ def throughput_tables(rows: list[dict[str, Any]]) -> str:
                 best_p = max((by[(s, i)]["tflops"] for i in peers if (s, i) in by), default=None)
                 line.append(f"{best_z / best_p:.2f}×" if best_z and best_p else None)
             body.append(line)
-        blocks.append(f"### {shape}, {precision.upper()} — TFLOP/s (causal FLOPs)\n\n" + _table(header, body))
+        notes = {r["impl"]: r.get("note") for r in grp if r.get("note")}
+        foot = "".join(f"\n\n- {impl}: {note}" for impl, note in notes.items())
+        blocks.append(
+            f"### {shape}, {precision.upper()} — TFLOP/s (causal FLOPs)\n\n" + _table(header, body) + foot
+        )
     return "\n\n".join(blocks)
 
 

@@ -181,7 +181,9 @@ def _measure(
         row.update(normalised_throughput(tflops, row["clocks"]["sm_mhz_mean"], sampler.max_sm_mhz))
     if options.check:
         row["check_rel_l2"] = _check(prepared[0], sets[0], peer.precision, options.check_rows)
-    host = host_overhead(prepared[0].call, device=device, calls=options.host_calls, graph=options.graph)
+    # Host overhead needs few calls of a long kernel: keep this part near 0.3 s of device time per mode.
+    calls = max(3, min(options.host_calls, int(300 / max(timing.median_ms, 1e-3))))
+    host = host_overhead(prepared[0].call, device=device, calls=calls, graph=options.graph)
     row["host"] = host.as_dict()
     return row
 
