@@ -67,6 +67,12 @@
 #ifndef ZYFA_WS_PINGPONG
 #define ZYFA_WS_PINGPONG 1
 #endif
+#ifndef ZYFA_WS_STAGES
+#define ZYFA_WS_STAGES 0  // 0: the default depth below
+#endif
+#ifndef ZYFA_WS_VSTAGE
+#define ZYFA_WS_VSTAGE 0  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
+#endif
 
 namespace zyfa_sm90_ws {
 
@@ -74,6 +80,7 @@ constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
 constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
+constexpr bool kVStaged = kFp8 && ZYFA_WS_VSTAGE != 0;
 constexpr int kDQk = ZYFA_D_QK;
 constexpr int kDV = ZYFA_D_V;
 constexpr int kTileM = ZYFA_TILE_M;
@@ -87,15 +94,25 @@ constexpr int kVChunks = kVRowBytes / 16;
 constexpr int kQkRegions = (kQkRowBytes + 127) / 128;  // 128-byte column regions per q/k row
 constexpr int kQkSteps = kQkRowBytes / 32;        // wgmma k-steps of S (32 bytes: k16 bf16 / k32 e4m3)
 constexpr int kPvSteps = kTileN * kESize / 32;    // wgmma k-steps of O (keys)
-constexpr int kStages = kFp8 ? 3 : 2;             // K and V ring depth
+constexpr int kStages = ZYFA_WS_STAGES > 0 ? ZYFA_WS_STAGES : (kFp8 ? 3 : 2);  // K and V ring depth
+// O accumulator n8 tiles: FP8 appends a ones column to V (Vt row kDV = 1.0, rows kDV+1.. = 0), so
+// the tensor core accumulates the row sum of exactly the e4m3 P fed to P.V (the contract's rounded
+// row sum), rescaled with O for free: no decode-and-add on the FMA pipes.
+constexpr int kOTiles = kFp8 ? kDV / 8 + 1 : kDV / 8;
+constexpr int kOAcc = 4 * kOTiles;                // O accumulator floats per thread
 constexpr int kQBytes = kQkRegions * kTileM * 128;
 constexpr int kKStageBytes = kQkRegions * kTileN * 128;
-constexpr int kVStageBytes = kDV * kTileN * kESize;  // bf16: 2 regions x 128 keys x 128 B; e4m3: 128 d x 128 B
+// bf16: 2 regions x 128 keys x 128 B; e4m3: (kDV + 8) d rows x 128 key bytes.
+constexpr int kVStageBytes = kFp8 ? (kDV + 8) * kTileN : kDV * kTileN * 2;
 constexpr int kBarrierBytes = 128;
 constexpr int kAlignSlack = 1024;
-constexpr int kSmemBytes = kQBytes + kStages * (kKStageBytes + kVStageBytes) + kBarrierBytes + kAlignSlack;
-constexpr int kProducerRegs = 56;  // 128 x P + 256 x C <= 168 x 384 (the launch allocation)
-constexpr int kConsumerRegs = 224;
+// kVStaged: two row-major staging buffers of V rows (128 keys x 128 B) that cp.async fills one block
+// ahead of the transpose.
+constexpr int kStagingBytes = kVStaged ? 2 * kTileN * kVRowBytes : 0;
+constexpr int kSmemBytes =
+    kQBytes + kStages * (kKStageBytes + kVStageBytes) + kStagingBytes + kBarrierBytes + kAlignSlack;
+constexpr int kProducerRegs = kVStaged ? 72 : 56;  // 128 x P + 256 x C <= 168 x 384 (the launch allocation)
+constexpr int kConsumerRegs = kVStaged ? 216 : 224;
 constexpr int kPRegs = kFp8 ? 16 : 32;            // packed P of one 64 x 128 block per thread
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -113,6 +130,7 @@ static_assert(kSmemBytes == ZYFA_SMEM_BYTES,
               "ZYFA_SMEM_BYTES (variants.bzl smem_bytes) must equal this kernel's shared-memory layout");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory layout exceeds the sm_90 per-block limit");
 static_assert((1 + 4 * kStages) * 8 <= kBarrierBytes, "mbarriers do not fit their area");
+static_assert(kVStageBytes % 1024 == 0 && kKStageBytes % 1024 == 0, "stages must keep 1024-byte alignment");
 
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers: shared memory, mbarriers, cp.async, fences, named barriers, setmaxnreg.
@@ -221,6 +239,12 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
   "%62, %63}"
 #define ZYFA_ACC8(i) \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define ZYFA_D68                                                                                         \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
+  "%62, %63, %64, %65, %66, %67}"
+#define ZYFA_ACC4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define ZYFA_ACC64 \
   ZYFA_ACC8(0), ZYFA_ACC8(8), ZYFA_ACC8(16), ZYFA_ACC8(24), ZYFA_ACC8(32), ZYFA_ACC8(40), ZYFA_ACC8(48), ZYFA_ACC8(56)
 
@@ -242,16 +266,20 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64
 }
 
 // D += A B, A from registers (a0..a3, see above); B from shared memory: bf16 MN-major (transpose
-// flag set), e4m3 K-major (8-bit B has no transpose).
-__device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+// flag set), e4m3 K-major (8-bit B has no transpose). bf16: m64n128 (d[64]); e4m3: m64n136 (d[68],
+// the ones column).
+template <int NACC>
+__device__ __forceinline__ void wgmma_rs(float (&d)[NACC], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t desc_b) {
   if constexpr (kFp8) {
+    static_assert(NACC == 68, "e4m3 P.V is m64n136");
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : ZYFA_ACC64
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %73, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 " ZYFA_D68 ", {%68, %69, %70, %71}, %72, p, 1, 1;\n}\n"
+        : ZYFA_ACC64, ZYFA_ACC4(64)
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1u));
   } else {
+    static_assert(NACC == 64, "bf16 P.V is m64n128");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
@@ -262,7 +290,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a
 
 #undef ZYFA_ACC64
 #undef ZYFA_ACC8
+#undef ZYFA_ACC4
 #undef ZYFA_D64
+#undef ZYFA_D68
 
 // ---------------------------------------------------------------------------------------------
 // Tile loads into the 128B-swizzled layout (executed by the 128 threads of one warpgroup).
@@ -377,6 +407,87 @@ __device__ __forceinline__ void load_vt_e4m3(uint32_t vt, const uint8_t* g, int6
   }
 }
 
+// Staging buffer of V rows (kVStaged): row r at r * 128, its 16-byte chunk c at c ^ stg_swz(r). The
+// transposer's lanes (h = 0..7, t = 0..3, same column dc) read rows 16h + 2t + k: with this swizzle
+// every 16-byte position is hit by 4 lanes, the minimum for a 512-byte warp access.
+__device__ __forceinline__ int stg_swz(int r) { return ((r >> 4) ^ (r >> 1)) & 7; }
+
+// V rows [key0, key0 + kTileN) -> staging (cp.async when vec_ok, else byte loads + st.shared); keys
+// >= seqlen_k are zeros. Thread t copies chunk t % 8 of rows t / 8 + 16 i.
+__device__ __forceinline__ void load_v_staging(uint32_t stg, const uint8_t* g, int64_t row_bytes, int key0,
+                                               int seqlen_k, bool vec_ok, int t) {
+  static_assert(!kVStaged || kVRowBytes == 128, "one staging row is one 128-byte V row");
+  const int c8 = t & 7;
+  const int r0 = t >> 3;
+  const uint8_t* src = g + static_cast<int64_t>(key0 + r0) * row_bytes + c8 * 16;
+  const int64_t step = 16 * row_bytes;
+#pragma unroll
+  for (int i = 0; i < kTileN / 16; ++i) {
+    const int r = r0 + 16 * i;
+    const uint32_t dst = stg + r * 128 + ((c8 ^ stg_swz(r)) << 4);
+    const bool valid = key0 + r < seqlen_k;
+    if (vec_ok) {
+      cp_async16(dst, valid ? src : g, valid ? 16u : 0u);
+    } else {
+      st_shared_v4(dst, valid ? load16_bytes(src) : make_uint4(0u, 0u, 0u, 0u));
+    }
+    src += step;
+  }
+}
+
+__device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
+// Staging -> Vt, the same units, key permutation and stores as load_vt_e4m3.
+__device__ __forceinline__ void transpose_staging(uint32_t vt, uint32_t stg, int t128) {
+  constexpr int kUnits = (kTileN / 16) * 4 * (kDV / 16);
+#pragma unroll 1
+  for (int i = 0; i < kUnits / 128; ++i) {
+    const int u = t128 + 128 * i;
+    const int tq = u & 3;
+    const int h = (u >> 2) & 7;
+    const int dc = u >> 5;
+    uint32_t c[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int r = 16 * h + 2 * tq + (k & 1) + 8 * (k >> 1);
+      const uint4 w = ld_shared_v4(stg + r * 128 + ((dc ^ stg_swz(r)) << 4));
+      c[k][0] = w.x;
+      c[k][1] = w.y;
+      c[k][2] = w.z;
+      c[k][3] = w.w;
+    }
+#pragma unroll
+    for (int comp = 0; comp < 4; ++comp) {
+      uint32_t out[4];
+      transpose4x4(c[0][comp], c[1][comp], c[2][comp], c[3][comp], out);
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int row = dc * 16 + comp * 4 + b;
+        st_shared_u32(vt + row * 128 + ((h ^ (row & 7)) << 4) + 4 * tq, out[b]);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// e4m3: rows kDV .. kDV + 7 of a Vt stage: row kDV = 1.0 (code 0x38), the others 0 (see kOTiles).
+// Written once per stage by the producer; the transposes never touch them. The caller fences.
+__device__ __forceinline__ void init_vt_ones(uint32_t vt, int t128) {
+  if (t128 < 64) {
+    const uint32_t w = t128 < 8 ? 0x38383838u : 0u;
+    st_shared_v4(vt + kDV * 128 + t128 * 16, make_uint4(w, w, w, w));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Softmax pieces.
 
@@ -401,13 +512,6 @@ __device__ __forceinline__ uint32_t bf16_pair(float p0, float p1) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-// Sum of the two e4m3 values of a 16-bit pair (exact in f16, then fp32).
-__device__ __forceinline__ float e4m3_pair_sum(uint32_t pair16) {
-  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair16), __NV_E4M3);
-  const float2 f = __half22float2(__half2(hr));
-  return f.x + f.y;
-}
-
 // ---------------------------------------------------------------------------------------------
 // The two GEMMs of one KV block for one consumer warpgroup (64 rows), each one committed group.
 
@@ -424,8 +528,9 @@ __device__ __forceinline__ void issue_s(float (&sacc)[64], uint32_t q_tile, uint
 }
 
 // O += P V. v_tile: one V stage. bf16: V [key][d] is MN-major (d regions of 64 at LBO = kTileN x
-// 128 B), a k-step is 16 keys = 2048 B; e4m3: Vt [d][key position] is K-major, a k-step is 32 bytes.
-__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&p)[kPRegs], uint32_t v_tile) {
+// 128 B), a k-step is 16 keys = 2048 B; e4m3: Vt [d][key position] (kDV + 8 rows, the last 8 the
+// ones column) is K-major, a k-step is 32 bytes.
+__device__ __forceinline__ void issue_pv(float (&o)[kOAcc], const uint32_t (&p)[kPRegs], uint32_t v_tile) {
 #pragma unroll
   for (int kk = 0; kk < kPvSteps; ++kk) {
     const uint64_t desc = kFp8 ? make_desc(v_tile + kk * 32, 16, 1024) : make_desc(v_tile + kk * 16 * 128, kTileN * 128, 1024);
@@ -442,19 +547,19 @@ struct Block {
 };
 
 // One block of the online softmax for this thread's two rows (r = 0: row g, r = 1: row g + 8 of the
-// warp's 16), first half: masks S, updates m, rescales l, returns alpha (the O rescale) and leaves
-// in s what pack_p turns into the P operand: bf16: p = exp2(t - m) (l += p here); FP8 exact:
-// exp2(t - m + 8); FP8 lean: the clamped FMA plus 1.5 * 2^23 (the code sits in the low byte).
+// warp's 16), first half: masks S, updates m, (bf16) rescales l and adds the block's p, returns
+// alpha (the O rescale) and leaves in s what pack_p turns into the P operand: bf16: p = exp2(t - m);
+// FP8 exact: exp2(t - m + 8); FP8 lean: max(S A + B, 0) + 1.5 * 2^23 (the code sits in the low byte).
 // It only touches s, m, l: it runs while the previous block's P.V wgmma still reads P.
 // key0: first key of the block; row_lim[r]: the last key row r sees (-1: none).
+// Fast path (qk_scale > 0, every real use): the row max is taken on the raw S (fl(max S * C) ==
+// max fl(S C) since rounding is monotonic) and t - m is fused into one FFMA (FA3's form; it differs
+// from the contract's two roundings by at most an ulp of the exponent argument). Lean P: the upper
+// clamp at 126 never binds (S A + B = 8 (S C - m) + 120 <= 120 up to rounding) and masked keys
+// (S = -inf) land on code 0 through the lower clamp. Other scales take the literal contract path.
 __device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                               int key0, bool need_mask, const int (&row_lim)[2], float qk_scale,
                                               float lean_a, int tig) {
-  // ---- t = S * C (lean P keeps S raw: its FMA takes S), masked keys -> -inf
-  if constexpr (!kLeanP) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) s[i] *= qk_scale;
-  }
   if (need_mask) {
     // Element (j, e) holds key key0 + 8j + 2 tig + (e & 1); visible iff key <= row_lim[e >> 1].
     const int thr0 = row_lim[0] - key0 - 2 * tig;
@@ -467,6 +572,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2],
       }
     }
   }
+  const bool fast = qk_scale > 0.0f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -INFINITY;
@@ -475,45 +581,60 @@ __device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2],
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
         const float v = s[4 * j + 2 * r + x];
-        mx = fmaxf(mx, kLeanP ? (v == -INFINITY ? -INFINITY : v * qk_scale) : v);
+        mx = fmaxf(mx, fast ? v : (v == -INFINITY ? -INFINITY : v * qk_scale));
       }
     }
-    const float m_new = fmaxf(m_run[r], quad_max(mx));
+    mx = quad_max(mx);
+    const float m_new = fmaxf(m_run[r], fast ? mx * qk_scale : mx);
     alpha[r] = 1.0f;  // m_new == -inf: nothing visible yet, the block changes nothing
     if (m_new != -INFINITY) {
       alpha[r] = m_run[r] == -INFINITY ? 0.0f : ex2(m_run[r] - m_new);
       m_run[r] = m_new;
     }
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // keeps exp2(t - m) = 0 for masked t, not NaN
-    l_run[r] *= alpha[r];
     const float lean_b = 120.0f - 8.0f * m_use;
+    const float neg_m = kPShift - m_use;
     float lsum = 0.0f;
+    if (fast) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < 16; ++j) {
 #pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        float& v = s[4 * j + 2 * r + x];
-        if constexpr (!kFp8) {
-          v = ex2(v - m_use);
-          lsum += v;
-        } else if constexpr (kLeanP) {
-          const float code = fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f) + 12582912.0f;
-          v = v == -INFINITY ? 12582912.0f : code;  // masked: code 0
-        } else {
-          v = ex2((v - m_use) + kPShift);
+        for (int x = 0; x < 2; ++x) {
+          float& v = s[4 * j + 2 * r + x];
+          if constexpr (kLeanP) {
+            v = fmaxf(fmaf(v, lean_a, lean_b), 0.0f) + 12582912.0f;
+          } else {
+            v = ex2(fmaf(v, qk_scale, neg_m));
+            lsum += v;
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          float& v = s[4 * j + 2 * r + x];
+          if constexpr (kLeanP) {
+            const float code = fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f) + 12582912.0f;
+            v = v == -INFINITY ? 12582912.0f : code;  // masked: code 0
+          } else {
+            const float t = v == -INFINITY ? -INFINITY : v * qk_scale;
+            v = ex2((t - m_use) + kPShift);
+            lsum += v;
+          }
         }
       }
     }
-    if constexpr (!kFp8) l_run[r] += lsum;
+    if constexpr (!kFp8) l_run[r] = l_run[r] * alpha[r] + lsum;
   }
 }
 
 // Second half, after the previous P.V has finished: s -> packed P operand (see the RS A fragment
-// above); FP8 adds the e4m3-rounded values to l (the contract's rounded row sum).
-__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[kPRegs], float (&l_run)[2]) {
+// above). FP8's row sum comes from the ones column of V (see kOTiles).
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[kPRegs]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float lsum = 0.0f;
 #pragma unroll
     for (int j = 0; j < 16; j += 2) {
       uint32_t pair[2];
@@ -523,13 +644,10 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[kPReg
         const float v1 = s[4 * (j + x) + 2 * r + 1];
         if constexpr (!kFp8) {
           pair[x] = bf16_pair(v0, v1);
+        } else if constexpr (kLeanP) {
+          pair[x] = __byte_perm(__float_as_uint(v0), __float_as_uint(v1), 0x0040);
         } else {
-          if constexpr (kLeanP) {
-            pair[x] = __byte_perm(__float_as_uint(v0), __float_as_uint(v1), 0x0040);
-          } else {
-            pair[x] = static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(v0, v1), __NV_SATFINITE, __NV_E4M3));
-          }
-          lsum += e4m3_pair_sum(pair[x]);
+          pair[x] = static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(v0, v1), __NV_SATFINITE, __NV_E4M3));
         }
       }
       if constexpr (!kFp8) {
@@ -541,7 +659,6 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[kPReg
         p[4 * (j >> 2) + 2 * ((j >> 1) & 1) + r] = __byte_perm(pair[0], pair[1], 0x5410);
       }
     }
-    if constexpr (kFp8) l_run[r] += lsum;
   }
 }
 
@@ -624,6 +741,14 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       load_tile<kTileM, kQkChunks>(q_s, q_base, args.q_stride_seq * kESize, blk.q_row0, seqlen_q, vec_ok, t);
       signal(bar_q);
     }
+    if constexpr (kFp8) {
+      for (int s = 0; s < kStages; ++s) init_vt_ones(v_s + s * kVStageBytes, t);  // fenced before each full_v
+    }
+    const uint32_t stg = v_s + kStages * kVStageBytes;  // kVStaged: two staging buffers
+    if constexpr (kVStaged) {
+      if (blk.n_blocks > 0) load_v_staging(stg, v_base, args.v_stride_seq, 0, seqlen_k, vec_ok, t);
+      cp_async_commit();
+    }
 #pragma unroll 1
     for (int j = 0; j < blk.n_blocks; ++j) {
       const int s = j % kStages;
@@ -632,15 +757,31 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       load_tile<kTileN, kQkChunks>(k_s + s * kKStageBytes, k_base, args.k_stride_seq * kESize, j * kTileN, seqlen_k,
                                    vec_ok, t);
       signal(bar_full_k(s));
-      mbar_wait(bar_empty_v(s), parity);
-      if constexpr (kFp8) {
-        load_vt_e4m3(v_s + s * kVStageBytes, v_base, args.v_stride_seq, j * kTileN, seqlen_k, vec_ok, t);
+      if constexpr (kVStaged) {
+        // Groups: ..., V_j staging (issued last iteration), K_j, V_{j+1} staging.
+        cp_async_commit();
+        const bool ahead = j + 1 < blk.n_blocks;
+        if (ahead) load_v_staging(stg + ((j + 1) & 1) * kTileN * 128, v_base, args.v_stride_seq, (j + 1) * kTileN,
+                                  seqlen_k, vec_ok, t);
+        cp_async_commit();
+        cp_async_wait_group<2>();     // V_j staging has landed (this thread's copies)
+        named_bar_sync(3, 128);       // ... and every producer thread's
+        mbar_wait(bar_empty_v(s), parity);
+        transpose_staging(v_s + s * kVStageBytes, stg + (j & 1) * kTileN * 128, t);
         fence_proxy_async();
         mbar_arrive(bar_full_v(s));
+        named_bar_sync(3, 128);       // staging buffer j & 1 is free for V_{j+2}
       } else {
-        load_tile<kTileN, kVChunks>(v_s + s * kVStageBytes, v_base, args.v_stride_seq * kESize, j * kTileN, seqlen_k,
-                                    vec_ok, t);
-        signal(bar_full_v(s));
+        mbar_wait(bar_empty_v(s), parity);
+        if constexpr (kFp8) {
+          load_vt_e4m3(v_s + s * kVStageBytes, v_base, args.v_stride_seq, j * kTileN, seqlen_k, vec_ok, t);
+          fence_proxy_async();
+          mbar_arrive(bar_full_v(s));
+        } else {
+          load_tile<kTileN, kVChunks>(v_s + s * kVStageBytes, v_base, args.v_stride_seq * kESize, j * kTileN, seqlen_k,
+                                      vec_ok, t);
+          signal(bar_full_v(s));
+        }
       }
     }
     cp_async_wait_all();
@@ -686,11 +827,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 
   const uint32_t q_tile = q_s + cw * 64 * 128;  // this warpgroup's rows of Q
 
-  float o[64];
+  float o[kOAcc];
   float sacc[64];
   uint32_t p[kPRegs];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
 #pragma unroll
   for (int i = 0; i < 64; ++i) sacc[i] = 0.0f;
 #pragma unroll
@@ -712,7 +853,6 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     mbar_wait(bar_q, 0);
     // ---- block 0: S_0 only
     mbar_wait(bar_full_k(0), 0);
-    fence_proxy_async();
     pp_sync();
     fence_regs(sacc);
     wgmma_fence();
@@ -723,7 +863,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     release(bar_empty_k(0));
     float alpha[2];
     softmax_block(sacc, m_run, l_run, alpha, 0, need_mask(0), row_lim, qk_scale, lean_a, tig);
-    pack_p(sacc, p, l_run);
+    pack_p(sacc, p);
 
     // ---- blocks 1..n-1: S_j overlapped with P_{j-1} V_{j-1}
 #pragma unroll 1
@@ -731,7 +871,6 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       const int s = j % kStages;
       const int sp = (j - 1) % kStages;
       mbar_wait(bar_full_k(s), (j / kStages) & 1);
-      fence_proxy_async();
       pp_sync();
       fence_regs(sacc);
       fence_regs(o);
@@ -740,7 +879,6 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       issue_s_block(j);
       if constexpr (!kOverlap) wgmma_wait<0>();
       mbar_wait(bar_full_v(sp), ((j - 1) / kStages) & 1);
-      fence_proxy_async();
       fence_regs(o);
       fence_regs(p);
       wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
@@ -754,15 +892,17 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       fence_regs(o);
       fence_regs(p);  // P_{j-1} stays live until its wgmma has finished reading it
       release(bar_empty_v(sp));
+      // Rescale only when some row of the warp raised its max (warp-uniform branch; its rows only).
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < 64; ++i) o[i] *= alpha[(i >> 1) & 1];
-      pack_p(sacc, p, l_run);  // P registers are written only outside any wgmma's flight (FA3 order)
+        for (int i = 0; i < kOAcc; ++i) o[i] *= alpha[(i >> 1) & 1];
+      }
+      pack_p(sacc, p);  // P registers are written only outside any wgmma's flight (FA3 order)
     }
 
     // ---- last P V
     const int sl = (n - 1) % kStages;
     mbar_wait(bar_full_v(sl), ((n - 1) / kStages) & 1);
-    fence_proxy_async();
     pp_sync();
     fence_regs(o);
     fence_regs(p);
@@ -781,7 +921,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const bool write_lse = (args.flags & ZYFA_FLAG_LSE) != 0u && args.lse != nullptr;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = quad_sum(l_run[r]);
+    // FP8: the ones column (n8 tile kDV / 8, column 0) of the quad's lane tig = 0.
+    const float l = kFp8 ? __shfl_sync(0xffffffffu, o[4 * (kDV / 8) + 2 * r], lane & ~3) : quad_sum(l_run[r]);
     const int64_t row = row_a + 8 * r;
     if (row >= seqlen_q) continue;
     __nv_bfloat16* const out_row = static_cast<__nv_bfloat16*>(args.out) +

@@ -554,8 +554,9 @@ bool run_case(const Case& cs, uint32_t seed) {
 
 // ---- layout probe -------------------------------------------------------------------------------
 
-// One warpgroup: S[128][128] = Q K^T (both 64-row halves of the Q tile) and O[64][128] = P V, with
-// the kernel's loaders, descriptors, pack_p and issue functions. p_in holds, per mode, what
+// One warpgroup: S[128][128] = Q K^T (both 64-row halves of the Q tile) and O[64][128] = P V (FP8:
+// plus column 128 = the row sums of P, the ones column), with the kernel's loaders, descriptors,
+// pack_p and issue functions. p_in holds, per mode, what
 // softmax_block leaves for pack_p: bf16 / e4m3-exact: the P values; lean: 1.5 * 2^23 + e4m3 code.
 __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const uint8_t* k, const uint8_t* v,
                                                        const float* p_in, float* s_out, float* o_out) {
@@ -568,6 +569,7 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
   load_tile<kTileN, kQkChunks>(k_s, k, kQkRowBytes, 0, kTileN, true, t);
   if constexpr (kFp8) {
     load_vt_e4m3(v_s, v, kVRowBytes, 0, kTileN, true, t);
+    init_vt_ones(v_s, t);
   } else {
     load_tile<kTileN, kVChunks>(v_s, v, kVRowBytes, 0, kTileN, true, t);
   }
@@ -599,11 +601,10 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
     s[i] = p_in[row * kTileN + col];
   }
   uint32_t p[kPRegs];
-  float l[2] = {0.0f, 0.0f};
-  pack_p(s, p, l);
-  float o[64];
+  pack_p(s, p);
+  float o[kOAcc];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
   fence_regs(o);
   fence_regs(p);
   wgmma_fence();
@@ -612,10 +613,10 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
   fence_regs(o);
   fence_regs(p);
 #pragma unroll
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < kOAcc; ++i) {
     const int row = 16 * warp + g + 8 * ((i >> 1) & 1);
     const int col = 8 * (i >> 2) + 2 * tig + (i & 1);
-    o_out[row * kDV + col] = o[i];
+    o_out[row * kOTiles * 8 + col] = o[i];
   }
 }
 
@@ -674,22 +675,22 @@ bool run_probe() {
   float* dp = to_device(p_in);
   float *ds = nullptr, *dout = nullptr;
   CHECK_CUDA(cudaMalloc(&ds, sizeof(float) * kTileM * kTileN));
-  CHECK_CUDA(cudaMalloc(&dout, sizeof(float) * 64 * kDV));
+  CHECK_CUDA(cudaMalloc(&dout, sizeof(float) * 64 * kOTiles * 8));
   CHECK_CUDA(cudaMemset(ds, 0xff, sizeof(float) * kTileM * kTileN));
-  CHECK_CUDA(cudaMemset(dout, 0xff, sizeof(float) * 64 * kDV));
-  const int smem = kQBytes + kKStageBytes + kVStageBytes + 1024;
+  CHECK_CUDA(cudaMemset(dout, 0xff, sizeof(float) * 64 * kOTiles * 8));
+  const int smem = kQBytes + kKStageBytes + kVStageBytes + 1024;  // one stage of each
   CHECK_CUDA(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   probe_kernel<<<1, 128, smem>>>(dq, dk, dv, dp, ds, dout);
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> s(kTileM * kTileN), o(64 * kDV);
+  std::vector<float> s(kTileM * kTileN), o(64 * kOTiles * 8);
   CHECK_CUDA(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(o.data(), dout, o.size() * 4, cudaMemcpyDeviceToHost));
   for (void* ptr : {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dp),
                     static_cast<void*>(ds), static_cast<void*>(dout)}) {
     CHECK_CUDA(cudaFree(ptr));
   }
-  std::vector<double> s_ref(s.size()), s_got(s.size()), o_ref(o.size()), o_got(o.size());
+  std::vector<double> s_ref(s.size()), s_got(s.size()), o_ref(64 * kDV), o_got(64 * kDV), l_ref(64), l_got(64);
   for (int i = 0; i < kTileM; ++i)
     for (int j = 0; j < kTileN; ++j) {
       double acc = 0.0;
@@ -702,11 +703,18 @@ bool run_probe() {
       double acc = 0.0;
       for (int j = 0; j < kTileN; ++j) acc += pv[i * kTileN + j] * vv[j * kDV + d];
       o_ref[i * kDV + d] = acc;
-      o_got[i * kDV + d] = o[i * kDV + d];
+      o_got[i * kDV + d] = o[i * kOTiles * 8 + d];
     }
-  const double es = rel_l2(s_got, s_ref), eo = rel_l2(o_got, o_ref);
-  const bool ok = es <= 1e-3 && eo <= 1e-3;
-  std::printf("layout probe: S = Q K^T rel L2 %.2e, O = P V rel L2 %.2e | %s\n", es, eo, ok ? "PASS" : "FAIL");
+  for (int i = 0; i < 64; ++i) {
+    double acc = 0.0;
+    for (int j = 0; j < kTileN; ++j) acc += pv[i * kTileN + j];
+    l_ref[i] = acc;
+    l_got[i] = kFp8 ? o[i * kOTiles * 8 + kDV] : acc;
+  }
+  const double es = rel_l2(s_got, s_ref), eo = rel_l2(o_got, o_ref), el = rel_l2(l_got, l_ref);
+  const bool ok = es <= 1e-3 && eo <= 1e-3 && el <= 1e-3;
+  std::printf("layout probe: S = Q K^T rel L2 %.2e, O = P V rel L2 %.2e, row sums (ones column) rel L2 %.2e | %s\n",
+              es, eo, el, ok ? "PASS" : "FAIL");
   if (!ok) {
     std::printf("    S[0][0..3] got %.3f %.3f %.3f %.3f ref %.3f %.3f %.3f %.3f\n", s_got[0], s_got[1], s_got[2], s_got[3],
                 s_ref[0], s_ref[1], s_ref[2], s_ref[3]);

@@ -13,7 +13,7 @@
 #      EXPERIMENTS below) against the simple kernel, one at a time.
 #
 #   bash tools/device/sm90_wgmma_selftest.sh [WORKDIR]
-# Env: NVCC (default nvcc); OUT (device machine) receives logs; ZYFA_BENCH=0 skips timing;
+# Env: NVCC (default nvcc); OUT (device machine) receives the summary and a .tgz of every log; ZYFA_BENCH=0 skips timing;
 # ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first variant's test
 # under compute-sanitizer memcheck too. Exit status 0 when every build and test passes.
 set -uo pipefail
@@ -21,9 +21,10 @@ set -uo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 dir="${1:-$(mktemp -d)}"
 nvcc="${NVCC:-nvcc}"
-out="${OUT:-$dir}"
-mkdir -p "$dir" "$out"
-summary="$out/sm90_wgmma_summary.txt"
+res="${OUT:-$dir}"
+out="$dir/logs"  # per-executable logs; packed into $res/sm90_wgmma_logs.tgz at the end
+mkdir -p "$dir" "$out" "$res"
+summary="$res/sm90_wgmma_summary.txt"
 : >"$summary"
 t_start=$SECONDS
 
@@ -37,7 +38,12 @@ only = re.compile(sys.argv[2])
 # Experiments: extra builds of a variant (name suffix, smem_bytes, extra defines), tested and timed
 # like the variant itself; what wins moves into the kernel's defaults and the list above.
 EXPERIMENTS = {
-    "fa_fwd_bf16_hd128_causal_ws_sm90a": [("st3", 230528, ["-DZYFA_WS_STAGES=3"])],
+    "fa_fwd_bf16_hd128_causal_ws_sm90a": [("st3", 230528, ["-DZYFA_WS_STAGES=3"]),
+                                          ("pp0", 164992, ["-DZYFA_WS_PINGPONG=0"])],
+    "fa_fwd_e4m3fn_hd128_causal_ws_sm90a": [("vs1", 151680, ["-DZYFA_WS_VSTAGE=1"]),
+                                            ("pp0", 118912, ["-DZYFA_WS_PINGPONG=0"])],
+    "fa_fwd_e4m3fn_hd128_causal_leanp_ws_sm90a": [("vs1", 151680, ["-DZYFA_WS_VSTAGE=1"])],
+    "fa_fwd_e4m3fn_hd192x128_causal_ws_sm90a": [("vs1", 217216, ["-DZYFA_WS_VSTAGE=1"])],
 }
 debug_done = set()
 for v in variants:
@@ -131,15 +137,6 @@ for i in "${!run_pids[@]}"; do
 done
 echo "correctness done after $((SECONDS - t_start)) s"
 
-if [[ "${ZYFA_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
-  first="$(awk '{print $2; exit}' <<<"${lines[0]}")"
-  if timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir/test_$first" >"$out/memcheck_$first.log" 2>&1; then
-    echo "PASS memcheck $first" | tee -a "$summary"
-  else
-    echo "FAIL memcheck $first" | tee -a "$summary"; tail -20 "$out/memcheck_$first.log" | tee -a "$summary"; status=1
-  fi
-fi
-
 if [[ "${ZYFA_BENCH:-1}" == 1 ]]; then
   echo "== timing (ws vs simple, causal, median of 20) ==" | tee -a "$summary"
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv,noheader \
@@ -151,5 +148,16 @@ if [[ "${ZYFA_BENCH:-1}" == 1 ]]; then
     grep -E '^bench|CUDA error' "$out/bench_$name.log" | sed "s/^/$name: /" | tee -a "$summary"
   done
 fi
+if [[ "${ZYFA_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
+  first="$(awk '{print $2; exit}' <<<"${lines[0]}")"
+  if timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir/test_$first" >"$out/memcheck_$first.log" 2>&1; then
+    echo "PASS memcheck $first" | tee -a "$summary"
+  else
+    echo "FAIL memcheck $first" | tee -a "$summary"; tail -20 "$out/memcheck_$first.log" | tee -a "$summary"; status=1
+  fi
+fi
+
+cp "$dir"/cubin_*.log "$out"/ 2>/dev/null
+tar czf "$res/sm90_wgmma_logs.tgz" -C "$out" . 2>/dev/null
 echo "total $((SECONDS - t_start)) s; status $status" | tee -a "$summary"
 exit "$status"
