@@ -139,6 +139,15 @@ def package_dirs(extras: Iterable[str] = ()) -> list[str]:
     return reqs
 
 
+def pytest_markers() -> list[str]:
+    """The pytest markers the packages declare in their pyproject.toml (tool.pytest.ini_options)."""
+    markers = []
+    for name in PACKAGES:
+        tool = tomllib.loads((ROOT / "packages" / name / "pyproject.toml").read_text()).get("tool", {})
+        markers += tool.get("pytest", {}).get("ini_options", {}).get("markers", [])
+    return markers
+
+
 def kernel_build_env(session: nox.Session, build_kernels: bool) -> dict[str, str]:
     """Environment for the zyfa-core pip build: ZYFA_SKIP_KERNELS=1 unless kernels are wanted (a
     caller's own ZYFA_SKIP_KERNELS wins)."""
@@ -188,6 +197,11 @@ def tests(session: nox.Session) -> None:
         "pytest",
         "--import-mode=importlib",
         "-ra",
+        # The run's rootdir is the repo root, where no package's [tool.pytest.ini_options] is read:
+        # register the markers they declare, and hold every test to them.
+        "-o",
+        "markers=" + "\n".join(pytest_markers()),
+        "--strict-markers",
         *test_dirs,
         *session.posargs,
         env={"PYTHONPATH": pythonpath.rstrip(os.pathsep)},
