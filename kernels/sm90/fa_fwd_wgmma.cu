@@ -47,7 +47,8 @@
  *
  * Build macros: ZYFA_KERNEL_NAME, ZYFA_DTYPE_E4M3, ZYFA_D_QK, ZYFA_D_V, ZYFA_TILE_M (128),
  * ZYFA_TILE_N (128), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
- * ZYFA_WS_PINGPONG (default 1).
+ * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
+ * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP (timing experiments; see their definitions).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -70,8 +71,14 @@
 #ifndef ZYFA_WS_STAGES
 #define ZYFA_WS_STAGES 0  // 0: the default depth below
 #endif
+#ifndef ZYFA_WS_FAST_SOFTMAX
+#define ZYFA_WS_FAST_SOFTMAX 1  // 0: always the literal contract form (t = S C, then exp2(t - m)); timing experiments
+#endif
+#ifndef ZYFA_WS_RESCALE_SKIP
+#define ZYFA_WS_RESCALE_SKIP 1  // skip the O rescale of a warp when no row's max moved
+#endif
 #ifndef ZYFA_WS_VSTAGE
-#define ZYFA_WS_VSTAGE 0  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
+#define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
 #endif
 
 namespace zyfa_sm90_ws {
@@ -95,10 +102,13 @@ constexpr int kQkRegions = (kQkRowBytes + 127) / 128;  // 128-byte column region
 constexpr int kQkSteps = kQkRowBytes / 32;        // wgmma k-steps of S (32 bytes: k16 bf16 / k32 e4m3)
 constexpr int kPvSteps = kTileN * kESize / 32;    // wgmma k-steps of O (keys)
 constexpr int kStages = ZYFA_WS_STAGES > 0 ? ZYFA_WS_STAGES : (kFp8 ? 3 : 2);  // K and V ring depth
-// O accumulator n8 tiles: FP8 appends a ones column to V (Vt row kDV = 1.0, rows kDV+1.. = 0), so
-// the tensor core accumulates the row sum of exactly the e4m3 P fed to P.V (the contract's rounded
-// row sum), rescaled with O for free: no decode-and-add on the FMA pipes.
-constexpr int kOTiles = kFp8 ? kDV / 8 + 1 : kDV / 8;
+// FP8 row sums: Vt carries 8 extra rows (row kDV = 1.0, the others 0); per KV block one m64n8k32
+// wgmma per k-step multiplies P by them into a FRESH accumulator, giving the block's sum of exactly
+// the e4m3 P fed to P.V (the contract's rounded row sum) without a decode-and-add per element on
+// the FMA pipes; the running l is then kept in fp32 on the CUDA cores. (Accumulating the sum across
+// blocks inside the wgmma accumulator, e.g. as a 129th column of O, is NOT accurate: Hopper's FP8
+// wgmma keeps a truncated accumulator, and over hundreds of k-steps the sum drifts by ~1e-2.)
+constexpr int kOTiles = kDV / 8;
 constexpr int kOAcc = 4 * kOTiles;                // O accumulator floats per thread
 constexpr int kQBytes = kQkRegions * kTileM * 128;
 constexpr int kKStageBytes = kQkRegions * kTileN * 128;
@@ -239,12 +249,6 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
   "%62, %63}"
 #define ZYFA_ACC8(i) \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define ZYFA_D68                                                                                         \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
-  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
-  "%62, %63, %64, %65, %66, %67}"
-#define ZYFA_ACC4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 #define ZYFA_ACC64 \
   ZYFA_ACC8(0), ZYFA_ACC8(8), ZYFA_ACC8(16), ZYFA_ACC8(24), ZYFA_ACC8(32), ZYFA_ACC8(40), ZYFA_ACC8(48), ZYFA_ACC8(56)
 
@@ -266,20 +270,16 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64
 }
 
 // D += A B, A from registers (a0..a3, see above); B from shared memory: bf16 MN-major (transpose
-// flag set), e4m3 K-major (8-bit B has no transpose). bf16: m64n128 (d[64]); e4m3: m64n136 (d[68],
-// the ones column).
-template <int NACC>
-__device__ __forceinline__ void wgmma_rs(float (&d)[NACC], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+// flag set), e4m3 K-major (8-bit B has no transpose).
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t desc_b) {
   if constexpr (kFp8) {
-    static_assert(NACC == 68, "e4m3 P.V is m64n136");
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %73, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n136k32.f32.e4m3.e4m3 " ZYFA_D68 ", {%68, %69, %70, %71}, %72, p, 1, 1;\n}\n"
-        : ZYFA_ACC64, ZYFA_ACC4(64)
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : ZYFA_ACC64
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1u));
   } else {
-    static_assert(NACC == 64, "bf16 P.V is m64n128");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
@@ -288,11 +288,19 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[NACC], uint32_t a0, uint32_t
   }
 }
 
+// e4m3 m64n8k32, A from registers: the per-block row sums (see kOTiles).
+__device__ __forceinline__ void wgmma_rs_n8_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                 uint64_t desc_b, uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+}
+
 #undef ZYFA_ACC64
 #undef ZYFA_ACC8
-#undef ZYFA_ACC4
 #undef ZYFA_D64
-#undef ZYFA_D68
 
 // ---------------------------------------------------------------------------------------------
 // Tile loads into the 128B-swizzled layout (executed by the 128 threads of one warpgroup).
@@ -530,11 +538,20 @@ __device__ __forceinline__ void issue_s(float (&sacc)[64], uint32_t q_tile, uint
 // O += P V. v_tile: one V stage. bf16: V [key][d] is MN-major (d regions of 64 at LBO = kTileN x
 // 128 B), a k-step is 16 keys = 2048 B; e4m3: Vt [d][key position] (kDV + 8 rows, the last 8 the
 // ones column) is K-major, a k-step is 32 bytes.
-__device__ __forceinline__ void issue_pv(float (&o)[kOAcc], const uint32_t (&p)[kPRegs], uint32_t v_tile) {
+// FP8 also writes the block's row sums into lacc (fresh: its first k-step overwrites).
+__device__ __forceinline__ void issue_pv(float (&o)[kOAcc], float (&lacc)[4], const uint32_t (&p)[kPRegs],
+                                         uint32_t v_tile) {
 #pragma unroll
   for (int kk = 0; kk < kPvSteps; ++kk) {
     const uint64_t desc = kFp8 ? make_desc(v_tile + kk * 32, 16, 1024) : make_desc(v_tile + kk * 16 * 128, kTileN * 128, 1024);
     wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc);
+  }
+  if constexpr (kFp8) {
+#pragma unroll
+    for (int kk = 0; kk < kPvSteps; ++kk) {
+      wgmma_rs_n8_e4m3(lacc, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
+                       make_desc(v_tile + kDV * 128 + kk * 32, 16, 1024), kk > 0 ? 1u : 0u);
+    }
   }
   wgmma_commit();
 }
@@ -557,9 +574,67 @@ struct Block {
 // from the contract's two roundings by at most an ulp of the exponent argument). Lean P: the upper
 // clamp at 126 never binds (S A + B = 8 (S C - m) + 120 <= 120 up to rounding) and masked keys
 // (S = -inf) land on code 0 through the lower clamp. Other scales take the literal contract path.
+template <bool kFast>
+__device__ __forceinline__ void softmax_rows(float (&s)[64], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
+                                             float qk_scale, float lean_a) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        const float v = s[4 * j + 2 * r + x];
+        mx = fmaxf(mx, (kFast || !kLeanP) ? v : (v == -INFINITY ? -INFINITY : v * qk_scale));
+      }
+    }
+    mx = quad_max(mx);
+    const float m_new = fmaxf(m_run[r], kFast ? mx * qk_scale : mx);
+    alpha[r] = 1.0f;  // m_new == -inf: nothing visible yet, the block changes nothing
+    if (m_new != -INFINITY) {
+      alpha[r] = m_run[r] == -INFINITY ? 0.0f : ex2(m_run[r] - m_new);
+      m_run[r] = m_new;
+    }
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // keeps exp2(t - m) = 0 for masked t, not NaN
+    const float lean_b = 120.0f - 8.0f * m_use;
+    const float neg_m = kPShift - m_use;
+    float lsum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        float& v = s[4 * j + 2 * r + x];
+        if constexpr (kFast) {
+          if constexpr (kLeanP) {
+            v = fmaxf(fmaf(v, lean_a, lean_b), 0.0f) + 12582912.0f;
+          } else {
+            v = ex2(fmaf(v, qk_scale, neg_m));
+            lsum += v;
+          }
+        } else {
+          if constexpr (kLeanP) {
+            const float code = fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f) + 12582912.0f;
+            v = v == -INFINITY ? 12582912.0f : code;  // masked: code 0
+          } else {
+            v = ex2((v - m_use) + kPShift);  // v is t = S C here (softmax_block scaled it)
+            lsum += v;
+          }
+        }
+      }
+    }
+    if constexpr (!kFp8) l_run[r] = l_run[r] * alpha[r] + lsum;
+  }
+}
+
 __device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                               int key0, bool need_mask, const int (&row_lim)[2], float qk_scale,
                                               float lean_a, int tig) {
+  // Uniform branch: each path is its own straight-line code (no per-element selects between them).
+  const bool fast = ZYFA_WS_FAST_SOFTMAX != 0 && qk_scale > 0.0f;
+  if (!fast && !kLeanP) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) s[i] *= qk_scale;  // t = S C first; masked t are set below
+  }
   if (need_mask) {
     // Element (j, e) holds key key0 + 8j + 2 tig + (e & 1); visible iff key <= row_lim[e >> 1].
     const int thr0 = row_lim[0] - key0 - 2 * tig;
@@ -572,66 +647,15 @@ __device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2],
       }
     }
   }
-  const bool fast = qk_scale > 0.0f;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-#pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        const float v = s[4 * j + 2 * r + x];
-        mx = fmaxf(mx, fast ? v : (v == -INFINITY ? -INFINITY : v * qk_scale));
-      }
-    }
-    mx = quad_max(mx);
-    const float m_new = fmaxf(m_run[r], fast ? mx * qk_scale : mx);
-    alpha[r] = 1.0f;  // m_new == -inf: nothing visible yet, the block changes nothing
-    if (m_new != -INFINITY) {
-      alpha[r] = m_run[r] == -INFINITY ? 0.0f : ex2(m_run[r] - m_new);
-      m_run[r] = m_new;
-    }
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // keeps exp2(t - m) = 0 for masked t, not NaN
-    const float lean_b = 120.0f - 8.0f * m_use;
-    const float neg_m = kPShift - m_use;
-    float lsum = 0.0f;
-    if (fast) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          float& v = s[4 * j + 2 * r + x];
-          if constexpr (kLeanP) {
-            v = fmaxf(fmaf(v, lean_a, lean_b), 0.0f) + 12582912.0f;
-          } else {
-            v = ex2(fmaf(v, qk_scale, neg_m));
-            lsum += v;
-          }
-        }
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          float& v = s[4 * j + 2 * r + x];
-          if constexpr (kLeanP) {
-            const float code = fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f) + 12582912.0f;
-            v = v == -INFINITY ? 12582912.0f : code;  // masked: code 0
-          } else {
-            const float t = v == -INFINITY ? -INFINITY : v * qk_scale;
-            v = ex2((t - m_use) + kPShift);
-            lsum += v;
-          }
-        }
-      }
-    }
-    if constexpr (!kFp8) l_run[r] = l_run[r] * alpha[r] + lsum;
+  if (fast) {
+    softmax_rows<true>(s, m_run, l_run, alpha, qk_scale, lean_a);
+  } else {
+    softmax_rows<false>(s, m_run, l_run, alpha, qk_scale, lean_a);
   }
 }
 
 // Second half, after the previous P.V has finished: s -> packed P operand (see the RS A fragment
-// above). FP8's row sum comes from the ones column of V (see kOTiles).
+// above). FP8's row sums come from the ones rows of Vt (see kOTiles).
 __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[kPRegs]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -828,6 +852,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint32_t q_tile = q_s + cw * 64 * 128;  // this warpgroup's rows of Q
 
   float o[kOAcc];
+  float lacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // FP8: this block's row sums (lanes tig = 0: [0] row g, [2] row g + 8)
   float sacc[64];
   uint32_t p[kPRegs];
 #pragma unroll
@@ -840,7 +865,15 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   float l_run[2] = {0.0f, 0.0f};
 
   auto issue_s_block = [&](int j) { issue_s(sacc, q_tile, k_s + (j % kStages) * kKStageBytes); };
-  auto issue_pv_block = [&](int j) { issue_pv(o, p, v_s + (j % kStages) * kVStageBytes); };
+  auto issue_pv_block = [&](int j) { issue_pv(o, lacc, p, v_s + (j % kStages) * kVStageBytes); };
+  // FP8: l_run (sum over blocks before the last P.V, in the scale of the current max) += that P.V's
+  // block sums, broadcast from the quad's lane tig = 0.
+  auto add_block_sums = [&]() {
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) l_run[r] += __shfl_sync(0xffffffffu, lacc[2 * r], lane & ~3);
+    }
+  };
   auto need_mask = [&](int j) {
     const int key0 = j * kTileN;
     return key0 + kTileN > seqlen_k || (blk.causal && key0 + kTileN - 1 > wg_row0 + blk.diag);
@@ -880,6 +913,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       if constexpr (!kOverlap) wgmma_wait<0>();
       mbar_wait(bar_full_v(sp), ((j - 1) / kStages) & 1);
       fence_regs(o);
+      fence_regs(lacc);
       fence_regs(p);
       wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
       issue_pv_block(j - 1);
@@ -890,10 +924,16 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       softmax_block(sacc, m_run, l_run, alpha, j * kTileN, need_mask(j), row_lim, qk_scale, lean_a, tig);
       wgmma_wait<0>();
       fence_regs(o);
+      fence_regs(lacc);
       fence_regs(p);  // P_{j-1} stays live until its wgmma has finished reading it
       release(bar_empty_v(sp));
+      if constexpr (kFp8) {
+        add_block_sums();
+#pragma unroll
+        for (int r = 0; r < 2; ++r) l_run[r] *= alpha[r];
+      }
       // Rescale only when some row of the warp raised its max (warp-uniform branch; its rows only).
-      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+      if (ZYFA_WS_RESCALE_SKIP == 0 || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
         for (int i = 0; i < kOAcc; ++i) o[i] *= alpha[(i >> 1) & 1];
       }
@@ -905,14 +945,17 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     mbar_wait(bar_full_v(sl), ((n - 1) / kStages) & 1);
     pp_sync();
     fence_regs(o);
+    fence_regs(lacc);
     fence_regs(p);
     wgmma_fence();
     issue_pv_block(n - 1);
     pp_arrive(true);
     wgmma_wait<0>();
     fence_regs(o);
+    fence_regs(lacc);
     fence_regs(p);
     release(bar_empty_v(sl));
+    add_block_sums();
   }
 
   // ---- epilogue: out = acc / l * v_descale -> bf16 (l == 0 -> 0); lse (l == 0 -> +inf)
@@ -921,8 +964,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const bool write_lse = (args.flags & ZYFA_FLAG_LSE) != 0u && args.lse != nullptr;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    // FP8: the ones column (n8 tile kDV / 8, column 0) of the quad's lane tig = 0.
-    const float l = kFp8 ? __shfl_sync(0xffffffffu, o[4 * (kDV / 8) + 2 * r], lane & ~3) : quad_sum(l_run[r]);
+    const float l = kFp8 ? l_run[r] : quad_sum(l_run[r]);  // FP8: already the whole row's sum
     const int64_t row = row_a + 8 * r;
     if (row >= seqlen_q) continue;
     __nv_bfloat16* const out_row = static_cast<__nv_bfloat16*>(args.out) +

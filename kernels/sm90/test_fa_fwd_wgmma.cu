@@ -555,11 +555,12 @@ bool run_case(const Case& cs, uint32_t seed) {
 // ---- layout probe -------------------------------------------------------------------------------
 
 // One warpgroup: S[128][128] = Q K^T (both 64-row halves of the Q tile) and O[64][128] = P V (FP8:
-// plus column 128 = the row sums of P, the ones column), with the kernel's loaders, descriptors,
-// pack_p and issue functions. p_in holds, per mode, what
+// plus the row sums of P from the ones rows of Vt), with the kernel's loaders, descriptors, pack_p
+// and issue functions. p_in holds, per mode, what
 // softmax_block leaves for pack_p: bf16 / e4m3-exact: the P values; lean: 1.5 * 2^23 + e4m3 code.
 __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const uint8_t* k, const uint8_t* v,
-                                                       const float* p_in, float* s_out, float* o_out) {
+                                                       const float* p_in, float* s_out, float* o_out,
+                                                       float* l_out) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t q_s = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t k_s = q_s + kQBytes;
@@ -603,15 +604,22 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
   uint32_t p[kPRegs];
   pack_p(s, p);
   float o[kOAcc];
+  float lacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
   fence_regs(o);
+  fence_regs(lacc);
   fence_regs(p);
   wgmma_fence();
-  issue_pv(o, p, v_s);
+  issue_pv(o, lacc, p, v_s);
   wgmma_wait<0>();
   fence_regs(o);
+  fence_regs(lacc);
   fence_regs(p);
+  if (kFp8 && tig == 0) {  // row sums of P from the ones rows of Vt (column 0 of the n8 accumulator)
+    l_out[16 * warp + g] = lacc[0];
+    l_out[16 * warp + g + 8] = lacc[2];
+  }
 #pragma unroll
   for (int i = 0; i < kOAcc; ++i) {
     const int row = 16 * warp + g + 8 * ((i >> 1) & 1);
@@ -673,21 +681,24 @@ bool run_probe() {
   uint8_t* dk = to_device(kb);
   uint8_t* dv = to_device(vb);
   float* dp = to_device(p_in);
-  float *ds = nullptr, *dout = nullptr;
+  float *ds = nullptr, *dout = nullptr, *dl = nullptr;
+  CHECK_CUDA(cudaMalloc(&dl, sizeof(float) * 64));
+  CHECK_CUDA(cudaMemset(dl, 0xff, sizeof(float) * 64));
   CHECK_CUDA(cudaMalloc(&ds, sizeof(float) * kTileM * kTileN));
   CHECK_CUDA(cudaMalloc(&dout, sizeof(float) * 64 * kOTiles * 8));
   CHECK_CUDA(cudaMemset(ds, 0xff, sizeof(float) * kTileM * kTileN));
   CHECK_CUDA(cudaMemset(dout, 0xff, sizeof(float) * 64 * kOTiles * 8));
   const int smem = kQBytes + kKStageBytes + kVStageBytes + 1024;  // one stage of each
   CHECK_CUDA(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  probe_kernel<<<1, 128, smem>>>(dq, dk, dv, dp, ds, dout);
+  probe_kernel<<<1, 128, smem>>>(dq, dk, dv, dp, ds, dout, dl);
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> s(kTileM * kTileN), o(64 * kOTiles * 8);
+  std::vector<float> s(kTileM * kTileN), o(64 * kOTiles * 8), lsum(64);
   CHECK_CUDA(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(o.data(), dout, o.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(lsum.data(), dl, lsum.size() * 4, cudaMemcpyDeviceToHost));
   for (void* ptr : {static_cast<void*>(dq), static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(dp),
-                    static_cast<void*>(ds), static_cast<void*>(dout)}) {
+                    static_cast<void*>(ds), static_cast<void*>(dout), static_cast<void*>(dl)}) {
     CHECK_CUDA(cudaFree(ptr));
   }
   std::vector<double> s_ref(s.size()), s_got(s.size()), o_ref(64 * kDV), o_got(64 * kDV), l_ref(64), l_got(64);
@@ -709,11 +720,11 @@ bool run_probe() {
     double acc = 0.0;
     for (int j = 0; j < kTileN; ++j) acc += pv[i * kTileN + j];
     l_ref[i] = acc;
-    l_got[i] = kFp8 ? o[i * kOTiles * 8 + kDV] : acc;
+    l_got[i] = kFp8 ? lsum[i] : acc;
   }
   const double es = rel_l2(s_got, s_ref), eo = rel_l2(o_got, o_ref), el = rel_l2(l_got, l_ref);
   const bool ok = es <= 1e-3 && eo <= 1e-3 && el <= 1e-3;
-  std::printf("layout probe: S = Q K^T rel L2 %.2e, O = P V rel L2 %.2e, row sums (ones column) rel L2 %.2e | %s\n",
+  std::printf("layout probe: S = Q K^T rel L2 %.2e, O = P V rel L2 %.2e, row sums (ones rows) rel L2 %.2e | %s\n",
               es, eo, el, ok ? "PASS" : "FAIL");
   if (!ok) {
     std::printf("    S[0][0..3] got %.3f %.3f %.3f %.3f ref %.3f %.3f %.3f %.3f\n", s_got[0], s_got[1], s_got[2], s_got[3],
@@ -792,6 +803,56 @@ double bf16_rel_l2(const std::vector<uint16_t>& a, const std::vector<uint16_t>& 
   return std::sqrt(num / den);
 }
 
+// Float64 softmax(q k^T scale, causal) v of 16 rows of (batch 0, head 0) spread over the sequence,
+// on the dequantised device inputs (descales 1): the kernels' own error at long sequences.
+struct RowErrors {
+  double ws, simple;
+};
+
+RowErrors f64_row_errors(const BenchShape& sh, const uint8_t* dq, const uint8_t* dk, const uint8_t* dv,
+                         const std::vector<uint16_t>& ows, const std::vector<uint16_t>& osimple, float scale) {
+  auto value = [](const uint8_t* p, size_t i) {
+    if (kFp8) return e4m3_decode(p[i]);
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    return static_cast<double>(bf16_to_float(h));
+  };
+  const size_t q_row = static_cast<size_t>(sh.hq) * kDQk, k_row = static_cast<size_t>(sh.hkv) * kDQk,
+               v_row = static_cast<size_t>(sh.hkv) * kDV;
+  std::vector<uint8_t> hk(static_cast<size_t>(sh.seq) * k_row * kESize), hv(static_cast<size_t>(sh.seq) * v_row * kESize),
+      hq(q_row * kESize);
+  CHECK_CUDA(cudaMemcpy(hk.data(), dk, hk.size(), cudaMemcpyDeviceToHost));  // batch 0
+  CHECK_CUDA(cudaMemcpy(hv.data(), dv, hv.size(), cudaMemcpyDeviceToHost));
+  double nw = 0, ns = 0, den = 0;
+  std::vector<double> sc(sh.seq), acc(kDV);
+  for (int i = 0; i < 16; ++i) {
+    const int row = static_cast<int>((static_cast<int64_t>(sh.seq - 1) * (i + 1)) / 16);
+    CHECK_CUDA(cudaMemcpy(hq.data(), dq + static_cast<size_t>(row) * q_row * kESize, hq.size(), cudaMemcpyDeviceToHost));
+    double mx = -INFINITY;
+    for (int j = 0; j <= row; ++j) {
+      double d = 0;
+      for (int x = 0; x < kDQk; ++x) d += value(hq.data(), x) * value(hk.data(), static_cast<size_t>(j) * k_row + x);
+      sc[j] = d * scale;
+      mx = std::max(mx, sc[j]);
+    }
+    double l = 0;
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int j = 0; j <= row; ++j) {
+      const double p = std::exp(sc[j] - mx);
+      l += p;
+      for (int x = 0; x < kDV; ++x) acc[x] += p * value(hv.data(), static_cast<size_t>(j) * v_row + x);
+    }
+    for (int x = 0; x < kDV; ++x) {
+      const double ref = acc[x] / l;
+      const size_t o = static_cast<size_t>(row) * sh.hq * kDV + x;
+      nw += (bf16_to_float(ows[o]) - ref) * (bf16_to_float(ows[o]) - ref);
+      ns += (bf16_to_float(osimple[o]) - ref) * (bf16_to_float(osimple[o]) - ref);
+      den += ref * ref;
+    }
+  }
+  return {std::sqrt(nw / den), std::sqrt(ns / den)};
+}
+
 void bench(const BenchShape& sh) {
   const size_t nq = static_cast<size_t>(sh.batch) * sh.seq * sh.hq * kDQk;
   const size_t nk = static_cast<size_t>(sh.batch) * sh.seq * sh.hkv * kDQk;
@@ -834,10 +895,11 @@ void bench(const BenchShape& sh) {
   std::vector<uint16_t> ows(no), osimple(no);
   CHECK_CUDA(cudaMemcpy(ows.data(), dout_ws, no * 2, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(osimple.data(), dout_simple, no * 2, cudaMemcpyDeviceToHost));
+  const RowErrors re = f64_row_errors(sh, dq, dk, dv, ows, osimple, args.softmax_scale);
   const double flops = static_cast<double>(sh.batch) * sh.hq * sh.seq * static_cast<double>(sh.seq) * (kDQk + kDV);
-  std::printf("bench %-6s b%d s%-5d hq%-2d hkv%-2d | ws %8.3f ms %6.1f TFLOP/s | simple %8.3f ms %6.1f TFLOP/s | x%.2f | ws vs simple out rel L2 %.1e\n",
+  std::printf("bench %-6s b%d s%-5d hq%-2d hkv%-2d | ws %8.3f ms %6.1f TFLOP/s | simple %8.3f ms %6.1f TFLOP/s | x%.2f | ws vs simple out rel L2 %.1e | vs f64 (16 rows) ws %.1e simple %.1e\n",
               kFp8 ? (kLeanP ? "e4m3-l" : "e4m3") : "bf16", sh.batch, sh.seq, sh.hq, sh.hkv, ms_ws, flops / ms_ws * 1e-9,
-              ms_simple, flops / ms_simple * 1e-9, ms_simple / ms_ws, bf16_rel_l2(ows, osimple));
+              ms_simple, flops / ms_simple * 1e-9, ms_simple / ms_ws, bf16_rel_l2(ows, osimple), re.ws, re.simple);
   CHECK_CUDA(cudaFree(dq));
   CHECK_CUDA(cudaFree(dk));
   CHECK_CUDA(cudaFree(dv));

@@ -38,12 +38,11 @@ only = re.compile(sys.argv[2])
 # Experiments: extra builds of a variant (name suffix, smem_bytes, extra defines), tested and timed
 # like the variant itself; what wins moves into the kernel's defaults and the list above.
 EXPERIMENTS = {
-    "fa_fwd_bf16_hd128_causal_ws_sm90a": [("st3", 230528, ["-DZYFA_WS_STAGES=3"]),
-                                          ("pp0", 164992, ["-DZYFA_WS_PINGPONG=0"])],
-    "fa_fwd_e4m3fn_hd128_causal_ws_sm90a": [("vs1", 151680, ["-DZYFA_WS_VSTAGE=1"]),
-                                            ("pp0", 118912, ["-DZYFA_WS_PINGPONG=0"])],
-    "fa_fwd_e4m3fn_hd128_causal_leanp_ws_sm90a": [("vs1", 151680, ["-DZYFA_WS_VSTAGE=1"])],
-    "fa_fwd_e4m3fn_hd192x128_causal_ws_sm90a": [("vs1", 217216, ["-DZYFA_WS_VSTAGE=1"])],
+    "fa_fwd_bf16_hd128_causal_ws_sm90a": [("fs0", 164992, ["-DZYFA_WS_FAST_SOFTMAX=0"]),
+                                          ("rs0", 164992, ["-DZYFA_WS_RESCALE_SKIP=0"])],
+    "fa_fwd_e4m3fn_hd128_causal_ws_sm90a": [("pp0", 151680, ["-DZYFA_WS_PINGPONG=0"]),
+                                            ("vs0", 118912, ["-DZYFA_WS_VSTAGE=0"])],
+    "fa_fwd_bf16_hd192x128_causal_ws_sm90a": [("fs0", 214144, ["-DZYFA_WS_FAST_SOFTMAX=0"])],
 }
 debug_done = set()
 for v in variants:
