@@ -1,9 +1,10 @@
 /* ZYFA sm90a warp-specialised ("ws") causal-prefill attention forward: BF16, and FP8 (e4m3fn in,
- * BF16 out), built on wgmma (HGMMA / QGMMA in SASS). Same ABI, launch contract and numerics contract
- * as fa_fwd_simple.cu (see there and /tmp-free docs: DESIGN.md "Numerics of the FP8 path"):
- * online softmax in base 2 over KV blocks of ZYFA_TILE_N keys in increasing order; BF16: P rounded
- * to bf16 for P.V, row sum of the fp32 p; FP8: P scaled by 2^8, exact (exp2 + RNE/satfinite) or
- * lean (one FMA to the e4m3 code), row sum of the e4m3-rounded values; out = acc / l * v_descale.
+ * BF16 out), built on wgmma (HGMMA / QGMMA in SASS), raw PTX (no CuTe: see "Why raw PTX" below).
+ * Same ABI, launch contract and numerics contract as fa_fwd_simple.cu (DESIGN.md "Numerics of the
+ * FP8 path"): online softmax in base 2 over KV blocks of ZYFA_TILE_N keys in increasing order;
+ * BF16: P rounded to bf16 for P.V, row sum of the fp32 p; FP8: P scaled by 2^8, exact (exp2 +
+ * RNE/satfinite) or lean (one FMA to the e4m3 code), row sum of the e4m3-rounded values;
+ * out = acc / l * v_descale.
  *
  * Block structure (FA3-class; grid (ceil(seqlen_q / 128), heads_q, batch), 384 threads):
  *   warpgroup 0  producer: loads Q once, then K_j and V_j for every visible KV block into a ring of
@@ -15,23 +16,27 @@
  *   so TMA tensor copies are out; 1D cp.async.bulk cannot write the 128-byte swizzle that wgmma
  *   wants (it copies contiguous bytes). So the producer warpgroup issues plain 16-byte cp.async
  *   (zero-fill past seqlen) straight into the swizzled layout and signals a full-mbarrier with
- *   cp.async.mbarrier.arrive.noinc (one arrival per producer thread, counted at init). Consumers
- *   wait on it, then fence.proxy.async (cp.async writes are generic-proxy, wgmma reads are
- *   async-proxy). Strides or base pointers that are not 16-byte aligned take a byte-load path
- *   (uniform per launch) with st.shared + fence.proxy.async + mbarrier.arrive.
- * FP8 V: wgmma takes 8-bit B only K-major, i.e. V^T. The producer loads V rows with 16-byte global
- *   loads, byte-transposes them in registers (prmt) and stores Vt[d][key] into the swizzled layout,
- *   permuting keys inside each 16-key group (position 16h + 4t + i <- key 16h + 2t + (i&1) +
- *   8(i>>1)) so that the RS A fragment of P.V is exactly the bytes a lane holds from its own S
- *   accumulators (a permutation of the keys applied to both P and V leaves P.V unchanged).
+ *   cp.async.mbarrier.arrive.noinc (one arrival per producer thread, counted at init); consumers
+ *   wait on it and issue wgmma (as CUTLASS's cp.async + GMMA mainloops do, no consumer-side proxy
+ *   fence). Strides or base pointers that are not 16-byte aligned take a byte-load path (uniform
+ *   per launch): st.shared, fence.proxy.async, mbarrier.arrive.
+ * FP8 V: wgmma takes 8-bit B only K-major, i.e. V^T. The producer cp.asyncs V rows into a staging
+ *   buffer one block ahead (ZYFA_WS_VSTAGE=1, default; 0 = 16-byte global loads straight into
+ *   registers, 7-15% slower), then byte-transposes them (ld.shared, prmt) into Vt[d][key] in the
+ *   swizzled layout, permuting keys inside each 16-key group (position 16h + 4t + i <- key 16h + 2t +
+ *   (i&1) + 8(i>>1)) so that the RS A fragment of P.V is exactly the bytes a lane holds from its own
+ *   S accumulators (a permutation of the keys applied to both P and V leaves P.V unchanged).
+ * FP8 row sums: Vt carries 8 more rows (ones, zeros); one m64n8k32 wgmma per k-step into a fresh
+ *   accumulator gives each block's sum of the e4m3 P actually fed to P.V (see kOTiles).
  * Pipelines: separate K and V rings (full + empty mbarrier per stage), so K_{j+1} is released as
  *   soon as S_{j+1} is computed while V_j is still being read.
  * Intra-warpgroup overlap (FA3): iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
  *   wgmma groups, waits for the first only, runs the softmax of S_j while P_{j-1} V_{j-1} runs, then
- *   waits for it and rescales O. ZYFA_WS_OVERLAP=0 waits for each group at once (debug).
+ *   waits for it, rescales O and packs P_j (P registers are written only outside any wgmma's
+ *   flight, which keeps ptxas from serialising the wgmmas). ZYFA_WS_OVERLAP=0: wait at once (debug).
  * Ping-pong (FA3): the two consumer warpgroups take turns issuing their wgmmas (named barriers 1
  *   and 2), so one runs its softmax while the other's GEMMs occupy the tensor cores.
- *   ZYFA_WS_PINGPONG=0 turns it off (debug).
+ *   ZYFA_WS_PINGPONG=0 turns it off (debug; measured within 1% either way on the H200).
  * Causal blocks wholly past the tile's last row are never loaded; per-element masks only in blocks
  *   that cross the diagonal or seqlen_k. blockIdx.x is mapped to q tiles in reverse, so the
  *   longest causal rows of a head start first (the grid rule itself is unchanged).
@@ -41,9 +46,12 @@
  *     Q     kTileM rows x kQkRowBytes               (regions of 128 rows x 128 B)
  *     K[s]  kTileN rows x kQkRowBytes, s < kStages  (K-major B of S = Q K^T)
  *     V[s]  bf16: kTileN key rows x 256 B  (MN-major B of O = P V, wgmma transpose flag)
- *           e4m3: Vt kDV rows x kTileN key bytes (K-major B)
+ *           e4m3: Vt (kDV + 8) rows x kTileN key bytes (K-major B), then 2 staging buffers
  *     mbarriers (128 B), plus 1024 B of slack to align the base at run time.
  * No atomics: deterministic.
+ * Why raw PTX: the pieces needed are few (one smem layout, two descriptor forms, three wgmma
+ *   shapes), the hand layouts are checked on the GPU by the test's layout probe, and building CuTe
+ *   here (2 cores) would have cost more time than it saved; CuTe atoms remain an option.
  *
  * Build macros: ZYFA_KERNEL_NAME, ZYFA_DTYPE_E4M3, ZYFA_D_QK, ZYFA_D_V, ZYFA_TILE_M (128),
  * ZYFA_TILE_N (128), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
