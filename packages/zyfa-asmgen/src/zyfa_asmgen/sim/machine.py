@@ -40,6 +40,20 @@ def _unsupported(err: SimError, op_text: str) -> Op:
 
 
 @dataclass
+class WaveTrace:
+    """The instructions one wave executed, in order, for the timing model (timing.py).
+
+    pcs: instruction indices into Simulator.ops. aux: per executed instruction, the number of
+    active lanes for vector memory and LDS instructions, the byte address for scalar loads, and 0
+    otherwise (what the timing model needs to cost them).
+    """
+
+    wave: int
+    pcs: list[int] = field(default_factory=list)
+    aux: list[int] = field(default_factory=list)
+
+
+@dataclass
 class LaunchResult:
     """Outcome of a launch: findings and counts."""
 
@@ -48,6 +62,8 @@ class LaunchResult:
     workgroups: list[tuple[int, int, int]]
     waves: int
     op_counts: dict[str, int] = field(default_factory=dict)
+    # Dynamic instruction traces (launch(trace=True)): workgroup id -> one WaveTrace per wave.
+    traces: dict[tuple[int, int, int], list[WaveTrace]] = field(default_factory=dict)
 
     @property
     def findings(self) -> list[Finding]:
@@ -128,11 +144,13 @@ class Simulator:
         max_instructions: int = 50_000_000,
         rules: list | None = None,
         setup: Callable[[Workgroup], None] | None = None,
+        trace: bool = False,
     ) -> LaunchResult:
         """Run the kernel for the given workgroups (default: all of the grid).
 
         setup, if given, is called on each workgroup after its initial state is set (tests use it
-        to place register values); rules overrides the default wait-state rule list.
+        to place register values); rules overrides the default wait-state rule list; trace=True
+        records every wave's executed instructions in LaunchResult.traces (for sim.timing).
         """
         grid = tuple(grid) + (1,) * (3 - len(grid))
         block = tuple(block) + (1,) * (3 - len(block))
@@ -162,18 +180,23 @@ class Simulator:
         )
         total = 0
         counts: dict[str, int] = {}
+        traces: dict[tuple[int, int, int], list[WaveTrace]] = {}
         nwaves = (nthreads + LANES - 1) // LANES
         for wg_id in wgs:
             if any(not 0 <= wg_id[i] < grid[i] for i in range(3)):
                 raise LaunchError(f"workgroup {wg_id} outside grid {grid}")
             wg = Workgroup(self, wg_id, grid, block, lds, mem, report, rules if self.check else None)
             wg.init_waves(kaddr, kbytes)
+            if trace:
+                wg.traces = [WaveTrace(w.wave_id) for w in wg.waves]
             if setup is not None:
                 setup(wg)
             total += wg.run(wave_order, max_instructions)
             for k, v in wg.op_counts.items():
                 counts[k] = counts.get(k, 0) + v
-        return LaunchResult(report, total, wgs, nwaves * len(wgs), counts)
+            if trace:
+                traces[tuple(wg_id)] = wg.traces
+        return LaunchResult(report, total, wgs, nwaves * len(wgs), counts, traces)
 
     def _kernarg_segment(self, kernarg: bytes, grid: tuple, block: tuple) -> bytes:
         """The caller's bytes, extended with hidden arguments the metadata asks for."""
@@ -233,6 +256,7 @@ class Workgroup:
         self.last_lds_ranges: list = []
         self.op_counts: dict[str, int] = {}
         self.current_op: Op | None = None
+        self.traces: list[WaveTrace] | None = None
 
     # ---- reporting ----
     def report(self, w: Wave, kind: str, msg: str, op: Op | None = None) -> None:
@@ -329,6 +353,7 @@ class Workgroup:
         n_ops = len(ops)
         chk = w.checker
         counts = self.op_counts
+        tr = self.traces[w.wave_id] if self.traces is not None else None
         n = 0
         while not w.done and not w.at_barrier:
             pc = w.pc
@@ -337,6 +362,9 @@ class Workgroup:
             op = ops[pc]
             self.current_op = op
             w.pc = pc + 1
+            if tr is not None:
+                tr.pcs.append(pc)
+                tr.aux.append(_trace_aux(op, w))
             if chk is not None:
                 chk.before(op)
             op.fn(w)
@@ -408,6 +436,17 @@ class Workgroup:
         """An LDS-DMA load retired (its LDS bytes are now stable)."""
 
 
+def _trace_aux(op: Op, w: Wave) -> int:
+    """What the timing model needs beyond the op itself (see WaveTrace.aux); taken before it runs."""
+    kind = op.kind
+    if kind in ("vmem_load", "vmem_store", "lds_dma", "ds"):
+        return w.exec_int.bit_count()
+    if kind == "smem":
+        addr = op.info.get("addr")
+        return addr(w) if addr is not None else 0
+    return 0
+
+
 def _ranges(flat: np.ndarray) -> list[tuple[int, int]]:
     """Sorted unique byte indices -> list of [lo, hi) runs."""
     if flat.size == 0:
@@ -418,4 +457,4 @@ def _ranges(flat: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
 
-__all__ = ["LaunchResult", "Simulator", "Workgroup", "EXEC"]
+__all__ = ["LaunchResult", "Simulator", "WaveTrace", "Workgroup", "EXEC"]

@@ -532,8 +532,12 @@ def _s_load(inst: Instruction, ctx: Ctx) -> Op:
         if didx <= EXEC + 1 < didx + n + 1:
             w._exec_key = -1
 
+    def addr(w: Wave) -> int:
+        return (w.sget(bidx, 2) + roff(w) + extra) & MASK64 & ~3
+
     reads = (("s", bidx, 2),) + _sregs(off)
-    return Op(fn, "smem", inst, reads, (("s", didx, n),), info={"counter": "lgkm", "smem": True})
+    info = {"counter": "lgkm", "smem": True, "bytes": 4 * n, "addr": addr}
+    return Op(fn, "smem", inst, reads, (("s", didx, n),), info=info)
 
 
 @handler(*_SBUF)
@@ -556,8 +560,12 @@ def _s_buffer_load(inst: Instruction, ctx: Ctx) -> Op:
             else:
                 w.s[didx + i] = int.from_bytes(w.wg.mem.read_scalar(base + bo, 4, inst.op), "little")
 
+    def addr(w: Wave) -> int:
+        return (w.sget(ridx, 2) & ((1 << 48) - 1)) + (roff(w) & ~3)
+
     reads = (("s", ridx, 4),) + _sregs(off)
-    return Op(fn, "smem", inst, reads, (("s", didx, n),), info={"counter": "lgkm", "smem": True})
+    info = {"counter": "lgkm", "smem": True, "bytes": 4 * n, "addr": addr}
+    return Op(fn, "smem", inst, reads, (("s", didx, n),), info=info)
 
 
 @handler("s_getpc_b64")
