@@ -18,63 +18,62 @@ Fields:
   threads     threads per block
   smem_bytes  dynamic shared memory per block (cuda); the kernel static_asserts it matches its layout.
               For hip/asmgen the LDS size is read from the built code object, so it is 0 here.
+  tag         "" for the default kernel of its (arch, dtype, d_qk, d_v, causal, p_mode) key; another
+              implementation of the same key carries a tag (e.g. "simple"), which the name spells
+              before the arch and zyfa_core.select(tag=...) picks.
 """
 
 VARIANTS = [
-    # ---- NVIDIA Hopper (sm_90a): simple mma.sync kernels (correct first; FA3-class kernels come later)
+    # ---- NVIDIA Hopper (sm_90a): warp-specialised wgmma kernels (kernels/sm90/fa_fwd_wgmma.cu), the default.
+    # smem_bytes = Q + stages x (K + V) + 128 B of mbarriers + 1 KiB of alignment slack (the kernel
+    # static_asserts it); e4m3 V stages hold V^T plus 8 rows of ones/zeros (row sums on the tensor core),
+    # and e4m3 adds 2 x 16 KiB of V staging.
     {"name": "fa_fwd_bf16_hd128_causal_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
-     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 52224},
-    {"name": "fa_fwd_bf16_hd192x128_causal_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192, "d_v": 128,
-     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 68608},
+     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 164992, "tag": ""},
     {"name": "fa_fwd_e4m3fn_hd128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
-     "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 26624},
+     "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 151680, "tag": ""},
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
-     "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 26624},
+     "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 151680, "tag": ""},
+    {"name": "fa_fwd_bf16_hd192x128_causal_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192, "d_v": 128,
+     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 214144, "tag": ""},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
-     "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 34816},
+     "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 217216, "tag": ""},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
+     "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 217216, "tag": ""},
+    # ---- NVIDIA Hopper (sm_90a): simple mma.sync kernels, tag "simple": the first correct kernels, kept as a
+    # cross-check and a fallback (select with tag="simple").
+    {"name": "fa_fwd_bf16_hd128_causal_simple_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
+     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 52224, "tag": "simple"},
+    {"name": "fa_fwd_bf16_hd192x128_causal_simple_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192, "d_v": 128,
+     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 68608, "tag": "simple"},
+    {"name": "fa_fwd_e4m3fn_hd128_causal_simple_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
+     "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 26624, "tag": "simple"},
+    {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_simple_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 34816},
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 26624, "tag": "simple"},
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_simple_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
+     "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 34816, "tag": "simple"},
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_simple_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
+     "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 34816, "tag": "simple"},
     # ---- AMD MI355X (gfx950)
     {"name": "fa_fwd_bf16_hd128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
-     "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0},
+     "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0, "tag": ""},
     {"name": "fa_fwd_bf16_hd192x128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
-     "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0},
+     "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0, "tag": ""},
     {"name": "fa_fwd_e4m3fn_hd128_causal_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "rowwise_fp8",
-     "tile_m": 64, "tile_n": 1, "threads": 64, "smem_bytes": 0},
-]
-
-# sm_90a warp-specialised wgmma kernels (kernels/sm90/fa_fwd_wgmma.cu; names carry a `_ws` tag before the
-# arch). NOT built yet by Bazel or the pip build: the build tool's naming rule does not know the tag, and
-# the loader selects by (arch, dtype, d_qk, d_v, causal), which these share with the simple kernels.
-# tools/device/sm90_wgmma_selftest.sh builds and tests them. smem_bytes = Q + stages x (K + V) + 128 B of
-# mbarriers + 1 KiB of alignment slack (the kernel static_asserts it); e4m3 V stages hold V^T plus 8
-# rows of ones/zeros (row sums on the tensor core), and e4m3 adds 2 x 16 KiB of V staging.
-SM90_WS_VARIANTS = [
-    {"name": "fa_fwd_bf16_hd128_causal_ws_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
-     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 164992},
-    {"name": "fa_fwd_e4m3fn_hd128_causal_ws_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
-     "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 151680},
-    {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_ws_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
-     "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 151680},
-    {"name": "fa_fwd_bf16_hd192x128_causal_ws_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192, "d_v": 128,
-     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 214144},
-    {"name": "fa_fwd_e4m3fn_hd192x128_causal_ws_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
-     "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 217216},
-    {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_ws_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
-     "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 217216},
+     "tile_m": 64, "tile_n": 1, "threads": 64, "smem_bytes": 0, "tag": ""},
 ]

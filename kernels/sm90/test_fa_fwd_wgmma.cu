@@ -2,7 +2,7 @@
  * on an H100/H200 (compute capability 9.0).
  *
  * Built with the same -D macros as the kernel (tools/device/sm90_wgmma_selftest.sh does it for every
- * entry of SM90_WS_VARIANTS in kernels/variants.bzl). The checking harness (cases, contract and
+ * VARIANTS entry with src sm90/fa_fwd_wgmma.cu in kernels/variants.bzl). The checking harness (cases, contract and
  * float64 references, tolerances, poisoned outputs, padding/lse guards, bitwise repeatability) is the
  * one of test_fa_fwd_simple.cu, whose header explains every tolerance; this file adds:
  *   - a layout probe run first: one warpgroup computes S = Q K^T for a 128 x 128 tile and O = P V

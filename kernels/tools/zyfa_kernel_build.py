@@ -63,6 +63,7 @@ VARIANT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "tile_n": int,
     "threads": int,
     "smem_bytes": int,
+    "tag": str,
 }
 ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
@@ -79,7 +80,8 @@ def expected_name(v: dict[str, Any]) -> str:
     hd = f"{v['d_qk']}" if v["d_qk"] == v["d_v"] else f"{v['d_qk']}x{v['d_v']}"
     causal = "_causal" if v["causal"] else ""
     lean = "_leanp" if v["p_mode"] == "lean" else ""
-    return f"fa_fwd_{v['dtype']}_hd{hd}{causal}{lean}_{v['arch']}"
+    tag = f"_{v['tag']}" if v.get("tag") else ""
+    return f"fa_fwd_{v['dtype']}_hd{hd}{causal}{lean}{tag}_{v['arch']}"
 
 
 def variant_problems(v: Any) -> list[str]:

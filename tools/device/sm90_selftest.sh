@@ -27,7 +27,7 @@ import ast, sys
 src = open(sys.argv[1]).read()
 variants = ast.literal_eval(src[src.index("["):src.rindex("]") + 1])
 for v in variants:
-    if v["arch"] != "sm90a":
+    if v["src"] != "sm90/fa_fwd_simple.cu":
         continue
     d = [f"-DZYFA_KERNEL_NAME={v['name']}", f"-DZYFA_DTYPE_E4M3={int(v['dtype'] == 'e4m3fn')}",
          f"-DZYFA_D_QK={v['d_qk']}", f"-DZYFA_D_V={v['d_v']}", f"-DZYFA_TILE_M={v['tile_m']}",

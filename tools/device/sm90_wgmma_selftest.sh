@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and tests the warp-specialised wgmma kernels (kernels/sm90/fa_fwd_wgmma.cu, the entries of
-# SM90_WS_VARIANTS in kernels/variants.bzl) on an sm_90 GPU (H100/H200), in one go:
+# VARIANTS entries in kernels/variants.bzl whose src is sm90/fa_fwd_wgmma.cu) on an sm_90 GPU (H100/H200), in one go:
 #   1. per variant, the kernel cubin exactly as kernels/tools/zyfa_kernel_build.py compiles it (nvcc -O3
 #      -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -Ikernels -D... -Xptxas -v): ptxas'
 #      registers / stack / spills and any wgmma serialization warning, and the HGMMA / QGMMA count in
@@ -34,8 +34,8 @@ t_start=$SECONDS
 mapfile -t lines < <(python3 - "$repo/kernels/variants.bzl" "${ZYFA_ONLY:-.}" <<'EOF'
 import ast, re, sys
 tree = ast.parse(open(sys.argv[1]).read())
-variants = next(ast.literal_eval(n.value) for n in tree.body
-                if isinstance(n, ast.Assign) and n.targets[0].id == "SM90_WS_VARIANTS")
+variants = [v for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "VARIANTS"
+            for v in ast.literal_eval(n.value) if v["src"] == "sm90/fa_fwd_wgmma.cu"]
 only = re.compile(sys.argv[2])
 # Experiments: extra builds of a variant (name suffix, smem_bytes, extra defines), tested and timed
 # like the variant itself; what wins moves into the kernel's defaults and the list above.
@@ -59,7 +59,7 @@ for v in variants:
         print("debug", v["name"] + "_serial", " ".join(d + ["-DZYFA_WS_OVERLAP=0", "-DZYFA_WS_PINGPONG=0"]))
 EOF
 )
-[[ ${#lines[@]} -gt 0 ]] || { echo "no SM90_WS_VARIANTS entry matches"; exit 1; }
+[[ ${#lines[@]} -gt 0 ]] || { echo "no wgmma variant in kernels/variants.bzl matches"; exit 1; }
 
 find_cuobjdump() {
   command -v cuobjdump 2>/dev/null && return

@@ -21,7 +21,7 @@ def variant(**overrides: Any) -> dict[str, Any]:
     v = {
         "name": "", "arch": "gfx950", "dtype": "bf16", "d_qk": 64, "d_v": 64, "causal": True,
         "p_mode": None, "kind": "hip", "src": "gfx950/tiny.hip", "tile_m": 32, "tile_n": 32,
-        "threads": 64, "smem_bytes": 0,
+        "threads": 64, "smem_bytes": 0, "tag": "",
     }  # fmt: skip
     v.update(overrides)
     if "name" not in overrides:

@@ -35,6 +35,10 @@ def test_the_real_variant_list_is_valid() -> None:
             dict(dtype="e4m3fn", d_qk=128, d_v=128, p_mode="exact", arch="gfx950"),
             "fa_fwd_e4m3fn_hd128_causal_gfx950",
         ),
+        (
+            dict(dtype="e4m3fn", d_qk=128, d_v=128, p_mode="lean", arch="sm90a", tag="simple"),
+            "fa_fwd_e4m3fn_hd128_causal_leanp_simple_sm90a",
+        ),
     ],
 )
 def test_naming_rule_spelled_out(fields: dict, name: str) -> None:

@@ -126,6 +126,18 @@ def test_select_p_mode(kernel_dir: Path) -> None:
         m.select("sm90a", "e4m3fn", 192, 128, True, p_mode="exact")
 
 
+def test_select_tag_picks_another_implementation(tmp_path: Path, manifest_tools) -> None:
+    # The default (untagged) kernel and a tagged one share the key; tag picks between them.
+    default = manifest_tools.row(SM90[0])
+    simple = manifest_tools.row("fa_fwd_bf16_hd128_causal_simple_sm90a", tag="simple")
+    manifest_tools.write(tmp_path, [simple, default], [])
+    m = zyfa_core.Manifest.load(tmp_path)
+    assert m.select("sm90a", "bf16", 128, 128, True).name == SM90[0]
+    assert m.select("sm90a", "bf16", 128, 128, True, tag="simple").name == simple["name"]
+    with pytest.raises(KernelNotFoundError, match="tag=fast"):
+        m.select("sm90a", "bf16", 128, 128, True, tag="fast")
+
+
 def test_select_rejects_bad_requests(kernel_dir: Path) -> None:
     m = zyfa_core.Manifest.load(kernel_dir)
     with pytest.raises(ValueError, match="FP8"):

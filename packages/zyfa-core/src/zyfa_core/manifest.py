@@ -91,6 +91,7 @@ class KernelSpec:
     source_sha256: str
     path: Path
     sgprs: int | None = None
+    tag: str = ""
     toolchain: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )
@@ -108,7 +109,8 @@ class KernelSpec:
         """A one-line summary: name (dtype d_qk x d_v, causal, p_mode, arch)."""
         mode = f", p={self.p_mode}" if self.p_mode else ""
         causal = "causal" if self.causal else "non-causal"
-        return f"{self.name} ({self.dtype} d{self.d_qk}x{self.d_v}, {causal}{mode}, {self.arch})"
+        tag = f", tag={self.tag}" if self.tag else ""
+        return f"{self.name} ({self.dtype} d{self.d_qk}x{self.d_v}, {causal}{mode}{tag}, {self.arch})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,10 +188,14 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
     fields["dtype"] = dtype
     sgprs = row.get("sgprs")
     toolchain = row.get("toolchain") or {}
+    tag = row.get("tag") or ""
+    if not isinstance(tag, str):
+        raise _row_error(where, name, f"tag {tag!r} must be a string")
     return KernelSpec(
         **fields,
         path=directory / row["file"],
         sgprs=int(sgprs) if sgprs is not None else None,
+        tag=tag,
         toolchain=MappingProxyType(dict(toolchain)),
     )
 
@@ -265,12 +271,15 @@ class Manifest:
         d_v: int,
         causal: bool,
         p_mode: str | None = None,
+        tag: str = "",
     ) -> KernelSpec:
-        """The kernel serving (arch, dtype, d_qk, d_v, causal, p_mode).
+        """The kernel serving (arch, dtype, d_qk, d_v, causal, p_mode, tag).
 
         `dtype` is the input dtype ("bf16" or "e4m3fn"; aliases such as "fp8_e4m3" or a torch dtype
         are accepted). `p_mode` applies to FP8 only: "exact" or "lean"; None prefers "exact", then
-        "lean". Among several equal matches the first in manifest order wins.
+        "lean". `tag` "" picks the default implementation of that key; another tag (e.g. "simple" for
+        the first mma.sync kernels on sm90a) picks that one. Among equal matches the first in
+        manifest order wins.
 
         Raises:
             ValueError: an unknown dtype or p_mode, or a p_mode with bf16.
@@ -285,19 +294,23 @@ class Manifest:
         matches = [
             spec
             for spec in self.kernels
-            if (spec.arch, spec.dtype, spec.d_qk, spec.d_v, spec.causal) == (arch, dtype, d_qk, d_v, causal)
+            if (spec.arch, spec.dtype, spec.d_qk, spec.d_v, spec.causal, spec.tag)
+            == (arch, dtype, d_qk, d_v, causal, tag)
         ]
         order = (p_mode,) if p_mode is not None else (*P_MODES, None)
         for mode in order:
             for spec in matches:
                 if spec.p_mode == mode:
                     return spec
-        raise KernelNotFoundError(self._not_found_message(arch, dtype, d_qk, d_v, causal, p_mode))
+        raise KernelNotFoundError(self._not_found_message(arch, dtype, d_qk, d_v, causal, p_mode, tag))
 
     def _not_found_message(
-        self, arch: str, dtype: str, d_qk: int, d_v: int, causal: bool, p_mode: str | None
+        self, arch: str, dtype: str, d_qk: int, d_v: int, causal: bool, p_mode: str | None, tag: str
     ) -> str:
-        request = f"arch={arch} dtype={dtype} d_qk={d_qk} d_v={d_v} causal={causal} p_mode={p_mode or 'any'}"
+        request = (
+            f"arch={arch} dtype={dtype} d_qk={d_qk} d_v={d_v} causal={causal} p_mode={p_mode or 'any'}"
+            f" tag={tag or 'default'}"
+        )
         lines = [f"no ZYFA kernel serves {request} (manifest {self.path})."]
         same_arch = [spec for spec in self.kernels if spec.arch == arch]
         if same_arch:
@@ -379,7 +392,13 @@ def default_manifest() -> Manifest:
 
 
 def select(
-    arch: str, dtype: object, d_qk: int, d_v: int, causal: bool, p_mode: str | None = None
+    arch: str,
+    dtype: object,
+    d_qk: int,
+    d_v: int,
+    causal: bool,
+    p_mode: str | None = None,
+    tag: str = "",
 ) -> KernelSpec:
     """`default_manifest().select(...)`: see `Manifest.select`."""
-    return default_manifest().select(arch, dtype, d_qk, d_v, causal, p_mode)
+    return default_manifest().select(arch, dtype, d_qk, d_v, causal, p_mode, tag)
