@@ -129,6 +129,26 @@ def _tofloat(v) -> float:
     return f
 
 
+def _signed_zero_literal(e) -> bool:
+    """An explicitly signed zero in the text: +0.0 or -0.0."""
+    return e[0] == "un" and e[1] in "+-" and e[2][0] == "float" and e[2][1] == 0
+
+
+def _zero_sign_eq(a, b) -> bool:
+    """Equality against a written +0.0 / -0.0, sign included.
+
+    The ISA text writes such tests to tell the zeros apart (V_MIN_F32: `S0 == +0.0 && S1 == -0.0`
+    then S1, `S0 == -0.0 && S1 == +0.0` then S0): with IEEE equality the first branch would catch
+    every pair of zeros and the second could never run.
+    """
+    if not (isinstance(a, FVal) and isinstance(b, FVal)) or _is_nan(a) or _is_nan(b):
+        return False
+    x, y = _fv(a), _fv(b)
+    if x == 0 and y == 0:
+        return _neg(x) == _neg(y)
+    return x == y
+
+
 def _neg(v) -> bool:
     return (isinstance(v, float) and math.copysign(1, v) < 0) or (not isinstance(v, float) and v < 0)
 
@@ -577,6 +597,9 @@ class Machine:
                 return 1 if self.truth(self.eval(e[2])) and self.truth(self.eval(e[3])) else 0
             if e[1] == "||":
                 return 1 if self.truth(self.eval(e[2])) or self.truth(self.eval(e[3])) else 0
+            if e[1] in ("==", "!=") and (_signed_zero_literal(e[2]) or _signed_zero_literal(e[3])):
+                eq = _zero_sign_eq(self.eval(e[2]), self.eval(e[3]))
+                return int(eq if e[1] == "==" else not eq)
             return self.binop(e[1], self.eval(e[2]), self.eval(e[3]))
         if k == "?":
             return self.eval(e[2]) if self.truth(self.eval(e[1])) else self.eval(e[3])
