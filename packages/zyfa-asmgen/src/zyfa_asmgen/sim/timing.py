@@ -200,6 +200,7 @@ class _Cost:
     wait_states: int = 1
     setprio: int | None = None
     sleep: int = 0
+    weight: float = 4.0  # share of a run's work, for runs cut off by the end of the window
 
 
 def _cost(op, spec: MachineModel) -> _Cost:
@@ -212,10 +213,12 @@ def _cost(op, spec: MachineModel) -> _Cost:
     if op.kind in ("valu", "trans"):
         slow = op.kind == "trans" or op.inst.op in QUARTER_RATE_CVT
         c.cycles = spec.quarter_cycles if slow else spec.valu_cycles
+        c.weight = float(c.cycles)
         c.vreads = vr
     elif op.kind == "mfma":
         c.cycles = spec.valu_cycles
         c.passes = MFMA_PASSES[op.info["mfma"]]
+        c.weight = 4.0 * c.passes
         c.flops = 2 * op.info["m"] * op.info["n"] * op.info["k"]
         c.vreads = vr[:2]
         c.srcc = vr[2] if len(vr) > 2 else None
@@ -252,12 +255,12 @@ def _loop_headers(sim: Simulator) -> dict[int, str]:
 
 # ---- the replay ----------------------------------------------------------------------------------------
 
-STALLS = ("waitcnt", "barrier", "mfma_dep", "matrix_core", "valu_busy", "port", "nop", "branch")
+STALLS = ("waitcnt", "barrier", "mfma_dep", "matrix_core", "valu_busy", "port", "nop", "branch", "drain")
 
 
 class _Wave:
     __slots__ = ("pcs", "aux", "pos", "n", "ready", "done", "simd", "wg", "prio", "age", "vm", "lgkm",
-                 "last_vm", "last_lds", "mres", "stall", "arrived_at", "last_head")  # fmt: skip
+                 "last_vm", "last_lds", "mres", "stall", "arrived_at", "last_head", "work")  # fmt: skip
 
     def __init__(self, tr: WaveTrace, simd: int, wg: _Wg, age: int, t: float) -> None:
         self.pcs, self.aux = tr.pcs, tr.aux
@@ -271,6 +274,7 @@ class _Wave:
         self.stall = wg.stall
         self.arrived_at = 0.0
         self.last_head: dict[int, float] = {}
+        self.work = 0.0
 
 
 class _Wg:
@@ -333,6 +337,7 @@ class _Cu:
         self.valu_free = [0.0] * spec.simds
         self.xdl_free = [0.0] * spec.simds
         self.xdl_busy = [0.0] * spec.simds
+        self.xdl_owner: list[tuple[_Wave, int] | None] = [None] * spec.simds  # last MFMA: (wave, cycles)
         self.valu_busy = [0.0] * spec.simds
         self.vmem_free = 0.0
         self.lds_free = 0.0
@@ -342,6 +347,7 @@ class _Cu:
         self.done_runs: list[tuple[_Wg, float]] = []
         self.slots_done: set[int] = set()
         self.slot_trace: list[int] = []
+        self.work_cache: dict[int, float] = {}
         self.age = 0
 
     # ---- workgroups ----
@@ -440,6 +446,12 @@ class _Cu:
             self._maybe_release(w.wg, t)
             return ports
         elif cls == C_END:
+            # The wave's slot frees when its MFMAs and memory operations have finished.
+            tw = max([t, *(e[0] for e in w.mres.values()), *w.vm, *w.lgkm])
+            if tw > t:
+                st["drain"] += tw - t
+                w.ready = tw
+                return ports
             self._advance(w, pc, t, INF)
             self._end_wave(w, t)
             return ports
@@ -487,6 +499,7 @@ class _Cu:
                 busy = 4 * c.passes
                 self.xdl_free[s] = t + busy
                 self.xdl_busy[s] += busy
+                self.xdl_owner[s] = (w, busy)
                 ready = t + 4 * (c.passes + spec.mfma_result_extra_passes)
                 dst = c.vwrites[0]
                 for r in range(dst[1], dst[1] + dst[2]):
@@ -522,6 +535,7 @@ class _Cu:
             if prev is not None and w.pos > 0 and w.pcs[w.pos - 1] > pc:
                 w.wg.loops.setdefault(pc, []).append(t - prev)
             w.last_head[pc] = t
+        w.work += self.costs[pc].weight
         w.pos += 1
         w.ready = t + delay
 
@@ -609,12 +623,18 @@ def _summarise(cu: _Cu, occ: Occupancy, slots: int, window: float, traces, spec:
     stalls = [dict.fromkeys(STALLS, 0.0) for _ in range(n)]
     loop_iters: dict[int, list[float]] = {}
     in_flight = {id(w.wg): w.wg for ws in cu.simd_waves for w in ws}
+    # An MFMA still in the matrix core at the end of the window counts by the fraction it has done.
+    unfinished: dict[int, float] = {}
+    for s, own in enumerate(cu.xdl_owner):
+        if own is not None and cu.xdl_free[s] > window:
+            unfinished[id(own[0])] = cu.xdl_free[s] - window
     done_wgs = [wg for wg, _ in cu.done_runs]
     for wg in done_wgs + list(in_flight.values()):
         i = wg.trace_idx
         if id(wg) in in_flight:
-            issued = sum(w.pos for w in wg.waves)
-            runs[i] += issued / max(1, sum(w.n for w in wg.waves))
+            done = sum(w.work - unfinished.get(id(w), 0.0) for w in wg.waves)
+            total = sum(_trace_work(cu, w) for w in wg.waves)
+            runs[i] += done / max(total, 1e-9)
         else:
             runs[i] += 1
         for k, v in wg.stall.items():
@@ -636,6 +656,14 @@ def _summarise(cu: _Cu, occ: Occupancy, slots: int, window: float, traces, spec:
         mfma_flops=flops, mfma_busy=min(1.0, sum(cu.xdl_busy) / denom),
         valu_busy=min(1.0, sum(cu.valu_busy) / denom), loops=loops, stalls=stalls, spec=spec,
     )  # fmt: skip
+
+
+def _trace_work(cu: _Cu, w: _Wave) -> float:
+    """Total weight of a wave's trace (cached per trace)."""
+    key = id(w.pcs)
+    if key not in cu.work_cache:
+        cu.work_cache[key] = sum(cu.costs[pc].weight for pc in w.pcs)
+    return cu.work_cache[key]
 
 
 def _iterations(wg_traces: Sequence[WaveTrace], head: int) -> int:
