@@ -2,6 +2,7 @@
 
     emit  <generator> --variant-json JSON --abi-header H -o out.s       write the assembly
     build <generator> --variant-json JSON --abi-header H -o out.hsaco   emit + assemble + link
+    sim   <kernel> [--seqlen-q N ...]                                   run a gfx950 kernel in the simulator
 
 Each command lives in its own module under `zyfa_asmgen.commands` and registers itself through
 `register(subparsers)`; add a module to COMMANDS to add a command.
@@ -13,9 +14,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .commands import build, emit
+from .commands import build, emit, sim
 
-COMMANDS = [emit, build]
+COMMANDS = [emit, build, sim]
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,489 @@
+"""`zyfa-asmgen sim NAME`: run one gfx950 kernel of the build in the simulator and report.
+
+It finds the kernel's assembly (NAME.s beside manifest.json when the build kept it, else it
+compiles the HIP source with the pinned clang or runs the generator, from the kernels/variants.bzl
+entry), builds random inputs (bf16 through ml_dtypes, e4m3fn bytes), lays out the kernarg bytes
+from kernels/abi/zyfa_abi.h (zyfa_asmgen.abi), launches, and prints three sections:
+
+* result: the error against a reference: `zyfa.reference` (the contract's numerics) when the
+  zyfa-torch package is importable (optional), and always a numpy float64 dense softmax on the
+  dequantised inputs, with the tolerance each check uses;
+* hazards: the checker's findings;
+* modelled timing (timing.py): occupancy, per-workgroup cycles and loop iterations at full
+  occupancy, and modelled TFLOP/s of full launches on MI355X with the model's assumptions.
+
+Exit status 0 when the result is within tolerance and the checker found nothing, else 1.
+docs/simulator.md explains how to read the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import os
+import struct
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ..abi import AbiLayout, parse_abi_header
+from .errors import SimError
+from .machine import Simulator
+from .memory import GlobalMemory
+from .timing import MI355X, fit_linear, format_cu, model_cu, model_launch
+
+BF16 = ml_dtypes.bfloat16
+E4M3 = ml_dtypes.float8_e4m3fn
+_PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "f32": "<f", "f64": "<d"}
+DEFAULT_LAUNCH = "1,32768,32768,32,8"
+MAX_TIMED_WGS = 4  # traced workgroups the CU model replays (evenly spaced query tiles)
+
+
+# ---- finding the kernel -----------------------------------------------------------------------------
+
+
+def load_variants(path: Path) -> list[dict[str, Any]]:
+    """Every entry of every top-level list of dicts in variants.bzl (a pure Python literal)."""
+    out: list[dict[str, Any]] = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.List):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            out += [v for v in value if isinstance(v, dict) and "name" in v]
+    return out
+
+
+def find_repo(start: Path) -> Path | None:
+    """The first directory at or above `start` holding kernels/variants.bzl."""
+    for d in (start, *start.parents):
+        if (d / "kernels" / "variants.bzl").is_file():
+            return d
+    return None
+
+
+@dataclass
+class KernelSource:
+    """A kernel's variant/manifest entry and its assembly."""
+
+    entry: dict[str, Any]
+    asm: str
+    origin: str
+    repo: Path | None = None
+
+
+def _manifest_entry(mdir: Path, name: str) -> dict[str, Any] | None:
+    path = mdir / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no manifest.json in {mdir}")
+    rows = json.loads(path.read_text()).get("kernels", [])
+    return next((r for r in rows if r.get("name") == name), None)
+
+
+def _default_manifest_dir(repo: Path | None) -> Path | None:
+    env = os.environ.get("ZYFA_KERNEL_DIR")
+    for d in ([Path(env)] if env else []) + ([repo / "bazel-bin" / "kernels"] if repo else []):
+        if (d / "manifest.json").is_file():
+            return d
+    return None
+
+
+def locate_kernel(name: str, manifest_dir: Path | None, variants: Path | None) -> KernelSource:
+    """Find the kernel: NAME.s beside the manifest, else build its assembly from variants.bzl."""
+    repo = find_repo(variants.resolve().parent if variants else Path.cwd())
+    if manifest_dir is None and variants is None:
+        manifest_dir = _default_manifest_dir(repo)
+    entry = None
+    if manifest_dir is not None:
+        entry = _manifest_entry(manifest_dir, name)
+        if entry is not None and (manifest_dir / f"{name}.s").is_file():
+            origin = f"{manifest_dir / (name + '.s')} (assembly the build kept beside manifest.json)"
+            return KernelSource(entry, (manifest_dir / f"{name}.s").read_text(), origin, repo)
+    vpath = variants or (repo / "kernels" / "variants.bzl" if repo else None)
+    if vpath is None or not vpath.is_file():
+        raise FileNotFoundError(f"kernel {name!r}: no assembly beside a manifest and no kernels/variants.bzl")
+    ventry = next((v for v in load_variants(vpath) if v["name"] == name), None)
+    if ventry is None:
+        known = [v["name"] for v in load_variants(vpath) if v.get("arch") == "gfx950"]
+        raise KeyError(f"no kernel {name!r} in {vpath}; gfx950 kernels: {known}")
+    repo = vpath.resolve().parent.parent
+    return KernelSource({**ventry, **(entry or {})}, _build_asm(ventry, repo), _origin(ventry, repo), repo)
+
+
+def _origin(v: dict[str, Any], repo: Path) -> str:
+    if v["kind"] == "hip":
+        return f"{repo / 'kernels' / v['src']} compiled now by the pinned clang (-O3 -S)"
+    return f"generator {v['src']!r} run now"
+
+
+def _build_asm(v: dict[str, Any], repo: Path) -> str:
+    """Compile the HIP source or run the generator, as the build does."""
+    if v.get("arch") != "gfx950":
+        raise ValueError(f"{v['name']} is an {v.get('arch')} kernel; the simulator runs gfx950 kernels only")
+    if v["kind"] == "asmgen":
+        from ..generators import generate
+        from ..variant import Variant
+
+        return generate(v["src"], Variant.from_dict(v), parse_abi_header(repo / "kernels/abi/zyfa_abi.h"))
+    from ..assembler import compile_hip
+
+    defines = {"ZYFA_KERNEL_NAME": v["name"], "ZYFA_DTYPE_E4M3": int(v["dtype"] == "e4m3fn"),
+               "ZYFA_D_QK": v["d_qk"], "ZYFA_D_V": v["d_v"], "ZYFA_TILE_M": v["tile_m"],
+               "ZYFA_TILE_N": v["tile_n"], "ZYFA_THREADS": v["threads"], "ZYFA_SMEM_BYTES": v["smem_bytes"],
+               "ZYFA_LEAN_P": int(v["p_mode"] == "lean")}  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / f"{v['name']}.s"
+        compile_hip(repo / "kernels" / v["src"], out, defines, [repo / "kernels"])
+        return out.read_text()
+
+
+# ---- inputs, kernarg, reference --------------------------------------------------------------------------
+
+
+@dataclass
+class Shape:
+    """A launch shape."""
+
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads_q: int
+    heads_kv: int
+
+    def __str__(self) -> str:
+        return (f"batch {self.batch}, seqlen_q {self.seqlen_q}, seqlen_k {self.seqlen_k}, "
+                f"heads_q {self.heads_q}, heads_kv {self.heads_kv}")  # fmt: skip
+
+
+@dataclass
+class Inputs:
+    """Device-format inputs, their dequantised float64 values, outputs poisoned with NaN."""
+
+    raw: list[np.ndarray]  # q, k, v as stored (bf16 or e4m3fn)
+    f64: list[np.ndarray]  # dequantised
+    descales: tuple[float, float, float]
+    out: np.ndarray  # bf16, NaN-filled
+    lse: np.ndarray  # float32, NaN-filled
+    scale: float
+
+
+def make_inputs(entry: dict[str, Any], shape: Shape, rng: np.random.Generator, descales: tuple) -> Inputs:
+    """Random q, k, v in the kernel's input format."""
+    fp8 = entry["dtype"] == "e4m3fn"
+    dims = ((shape.seqlen_q, shape.heads_q, entry["d_qk"]), (shape.seqlen_k, shape.heads_kv, entry["d_qk"]),
+            (shape.seqlen_k, shape.heads_kv, entry["d_v"]))  # fmt: skip
+    raw, f64 = [], []
+    ds = descales if fp8 else (1.0, 1.0, 1.0)
+    for (s, h, d), dsc in zip(dims, ds, strict=True):
+        x = rng.standard_normal((shape.batch, s, h, d)) * (3.0 if fp8 else 1.0)
+        x = x.astype(E4M3 if fp8 else BF16)
+        raw.append(x)
+        f64.append(x.astype(np.float64) * dsc)
+    out = np.full((shape.batch, shape.seqlen_q, shape.heads_q, entry["d_v"]), np.nan, dtype=BF16)
+    lse = np.full((shape.batch, shape.heads_q, shape.seqlen_q), np.nan, dtype=np.float32)
+    return Inputs(raw, f64, ds, out, lse, 1.0 / math.sqrt(entry["d_qk"]))
+
+
+def pack_kernarg(layout: AbiLayout, values: dict[str, float | int]) -> bytes:
+    """The zyfa_fwd_args bytes: every header field packed at its offset (missing fields are 0)."""
+    buf = bytearray(layout.size)
+    for f in layout.fields:
+        struct.pack_into(_PACK[f.kind], buf, f.offset, values.get(f.name, 0))
+    return bytes(buf)
+
+
+def kernarg_values(inp: Inputs, ptrs: list[int], shape: Shape, entry: dict, flags: int) -> dict[str, Any]:
+    """Field name -> value for zyfa_fwd_args."""
+    vals: dict[str, Any] = dict(zip(("q", "k", "v", "out", "lse"), ptrs, strict=True))
+    for name, t in zip(("q", "k", "v", "out"), [*inp.raw, inp.out], strict=True):
+        for axis, s in zip(("batch", "seq", "head"), t.strides[:3], strict=True):
+            vals[f"{name}_stride_{axis}"] = s // t.itemsize
+    vals.update(batch=shape.batch, heads_q=shape.heads_q, heads_kv=shape.heads_kv, seqlen_q=shape.seqlen_q,
+                seqlen_k=shape.seqlen_k, d_qk=entry["d_qk"], d_v=entry["d_v"], flags=flags,
+                softmax_scale=inp.scale, q_descale=inp.descales[0], k_descale=inp.descales[1],
+                v_descale=inp.descales[2])  # fmt: skip
+    return vals
+
+
+def dense_reference(inp: Inputs, causal: bool) -> tuple[np.ndarray, np.ndarray]:
+    """float64 softmax(q k^T scale) v on the dequantised inputs: (out, lse); empty rows 0 / +inf."""
+    q, k, v = inp.f64
+    b, sq, hq, _ = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    out = np.zeros((b, sq, hq, v.shape[3]))
+    lse = np.full((b, hq, sq), np.inf)
+    seen = np.arange(sk)[None] <= np.arange(sq)[:, None] + sk - sq
+    for bi in range(b):
+        for h in range(hq):
+            kh = h // (hq // hkv)
+            s = q[bi, :, h] @ k[bi, :, kh].T * inp.scale
+            if causal:
+                s = np.where(seen, s, -np.inf)
+            mx = s.max(1, keepdims=True)
+            ok = np.isfinite(mx[:, 0])
+            p = np.exp(s - np.where(ok[:, None], mx, 0))
+            tot = p.sum(1, keepdims=True)
+            out[bi, :, h] = np.where(ok[:, None], (p / np.where(ok[:, None], tot, 1)) @ v[bi, :, kh], 0)
+            lse[bi, h] = np.where(ok, mx[:, 0] + np.log(np.where(ok, tot[:, 0], 1)), np.inf)
+    return out, lse
+
+
+def contract_reference(inp: Inputs, entry: dict) -> tuple[np.ndarray, str] | tuple[None, str]:
+    """zyfa.reference.attention (the contract's numerics) when zyfa-torch is importable."""
+    try:
+        import torch
+
+        from zyfa import reference
+    except ImportError as e:
+        return None, f"zyfa.reference not importable ({e.name or e}); skipped (optional)"
+    dt = torch.float8_e4m3fn if entry["dtype"] == "e4m3fn" else torch.bfloat16
+    view = np.uint8 if entry["dtype"] == "e4m3fn" else np.int16
+    t = [torch.from_numpy(np.ascontiguousarray(x).view(view)).view(dt) for x in inp.raw]
+    ds = inp.descales
+    out, _ = reference.attention(*t, softmax_scale=inp.scale, causal=bool(entry["causal"]), q_descale=ds[0],
+                                 k_descale=ds[1], v_descale=ds[2], p_mode=entry.get("p_mode") or "exact",
+                                 block_n=entry["tile_n"])  # fmt: skip
+    return out.float().numpy().astype(np.float64), "zyfa.reference.attention (contract numerics)"
+
+
+# ---- running and reporting ---------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """Lines of the three sections and the verdict."""
+
+    lines: list[str] = field(default_factory=list)
+    ok: bool = True
+
+    def add(self, *lines: str) -> None:
+        """Append lines."""
+        self.lines.extend(lines)
+
+
+def key_blocks(tile: int, entry: dict, shape: Shape) -> int:
+    """KV blocks a query tile visits (the contract's causal rule: bottom-right aligned)."""
+    last = min((tile + 1) * entry["tile_m"], shape.seqlen_q) - 1
+    keys = shape.seqlen_k
+    if entry["causal"]:
+        keys = max(0, min(shape.seqlen_k, last + shape.seqlen_k - shape.seqlen_q + 1))
+    return -(-keys // entry["tile_n"])
+
+
+def select_tiles(spec: str, ntiles: int) -> list[int]:
+    """--workgroups: 'all', or comma-separated query-tile indices (blockIdx.x)."""
+    if spec == "all":
+        return list(range(ntiles))
+    tiles = sorted({int(x) for x in spec.split(",") if x.strip()})
+    bad = [t for t in tiles if not 0 <= t < ntiles]
+    if bad or not tiles:
+        raise ValueError(f"--workgroups {spec!r}: query tiles must be in 0..{ntiles - 1}")
+    return tiles
+
+
+def result_section(rep: Report, inp: Inputs, entry: dict, rows: np.ndarray) -> None:
+    """Compare the rows the launch computed with the references."""
+    ref, lref = dense_reference(inp, bool(entry["causal"]))
+    got = inp.out.astype(np.float64)[:, rows]
+    r = ref[:, rows]
+    fp8 = entry["dtype"] == "e4m3fn"
+    unwritten = int(np.isnan(got).any(axis=(0, 2, 3)).sum())
+    err = np.abs(np.nan_to_num(got, nan=1e9) - r)
+    rel = float(np.linalg.norm(np.nan_to_num(got, nan=1e9) - r) / max(np.linalg.norm(r), 1e-30))
+    tol = 5e-2 if fp8 else 1e-2
+    rep.add("result:", "  reference 1: numpy float64 dense softmax on the dequantised inputs")
+    rep.add(f"  out vs reference 1: max |err| {err.max():.3e}, relative L2 {rel:.3e} (tolerance {tol:g}: "
+            f"{'ok' if rel <= tol else 'FAIL'})")  # fmt: skip
+    ok = rel <= tol and unwritten == 0
+    lg, lr = inp.lse.astype(np.float64)[:, :, rows], lref[:, :, rows]
+    inf_ok = bool(np.array_equal(np.isinf(lg), np.isinf(lr))) and not np.isnan(lg).any()
+    fin = np.isfinite(lr) & np.isfinite(lg)
+    lerr = float(np.abs(lg[fin] - lr[fin]).max()) if fin.any() else 0.0
+    ltol = 2e-2 * max(1.0, float(np.abs(lr[fin]).max()) if fin.any() else 1.0)
+    lok = inf_ok and lerr <= ltol
+    rep.add(f"  lse vs reference 1: max |err| {lerr:.3e} (tolerance {ltol:.3g}), +inf rows and no NaN: "
+            f"{inf_ok} ({'ok' if lok else 'FAIL'})")  # fmt: skip
+    ok = ok and lok
+    cref, how = contract_reference(inp, entry)
+    if cref is None:
+        rep.add(f"  reference 2: {how}")
+    else:
+        c = cref[:, rows]
+        cerr = float(np.abs(np.nan_to_num(got, nan=1e9) - c).max())
+        ctol = (0.07 if fp8 else 2**-7) * max(1.0, float(np.abs(c).max()))
+        rep.add(f"  reference 2: {how}", f"  out vs reference 2: max |err| {cerr:.3e} (tolerance {ctol:.3g}: "
+                f"{'ok' if cerr <= ctol else 'FAIL'})")  # fmt: skip
+        ok = ok and cerr <= ctol
+    rep.add(f"  unwritten output rows: {unwritten}")
+    rep.ok = rep.ok and ok
+
+
+def hazard_section(rep: Report, findings: list, limit: int = 20) -> None:
+    """The checker's findings."""
+    if not findings:
+        rep.add("hazards: none found")
+        return
+    rep.add(f"hazards: {len(findings)} finding(s)")
+    rep.add(*(f"  {f}" for f in findings[:limit]))
+    if len(findings) > limit:
+        rep.add(f"  ... {len(findings) - limit} more")
+    rep.ok = False
+
+
+def parse_shape(text: str) -> Shape:
+    """'B,SQ,SK,HQ,HKV' -> Shape."""
+    parts = [int(x) for x in text.split(",")]
+    if len(parts) != 5 or min(parts) < 1 or parts[3] % parts[4]:
+        raise ValueError(f"--launch-shape {text!r}: want B,SQ,SK,HQ,HKV with HQ a multiple of HKV")
+    return Shape(*parts)
+
+
+def launch_lines(entry: dict, shape: Shape, a: float, b: float, slots: int, peak: float) -> list[str]:
+    """Modelled time and TFLOP/s of a full launch of `shape` from per-workgroup cycles a + b * blocks."""
+    ntiles = -(-shape.seqlen_q // entry["tile_m"])
+    per_tile = [a + b * key_blocks(t, entry, shape) for t in range(ntiles)]
+    costs = per_tile * (shape.heads_q * shape.batch)  # dispatch order: x fastest
+    lt = model_launch(costs, slots, MI355X)
+    pairs = shape.seqlen_q * shape.seqlen_k / (2 if entry["causal"] else 1)
+    flops = 2 * shape.batch * shape.heads_q * pairs * (entry["d_qk"] + entry["d_v"])
+    item = 1 if entry["dtype"] == "e4m3fn" else 2
+    q_elems = shape.seqlen_q * shape.heads_q * entry["d_qk"]
+    kv_elems = shape.seqlen_k * shape.heads_kv * (entry["d_qk"] + entry["d_v"])
+    nbytes = shape.batch * (item * (q_elems + kv_elems) + 2 * shape.seqlen_q * shape.heads_q * entry["d_v"])
+    secs = max(lt.seconds, nbytes / MI355X.hbm_bytes_per_s)
+    tf = flops / secs / 1e12
+    fill = (
+        "HBM-bound" if secs > lt.seconds else f"the grid fills {100 * min(lt.fill, 1):.0f}% of the CU slots"
+    )
+    name = f"b{shape.batch} sq{shape.seqlen_q} sk{shape.seqlen_k} hq{shape.heads_q} hkv{shape.heads_kv}"
+    return [
+        f"  launch {name}: {len(costs)} workgroups, {1e3 * secs:.3f} ms MODELLED; {fill}",
+        f"    {tf:.3g} TFLOP/s MODELLED = {100 * tf / peak:.3g}% of the {peak:.0f} TFLOP/s MFMA peak",
+    ]
+
+
+def timing_section(
+    rep: Report, sim: Simulator, res, entry: dict, shape: Shape, launches: list[Shape]
+) -> None:
+    """Model each traced workgroup of (head 0, batch 0) alone on a full CU; extrapolate to launches.
+
+    Each workgroup is replayed with every slot of the CU running it (steady state of that
+    workgroup), so the cost per key block it yields is the one of a long launch, where nearly all
+    workgroups are long; a + b x blocks is fitted over the traced query tiles.
+    """
+    own = sorted(w for w in res.traces if w[1] == 0 and w[2] == 0) or sorted(res.traces)
+    if len(own) > MAX_TIMED_WGS:
+        idx = np.linspace(0, len(own) - 1, MAX_TIMED_WGS).round().astype(int)
+        own = [own[i] for i in sorted(set(idx.tolist()))]
+    rep.add("modelled timing (a MODEL of MI355X: not measured; assumptions below):")
+    xs, ys = [], []
+    for w in own:
+        cu = model_cu(sim, [res.traces[w]], entry["threads"], MI355X)
+        blocks = key_blocks(w[0], entry, shape)
+        lines = format_cu(cu, [f"workgroup {w} ({blocks} key blocks)"])
+        rep.add(*(("  " + x) for x in (lines if w == own[0] else lines[1:])))
+        xs.append(blocks)
+        ys.append(cu.wg_cycles[0])
+    a, b, resid = fit_linear(xs, ys)
+    fit = f"fitted on {len(own)} workgroups, worst residual {100 * resid:.1f}%" if len(set(xs)) > 1 else (
+        "one block count traced: proportional, a = 0")  # fmt: skip
+    rep.add(f"  per-workgroup cycles ~= a + b x key blocks: a = {a:.0f}, b = {b:.0f} modelled cycles/block",
+            f"    ({fit}; slot time at full occupancy: {cu.slots} workgroups share a CU)")  # fmt: skip
+    fp8 = entry["dtype"] == "e4m3fn"
+    peak = (MI355X.mfma_peak_tflops("v_mfma_f32_32x32x64_f8f6f4", 32, 32, 64) if fp8
+            else MI355X.mfma_peak_tflops("v_mfma_f32_32x32x16_bf16", 32, 32, 16))  # fmt: skip
+    rep.add("  FLOPs: 2 x batch x heads_q x seqlen_q x seqlen_k x (d_qk + d_v), halved when causal")
+    for s in [shape, *launches]:
+        rep.add(*launch_lines(entry, s, a, b, cu.slots, peak))
+    rep.add("  assumptions:", *(f"    - {x}" for x in MI355X.assumptions()))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The `sim` command."""
+    t0 = time.perf_counter()
+    src = locate_kernel(args.kernel, args.manifest_dir, args.variants)
+    entry = src.entry
+    if entry.get("arch") != "gfx950":
+        raise ValueError(f"{args.kernel} is an {entry.get('arch')} kernel; the simulator runs gfx950 only")
+    abi_path = args.abi_header or (src.repo / "kernels/abi/zyfa_abi.h" if src.repo else None)
+    if abi_path is None or not Path(abi_path).is_file():
+        raise FileNotFoundError("kernels/abi/zyfa_abi.h not found: pass --abi-header")
+    layout = parse_abi_header(abi_path)
+    shape = Shape(
+        args.batch, args.seqlen_q, args.seqlen_k or args.seqlen_q, args.heads_q, args.heads_kv or args.heads_q
+    )
+    if shape.heads_q % shape.heads_kv:
+        raise ValueError("heads_q must be a multiple of heads_kv")
+    rep = Report()
+    inp = make_inputs(entry, shape, np.random.default_rng(args.seed), tuple(args.descales))
+    mem = GlobalMemory()
+    ptrs = [mem.map(x.view(np.uint8 if x.dtype == E4M3 else np.uint16)) for x in inp.raw]
+    ptrs += [mem.map(inp.out.view(np.uint16)), mem.map(inp.lse)]
+    flags = layout.flags.get("ZYFA_FLAG_CAUSAL", 1) * bool(entry["causal"]) | layout.flags.get(
+        "ZYFA_FLAG_LSE", 2
+    )
+    kernarg = pack_kernarg(layout, kernarg_values(inp, ptrs, shape, entry, flags))
+    sim = Simulator(src.asm, entry["name"])
+    ntiles = -(-shape.seqlen_q // entry["tile_m"])
+    tiles = select_tiles(args.workgroups, ntiles)
+    wgs = [(t, h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for t in tiles]
+    grid = (ntiles, shape.heads_q, shape.batch)
+    try:
+        res = sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=wgs, trace=True)
+    except SimError as e:
+        print(f"zyfa-asmgen sim {entry['name']}: the kernel failed in the simulator: {e}")
+        return 1
+    rows = np.concatenate([np.arange(t * entry["tile_m"], min(shape.seqlen_q, (t + 1) * entry["tile_m"]))
+                           for t in tiles])  # fmt: skip
+    _header(rep, src, sim, shape, grid, res, time.perf_counter() - t0)
+    result_section(rep, inp, entry, rows)
+    hazard_section(rep, res.findings)
+    if not args.no_timing:
+        launches = [] if args.launch_shape == "none" else [parse_shape(args.launch_shape)]
+        timing_section(rep, sim, res, entry, shape, launches)
+    rep.add(f"verdict: {'PASS' if rep.ok else 'FAIL'} ({time.perf_counter() - t0:.1f} s)")
+    print("\n".join(rep.lines))
+    return 0 if rep.ok else 1
+
+
+def _header(rep: Report, src: KernelSource, sim: Simulator, shape: Shape, grid, res, secs: float) -> None:
+    e = src.entry
+    nv, na = sim.vgpr_limits()
+    rep.add(f"zyfa-asmgen sim {e['name']}", f"  assembly: {src.origin}")
+    pm = f", p_mode {e['p_mode']}" if e.get("p_mode") else ""
+    rep.add(f"  kernel: {e['kind']}, {e['dtype']}{pm}, d_qk {e['d_qk']}, d_v {e['d_v']}, tile "
+            f"{e['tile_m']}x{e['tile_n']}, {e['threads']} threads; {nv} VGPR + {na} AGPR, "
+            f"{sim.sgpr_limit()} SGPR, {sim.lds_size()} B LDS")  # fmt: skip
+    rep.add(f"  shape: {shape}; grid {grid}; ran {len(res.workgroups)} workgroup(s), {res.instructions} "
+            f"instructions ({secs:.1f} s)")  # fmt: skip
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The `sim` command's arguments."""
+    p.add_argument("kernel", help="kernel name (manifest / variants.bzl key), a gfx950 kernel")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--manifest-dir", type=Path, help="directory with manifest.json (and NAME.s from the "
+                     "build); default: $ZYFA_KERNEL_DIR, then <repo>/bazel-bin/kernels")  # fmt: skip
+    src.add_argument("--variants", type=Path, help="kernels/variants.bzl: compile/generate the assembly now")
+    p.add_argument("--abi-header", type=Path, help="zyfa_abi.h (default <repo>/kernels/abi/zyfa_abi.h)")
+    p.add_argument("--seqlen-q", type=int, default=128)
+    p.add_argument("--seqlen-k", type=int, default=None, help="default: seqlen-q")
+    p.add_argument("--heads-q", type=int, default=2)
+    p.add_argument("--heads-kv", type=int, default=1)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--workgroups", default="all", help="'all' or query tiles (blockIdx.x) i,j,... run for "
+                   "every head and batch")  # fmt: skip
+    p.add_argument("--descales", type=float, nargs=3, default=(0.5, 0.25, 2.0), metavar=("Q", "K", "V"),
+                   help="FP8 descale factors (ignored for bf16)")  # fmt: skip
+    p.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
+    p.add_argument("--launch-shape", default=DEFAULT_LAUNCH, help="B,SQ,SK,HQ,HKV of an extra modelled full "
+                   f"launch (default {DEFAULT_LAUNCH}; 'none' to skip)")  # fmt: skip
+    p.add_argument("--no-timing", action="store_true", help="skip the timing model")

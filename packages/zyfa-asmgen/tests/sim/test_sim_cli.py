@@ -1,0 +1,99 @@
+"""`zyfa-asmgen sim`: the manifest's gfx950 kernels on tiny shapes, a seeded bug, the variants path.
+
+The manifest directory is <repo>/bazel-bin/kernels (the Bazel build keeps NAME.s beside each
+gfx950 code object); without it the tests compile from kernels/variants.bzl (needs ziglang).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+
+import pytest
+
+from zyfa_asmgen.__main__ import main
+
+from .conftest import REPO
+
+MANIFEST_DIR = REPO / "bazel-bin" / "kernels"
+HAVE_MANIFEST = (MANIFEST_DIR / "manifest.json").is_file()
+HAVE_ZIG = importlib.util.find_spec("ziglang") is not None
+# Small enough to be quick, two query tiles each so the modelled cost is fitted on two block counts.
+SHAPES = {
+    "fa_fwd_bf16_hd128_causal_gfx950": ["--seqlen-q", "64", "--heads-q", "2", "--heads-kv", "1"],
+    "fa_fwd_bf16_hd192x128_causal_gfx950": ["--seqlen-q", "64", "--seqlen-k", "80", "--heads-q", "1",
+                                            "--heads-kv", "1"],
+    "fa_fwd_e4m3fn_hd128_causal_gfx950": ["--seqlen-q", "96", "--heads-q", "1", "--heads-kv", "1"],
+}  # fmt: skip
+LAUNCH = ["--launch-shape", "1,4096,4096,8,2"]
+
+
+def _source_args() -> list[str]:
+    if HAVE_MANIFEST:
+        return ["--manifest-dir", str(MANIFEST_DIR)]
+    if not HAVE_ZIG:
+        pytest.skip("no bazel-bin/kernels manifest and no ziglang to compile kernels/variants.bzl")
+    return ["--variants", str(REPO / "kernels" / "variants.bzl")]
+
+
+def _sim(capsys, *args: str) -> tuple[int, str]:
+    rc = main(["sim", *args])
+    return rc, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_manifest_kernels_on_tiny_shapes(capsys, name) -> None:
+    if HAVE_MANIFEST:
+        names = [k["name"] for k in json.loads((MANIFEST_DIR / "manifest.json").read_text())["kernels"]]
+        if name not in names:
+            pytest.skip(f"{name} not in the manifest")
+    rc, out = _sim(capsys, name, *_source_args(), *SHAPES[name], *LAUNCH)
+    assert rc == 0, out
+    for needle in ("result:", "reference 1: numpy float64", "hazards: none found", "unwritten output rows: 0",
+                   "modelled timing", "MODELLED", "assumptions:", "verdict: PASS"):  # fmt: skip
+        assert needle in out, (needle, out)
+    assert re.search(r"relative L2 \S+ \(tolerance \S+: ok\)", out)
+    assert len(re.findall(r"TFLOP/s MODELLED", out)) == 2  # the simulated shape and --launch-shape
+    assert re.search(r"a = -?\d+, b = \d+ modelled cycles/block", out)
+    assert "reference 2:" in out  # zyfa.reference used, or said to be absent
+
+
+def test_a_seeded_bug_fails_the_run(capsys, tmp_path) -> None:
+    """NAME.s with its first `s_waitcnt vmcnt(0)` removed: the checker reports it, exit status 1."""
+    if not HAVE_MANIFEST:
+        pytest.skip("needs bazel-bin/kernels")
+    name = "fa_fwd_bf16_hd128_causal_gfx950"
+    shutil.copy(MANIFEST_DIR / "manifest.json", tmp_path / "manifest.json")
+    lines = (MANIFEST_DIR / f"{name}.s").read_text().splitlines()
+    i = next(i for i, s in enumerate(lines) if re.match(r"\s*s_waitcnt vmcnt\(0\)", s))
+    (tmp_path / f"{name}.s").write_text("\n".join(lines[:i] + lines[i + 1 :]))
+    abi = str(REPO / "kernels/abi/zyfa_abi.h")
+    rc, out = _sim(capsys, name, "--manifest-dir", str(tmp_path), "--seqlen-q", "32", "--heads-q", "1",
+                   "--heads-kv", "1", "--no-timing", "--abi-header", abi)  # fmt: skip
+    assert rc == 1
+    assert "[waitcnt]" in out and "verdict: FAIL" in out
+
+
+@pytest.mark.skipif(not HAVE_ZIG, reason="ziglang (pinned clang) not installed")
+@pytest.mark.parametrize(
+    "name,origin",
+    [
+        ("fa_fwd_bf16_hd128_causal_gfx950", "compiled now by the pinned clang"),
+        ("fa_fwd_e4m3fn_hd128_causal_gfx950", "generator 'rowwise_fp8' run now"),
+    ],
+)
+def test_variants_path_builds_the_assembly(capsys, name, origin) -> None:  # fmt: skip
+    rc, out = _sim(capsys, name, "--variants", str(REPO / "kernels" / "variants.bzl"), "--seqlen-q", "32",
+                   "--heads-q", "1", "--heads-kv", "1", "--no-timing")  # fmt: skip
+    assert rc == 0, out
+    assert origin in out and "verdict: PASS" in out
+
+
+def test_errors(capsys) -> None:
+    variants = ["--variants", str(REPO / "kernels" / "variants.bzl")]
+    assert main(["sim", "no_such_kernel", *variants]) == 1
+    assert "no kernel 'no_such_kernel'" in capsys.readouterr().err
+    assert main(["sim", "fa_fwd_bf16_hd128_causal_sm90a", *variants]) == 1
+    assert "gfx950" in capsys.readouterr().err
