@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -60,7 +61,9 @@ def test_throughput_on_cpu_writes_valid_json(tmp_path, fake_zyfa_mod, capsys):
         assert r["timing"]["method"] == "wall-clock" and r["timing"]["repeats"] == 3
         assert r["check_rel_l2"] < 1e-2  # the output slice matches float64
     skipped = {r["impl"]: r["reason"] for r in rows if r["status"] == "skipped"}
-    assert "nvidia-cudnn-frontend" in skipped["cudnn-fp8"] and "flash-attn-4" in skipped["fa4-bf16"]
+    # Skipped for lack of the package, or (where it is installed) for lack of a GPU.
+    assert re.search("nvidia-cudnn-frontend|GPUs only", skipped["cudnn-fp8"])
+    assert re.search("flash-attn-4|GPUs only", skipped["fa4-bf16"])
     printed = capsys.readouterr().out
     assert "TFLOP/s" in printed and "cudnn-fp8: skipped" in printed
 
