@@ -214,7 +214,10 @@ def kernels(session: nox.Session) -> None:
     bazel = shutil.which("bazel")
     if bazel is None:
         session.skip("bazel is not on PATH (Debian: apt-get install bazel-bootstrap); kernels not built")
-    requirements = [pip_pin("ziglang")]
+    # The asmgen variants run the generator from packages/zyfa-asmgen/src: it needs that package's
+    # own dependencies, as declared in its pyproject.toml.
+    asmgen = tomllib.loads((ROOT / "packages" / "zyfa-asmgen" / "pyproject.toml").read_text())["project"]
+    requirements = [pip_pin("ziglang"), *asmgen.get("dependencies", [])]
     flags = []
     if shutil.which("nvcc"):
         requirements.append(pip_pin("cutlass"))
