@@ -15,6 +15,7 @@ import math
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,6 +87,23 @@ def pick_target(console: Console, wanted: str) -> Target:
         raise SystemExit(f"--device gpu: no usable GPU ({why})")
     console.print(f"[yellow]Running the CPU reference: {why}.[/yellow]")
     return cpu
+
+
+def describe_build(console: Console) -> None:
+    """Say what the installed zyfa-core was built with: code objects per arch, and what was skipped."""
+    try:
+        import zyfa_core
+
+        manifest = zyfa_core.default_manifest()
+    except Exception as exc:  # the CPU path does not need kernels; say why there are none
+        console.print(f"zyfa_core kernels: none found ({type(exc).__name__}: {exc})")
+        return
+    per_arch = Counter(spec.arch for spec in manifest.kernels)
+    built = ", ".join(f"{n} {arch}" for arch, n in sorted(per_arch.items())) or "none"
+    tools = ", ".join(f"{k} {v}" for k, v in sorted(manifest.toolchains.items()))
+    console.print(f"zyfa_core kernels in {manifest.directory}: {built} (built with {tools})")
+    for row in manifest.skipped:
+        console.print(f"  skipped {row.name}: {row.reason}")
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -209,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     if not console.is_terminal:
         console = Console(width=150)  # logs (CI): keep each table row on one line
+    describe_build(console)
     target = pick_target(console, args.device)
     console.print(
         f"torch {torch.__version__}, zyfa {zyfa.__version__}, seed {args.seed}, device {target.label}"
