@@ -9,11 +9,12 @@ zyfa.reference is importable, against the contract reference itself.
 from __future__ import annotations
 
 import ast
+import re
 
 import numpy as np
 import pytest
 
-from zyfa_asmgen.sim import GlobalMemory, Simulator
+from zyfa_asmgen.sim import GlobalMemory, SimError, Simulator
 
 from .conftest import REPO
 from .test_kernels import BF16, attention_reference, pack_args
@@ -115,3 +116,107 @@ def test_lse_off_leaves_lse_untouched(hip_src) -> None:
     res, q, k, vv, out, lse, rows = run(asm, v, 1, 33, 33, 1, 1, flags=1)
     assert not res.findings
     assert np.isnan(lse).all()
+
+
+# ---- seeded bugs in the product kernel -------------------------------------------------------------
+# Each mutation of the clang-compiled kernel must be reported by the checker or give a wrong answer.
+# Shape: seqlen 40 (a full and a ragged query tile, the diagonal block masked), one head.
+
+SEED_SHAPE = (1, 40, 40, 1, 1)
+
+
+def _outcome(asm: str, v: dict) -> tuple[set[str], bool, Simulator]:
+    """(finding kinds, wrong answer?, simulator) of one run on SEED_SHAPE with fixed inputs."""
+    from .test_kernels import attention_reference
+
+    rng = np.random.default_rng(1)
+    b, sq, sk, hq, hkv = SEED_SHAPE
+    dqk, dv = v["d_qk"], v["d_v"]
+    q, k, vv = (
+        rng.standard_normal(s).astype(BF16) for s in ((b, sq, hq, dqk), (b, sk, hkv, dqk), (b, sk, hkv, dv))
+    )
+    out = np.full((b, sq, hq, dv), np.nan, dtype=BF16)
+    lse = np.full((b, hq, sq), np.nan, dtype=np.float32)
+    mem = GlobalMemory()
+    ptrs = [mem.map(x.view(np.uint16)) for x in (q, k, vv, out)] + [mem.map(lse)]
+    args = pack_args(ptrs, [q, k, vv, out], [b, hq, hkv, sq, sk, dqk, dv], 3, 1.0 / np.sqrt(dqk))
+    sim = Simulator(asm, v["name"])
+    try:
+        res = sim.launch((-(-sq // v["tile_m"]), hq, b), (v["threads"], 1, 1), args, mem)
+    except SimError as e:  # a fault is as good as a report
+        return {f"error:{type(e).__name__}"}, True, sim
+    ref, lref, emul = attention_reference(q, k, vv)
+    got = out.astype(np.float64)
+    wrong = bool(np.isnan(got).any()) or np.abs(got - ref).max() > 2 * np.abs(emul - ref).max() + 1e-3
+    lg = lse.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        lse_ok = (np.isinf(lref) & (lg == lref)) | (np.abs(lg - lref) <= 1e-4 * np.maximum(1, np.abs(lref)))
+    return {f.kind for f in res.findings}, wrong or not lse_ok.all(), sim
+
+
+@pytest.fixture(scope="module")
+def product_asm(hip_src):
+    if not VARIANTS:
+        pytest.skip("no hip variants")
+    v = next(x for x in VARIANTS if x["d_qk"] == 128)
+    return hip_src("kernels/gfx950/fa_fwd_bf16.hip", **_defines(v)), v
+
+
+def test_product_kernel_every_needed_waitcnt(product_asm) -> None:
+    """Remove each s_waitcnt in turn: reported or wrong, unless the clean run shows that it retired
+    nothing on any path the launch executed (then it cannot matter there; listed, and few)."""
+    asm, v = product_asm
+    kinds, wrong, sim = _outcome(asm, v)
+    assert not kinds and not wrong, kinds
+    retired = {op.inst.line: op.info.get("retired", 0) for op in sim.ops if op.kind == "waitcnt"}
+    lines = asm.splitlines()
+    idle, missed = [], []
+    for i, s in enumerate(lines):
+        if not re.match(r"\s*s_waitcnt\b", s):
+            continue
+        if not retired.get(i + 1):
+            idle.append(i + 1)
+            continue
+        kinds, wrong, _ = _outcome("\n".join(lines[:i] + lines[i + 1 :]), v)
+        if not (
+            wrong or "waitcnt" in kinds or "lds_race" in kinds or any(k.startswith("error") for k in kinds)
+        ):
+            missed.append((i + 1, s.strip(), kinds))
+    assert not missed, missed
+    assert len(idle) <= 3, idle  # e.g. the loop-head wait for a ds_bpermute of a branch never taken
+
+
+def test_product_kernel_every_nop_is_needed(product_asm) -> None:
+    """Shorten each s_nop clang inserted by one wait state: the hazard checker must object."""
+    asm, v = product_asm
+    lines = asm.splitlines()
+    nops = [i for i, s in enumerate(lines) if re.match(r"\s*s_nop \d+", s)]
+    assert len(nops) >= 10
+    missed = []
+    for i in nops:
+        n = int(re.search(r"s_nop (\d+)", lines[i]).group(1))
+        mutated = lines.copy()
+        mutated[i] = f"\ts_nop {n - 1}" if n else ""
+        kinds, _, _ = _outcome("\n".join(mutated), v)
+        if not any(k.startswith("hazard") for k in kinds):
+            missed.append((i + 1, lines[i - 1].strip()))
+    assert not missed, missed
+
+
+@pytest.mark.parametrize("which", ["first", "last"])  # a QK^T MFMA and a P.V MFMA
+def test_product_kernel_swapped_mfma_operands(product_asm, which) -> None:
+    asm, v = product_asm
+    lines = asm.splitlines()
+    mf = [i for i, s in enumerate(lines) if re.match(r"\s*v_mfma", s)]
+    i = mf[0] if which == "first" else mf[-1]
+    m = re.match(r"(\s*v_mfma\S+\s+[^,]+),\s*([^,]+),\s*([^,]+),(.*)", lines[i])
+    lines[i] = f"{m.group(1)}, {m.group(3).strip()}, {m.group(2).strip()},{m.group(4)}"
+    kinds, wrong, _ = _outcome("\n".join(lines), v)
+    assert wrong or kinds
+
+
+def test_product_kernel_has_no_barrier(product_asm) -> None:
+    """One wave per workgroup and no LDS: the kernel has no s_barrier to remove. The removed-barrier
+    seeded bug runs on the clang-compiled multi-wave lds_reduce kernel (test_hazards.py)."""
+    asm, _ = product_asm
+    assert not re.search(r"^\s*s_barrier", asm, re.M)

@@ -127,7 +127,12 @@ class WaveChecker:
         """Bookkeeping once `op` has executed."""
         kind = op.kind
         if kind == "waitcnt":
+            before = len(self.pending["vm"]) + len(self.pending["lgkm"])
             self._waitcnt(op.info["limits"])
+            # How many outstanding operations this s_waitcnt has retired over all runs: a wait that
+            # never retires anything is redundant on the paths executed (seeded-bug tests use it).
+            retired = before - len(self.pending["vm"]) - len(self.pending["lgkm"])
+            op.info["retired"] = op.info.get("retired", 0) + retired
         elif "counter" in op.info:
             self.seq += 1
             p = Pending(self.seq, op.info["counter"], bool(op.info.get("smem")), op.writes, op)
