@@ -220,3 +220,15 @@ def test_product_kernel_has_no_barrier(product_asm) -> None:
     seeded bug runs on the clang-compiled multi-wave lds_reduce kernel (test_hazards.py)."""
     asm, _ = product_asm
     assert not re.search(r"^\s*s_barrier", asm, re.M)
+
+
+def test_one_workgroup_over_256_keys_is_fast(product_asm) -> None:
+    """CI budget of the issue: one workgroup of the d=128 product kernel over 256 keys in < 60 s
+    on 2 cores (asserted: < 15 s), checked against the reference."""
+    import time
+
+    asm, v = product_asm
+    t0 = time.perf_counter()
+    out = run(asm, v, 1, 256, 256, 1, 1, tiles=[7])
+    assert time.perf_counter() - t0 < 15
+    check(*out)
