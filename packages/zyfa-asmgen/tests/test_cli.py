@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO
+from asmgen_testlib import REPO
 from test_generator import CASES
 
 import zyfa_asmgen

@@ -7,7 +7,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import read_variants
+from asmgen_testlib import read_variants
 
 from zyfa_asmgen.abi import parse_abi_header, parse_abi_text
 from zyfa_asmgen.assembler import build_hsaco, descriptor_fields

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, read_variants
+from asmgen_testlib import REPO, read_variants
 
 from zyfa_asmgen.assembler import compile_hip, descriptor_fields, link
 

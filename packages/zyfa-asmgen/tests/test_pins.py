@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from asmgen_testlib import REPO
 
 from zyfa_asmgen import assembler
 
