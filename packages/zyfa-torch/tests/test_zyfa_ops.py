@@ -127,6 +127,9 @@ class _MockCore:
             ("zyfa_core.launcher", launcher),
         ):
             monkeypatch.setitem(sys.modules, name, mod)
+        # select_kernel caches per key: start from an empty cache, and leave none of the mock's specs.
+        _ops.clear_kernel_cache()
+        monkeypatch.setattr(_ops, "_select_cached", _ops._select_cached.__wrapped__)
         # Route CPU tensors through the GPU branch; no CUDA exists here, so fake its device and stream.
         monkeypatch.setattr(_ops, "_fwd_cpu", _ops._fwd_core)
         monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)

@@ -1,12 +1,25 @@
-"""The torch custom op ``zyfa::fwd``: CPU tensors run `zyfa.reference`, CUDA/ROCm tensors a zyfa_core kernel.
+"""The torch custom ops ``zyfa::fwd`` and ``zyfa::fwd_tensor_descales``: CPU tensors run
+`zyfa.reference`, CUDA/ROCm tensors a zyfa_core kernel.
 
-The op is forward-only: its registered backward raises. `register_fake` gives torch.compile and
-FakeTensor the output shapes without running anything.
+* ``zyfa::fwd`` takes the FP8 descales as floats. The kernel ABI takes them by value, so this op never
+  reads device memory on the host: no synchronisation, and it can be captured in a CUDA graph
+  (the descales are then fixed in the graph, like any launch argument).
+* ``zyfa::fwd_tensor_descales`` takes 1-element tensors (e.g. from on-the-fly `zyfa.fp8_quantize`) and
+  reads their values on the host, which waits for the device. It stays one node in a torch.compile
+  graph (no graph break), but it cannot be captured: it is tagged ``cudagraph_unsafe`` (torch.compile's
+  CUDA graphs leave it out) and raises a clear error inside a manual capture.
+
+Both are forward-only: their registered backward raises. `register_fake` gives torch.compile and
+FakeTensor the output shapes without running anything. The GPU path allocates out and lse with
+torch.empty (the caching allocator, on the current stream) and launches on the current stream.
 """
 
 # No `from __future__ import annotations` here: torch.library.custom_op infers the op schema from the
 # annotation objects, and older torch versions handle string annotations less well.
+import functools
 import importlib
+import inspect
+import os
 from types import SimpleNamespace
 
 import torch
@@ -14,12 +27,21 @@ from torch import Tensor
 
 from zyfa import _validate, reference
 
-__all__ = ["CPU_BLOCK_N", "fwd", "select_kernel"]
+__all__ = ["CPU_BLOCK_N", "clear_kernel_cache", "fwd", "fwd_tensor_descales", "select_kernel"]
 
 CPU_BLOCK_N = 64
 """KV block size of the CPU path (= tile_n of the sm90a kernels)."""
 CPU_P_MODE = "exact"
 """FP8 P mode of the CPU path when p_mode is None (zyfa_core.manifest.select also prefers exact)."""
+_KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"  # zyfa_core.manifest.ENV_KERNEL_DIR: part of the kernel cache key
+
+
+def _unsafe_for_cuda_graphs() -> dict:
+    """custom_op kwargs tagging an op cudagraph_unsafe, where this torch knows the tag (2.8+)."""
+    tag = getattr(torch.Tag, "cudagraph_unsafe", None)
+    if tag is None or "tags" not in inspect.signature(torch.library.custom_op).parameters:
+        return {}
+    return {"tags": (tag,)}
 
 
 def _out_shapes(q: Tensor, k: Tensor, v: Tensor, return_lse: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -34,6 +56,31 @@ def _empty_outputs(q: Tensor, k: Tensor, v: Tensor, return_lse: bool) -> tuple[T
     out_shape, lse_shape = _out_shapes(q, k, v, return_lse)
     out = torch.zeros(out_shape, dtype=torch.bfloat16, device=q.device)
     return out, torch.full(lse_shape, float("inf"), dtype=torch.float32, device=q.device)
+
+
+def _forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    softmax_scale: float,
+    causal: bool,
+    descales: tuple[float, float, float],
+    return_lse: bool,
+    p_mode: str | None,
+) -> tuple[Tensor, Tensor]:
+    """The body of both ops: check the real tensors and scalars, then run the CPU or GPU path."""
+    dims = _validate.check_tensors(q, k, v)
+    _validate.check_p_mode(q.dtype, p_mode)
+    _validate.check_scalars(q.dtype, softmax_scale, descales)
+    if 0 in (dims.batch, dims.seqlen_q, dims.seqlen_k):
+        return _empty_outputs(q, k, v, return_lse)
+    if q.device.type == "cpu":
+        return _fwd_cpu(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
+    if q.device.type == "cuda":  # ROCm builds of torch report HIP devices as "cuda" too
+        return _fwd_core(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
+    raise NotImplementedError(
+        f"zyfa: tensors on {q.device.type!r} are not supported; use CPU or CUDA/ROCm tensors"
+    )
 
 
 @torch.library.custom_op("zyfa::fwd", mutates_args=())
@@ -52,35 +99,52 @@ def fwd(
     """ZYFA attention forward (flash-attn layout). Use `zyfa.flash_attn_func`, which validates options.
 
     Returns (out bf16 [batch, seqlen_q, heads_q, d_v], lse float32 [batch, heads_q, seqlen_q]); lse is
-    an empty (0,) tensor when return_lse is False.
+    an empty (0,) tensor when return_lse is False. Descales are floats (1.0 for bf16): no host sync.
     """
-    dims = _validate.check_tensors(q, k, v)
-    _validate.check_p_mode(q.dtype, p_mode)
-    if q.dtype != torch.float8_e4m3fn and (q_descale, k_descale, v_descale) != (1.0, 1.0, 1.0):
-        raise ValueError("zyfa::fwd: descales apply to float8_e4m3fn inputs only; pass 1.0 for bf16")
-    if 0 in (dims.batch, dims.seqlen_q, dims.seqlen_k):
-        return _empty_outputs(q, k, v, return_lse)
-    if q.device.type == "cpu":
-        return _fwd_cpu(q, k, v, softmax_scale, causal, (q_descale, k_descale, v_descale), return_lse, p_mode)
-    if q.device.type == "cuda":  # ROCm builds of torch report HIP devices as "cuda" too
-        return _fwd_core(
-            q, k, v, softmax_scale, causal, (q_descale, k_descale, v_descale), return_lse, p_mode
+    return _forward(q, k, v, softmax_scale, causal, (q_descale, k_descale, v_descale), return_lse, p_mode)
+
+
+@torch.library.custom_op("zyfa::fwd_tensor_descales", mutates_args=(), **_unsafe_for_cuda_graphs())
+def fwd_tensor_descales(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    softmax_scale: float,
+    causal: bool,
+    q_descale: Tensor,
+    k_descale: Tensor,
+    v_descale: Tensor,
+    return_lse: bool,
+    p_mode: str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """`fwd` with 1-element tensor descales, read on the host (one device sync per call)."""
+    descales = _read_descales((q_descale, k_descale, v_descale))
+    return _forward(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
+
+
+def _read_descales(tensors: tuple[Tensor, Tensor, Tensor]) -> tuple[float, float, float]:
+    """The descale values as floats; refuses inside a CUDA graph capture, where a read cannot happen."""
+    on_device = [t for t in tensors if t.device.type == "cuda"]
+    if on_device and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(
+            "zyfa: tensor descales are read on the host (a device sync), which CUDA graph capture "
+            "forbids. Inside a captured region pass the descales as Python floats: quantise with "
+            "zyfa.fp8_quantize(x, as_float=True) before capture, or with a fixed calibrated descale "
+            "(zyfa.fp8_quantize(x, descale=d)); see docs/usage.md."
         )
-    raise NotImplementedError(
-        f"zyfa: tensors on {q.device.type!r} are not supported; use CPU or CUDA/ROCm tensors"
-    )
+    q, k, v = (float(t.reshape(()).item()) for t in tensors)
+    return q, k, v
 
 
-@fwd.register_fake
 def _fwd_fake(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     softmax_scale: float,
     causal: bool,
-    q_descale: float,
-    k_descale: float,
-    v_descale: float,
+    q_descale: object,
+    k_descale: object,
+    v_descale: object,
     return_lse: bool,
     p_mode: str | None = None,
 ) -> tuple[Tensor, Tensor]:
@@ -100,7 +164,9 @@ def _setup_context(ctx: object, inputs: tuple, output: tuple) -> None:
     return None
 
 
-fwd.register_autograd(_backward, setup_context=_setup_context)
+for _op in (fwd, fwd_tensor_descales):
+    _op.register_fake(_fwd_fake)
+    _op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def _fwd_cpu(
@@ -149,7 +215,31 @@ def _device_index(device: torch.device) -> int:
 
 
 def select_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, p_mode: str | None = None) -> object:
-    """The zyfa_core KernelSpec that serves these GPU tensors (its tile_n is the reference's block_n)."""
+    """The zyfa_core KernelSpec that serves these GPU tensors (its tile_n is the reference's block_n).
+
+    Cached per (device, dtype, d_qk, d_v, causal, p_mode, $ZYFA_KERNEL_DIR): zyfa_core's driver probe,
+    device query and manifest lookup run once per key, not on every call (host overhead).
+    """
+    dtype = "e4m3fn" if q.dtype == torch.float8_e4m3fn else "bf16"
+    key = (_device_index(q.device), dtype, q.shape[3], v.shape[3], causal, p_mode)
+    return _select_cached(*key, os.environ.get(_KERNEL_DIR_ENV))
+
+
+def clear_kernel_cache() -> None:
+    """Forget the kernels `select_kernel` chose (after the manifest or zyfa_core changes in-process)."""
+    _select_cached.cache_clear()
+
+
+@functools.lru_cache(maxsize=256)
+def _select_cached(
+    device_index: int,
+    dtype: str,
+    d_qk: int,
+    d_v: int,
+    causal: bool,
+    p_mode: str | None,
+    kernel_dir: str | None,
+) -> object:
     core = _core()
     if not core.launcher.available_backend():
         report = getattr(core.launcher, "backend_report", lambda: {"attempts": []})()
@@ -157,9 +247,8 @@ def select_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, p_mode: 
         raise RuntimeError(
             f"zyfa: zyfa_core found no GPU driver (libcuda.so.1 / libamdhip64.so) to launch kernels: {why}"
         )
-    arch = core.launcher.device_arch(_device_index(q.device))
-    dtype = "e4m3fn" if q.dtype == torch.float8_e4m3fn else "bf16"
-    return core.manifest.select(arch, dtype, q.shape[3], v.shape[3], causal, p_mode=p_mode)
+    arch = core.launcher.device_arch(device_index)
+    return core.manifest.select(arch, dtype, d_qk, d_v, causal, p_mode=p_mode)
 
 
 def _fwd_core(

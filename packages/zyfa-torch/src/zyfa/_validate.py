@@ -148,39 +148,28 @@ def _check_layout(name: str, x: Tensor) -> None:
 
 
 def check_scale(softmax_scale: float | None, d_qk: int) -> float:
-    """The softmax scale as a finite float; default 1/sqrt(d_qk)."""
+    """The softmax scale as a float (default 1/sqrt(d_qk)); `check_scalars` checks it is finite."""
     if softmax_scale is None:
         return 1.0 / math.sqrt(d_qk)
-    if (
-        isinstance(softmax_scale, bool)
-        or not isinstance(softmax_scale, Real)
-        or not math.isfinite(softmax_scale)
-    ):
+    if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, Real):
         raise ValueError(f"zyfa: softmax_scale must be a finite float or None, got {softmax_scale!r}")
-    return float(softmax_scale)
+    # Under torch.compile a float argument may be symbolic: converting or comparing it here would
+    # specialise the graph on its value (or break it); the op checks the value at run time instead.
+    return softmax_scale if torch.compiler.is_compiling() else float(softmax_scale)
 
 
-def descale_value(name: str, x: float | Tensor) -> float:
-    """A descale as a Python float: floats, or 0-dim / 1-element floating tensors; finite and > 0.
-
-    Reading a device tensor's value synchronises with the device (issue 6 revisits this for CUDA graphs).
-    """
+def check_descale(name: str, x: float | Tensor) -> float | Tensor:
+    """A descale's type: a float, or a 0-dim / 1-element floating tensor (its value is read by the op)."""
     if isinstance(x, Tensor):
         if x.numel() != 1 or not x.is_floating_point():
             raise ValueError(
                 f"zyfa: {name} must be a float or a 1-element floating tensor, got a {x.dtype} tensor of "
                 f"shape {tuple(x.shape)} (per-tensor descales only)"
             )
-        value = float(x.reshape(()).item())
-    elif isinstance(x, Real) and not isinstance(x, bool):
-        value = float(x)
-    else:
-        raise TypeError(
-            f"zyfa: {name} must be a float or a 1-element floating tensor, got {type(x).__name__}"
-        )
-    if not (math.isfinite(value) and value > 0.0):
-        raise ValueError(f"zyfa: {name} must be finite and > 0, got {value}")
-    return value
+        return x
+    if isinstance(x, Real) and not isinstance(x, bool):
+        return x if torch.compiler.is_compiling() else float(x)
+    raise TypeError(f"zyfa: {name} must be a float or a 1-element floating tensor, got {type(x).__name__}")
 
 
 def check_descales(
@@ -188,8 +177,12 @@ def check_descales(
     q_descale: float | Tensor | None,
     k_descale: float | Tensor | None,
     v_descale: float | Tensor | None,
-) -> tuple[float, float, float]:
-    """Descales are required for float8_e4m3fn inputs and rejected for bf16 (where they are 1.0)."""
+) -> tuple[float | Tensor, float | Tensor, float | Tensor]:
+    """Descales are required for float8_e4m3fn inputs and rejected for bf16 (where they are 1.0).
+
+    Returns the three descales as given (floats stay floats, tensors stay tensors: the op reads their
+    values; see `zyfa._ops`). Their values are checked by `check_scalars` inside the op.
+    """
     given = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
     if dtype != torch.float8_e4m3fn:
         passed = [n for n, x in given.items() if x is not None]
@@ -204,7 +197,19 @@ def check_descales(
             f"zyfa: float8_e4m3fn inputs need q_descale, k_descale and v_descale (x ~= x8 * descale, see "
             f"zyfa.fp8_quantize); missing: {', '.join(missing)}"
         )
-    return tuple(descale_value(n, x) for n, x in given.items())  # type: ignore[return-value]
+    q, k, v = (check_descale(n, x) for n, x in given.items())
+    return q, k, v
+
+
+def check_scalars(dtype: torch.dtype, softmax_scale: float, descales: tuple[float, float, float]) -> None:
+    """Run-time value checks of the op's scalars: a finite scale; descales finite and > 0 (1.0 for bf16)."""
+    if not math.isfinite(softmax_scale):
+        raise ValueError(f"zyfa: softmax_scale must be a finite float or None, got {softmax_scale!r}")
+    if dtype != torch.float8_e4m3fn and tuple(descales) != (1.0, 1.0, 1.0):
+        raise ValueError("zyfa::fwd: descales apply to float8_e4m3fn inputs only; pass 1.0 for bf16")
+    for name, value in zip(("q_descale", "k_descale", "v_descale"), descales, strict=True):
+        if not (math.isfinite(value) and value > 0.0):
+            raise ValueError(f"zyfa: {name} must be finite and > 0, got {value}")
 
 
 def check_p_mode(dtype: torch.dtype, p_mode: str | None) -> None:

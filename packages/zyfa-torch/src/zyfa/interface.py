@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from zyfa import _ops, _validate
@@ -43,9 +44,11 @@ def flash_attn_func(
         window_size: must be (-1, -1); softcap: must be 0.0; alibi_slopes: must be None.
         deterministic: accepted and ignored: the forward pass is always bitwise deterministic.
         return_attn_probs: also return the log-sum-exp, as flash-attn does: (out, lse, None).
-        q_descale, k_descale, v_descale: FP8 only and then required: x ~= x8 * descale (floats or
-            1-element float tensors, e.g. from `zyfa.fp8_quantize`). A tensor's value is read on the
-            host, which synchronises with its device.
+        q_descale, k_descale, v_descale: FP8 only and then required: x ~= x8 * descale, finite and > 0.
+            Python floats (e.g. `zyfa.fp8_quantize(x, as_float=True)`) go to the kernel by value: no
+            host sync, capturable in CUDA graphs. 1-element float tensors (e.g. `zyfa.fp8_quantize(x)`)
+            are read on the host inside the op, which waits for the device: fine eagerly and under
+            torch.compile (no graph break), refused inside a CUDA graph capture.
         p_mode: FP8 only: "exact" (P = e4m3(exp2(.))), "lean" (P's e4m3 code from one FMA) or None
             (the default kernel; "exact" where both exist). Must be None for bf16.
 
@@ -62,10 +65,14 @@ def flash_attn_func(
     dims = _validate.check_tensors(q, k, v)
     _validate.check_p_mode(q.dtype, p_mode)
     scale = _validate.check_scale(softmax_scale, dims.d_qk)
-    # Descales become Python floats here, before the op: reading a device tensor's value syncs with
-    # the device, which also keeps this call out of CUDA graphs (issue 6 revisits this).
     descales = _validate.check_descales(q.dtype, q_descale, k_descale, v_descale)
-    out, lse = _ops.fwd(q, k, v, scale, causal, *descales, return_attn_probs, p_mode)
+    if any(isinstance(d, Tensor) for d in descales):
+        # The kernel ABI takes descales by value: a tensor's value must reach the host, so tensors go
+        # to the op that reads them (one sync per call; refused inside CUDA graph capture).
+        tensors = [d if isinstance(d, Tensor) else torch.tensor(d, dtype=torch.float32) for d in descales]
+        out, lse = _ops.fwd_tensor_descales(q, k, v, scale, causal, *tensors, return_attn_probs, p_mode)
+    else:
+        out, lse = _ops.fwd(q, k, v, scale, causal, *descales, return_attn_probs, p_mode)
     if return_attn_probs:
         return out, lse, None
     return out

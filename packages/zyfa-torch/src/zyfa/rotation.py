@@ -10,10 +10,17 @@ random signs drawn from ``seed`` (a CPU generator, so R is the same on every dev
 * the Kronecker product H_12 ⊗ H_{n/12} for n = 12 * 2^a (e.g. 192 = 12 * 16), with H_12 from
   Paley's construction I over GF(11). This is a full Hadamard matrix of order n, so every output
   channel mixes all n input channels (a block-diagonal of three H_64 would only mix within 64).
+
+Two paths compute x R. The fast path (the default) is one matmul with R cached per (order, seed, dtype,
+device): no matrix is built or copied to the device per call, and under torch.compile R is a graph
+constant, so `fp8_quantize(x, rotate=True)` becomes matmul + amax + scale + cast, which inductor fuses
+after the matmul. The plain path (``fast=False``) builds R afresh and multiplies in float64: the
+reference the fast path is tested against.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -78,22 +85,40 @@ def rotation_matrix(
     return r.to(dtype=dtype, device=device)
 
 
-def rotate(x: Tensor, *, seed: int = 0) -> Tensor:
-    """x @ R along the last dim (computed in fp32, float64 for float64 x); returns x's dtype.
+@functools.lru_cache(maxsize=64)
+def _cached_rotation(n: int, seed: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    return rotation_matrix(n, seed=seed, dtype=dtype, device=device)
 
-    Rotate q and k with the SAME seed (see `rotate_qk`); never rotate v.
+
+@torch.compiler.assume_constant_result
+def _rotation_constant(n: int, seed: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The cached R; torch.compile calls this once while tracing and keeps R as a graph constant."""
+    return _cached_rotation(n, seed, dtype, device)
+
+
+def rotate(x: Tensor, *, seed: int = 0, fast: bool = True) -> Tensor:
+    """x @ R along the last dim; returns x's dtype.
+
+    fast=True: one matmul with R cached per (head_dim, seed, dtype, device), in fp32 (float64 for float64
+    x; on a GPU, fp32 matmuls use TF32 only if the caller enabled it). fast=False: the plain path, R
+    built afresh and the product computed in float64. Rotate q and k with the SAME seed (see
+    `rotate_qk`); never rotate v.
     """
+    if not fast:
+        r = rotation_matrix(x.shape[-1], seed=seed, dtype=torch.float64, device=x.device)
+        return (x.double() @ r).to(x.dtype)
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
-    r = rotation_matrix(x.shape[-1], seed=seed, dtype=work, device=x.device)
+    r = _rotation_constant(x.shape[-1], seed, work, x.device)
     return (x.to(work) @ r).to(x.dtype)
 
 
-def rotate_qk(q: Tensor, k: Tensor, *, seed: int = 0) -> tuple[Tensor, Tensor]:
+def rotate_qk(q: Tensor, k: Tensor, *, seed: int = 0, fast: bool = True) -> tuple[Tensor, Tensor]:
     """Rotate q [..., d] and k [..., d] by the same random Hadamard rotation: (qR)(kR)ᵀ = q kᵀ.
 
-    Returns tensors of the input dtypes. For FP8, prefer ``fp8_quantize(x, rotate=True, seed=...)``,
-    which rotates in fp32 and quantises without an intermediate bf16 rounding.
+    Returns tensors of the input dtypes; `fast` as in `rotate`. For FP8, prefer
+    ``fp8_quantize(x, rotate=True, seed=...)``, which rotates in fp32 and quantises without an
+    intermediate bf16 rounding.
     """
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(f"q and k must share head_dim; got {q.shape[-1]} and {k.shape[-1]}")
-    return rotate(q, seed=seed), rotate(k, seed=seed)
+    return rotate(q, seed=seed, fast=fast), rotate(k, seed=seed, fast=fast)
