@@ -26,8 +26,10 @@
  *   swizzled layout, permuting keys inside each 16-key group (position 16h + 4t + i <- key 16h + 2t +
  *   (i&1) + 8(i>>1)) so that the RS A fragment of P.V is exactly the bytes a lane holds from its own
  *   S accumulators (a permutation of the keys applied to both P and V leaves P.V unchanged).
- * FP8 row sums: Vt carries 8 more rows (ones, zeros); one m64n8k32 wgmma per k-step into a fresh
- *   accumulator gives each block's sum of the e4m3 P actually fed to P.V (see kOTiles).
+ * FP8 row sums: on the CUDA cores' side of the tensor core, NOT in an FP8 wgmma (truncating adder):
+ *   each thread decodes its packed P bytes to f16 pairs and sums them with mma.sync m16n8k16 f16 x
+ *   ones -> fp32, giving the fp32 sum of exactly the e4m3 P fed to P.V (see kOTiles); FP8 packs P_j
+ *   and takes these sums while P_{j-1} V_{j-1} still runs (ZYFA_WS_EARLY_PACK).
  * Pipelines: separate K and V rings (full + empty mbarrier per stage), so K_{j+1} is released as
  *   soon as S_{j+1} is computed while V_j is still being read.
  * Intra-warpgroup overlap (FA3): iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
@@ -46,7 +48,7 @@
  *     Q     kTileM rows x kQkRowBytes               (regions of 128 rows x 128 B)
  *     K[s]  kTileN rows x kQkRowBytes, s < kStages  (K-major B of S = Q K^T)
  *     V[s]  bf16: kTileN key rows x 256 B  (MN-major B of O = P V, wgmma transpose flag)
- *           e4m3: Vt (kDV + 8) rows x kTileN key bytes (K-major B), then 2 staging buffers
+ *           e4m3: Vt kDV rows x kTileN key bytes (K-major B), then 2 staging buffers
  *     mbarriers (128 B), plus 1024 B of slack to align the base at run time.
  * No atomics: deterministic.
  * Why raw PTX: the pieces needed are few (one smem layout, two descriptor forms, three wgmma
@@ -56,7 +58,8 @@
  * Build macros: ZYFA_KERNEL_NAME, ZYFA_DTYPE_E4M3, ZYFA_D_QK, ZYFA_D_V, ZYFA_TILE_M (128),
  * ZYFA_TILE_N (128), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
- * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP (timing experiments; see their definitions).
+ * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
+ * ZYFA_WS_EARLY_PACK (timing / accuracy experiments; see their definitions).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -110,27 +113,49 @@ constexpr int kQkRegions = (kQkRowBytes + 127) / 128;  // 128-byte column region
 constexpr int kQkSteps = kQkRowBytes / 32;        // wgmma k-steps of S (32 bytes: k16 bf16 / k32 e4m3)
 constexpr int kPvSteps = kTileN * kESize / 32;    // wgmma k-steps of O (keys)
 constexpr int kStages = ZYFA_WS_STAGES > 0 ? ZYFA_WS_STAGES : (kFp8 ? 3 : 2);  // K and V ring depth
-// FP8 row sums: Vt carries 8 extra rows (row kDV = 1.0, the others 0); per KV block one m64n8k32
-// wgmma per k-step multiplies P by them into a FRESH accumulator, giving the block's sum of exactly
-// the e4m3 P fed to P.V (the contract's rounded row sum) without a decode-and-add per element on
-// the FMA pipes; the running l is then kept in fp32 on the CUDA cores. (Accumulating the sum across
-// blocks inside the wgmma accumulator, e.g. as a 129th column of O, is NOT accurate: Hopper's FP8
-// wgmma keeps a truncated accumulator, and over hundreds of k-steps the sum drifts by ~1e-2.)
+// FP8 row sums (contract: l = fp32 sum of the e4m3-rounded P fed to P.V). NOT on the FP8 tensor
+// core: Hopper's FP8 wgmma adds with a ~14-bit truncating adder (DeepSeek-V3 report 3.3.2), so a
+// ones-GEMM row sum ran up to 3.4% low on diffuse rows even with a fresh accumulator per block
+// (measured on the H200, 2026-12-01). Instead each thread decodes its packed e4m3 P bytes to f16
+// pairs (cvt.f16x2.e4m3x2, exact: e4m3 values are f16 values) and sums them with a legacy
+// mma.sync m16n8k16 f16 x ones -> f32 (the decoded pairs are already the A fragment; products are
+// exact and the f16 HMMA accumulates in fp32): 32 cvt + 8 HMMA per thread and block, no shuffles,
+// every lane gets its rows' full block sums. See row_sums_e4m3.
 constexpr int kOTiles = kDV / 8;
 constexpr int kOAcc = 4 * kOTiles;                // O accumulator floats per thread
 constexpr int kQBytes = kQkRegions * kTileM * 128;
 constexpr int kKStageBytes = kQkRegions * kTileN * 128;
-// bf16: 2 regions x 128 keys x 128 B; e4m3: (kDV + 8) d rows x 128 key bytes.
-constexpr int kVStageBytes = kFp8 ? (kDV + 8) * kTileN : kDV * kTileN * 2;
-constexpr int kBarrierBytes = 128;
+// bf16: 2 regions x 128 keys x 128 B; e4m3: kDV d rows x 128 key bytes.
+constexpr int kVStageBytes = kFp8 ? kDV * kTileN : kDV * kTileN * 2;
+constexpr int kBarrierBytes = kStages > 3 ? 256 : 128;  // (1 + 4 stages) mbarriers of 8 B
 constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (128 keys x 128 B) that cp.async fills one block
 // ahead of the transpose.
 constexpr int kStagingBytes = kVStaged ? 2 * kTileN * kVRowBytes : 0;
 constexpr int kSmemBytes =
     kQBytes + kStages * (kKStageBytes + kVStageBytes) + kStagingBytes + kBarrierBytes + kAlignSlack;
-constexpr int kProducerRegs = kVStaged ? 72 : 56;  // 128 x P + 256 x C <= 168 x 384 (the launch allocation)
-constexpr int kConsumerRegs = kVStaged ? 216 : 224;
+// setmaxnreg budgets: 128 x P + 256 x C <= 168 x 384 (the launch allocation). ZYFA_WS_PREGS /
+// ZYFA_WS_CREGS override them (experiments).
+#ifndef ZYFA_WS_PREGS
+#define ZYFA_WS_PREGS 0
+#endif
+#ifndef ZYFA_WS_CREGS
+#define ZYFA_WS_CREGS 0
+#endif
+constexpr int kProducerRegs = ZYFA_WS_PREGS > 0 ? ZYFA_WS_PREGS : (kVStaged ? 72 : 56);
+constexpr int kConsumerRegs = ZYFA_WS_CREGS > 0 ? ZYFA_WS_CREGS : (kVStaged ? 216 : 224);
+// O promotion (experiment, ZYFA_WS_OPROMOTE=1): each block's P.V goes into a fresh wgmma accumulator
+// that is added to the fp32 O registers after the block (DeepSeek-style promotion), instead of
+// accumulating O inside the (FP8: truncating) wgmma accumulator across all KV blocks. 64 more registers.
+#ifndef ZYFA_WS_OPROMOTE
+#define ZYFA_WS_OPROMOTE 0
+#endif
+constexpr bool kOPromote = ZYFA_WS_OPROMOTE != 0;
+// Early pack (default for FP8): pack P_j (and take its FP8 row sums) during the previous P.V's flight.
+#ifndef ZYFA_WS_EARLY_PACK
+#define ZYFA_WS_EARLY_PACK 0
+#endif
+constexpr bool kEarlyPack = ZYFA_WS_EARLY_PACK != 0;
 constexpr int kPRegs = kFp8 ? 16 : 32;            // packed P of one 64 x 128 block per thread
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -277,33 +302,23 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64
   }
 }
 
-// D += A B, A from registers (a0..a3, see above); B from shared memory: bf16 MN-major (transpose
-// flag set), e4m3 K-major (8-bit B has no transpose).
+// D (+)= A B, A from registers (a0..a3, see above); B from shared memory: bf16 MN-major (transpose
+// flag set), e4m3 K-major (8-bit B has no transpose); scale_d = 0 overwrites D.
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint64_t desc_b) {
+                                         uint64_t desc_b, uint32_t scale_d) {
   if constexpr (kFp8) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
         : ZYFA_ACC64
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1u));
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
         : ZYFA_ACC64
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1u));
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
   }
-}
-
-// e4m3 m64n8k32, A from registers: the per-block row sums (see kOTiles).
-__device__ __forceinline__ void wgmma_rs_n8_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                                 uint64_t desc_b, uint32_t scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
 }
 
 #undef ZYFA_ACC64
@@ -495,15 +510,6 @@ __device__ __forceinline__ void cp_async_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// e4m3: rows kDV .. kDV + 7 of a Vt stage: row kDV = 1.0 (code 0x38), the others 0 (see kOTiles).
-// Written once per stage by the producer; the transposes never touch them. The caller fences.
-__device__ __forceinline__ void init_vt_ones(uint32_t vt, int t128) {
-  if (t128 < 64) {
-    const uint32_t w = t128 < 8 ? 0x38383838u : 0u;
-    st_shared_v4(vt + kDV * 128 + t128 * 16, make_uint4(w, w, w, w));
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Softmax pieces.
 
@@ -543,25 +549,48 @@ __device__ __forceinline__ void issue_s(float (&sacc)[64], uint32_t q_tile, uint
   wgmma_commit();
 }
 
-// O += P V. v_tile: one V stage. bf16: V [key][d] is MN-major (d regions of 64 at LBO = kTileN x
-// 128 B), a k-step is 16 keys = 2048 B; e4m3: Vt [d][key position] (kDV + 8 rows, the last 8 the
-// ones column) is K-major, a k-step is 32 bytes.
-// FP8 also writes the block's row sums into lacc (fresh: its first k-step overwrites).
-__device__ __forceinline__ void issue_pv(float (&o)[kOAcc], float (&lacc)[4], const uint32_t (&p)[kPRegs],
-                                         uint32_t v_tile) {
+// O (+)= P V. v_tile: one V stage. bf16: V [key][d] is MN-major (d regions of 64 at LBO = kTileN x
+// 128 B), a k-step is 16 keys = 2048 B; e4m3: Vt [d][key position] is K-major, a k-step is 32 bytes.
+// fresh: the first k-step overwrites o (O promotion), else it accumulates.
+__device__ __forceinline__ void issue_pv(float (&o)[kOAcc], const uint32_t (&p)[kPRegs], uint32_t v_tile, bool fresh) {
 #pragma unroll
   for (int kk = 0; kk < kPvSteps; ++kk) {
     const uint64_t desc = kFp8 ? make_desc(v_tile + kk * 32, 16, 1024) : make_desc(v_tile + kk * 16 * 128, kTileN * 128, 1024);
-    wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc);
-  }
-  if constexpr (kFp8) {
-#pragma unroll
-    for (int kk = 0; kk < kPvSteps; ++kk) {
-      wgmma_rs_n8_e4m3(lacc, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3],
-                       make_desc(v_tile + kDV * 128 + kk * 32, 16, 1024), kk > 0 ? 1u : 0u);
-    }
+    wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc, (fresh && kk == 0) ? 0u : 1u);
   }
   wgmma_commit();
+}
+
+// Decodes the 4 e4m3 bytes of w into two f16 pairs (exact): lo = bytes 0, 1; hi = bytes 2, 3.
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n.reg .b16 l16, h16;\nmov.b32 {l16, h16}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l16;\ncvt.rn.f16x2.e4m3x2 %1, h16;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+}
+
+// d (+)= A x ones, mma.sync m16n8k16 f16 -> f32 (A fragment: a0 / a2 row g, a1 / a3 row g + 8).
+__device__ __forceinline__ void hmma_ones(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3) {
+  constexpr uint32_t kOnes = 0x3c003c00u;  // f16x2 (1, 1)
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(kOnes), "r"(kOnes));
+}
+
+// FP8: the sums of this thread's two rows (r = 0: g, 1: g + 8) over the block's packed P (see
+// kOTiles and pack_p: p[4 kc + 2 h + r] holds 4 keys of row r), whole rows (all 128 keys; every lane
+// of the quad gets the same value). Two independent HMMA chains for latency, one fp32 add at the end.
+__device__ __forceinline__ void row_sums_e4m3(const uint32_t (&p)[kPRegs], float (&lsum)[2]) {
+  float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+  for (int i = 0; i < kPRegs / 2; ++i) {  // i = 2 kc + h
+    uint32_t lo0, hi0, lo1, hi1;
+    e4m3x4_to_f16x2x2(p[2 * i], lo0, hi0);      // row g
+    e4m3x4_to_f16x2x2(p[2 * i + 1], lo1, hi1);  // row g + 8
+    hmma_ones(d[i & 1], lo0, lo1, hi0, hi1);
+  }
+  lsum[0] = d[0][0] + d[1][0];
+  lsum[1] = d[0][2] + d[1][2];
 }
 
 // Everything one consumer warpgroup needs to know about its block.
@@ -663,7 +692,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2],
 }
 
 // Second half, after the previous P.V has finished: s -> packed P operand (see the RS A fragment
-// above). FP8's row sums come from the ones rows of Vt (see kOTiles).
+// above). FP8's row sums are taken from the packed bytes (row_sums_e4m3).
 __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[kPRegs]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -773,9 +802,6 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       load_tile<kTileM, kQkChunks>(q_s, q_base, args.q_stride_seq * kESize, blk.q_row0, seqlen_q, vec_ok, t);
       signal(bar_q);
     }
-    if constexpr (kFp8) {
-      for (int s = 0; s < kStages; ++s) init_vt_ones(v_s + s * kVStageBytes, t);  // fenced before each full_v
-    }
     const uint32_t stg = v_s + kStages * kVStageBytes;  // kVStaged: two staging buffers
     if constexpr (kVStaged) {
       if (blk.n_blocks > 0) load_v_staging(stg, v_base, args.v_stride_seq, 0, seqlen_k, vec_ok, t);
@@ -860,26 +886,38 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint32_t q_tile = q_s + cw * 64 * 128;  // this warpgroup's rows of Q
 
   float o[kOAcc];
-  float lacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // FP8: this block's row sums (lanes tig = 0: [0] row g, [2] row g + 8)
+  float ob[kOAcc];  // kOPromote: this block's P.V (fresh wgmma accumulator), added to o after the block
   float sacc[64];
   uint32_t p[kPRegs];
 #pragma unroll
   for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
 #pragma unroll
+  for (int i = 0; i < kOAcc; ++i) ob[i] = 0.0f;
+#pragma unroll
   for (int i = 0; i < 64; ++i) sacc[i] = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPRegs; ++i) p[i] = 0u;
   float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.0f, 0.0f};
+  float l_run[2] = {0.0f, 0.0f};  // bf16: this thread's partial row sums (quad-summed at the end); FP8: whole rows
+  float lblk[2] = {0.0f, 0.0f};   // FP8: the sums of the block just packed (row_sums_e4m3)
+  float (&opv)[kOAcc] = *(kOPromote ? &ob : &o);  // where P.V accumulates
 
   auto issue_s_block = [&](int j) { issue_s(sacc, q_tile, k_s + (j % kStages) * kKStageBytes); };
-  auto issue_pv_block = [&](int j) { issue_pv(o, lacc, p, v_s + (j % kStages) * kVStageBytes); };
-  // FP8: l_run (sum over blocks before the last P.V, in the scale of the current max) += that P.V's
-  // block sums, broadcast from the quad's lane tig = 0.
+  auto issue_pv_block = [&](int j) { issue_pv(opv, p, v_s + (j % kStages) * kVStageBytes, kOPromote); };
+  // P_j -> packed operand q (+ FP8 with kEarlyPack: its row sums into lblk).
+  auto pack_block = [&](uint32_t (&q)[kPRegs]) {
+    pack_p(sacc, q);
+    if constexpr (kFp8 && kEarlyPack) row_sums_e4m3(q, lblk);
+  };
+  // FP8, contract order: l = l * alpha_j + sum(P_j), alpha_j the rescale of block j's max. Without
+  // kEarlyPack the sums of P_j are taken from the P registers while P_j V_j (which reads them) and
+  // S_{j+1} run: reading wgmma inputs in flight is fine, only defining them serialises.
+  float alpha_prev[2] = {1.0f, 1.0f};
   auto add_block_sums = [&]() {
     if constexpr (kFp8) {
+      if constexpr (!kEarlyPack) row_sums_e4m3(p, lblk);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) l_run[r] += __shfl_sync(0xffffffffu, lacc[2 * r], lane & ~3);
+      for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha_prev[r] + lblk[r];
     }
   };
   auto need_mask = [&](int j) {
@@ -904,7 +942,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     release(bar_empty_k(0));
     float alpha[2];
     softmax_block(sacc, m_run, l_run, alpha, 0, need_mask(0), row_lim, qk_scale, lean_a, tig);
-    pack_p(sacc, p);
+    pack_block(p);
+    alpha_prev[0] = alpha[0];
+    alpha_prev[1] = alpha[1];
 
     // ---- blocks 1..n-1: S_j overlapped with P_{j-1} V_{j-1}
 #pragma unroll 1
@@ -914,56 +954,73 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       mbar_wait(bar_full_k(s), (j / kStages) & 1);
       pp_sync();
       fence_regs(sacc);
-      fence_regs(o);
+      fence_regs(opv);
       fence_regs(p);
       wgmma_fence();
       issue_s_block(j);
       if constexpr (!kOverlap) wgmma_wait<0>();
       mbar_wait(bar_full_v(sp), ((j - 1) / kStages) & 1);
-      fence_regs(o);
-      fence_regs(lacc);
+      fence_regs(opv);
       fence_regs(p);
       wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
       issue_pv_block(j - 1);
       pp_arrive(false);
+      add_block_sums();  // P_{j-1}
       wgmma_wait<1>();
       fence_regs(sacc);
       release(bar_empty_k(s));
       softmax_block(sacc, m_run, l_run, alpha, j * kTileN, need_mask(j), row_lim, qk_scale, lean_a, tig);
+      // Early pack (FP8 default): P_j goes into other registers (and its row sums are taken) while
+      // P_{j-1} V_{j-1} still runs; P registers themselves are written only outside any wgmma's
+      // flight (FA3 order; keeps ptxas from serialising the wgmmas).
+      uint32_t pn[kPRegs];
+      if constexpr (kEarlyPack) pack_block(pn);
       wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(lacc);
+      fence_regs(opv);
       fence_regs(p);  // P_{j-1} stays live until its wgmma has finished reading it
       release(bar_empty_v(sp));
-      if constexpr (kFp8) {
-        add_block_sums();
+      const bool rescale = ZYFA_WS_RESCALE_SKIP == 0 || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f);
+      if constexpr (kOPromote) {
+        // o (blocks < j - 1) and ob (block j - 1) are in the scale of the previous max.
+        if (rescale) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) l_run[r] *= alpha[r];
-      }
-      // Rescale only when some row of the warp raised its max (warp-uniform branch; its rows only).
-      if (ZYFA_WS_RESCALE_SKIP == 0 || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+          for (int i = 0; i < kOAcc; ++i) o[i] = (o[i] + ob[i]) * alpha[(i >> 1) & 1];
+        } else {
+#pragma unroll
+          for (int i = 0; i < kOAcc; ++i) o[i] += ob[i];
+        }
+      } else if (rescale) {  // only when some row of the warp raised its max (warp-uniform branch)
 #pragma unroll
         for (int i = 0; i < kOAcc; ++i) o[i] *= alpha[(i >> 1) & 1];
       }
-      pack_p(sacc, p);  // P registers are written only outside any wgmma's flight (FA3 order)
+      if constexpr (kEarlyPack) {
+#pragma unroll
+        for (int i = 0; i < kPRegs; ++i) p[i] = pn[i];
+      } else {
+        pack_block(p);
+      }
+      alpha_prev[0] = alpha[0];
+      alpha_prev[1] = alpha[1];
     }
 
     // ---- last P V
     const int sl = (n - 1) % kStages;
     mbar_wait(bar_full_v(sl), ((n - 1) / kStages) & 1);
     pp_sync();
-    fence_regs(o);
-    fence_regs(lacc);
+    fence_regs(opv);
     fence_regs(p);
     wgmma_fence();
     issue_pv_block(n - 1);
     pp_arrive(true);
+    add_block_sums();  // P_{n-1}
     wgmma_wait<0>();
-    fence_regs(o);
-    fence_regs(lacc);
+    fence_regs(opv);
     fence_regs(p);
     release(bar_empty_v(sl));
-    add_block_sums();
+    if constexpr (kOPromote) {
+#pragma unroll
+      for (int i = 0; i < kOAcc; ++i) o[i] += ob[i];
+    }
   }
 
   // ---- epilogue: out = acc / l * v_descale -> bf16 (l == 0 -> 0); lse (l == 0 -> +inf)
