@@ -5,6 +5,7 @@ empty inputs)."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import sys
 import types
@@ -53,6 +54,11 @@ def test_opcheck(kind, fp8, p_mode, return_lse):
     utils = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic") if fp8 else None
     kw = {"test_utils": utils} if utils else {}
     torch.library.opcheck(torch.ops.zyfa.fwd.default, (q, k, v, 0.09, True, *ds, return_lse, p_mode), **kw)
+    # The tensor-descale op: same checks; descales as 0-dim and 1-element float32 tensors.
+    ts = (torch.tensor(ds[0]), torch.tensor([ds[1]]), torch.tensor(ds[2]))
+    torch.library.opcheck(
+        torch.ops.zyfa.fwd_tensor_descales.default, (q, k, v, 0.09, True, *ts, return_lse, p_mode), **kw
+    )
 
 
 def test_opcheck_seqlen_k_zero_and_grad_inputs():
@@ -84,6 +90,45 @@ def test_op_rejects_descales_for_bf16():
     q, k, v = make_qkv(1, 8, 8, 2, 2, seed=0)
     with pytest.raises(ValueError, match="descales"):
         torch.ops.zyfa.fwd(q, k, v, 0.1, True, 2.0, 1.0, 1.0, True, None)
+    one, two = torch.tensor(1.0), torch.tensor(2.0)
+    with pytest.raises(ValueError, match="descales"):
+        torch.ops.zyfa.fwd_tensor_descales(q, k, v, 0.1, True, one, two, one, True, None)
+
+
+def test_ops_check_scalar_values_at_run_time():
+    """Scale and descale values are checked inside the ops (flash_attn_func leaves them symbolic under
+    torch.compile), for float and tensor descales alike."""
+    q, k, v = make_qkv(1, 8, 8, 2, 2, seed=0)
+    q8, k8, v8, ds = quantize3(q, k, v)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        torch.ops.zyfa.fwd(q, k, v, float("nan"), True, 1.0, 1.0, 1.0, True, None)
+    with pytest.raises(ValueError, match="k_descale must be finite and > 0"):
+        torch.ops.zyfa.fwd(q8, k8, v8, 0.1, True, ds[0], -ds[1], ds[2], True, None)
+    bad = (torch.tensor(ds[0]), torch.tensor(float("inf")), torch.tensor(ds[2]))
+    with pytest.raises(ValueError, match="k_descale must be finite and > 0"):
+        torch.ops.zyfa.fwd_tensor_descales(q8, k8, v8, 0.1, True, *bad, True, None)
+
+
+@pytest.mark.parametrize("op", ["fwd", "fwd_tensor_descales"])
+def test_backward_of_both_ops_is_a_clear_error(op):
+    q, k, v = (x.requires_grad_() for x in make_qkv(1, 16, 16, 2, 2, seed=6))
+    ones = (1.0, 1.0, 1.0) if op == "fwd" else tuple(torch.tensor(1.0) for _ in range(3))
+    out, _ = getattr(torch.ops.zyfa, op)(q, k, v, 0.1, True, *ones, False, None)
+    assert out.requires_grad
+    with pytest.raises(NotImplementedError, match="forward-only"):
+        out.float().sum().backward()
+
+
+def test_tensor_descales_are_read_in_the_op():
+    """flash_attn_func routes tensor (or mixed) descales to zyfa::fwd_tensor_descales: same bits as floats."""
+    q, k, v = make_qkv(1, 40, 56, 4, 2, seed=13)
+    (q8, dq), (k8, dk), (v8, dv) = (zyfa.fp8_quantize(x) for x in (q, k * 8, v / 4))
+    floats = zyfa.flash_attn_func(
+        q8, k8, v8, causal=True, q_descale=dq.item(), k_descale=dk.item(), v_descale=dv.item()
+    )
+    tensors = zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=dq, k_descale=dk, v_descale=dv)
+    mixed = zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=dq, k_descale=dk.item(), v_descale=dv)
+    assert torch.equal(floats, tensors) and torch.equal(floats, mixed)
 
 
 # ------------------------------------------------------------------ GPU dispatch with zyfa_core mocked
@@ -289,3 +334,42 @@ def test_args_pass_zyfa_core_checks(fp8):
     assert len(abi.args_bytes(args)) == abi.ARGS_SIZE
     assert args.flags == abi.FLAG_CAUSAL | abi.FLAG_LSE and args.lse == lse.data_ptr()
     assert (args.k_stride_batch, args.k_stride_seq, args.k_stride_head) == (2 * 56 * 128, 128, 56 * 128)
+
+
+def test_kernel_selection_is_cached(monkeypatch):
+    """zyfa_core's probe, device query and manifest lookup run once per (device, dtype, dims, p_mode)."""
+    mock = _MockCore()
+    mock.install(monkeypatch)
+    monkeypatch.setattr(_ops, "_select_cached", functools.lru_cache(maxsize=8)(_ops._select_cached))
+    q, k, v = make_qkv(1, 40, 40, 2, 2, seed=14)
+    mock.inputs = (q, k, v)
+    a = zyfa.flash_attn_func(q, k, v, causal=True)
+    b = zyfa.flash_attn_func(q, k, v, causal=True)
+    assert torch.equal(a, b) and len(mock.launches) == 2 and len(mock.selects) == 1
+    q8, k8, v8, ds = quantize3(q, k, v)
+    mock.inputs = (q8, k8, v8)
+    for p_mode in ("lean", "lean", None):
+        kw = dict(zip(("q_descale", "k_descale", "v_descale"), ds, strict=True))
+        zyfa.flash_attn_func(q8, k8, v8, causal=True, p_mode=p_mode, **kw)
+    assert [s[1] for s in mock.selects] == ["bf16", "e4m3fn", "e4m3fn"]
+    assert [s[5] for s in mock.selects] == [None, "lean", None]
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_host_overhead_measures_every_layer(core, monkeypatch, fp8):
+    """zyfa.overhead times four layers of the call path (mocked launches here; real ones on a GPU)."""
+    from zyfa import overhead
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    q, k, v = make_qkv(1, 16, 16, 1, 1, seed=15)
+    descales = (1.0, 1.0, 1.0)
+    if fp8:
+        q, k, v, descales = quantize3(q, k, v)
+    core.inputs = (q, k, v)
+    us = overhead._measure(q, k, v, descales, 2, q.device)
+    assert list(us) == ["flash_attn_func", "torch.ops.zyfa.fwd", "_forward", "zyfa_core.launch"]
+    assert all(t > 0 for t in us.values())
+    assert len(core.launches) == 4 * 4  # 2 warm-up + 2 timed calls per layer, each one launch
+    assert all(args.q_descale == descales[0] for _, args, _, _ in core.launches)
+    with pytest.raises(RuntimeError, match="needs a CUDA or ROCm GPU"):
+        overhead.host_overhead(device="cpu")

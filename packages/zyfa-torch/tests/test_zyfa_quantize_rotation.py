@@ -131,3 +131,74 @@ def test_quantize3_helper_roundtrip():
     q, k, v = make_qkv(1, 8, 8, 1, 1, seed=0)
     q8, _, _, (dq, _, _) = quantize3(q, k, v)
     assert rel_err(q8.float() * dq, q.float()) < 0.04
+
+
+def test_as_float_and_fixed_descale():
+    """as_float returns the same descale as a Python float; a fixed descale skips the amax entirely."""
+    x = torch.randn(3, 40, 2, 128, generator=torch.Generator().manual_seed(11)) * 5
+    x8, d = zyfa.fp8_quantize(x)
+    x8f, df = zyfa.fp8_quantize(x, as_float=True)
+    assert isinstance(df, float) and df == d.item() and torch.equal(x8f.float(), x8.float())
+    # A fixed descale: e4m3(x / descale), saturating; returned as given.
+    fixed = df / 4  # 4x too small: the largest values saturate at 448
+    x8s, ds = zyfa.fp8_quantize(x, descale=fixed)
+    assert ds == fixed and x8s.float().abs().max().item() == 448.0
+    assert torch.equal(x8s.float(), R.round_to_e4m3fn((x.float() / fixed).clamp(-448, 448)))
+    x8r, _ = zyfa.fp8_quantize(x, descale=df, rotate=True, seed=2)
+    assert torch.equal(x8r.float(), R.round_to_e4m3fn((zyfa.rotate(x.float(), seed=2) / df).clamp(-448, 448)))
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="descale must be finite and > 0"):
+            zyfa.fp8_quantize(x, descale=bad)
+
+
+@pytest.mark.parametrize("d", [128, 192])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_rotation_fast_path_agrees_with_plain(d, dtype):
+    """Fast path: one fp32 matmul with R cached per (d, seed, dtype, device); plain: R rebuilt, float64.
+    fp32 agrees to rounding (d terms of fp32 products: <= ~d * 2^-24 relative, 1e-5 here); bf16 outputs
+    differ at most where the fp32 sum lands next to a bf16 rounding boundary: by one bf16 step (at most
+    2^-7 relative), in a small fraction of elements."""
+    x = (torch.randn(2, 33, 3, d, generator=torch.Generator().manual_seed(d)) * 3).to(dtype)
+    fast, plain = zyfa.rotate(x, seed=5), zyfa.rotate(x, seed=5, fast=False)
+    assert fast.dtype == plain.dtype == dtype
+    if dtype == torch.float64:
+        torch.testing.assert_close(fast, plain, rtol=1e-12, atol=1e-12)
+    elif dtype == torch.float32:
+        assert rel_err(fast, plain) < 1e-6
+        torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+    else:
+        diff = (fast.double() - plain.double()).abs()
+        assert (diff <= plain.double().abs() * 2.0**-7).all()  # one bf16 step: <= 2^-7 relative
+        assert (diff > 0).double().mean().item() < 0.02
+    hits = zyfa.rotation._cached_rotation.cache_info().hits
+    zyfa.rotate(x, seed=5)
+    assert zyfa.rotation._cached_rotation.cache_info().hits == hits + 1  # R is not rebuilt per call
+    qr, kr = zyfa.rotate_qk(x, x, seed=5, fast=False)
+    assert torch.equal(qr, plain) and torch.equal(kr, plain)
+
+
+def test_rotation_fast_path_traces_as_a_constant():
+    """Under torch.compile R is a graph constant: rotate + quantise trace into one graph, same bits."""
+    x = torch.randn(2, 16, 2, 192, generator=torch.Generator().manual_seed(3))
+
+    def quant(t):
+        return zyfa.fp8_quantize(t, rotate=True, seed=7)
+
+    explained = torch._dynamo.explain(quant)(x)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0
+    (got8, got_d), (want8, want_d) = torch.compile(quant, backend="aot_eager", fullgraph=True)(x), quant(x)
+    assert torch.equal(got8.float(), want8.float()) and torch.equal(got_d, want_d)
+
+
+@pytest.mark.parametrize("d", [128, 192])
+def test_rotated_bf16_attention_is_unchanged_up_to_rounding(d):
+    """(qR)(kR)ᵀ = qkᵀ: with bf16 q, k rotated (fast path, rounded to bf16 again) the attention output
+    stays within BF16 rounding of the unrotated one, and as close to float64 truth (FA3's 2x rule)."""
+    q, k, v = make_qkv(2, 150, 150, 4, 2, d, 128, seed=d, q_scale=2.0)
+    qr, kr = zyfa.rotate_qk(q, k, seed=3)
+    truth, _ = R.attention_dense_f64(q, k, v, causal=True)
+    plain = zyfa.flash_attn_func(q, k, v, causal=True)
+    rotated = zyfa.flash_attn_func(qr, kr, v, causal=True)
+    assert rel_err(rotated, truth) <= 5e-3
+    assert rel_err(rotated, truth) <= 2 * rel_err(plain, truth) + 1e-3
+    assert rel_err(rotated, plain) <= 1e-2

@@ -1,0 +1,108 @@
+"""Host overhead of an eager `zyfa.flash_attn_func` call, layer by layer (needs a GPU).
+
+    python -m zyfa.overhead            # prints µs per call of each layer, BF16 and FP8
+
+At a tiny shape the kernel finishes long before the host has enqueued the next call, so the wall time
+of N back-to-back calls (synchronised once at the end) divided by N is what one call costs the host.
+Each layer is timed on its own, from the outside in:
+
+    flash_attn_func      validation + custom-op dispatch + kernel selection + argument fill + launch
+    torch.ops.zyfa.fwd   the custom op (dispatcher, checks on the real tensors, allocation, launch)
+    _forward             the op's body without torch's dispatcher
+    zyfa_core.launch     zyfa_core's argument checks + the driver launch, with ready-made arguments
+
+Issue 6 sets 15 µs per call as the point above which the hot path should move into C++.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+
+from zyfa import _ops
+from zyfa.interface import flash_attn_func
+
+__all__ = ["host_overhead"]
+
+
+def _per_call_us(call: Callable[[], object], calls: int, device: torch.device) -> float:
+    for _ in range(min(50, calls)):  # warm-up: kernel load, allocator blocks, caches
+        call()
+    torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize(device)
+    return (time.perf_counter() - start) * 1e6 / calls
+
+
+def host_overhead(
+    *, fp8: bool = False, calls: int = 1000, seqlen: int = 128, device: torch.device | str | None = None
+) -> dict[str, float]:
+    """Host µs per eager call of each layer of the call path (see the module docstring).
+
+    Args:
+        fp8: time the e4m3fn path (float descales, the no-sync path) instead of BF16.
+        calls: calls per layer after 50 warm-up calls.
+        seqlen: seqlen_q = seqlen_k of the tiny problem (batch 1, 1 head, d 128).
+        device: a CUDA/ROCm device (default: the current one).
+
+    Returns:
+        {"flash_attn_func": µs, "torch.ops.zyfa.fwd": µs, "_forward": µs, "zyfa_core.launch": µs}.
+    """
+    device = torch.device(device if device is not None else "cuda")
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError("zyfa.overhead.host_overhead needs a CUDA or ROCm GPU")
+    g = torch.Generator(device="cpu").manual_seed(0)
+    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    q, k, v = (torch.randn(1, seqlen, 1, 128, generator=g).to(device=device, dtype=dtype) for _ in range(3))
+    return _measure(q, k, v, (0.5, 0.25, 2.0) if fp8 else (1.0, 1.0, 1.0), calls, device)
+
+
+def _measure(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    descales: tuple[float, float, float],
+    calls: int,
+    device: torch.device,
+) -> dict[str, float]:
+    scale = q.shape[-1] ** -0.5
+    fp8 = q.dtype == torch.float8_e4m3fn
+    kw = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=True)) if fp8 else {}
+    return {
+        "flash_attn_func": _per_call_us(lambda: flash_attn_func(q, k, v, causal=True, **kw), calls, device),
+        "torch.ops.zyfa.fwd": _per_call_us(
+            lambda: torch.ops.zyfa.fwd(q, k, v, scale, True, *descales, False, None), calls, device
+        ),
+        "_forward": _per_call_us(
+            lambda: _ops._forward(q, k, v, scale, True, descales, False, None), calls, device
+        ),
+        "zyfa_core.launch": _per_call_us(_launch_only(q, k, v, scale, descales), calls, device),
+    }
+
+
+def _launch_only(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, descales: tuple[float, float, float]
+) -> Callable[[], None]:
+    """zyfa_core.launch with arguments filled once (into one preallocated output)."""
+    core = _ops._core()
+    spec = _ops.select_kernel(q, k, v, True, None)
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    args = _ops._fill_args(core.abi, q, k, v, out, None, scale, True, descales)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    index = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    return lambda: core.launcher.launch(spec, args, stream=stream, device=index)
+
+
+def main() -> None:
+    """Print the table for BF16 and FP8 on the current GPU."""
+    for fp8 in (False, True):
+        us = host_overhead(fp8=fp8)
+        print(("FP8 " if fp8 else "BF16") + "  " + "  ".join(f"{name} {t:.1f} µs" for name, t in us.items()))
+
+
+if __name__ == "__main__":
+    main()
