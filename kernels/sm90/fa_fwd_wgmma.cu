@@ -28,8 +28,8 @@
  *   S accumulators (a permutation of the keys applied to both P and V leaves P.V unchanged).
  * FP8 row sums: on the CUDA cores' side of the tensor core, NOT in an FP8 wgmma (truncating adder):
  *   each thread decodes its packed P bytes to f16 pairs and sums them with mma.sync m16n8k16 f16 x
- *   ones -> fp32, giving the fp32 sum of exactly the e4m3 P fed to P.V (see kOTiles); FP8 packs P_j
- *   and takes these sums while P_{j-1} V_{j-1} still runs (ZYFA_WS_EARLY_PACK).
+ *   ones -> fp32, giving the fp32 sum of exactly the e4m3 P fed to P.V (see kOTiles), while P_j V_j
+ *   (which reads the same P registers) runs (ZYFA_WS_LSUM selects other methods).
  * Pipelines: separate K and V rings (full + empty mbarrier per stage), so K_{j+1} is released as
  *   soon as S_{j+1} is computed while V_j is still being read.
  * Intra-warpgroup overlap (FA3): iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
@@ -59,7 +59,7 @@
  * ZYFA_TILE_N (128), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
- * ZYFA_WS_EARLY_PACK (timing / accuracy experiments; see their definitions).
+ * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE (timing / accuracy experiments; see their definitions).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -151,11 +151,19 @@ constexpr int kConsumerRegs = ZYFA_WS_CREGS > 0 ? ZYFA_WS_CREGS : (kVStaged ? 21
 #define ZYFA_WS_OPROMOTE 0
 #endif
 constexpr bool kOPromote = ZYFA_WS_OPROMOTE != 0;
-// Early pack (default for FP8): pack P_j (and take its FP8 row sums) during the previous P.V's flight.
-#ifndef ZYFA_WS_EARLY_PACK
-#define ZYFA_WS_EARLY_PACK 0
+// FP8 row-sum method (see kOTiles): 0 = decode + HMMA with ones, issued while P.V / S run (reads of
+// wgmma inputs in flight are fine; defining them is what makes ptxas serialise, C7513, which is why
+// P is never packed early); 1 = the same HMMA after the P.V wait; 2 = decode + f16 HADD2 tree per
+// row (16 values per half) then fp32, in flight; 3 = decode + one f16 add per 2 values, then fp32,
+// in flight. 0 and 1 are exact (fp32 accumulation of exact f16 values); 2 and 3 round in f16.
+#ifndef ZYFA_WS_LSUM
+#define ZYFA_WS_LSUM 0
 #endif
-constexpr bool kEarlyPack = ZYFA_WS_EARLY_PACK != 0;
+constexpr int kLSum = ZYFA_WS_LSUM;
+// Row max as 4 independent chains per row (ZYFA_WS_MAXTREE=1) instead of one 32-long FMNMX chain.
+#ifndef ZYFA_WS_MAXTREE
+#define ZYFA_WS_MAXTREE 0
+#endif
 constexpr int kPRegs = kFp8 ? 16 : 32;            // packed P of one 64 x 128 block per thread
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -577,20 +585,56 @@ __device__ __forceinline__ void hmma_ones(float (&d)[4], uint32_t a0, uint32_t a
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(kOnes), "r"(kOnes));
 }
 
+__device__ __forceinline__ uint32_t hadd2_u32(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("add.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ float f16x2_sum_f32(uint32_t a) {  // low + high half in fp32 (exact conversions)
+  const __half2 h = *reinterpret_cast<const __half2*>(&a);
+  return __low2float(h) + __high2float(h);
+}
+
 // FP8: the sums of this thread's two rows (r = 0: g, 1: g + 8) over the block's packed P (see
-// kOTiles and pack_p: p[4 kc + 2 h + r] holds 4 keys of row r), whole rows (all 128 keys; every lane
-// of the quad gets the same value). Two independent HMMA chains for latency, one fp32 add at the end.
+// kOTiles and pack_p: p[4 kc + 2 h + r] holds 4 keys of row r). kLSum 0 / 1: whole rows (all 128
+// keys; every lane of the quad gets the same value), two independent HMMA chains for latency;
+// 2 / 3: this thread's 32 keys per row (quad-summed in the epilogue).
 __device__ __forceinline__ void row_sums_e4m3(const uint32_t (&p)[kPRegs], float (&lsum)[2]) {
-  float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  if constexpr (kLSum <= 1) {
+    float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-  for (int i = 0; i < kPRegs / 2; ++i) {  // i = 2 kc + h
-    uint32_t lo0, hi0, lo1, hi1;
-    e4m3x4_to_f16x2x2(p[2 * i], lo0, hi0);      // row g
-    e4m3x4_to_f16x2x2(p[2 * i + 1], lo1, hi1);  // row g + 8
-    hmma_ones(d[i & 1], lo0, lo1, hi0, hi1);
+    for (int i = 0; i < kPRegs / 2; ++i) {  // i = 2 kc + h
+      uint32_t lo0, hi0, lo1, hi1;
+      e4m3x4_to_f16x2x2(p[2 * i], lo0, hi0);      // row g
+      e4m3x4_to_f16x2x2(p[2 * i + 1], lo1, hi1);  // row g + 8
+      hmma_ones(d[i & 1], lo0, lo1, hi0, hi1);
+    }
+    lsum[0] = d[0][0] + d[1][0];
+    lsum[1] = d[0][2] + d[1][2];
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      uint32_t h[kPRegs];  // 16 f16 pairs of row r
+#pragma unroll
+      for (int i = 0; i < kPRegs / 2; ++i) e4m3x4_to_f16x2x2(p[2 * i + r], h[2 * i], h[2 * i + 1]);
+      if constexpr (kLSum == 2) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) h[i] = hadd2_u32(h[i], h[i + 8]);  // 16 pairs -> 8 -> 4 -> 2 -> 1
+#pragma unroll
+        for (int i = 0; i < 4; ++i) h[i] = hadd2_u32(h[i], h[i + 4]);
+        h[0] = hadd2_u32(h[0], h[2]);
+        h[1] = hadd2_u32(h[1], h[3]);
+        h[0] = hadd2_u32(h[0], h[1]);
+        lsum[r] = f16x2_sum_f32(h[0]);
+      } else {
+        float a[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int i = 0; i < kPRegs / 2; ++i) a[i & 1] += f16x2_sum_f32(hadd2_u32(h[2 * i], h[2 * i + 1]));
+        lsum[r] = a[0] + a[1];
+      }
+    }
   }
-  lsum[0] = d[0][0] + d[1][0];
-  lsum[1] = d[0][2] + d[1][2];
 }
 
 // Everything one consumer warpgroup needs to know about its block.
@@ -616,15 +660,22 @@ __device__ __forceinline__ void softmax_rows(float (&s)[64], float (&m_run)[2], 
                                              float qk_scale, float lean_a) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
+    constexpr int kChains = ZYFA_WS_MAXTREE ? 4 : 1;  // independent FMNMX chains (latency)
+    float mxc[kChains];
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) mxc[c] = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
         const float v = s[4 * j + 2 * r + x];
-        mx = fmaxf(mx, (kFast || !kLeanP) ? v : (v == -INFINITY ? -INFINITY : v * qk_scale));
+        float& mc = mxc[(2 * j + x) % kChains];
+        mc = fmaxf(mc, (kFast || !kLeanP) ? v : (v == -INFINITY ? -INFINITY : v * qk_scale));
       }
     }
+    float mx = mxc[0];
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) mx = fmaxf(mx, mxc[c]);
     mx = quad_max(mx);
     const float m_new = fmaxf(m_run[r], kFast ? mx * qk_scale : mx);
     alpha[r] = 1.0f;  // m_new == -inf: nothing visible yet, the block changes nothing
@@ -904,20 +955,17 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 
   auto issue_s_block = [&](int j) { issue_s(sacc, q_tile, k_s + (j % kStages) * kKStageBytes); };
   auto issue_pv_block = [&](int j) { issue_pv(opv, p, v_s + (j % kStages) * kVStageBytes, kOPromote); };
-  // P_j -> packed operand q (+ FP8 with kEarlyPack: its row sums into lblk).
-  auto pack_block = [&](uint32_t (&q)[kPRegs]) {
-    pack_p(sacc, q);
-    if constexpr (kFp8 && kEarlyPack) row_sums_e4m3(q, lblk);
-  };
-  // FP8, contract order: l = l * alpha_j + sum(P_j), alpha_j the rescale of block j's max. Without
-  // kEarlyPack the sums of P_j are taken from the P registers while P_j V_j (which reads them) and
-  // S_{j+1} run: reading wgmma inputs in flight is fine, only defining them serialises.
+  // FP8, contract order: l = l * alpha_j + sum(P_j), alpha_j the rescale of block j's max. The sums
+  // of P_j are taken from the P registers while P_j V_j (which reads them) and S_{j+1} run (kLSum
+  // != 1) or right after P_j V_j has finished (kLSum == 1), before P_{j+1} overwrites them.
   float alpha_prev[2] = {1.0f, 1.0f};
-  auto add_block_sums = [&]() {
+  auto add_block_sums = [&](bool in_flight) {
     if constexpr (kFp8) {
-      if constexpr (!kEarlyPack) row_sums_e4m3(p, lblk);
+      if (in_flight == (kLSum != 1)) {
+        row_sums_e4m3(p, lblk);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha_prev[r] + lblk[r];
+        for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha_prev[r] + lblk[r];
+      }
     }
   };
   auto need_mask = [&](int j) {
@@ -942,7 +990,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     release(bar_empty_k(0));
     float alpha[2];
     softmax_block(sacc, m_run, l_run, alpha, 0, need_mask(0), row_lim, qk_scale, lean_a, tig);
-    pack_block(p);
+    pack_p(sacc, p);
     alpha_prev[0] = alpha[0];
     alpha_prev[1] = alpha[1];
 
@@ -965,20 +1013,16 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
       issue_pv_block(j - 1);
       pp_arrive(false);
-      add_block_sums();  // P_{j-1}
+      add_block_sums(true);  // P_{j-1}
       wgmma_wait<1>();
       fence_regs(sacc);
       release(bar_empty_k(s));
       softmax_block(sacc, m_run, l_run, alpha, j * kTileN, need_mask(j), row_lim, qk_scale, lean_a, tig);
-      // Early pack (FP8 default): P_j goes into other registers (and its row sums are taken) while
-      // P_{j-1} V_{j-1} still runs; P registers themselves are written only outside any wgmma's
-      // flight (FA3 order; keeps ptxas from serialising the wgmmas).
-      uint32_t pn[kPRegs];
-      if constexpr (kEarlyPack) pack_block(pn);
       wgmma_wait<0>();
       fence_regs(opv);
       fence_regs(p);  // P_{j-1} stays live until its wgmma has finished reading it
       release(bar_empty_v(sp));
+      add_block_sums(false);  // P_{j-1} (kLSum == 1)
       const bool rescale = ZYFA_WS_RESCALE_SKIP == 0 || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f);
       if constexpr (kOPromote) {
         // o (blocks < j - 1) and ob (block j - 1) are in the scale of the previous max.
@@ -993,12 +1037,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #pragma unroll
         for (int i = 0; i < kOAcc; ++i) o[i] *= alpha[(i >> 1) & 1];
       }
-      if constexpr (kEarlyPack) {
-#pragma unroll
-        for (int i = 0; i < kPRegs; ++i) p[i] = pn[i];
-      } else {
-        pack_block(p);
-      }
+      pack_p(sacc, p);  // P registers are written only outside any wgmma's flight (FA3 order)
       alpha_prev[0] = alpha[0];
       alpha_prev[1] = alpha[1];
     }
@@ -1012,11 +1051,12 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     wgmma_fence();
     issue_pv_block(n - 1);
     pp_arrive(true);
-    add_block_sums();  // P_{n-1}
+    add_block_sums(true);  // P_{n-1}
     wgmma_wait<0>();
     fence_regs(opv);
     fence_regs(p);
     release(bar_empty_v(sl));
+    add_block_sums(false);
     if constexpr (kOPromote) {
 #pragma unroll
       for (int i = 0; i < kOAcc; ++i) o[i] += ob[i];
@@ -1029,7 +1069,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const bool write_lse = (args.flags & ZYFA_FLAG_LSE) != 0u && args.lse != nullptr;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = kFp8 ? l_run[r] : quad_sum(l_run[r]);  // FP8: already the whole row's sum
+    const float l = (kFp8 && kLSum <= 1) ? l_run[r] : quad_sum(l_run[r]);  // FP8 HMMA sums: whole rows already
     const int64_t row = row_a + 8 * r;
     if (row >= seqlen_q) continue;
     __nv_bfloat16* const out_row = static_cast<__nv_bfloat16*>(args.out) +

@@ -167,6 +167,11 @@ struct Case {
   bool causal, lse;
   Layout layout;
   float q_amp;  // scales q: sharper softmax (exercises tiny and subnormal e4m3 P codes)
+  // Integer-grid inputs (q, k, v in {-3..3} times a power of two): every FP8 product and every
+  // partial sum of S = q.k fits the FP8 tensor core's ~14-bit truncating adder, so S is exact and the
+  // kernel's m, P, l and lse must match the contract to rounding (the diagnostic that separates the
+  // kernel's own numerics from the tensor core's S / P.V accumulation).
+  bool grid = false;
 };
 
 // A [batch, seq, heads, dim] tensor inside a flat buffer: strides in elements, an element offset.
@@ -204,13 +209,14 @@ struct Tensor {
   float descale = 1.0f;
 };
 
-Tensor make_input(std::mt19937& rng, int batch, int seq, int heads, int dim, Layout layout, float amp) {
+Tensor make_input(std::mt19937& rng, int batch, int seq, int heads, int dim, Layout layout, float amp,
+                  bool grid = false) {
   Tensor t;
   t.geo = make_geometry(batch, seq, heads, dim, layout);
   const size_t n = static_cast<size_t>(batch) * seq * heads * dim;
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(n);
-  for (float& v : x) v = amp * nd(rng);
+  for (float& v : x) v = grid ? std::min(3.0f, std::max(-3.0f, std::nearbyint(amp * nd(rng)))) : amp * nd(rng);
   t.val.resize(n);
   if (kFp8) {
     // fp8_quantize: descale = 2^ceil(log2(amax / 448)), x8 = e4m3(x / descale).
@@ -483,9 +489,9 @@ void print_error_map(const Case& cs, const std::vector<double>& out, const std::
 bool run_case(const Case& cs, uint32_t seed) {
   std::mt19937 rng(seed);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kDQk));
-  const Tensor q = make_input(rng, cs.batch, cs.sq, cs.hq, kDQk, cs.layout, cs.q_amp);
-  const Tensor k = make_input(rng, cs.batch, cs.sk, cs.hkv, kDQk, cs.layout, 1.0f);
-  const Tensor v = make_input(rng, cs.batch, cs.sk, cs.hkv, kDV, cs.layout, 1.0f);
+  const Tensor q = make_input(rng, cs.batch, cs.sq, cs.hq, kDQk, cs.layout, cs.q_amp, cs.grid);
+  const Tensor k = make_input(rng, cs.batch, cs.sk, cs.hkv, kDQk, cs.layout, 1.0f, cs.grid);
+  const Tensor v = make_input(rng, cs.batch, cs.sk, cs.hkv, kDV, cs.layout, 1.0f, cs.grid);
   const Geometry og = make_geometry(cs.batch, cs.sq, cs.hq, kDV, cs.layout);
   const Refs ref = compute_refs(cs, q, k, v, scale);
 
@@ -528,9 +534,13 @@ bool run_case(const Case& cs, uint32_t seed) {
   const double err_c = rel_l2(out, ref.out_contract);
   const double err_d = rel_l2(out, ref.out_dense);
   const double err_ref = rel_l2(ref.out_contract, ref.out_dense);
-  // FP8 vs contract (fp32 row sums on the CUDA cores since 2026-12-01; the tensor-core row sums
-  // needed 2e-2 / lse 0.07): bf16 output rounding (~1.6e-3) plus P.V accumulation in the FP8 wgmma.
-  const double tol_c = kFp8 ? 4e-3 : 5e-3;
+  // FP8 vs contract. The row sum is exact since 2026-12-01 (layout probe), but S = Q K^T and O += P V
+  // still accumulate in the FP8 tensor core's ~14-bit truncating adder (DeepSeek-V3 3.3.2; layout
+  // probe: S 1.3e-4, O 2.4e-4 rel L2): measured on the H200 over these cases out <= 6.8e-3, lse max
+  // 4.2e-2 (sharp rows: an error of ~1e-3 in a large S moves its p), mean <= 1.5e-3. Grid cases (S
+  // exact) must match to rounding: lse 1e-4, out 4e-3 (bf16 rounding + P.V accumulation).
+  const bool strict = !kFp8 || cs.grid;
+  const double tol_c = !kFp8 ? 5e-3 : (cs.grid ? 4e-3 : 9e-3);
   const double tol_d = 2.0 * err_ref + 4e-3;
 
   bool ok = not_finite == 0 && pad_touched == 0 && lse_touched == 0 && repeatable && err_c <= tol_c && err_d <= tol_d;
@@ -540,7 +550,7 @@ bool run_case(const Case& cs, uint32_t seed) {
     const LseStats lc = lse_stats(lse, ref.lse_contract);
     const LseStats ld = lse_stats(lse, ref.lse_dense);
     const bool inf_ok = lc.inf_match && ld.inf_match;
-    const bool lse_ok = inf_ok && lc.max_diff <= 1e-3 && lc.mean_diff <= 1e-4 &&
+    const bool lse_ok = inf_ok && lc.max_diff <= (strict ? 1e-4 : 6e-2) && lc.mean_diff <= (strict ? 1e-5 : 2.5e-3) &&
                         ld.max_diff <= (kFp8 ? 0.1 : 2e-3);
     std::printf(" | lse vs contract max %.1e mean %.1e, vs f64 max %.1e%s", lc.max_diff, lc.mean_diff, ld.max_diff,
                 inf_ok ? "" : ", +inf rows DIFFER");
@@ -619,6 +629,10 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
   if constexpr (kFp8) {  // the kernel's row sums of the packed P (every lane of a quad holds its rows' sums)
     float lsum[2];
     row_sums_e4m3(p, lsum);
+    if constexpr (kLSum >= 2) {  // per-thread partial sums: whole rows as in the epilogue
+      lsum[0] = quad_sum(lsum[0]);
+      lsum[1] = quad_sum(lsum[1]);
+    }
     if (tig == (g & 3)) {  // a different lane of each quad writes, so every lane's value is checked somewhere
       l_out[16 * warp + g] = lsum[0];
       l_out[16 * warp + g + 8] = lsum[1];
@@ -728,7 +742,7 @@ bool run_probe() {
   }
   const double es = rel_l2(s_got, s_ref), eo = rel_l2(o_got, o_ref), el = rel_l2(l_got, l_ref);
   // Row sums: fp32-accumulated sums of 128 e4m3 values (each exact in f16): essentially exact.
-  const bool ok = es <= 1e-3 && eo <= 1e-3 && el <= 1e-6;
+  const bool ok = es <= 1e-3 && eo <= 1e-3 && el <= (kLSum <= 1 ? 1e-6 : 2e-3);
   std::printf("layout probe: S = Q K^T rel L2 %.2e, O = P V rel L2 %.2e, row sums (e4m3 -> f16 HMMA) rel L2 %.2e | %s\n",
               es, eo, el, ok ? "PASS" : "FAIL");
   if (!ok) {
@@ -981,9 +995,9 @@ int refs_only(const Case* cases, int n) {
     const Case& cs = cases[i];
     std::mt19937 rng(seed++);
     const float scale = 1.0f / std::sqrt(static_cast<float>(kDQk));
-    const Tensor q = make_input(rng, cs.batch, cs.sq, cs.hq, kDQk, cs.layout, cs.q_amp);
-    const Tensor k = make_input(rng, cs.batch, cs.sk, cs.hkv, kDQk, cs.layout, 1.0f);
-    const Tensor v = make_input(rng, cs.batch, cs.sk, cs.hkv, kDV, cs.layout, 1.0f);
+    const Tensor q = make_input(rng, cs.batch, cs.sq, cs.hq, kDQk, cs.layout, cs.q_amp, cs.grid);
+    const Tensor k = make_input(rng, cs.batch, cs.sk, cs.hkv, kDQk, cs.layout, 1.0f, cs.grid);
+    const Tensor v = make_input(rng, cs.batch, cs.sk, cs.hkv, kDV, cs.layout, 1.0f, cs.grid);
     const Refs ref = compute_refs(cs, q, k, v, scale);
     const LseStats ls = lse_stats(ref.lse_contract, ref.lse_dense);
     std::printf("%-34s contract ref vs f64: out %.3e, lse max %.2e mean %.2e, +inf rows %s\n", cs.name,
@@ -1015,6 +1029,8 @@ int main(int argc, char** argv) {
       // Long diffuse rows (q x0.25: nearly flat softmax, 16 KV blocks): where tensor-core
       // accumulation of P.V / the row sum shows (all P large and positive).
       {"causal b1 s2048 diffuse (q x0.25)", 1, 2048, 2048, 2, 1, true, true, kContiguous, 0.25f},
+      {"causal b1 s1024 grid (exact S)", 1, 1024, 1024, 2, 1, true, true, kContiguous, 2.0f, true},
+      {"causal b2 s300 grid sharp (exact S)", 2, 300, 300, 2, 1, true, true, kContiguous, 3.0f, true},
   };
   const int n_cases = static_cast<int>(sizeof(cases) / sizeof(cases[0]));
   if (kFp8 && !check_e4m3_encoder()) {

@@ -41,18 +41,27 @@ only = re.compile(sys.argv[2])
 # like the variant itself; what wins moves into the kernel's defaults and the list above.
 # Measured 2026-12-01 (H200): FP8 V staging (now the default) +7..15%; the fused-FFMA softmax
 # (default) +4..18% over the literal form; ping-pong off, 3 BF16 stages, no O-rescale skip: within 1%.
-# 2026-12-01 (second session): FP8 row sums moved off the FP8 tensor core (decode + f16 HMMA); the
-# experiments below measure O promotion (fresh per-block P.V accumulator added in fp32) and its
-# register split, and a 4-stage FP8 ring (the ones rows are gone, so it fits).
-_E4 = 16384 + 1152
+# 2026-12-01 (second session): FP8 row sums moved off the FP8 tensor core. Measured (H200, b2 s16K
+# hq32/8, TFLOP/s; old = ones-QGMMA row sums): exact 645 (old 687), lean 680 (old 734); O promotion
+# (fresh per-block P.V accumulator, P40/C232 registers) 629 exact / 660 lean with no accuracy gain (16K
+# out vs contract 5.8e-3 vs 6.0e-3); P40/C232 alone 656; 4 FP8 stages 650. Now: the row-sum method
+# (ZYFA_WS_LSUM), a 4-chain row max, ping-pong off for FP8.
+_E4 = 16384 + 1152 + 3 * 32768 + 32768
 EXPERIMENTS = {
     "fa_fwd_e4m3fn_hd128_causal_sm90a": [
-        ("opromote", _E4 + 3 * 32768 + 32768, ["-DZYFA_WS_OPROMOTE=1", "-DZYFA_WS_PREGS=40", "-DZYFA_WS_CREGS=232"]),
-        ("regs40", _E4 + 3 * 32768 + 32768, ["-DZYFA_WS_PREGS=40", "-DZYFA_WS_CREGS=232"]),
-        ("st4", _E4 + 128 + 4 * 32768 + 32768, ["-DZYFA_WS_STAGES=4"]),
+        ("lsum1", _E4, ["-DZYFA_WS_LSUM=1"]),
+        ("lsum2", _E4, ["-DZYFA_WS_LSUM=2"]),
+        ("lsum3", _E4, ["-DZYFA_WS_LSUM=3"]),
+        ("maxtree", _E4, ["-DZYFA_WS_MAXTREE=1"]),
+        ("nopp", _E4, ["-DZYFA_WS_PINGPONG=0"]),
+        ("regs40", _E4, ["-DZYFA_WS_PREGS=40", "-DZYFA_WS_CREGS=232"]),
     ],
     "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [
-        ("opromote", _E4 + 3 * 32768 + 32768, ["-DZYFA_WS_OPROMOTE=1", "-DZYFA_WS_PREGS=40", "-DZYFA_WS_CREGS=232"]),
+        ("lsum2", _E4, ["-DZYFA_WS_LSUM=2"]),
+        ("maxtree", _E4, ["-DZYFA_WS_MAXTREE=1"]),
+    ],
+    "fa_fwd_bf16_hd128_causal_sm90a": [
+        ("maxtree", 164992, ["-DZYFA_WS_MAXTREE=1"]),
     ],
 }
 debug_done = set()
@@ -178,6 +187,12 @@ if [[ "${ZYFA_NCU:-0}" == 1 ]] && command -v ncu >/dev/null 2>&1; then
       "$dir/test_$name" --profile >"$out/ncu_$name.log" 2>&1 ||
       timeout 90 ncu --clock-control none -k "regex:^$name\$" -c 1 "${sections[@]}" \
         "$dir/test_$name" --profile >"$out/ncu_$name.log" 2>&1 || echo "ncu failed for $name (see log)" | tee -a "$summary"
+    if [[ "${ZYFA_NCU_SOURCE:-1}" == 1 ]]; then
+      # Per-SASS-instruction warp-stall samples (where the warps wait), as CSV.
+      timeout 90 ncu --clock-control none -k "regex:^$name\$" -c 1 --section WarpStateStats --section SourceCounters \
+        -f -o "$dir/ncu_src_$name" "$dir/test_$name" --profile >"$out/ncu_src_run_$name.log" 2>&1 &&
+        ncu -i "$dir/ncu_src_$name.ncu-rep" --page source --csv --print-source sass >"$out/ncu_src_$name.csv" 2>&1
+    fi
     echo "-- ncu $name" | tee -a "$summary"
     grep -E 'Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|One or More Eligible|L2 Hit|Issued Warp' \
       "$out/ncu_$name.log" | tr -s ' ' | head -40 | tee -a "$summary"
