@@ -3,10 +3,17 @@
 Public API:
     flash_attn_func   flash-attn's forward signature; CUDA/ROCm tensors run ZYFA kernels through
                       zyfa_core, CPU tensors run the reference.
-    fp8_quantize      per-tensor FP8 quantisation with a power-of-two descale (optionally rotated).
+    fp8_quantize      per-tensor FP8 quantisation: power-of-two descale (tensor or float) or a fixed
+                      calibrated one; optionally rotated.
     rotate_qk         the same random Hadamard rotation of q and k ((qR)(kR)ᵀ = qkᵀ).
     reference         the ZYFA numerics in plain torch (`reference.attention`) and the float64 truth
                       (`reference.attention_dense_f64`).
+
+Submodules imported on demand:
+    zyfa.integrations.transformers   Hugging Face backend: register() -> attn_implementation="zyfa".
+    zyfa.overhead                    host µs per eager call, layer by layer (`python -m zyfa.overhead`).
+
+torch.compile, CUDA graphs and FP8 recipes: docs/usage.md ("Using ZYFA in a model").
 """
 
 from zyfa import reference
