@@ -37,7 +37,7 @@ _KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"  # zyfa_core.manifest.ENV_KERNEL_DIR: part o
 
 
 def _unsafe_for_cuda_graphs() -> dict:
-    """custom_op kwargs tagging an op cudagraph_unsafe, where this torch knows the tag (2.8+)."""
+    """custom_op kwargs tagging an op cudagraph_unsafe (where torch has the tag and custom_op takes tags)."""
     tag = getattr(torch.Tag, "cudagraph_unsafe", None)
     if tag is None or "tags" not in inspect.signature(torch.library.custom_op).parameters:
         return {}
