@@ -45,8 +45,8 @@ TORCH = "torch==2.13.0"
 # YAML-subset test compares against.
 TEST_DEPS = ("pytest==9.0.3", "hypothesis==6.155.2", "PyYAML==6.0.3")
 # Extras the tests session installs where a package defines them (test deps, the pinned assembler,
-# safetensors for captured workloads).
-TEST_EXTRAS = ("test", "asm", "captured")
+# safetensors for captured workloads, transformers for the HF attention backend and `capture`).
+TEST_EXTRAS = ("test", "asm", "captured", "hf", "capture")
 LINT_DEPS = ("ruff==0.17.6",)
 TEST_DIRS_EXTRA = ("kernels/tools/tests",)
 SKIP_KERNELS_ENV = "ZYFA_SKIP_KERNELS"

@@ -220,7 +220,7 @@ stage env 30 120 do_env
 stage wheels 60 120 do_wheels
 [[ -d $SITE ]] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 stage install 200 180 do_install
-stage tests 100 150 do_tests
+stage tests 300 150 do_tests
 # The sweep gets what is left minus what accuracy, clocks and report need (~100 s).
 SWEEP_CAP=$(($(left) - 100))
 ((SWEEP_CAP > 240)) && SWEEP_CAP=240
