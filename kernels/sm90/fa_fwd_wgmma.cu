@@ -28,8 +28,8 @@
  *   S accumulators (a permutation of the keys applied to both P and V leaves P.V unchanged).
  * FP8 row sums: on the CUDA cores' side of the tensor core, NOT in an FP8 wgmma (truncating adder):
  *   each thread decodes its packed P bytes to f16 pairs and sums them with mma.sync m16n8k16 f16 x
- *   ones -> fp32, giving the fp32 sum of exactly the e4m3 P fed to P.V (see kOTiles), while P_j V_j
- *   (which reads the same P registers) runs (ZYFA_WS_LSUM selects other methods).
+ *   ones -> fp32, giving the fp32 sum of exactly the e4m3 P fed to P.V (see kOTiles), right after
+ *   P_j V_j has finished (ZYFA_WS_LSUM selects other methods; measured there).
  * Pipelines: separate K and V rings (full + empty mbarrier per stage), so K_{j+1} is released as
  *   soon as S_{j+1} is computed while V_j is still being read.
  * Intra-warpgroup overlap (FA3): iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
@@ -135,31 +135,42 @@ constexpr int kStagingBytes = kVStaged ? 2 * kTileN * kVRowBytes : 0;
 constexpr int kSmemBytes =
     kQBytes + kStages * (kKStageBytes + kVStageBytes) + kStagingBytes + kBarrierBytes + kAlignSlack;
 // setmaxnreg budgets: 128 x P + 256 x C <= 168 x 384 (the launch allocation). ZYFA_WS_PREGS /
-// ZYFA_WS_CREGS override them (experiments).
+// ZYFA_WS_CREGS override them (experiments). FP8 (staged V transpose): 40 / 232, no spills, +1.2% and
+// +1.8% over 72 / 216 in two H200 runs (b2 s16K hq32/8).
 #ifndef ZYFA_WS_PREGS
 #define ZYFA_WS_PREGS 0
 #endif
 #ifndef ZYFA_WS_CREGS
 #define ZYFA_WS_CREGS 0
 #endif
-constexpr int kProducerRegs = ZYFA_WS_PREGS > 0 ? ZYFA_WS_PREGS : (kVStaged ? 72 : 56);
-constexpr int kConsumerRegs = ZYFA_WS_CREGS > 0 ? ZYFA_WS_CREGS : (kVStaged ? 216 : 224);
+constexpr int kProducerRegs = ZYFA_WS_PREGS > 0 ? ZYFA_WS_PREGS : (kVStaged ? 40 : 56);
+constexpr int kConsumerRegs = ZYFA_WS_CREGS > 0 ? ZYFA_WS_CREGS : (kVStaged ? 232 : 224);
 // O promotion (experiment, ZYFA_WS_OPROMOTE=1): each block's P.V goes into a fresh wgmma accumulator
 // that is added to the fp32 O registers after the block (DeepSeek-style promotion), instead of
-// accumulating O inside the (FP8: truncating) wgmma accumulator across all KV blocks. 64 more registers.
+// accumulating O inside the (FP8: truncating) wgmma accumulator across all KV blocks. 64 more registers
+// (needs ZYFA_WS_PREGS=40 ZYFA_WS_CREGS=232). Measured on the H200 (b2 s16K hq32/8): 2.5-3% slower
+// and no accuracy gain (out vs contract 5.8e-3 vs 6.0e-3; 2K diffuse case 2.31e-3 vs 2.32e-3): the
+// FP8 deviation from the contract comes from S = Q K^T and within-block P.V accumulation, not from
+// the cross-block O accumulation. Off.
 #ifndef ZYFA_WS_OPROMOTE
 #define ZYFA_WS_OPROMOTE 0
 #endif
 constexpr bool kOPromote = ZYFA_WS_OPROMOTE != 0;
-// FP8 row-sum method (see kOTiles): 0 = decode + HMMA with ones, issued while P.V / S run (reads of
-// wgmma inputs in flight are fine; defining them is what makes ptxas serialise, C7513, which is why
-// P is never packed early); 1 = the same HMMA after the P.V wait; 2 = decode + f16 HADD2 tree per
-// row (16 values per half) then fp32, in flight; 3 = decode + one f16 add per 2 values, then fp32,
-// in flight. 0 and 1 are exact (fp32 accumulation of exact f16 values); 2 and 3 round in f16.
+// FP8 row-sum method (see kOTiles): 1 (default) = decode + HMMA with ones right after the P.V wait;
+// 0 = the same HMMA issued while P.V / S run (the mma.sync then queues behind the in-flight QGMMAs
+// and stalls the warp before its softmax: ncu "math pipe throttle" on the HMMA; 6% slower);
+// 2 = decode + f16 HADD2 tree per row (16 values per half) then fp32, in flight; 3 = decode + one f16
+// add per 2 values, then fp32, in flight. 0 and 1 are exact (fp32 accumulation of exact f16 values);
+// 2 and 3 round in f16 (grid-case lse 8e-4 / 4e-4). (mma.sync m16n8k32 e4m3 straight on the packed
+// bytes is no shortcut on sm_90: ptxas lowers it to the same F2FP unpack + HMMA.16816.) Measured on the H200, b2 s16K hq32/8, exact P:
+// 0: 645, 1: 689, 2: 675, 3: 650 TFLOP/s (the old ones-QGMMA row sums: 687-691). Reading wgmma
+// inputs in flight is fine; defining them makes ptxas serialise (C7513), so P is never packed early.
 #ifndef ZYFA_WS_LSUM
-#define ZYFA_WS_LSUM 0
+#define ZYFA_WS_LSUM 1
 #endif
 constexpr int kLSum = ZYFA_WS_LSUM;
+constexpr bool kLSumWhole = kLSum == 0 || kLSum == 1;  // sums of whole rows (else per thread)
+constexpr bool kLSumInFlight = kLSum != 1;
 // Row max as 4 independent chains per row (ZYFA_WS_MAXTREE=1) instead of one 32-long FMNMX chain.
 #ifndef ZYFA_WS_MAXTREE
 #define ZYFA_WS_MAXTREE 0
@@ -547,26 +558,43 @@ __device__ __forceinline__ uint32_t bf16_pair(float p0, float p1) {
 
 // S = Q K^T. q_tile: this warpgroup's 64 rows inside the Q tile (regions of kTileM rows); k_tile:
 // one K stage. k-step ks covers bytes [32 ks, 32 ks + 32) of a row: region ks / 4, offset 32 (ks % 4).
-__device__ __forceinline__ void issue_s(float (&sacc)[64], uint32_t q_tile, uint32_t k_tile) {
+// Descriptor forms: dq / dk describe the tile starts; a k-step's descriptor adds its byte offset / 16 to
+// the start-address field (bits 0-13 hold (addr & 0x3ffff) >> 4: shared addresses stay below 2^18, so
+// the add never carries out of the field). Keeps the per-wgmma descriptor arithmetic off the
+// uniform datapath in the main loop.
+__device__ __forceinline__ void issue_s_desc(float (&sacc)[64], uint64_t dq, uint64_t dk) {
 #pragma unroll
   for (int ks = 0; ks < kQkSteps; ++ks) {
     const uint32_t off_q = (ks >> 2) * kTileM * 128 + (ks & 3) * 32;
     const uint32_t off_k = (ks >> 2) * kTileN * 128 + (ks & 3) * 32;
-    wgmma_ss(sacc, make_desc(q_tile + off_q, 16, 1024), make_desc(k_tile + off_k, 16, 1024), ks > 0 ? 1u : 0u);
+    wgmma_ss(sacc, dq + (off_q >> 4), dk + (off_k >> 4), ks > 0 ? 1u : 0u);
   }
   wgmma_commit();
+}
+
+__device__ __forceinline__ void issue_s(float (&sacc)[64], uint32_t q_tile, uint32_t k_tile) {
+  issue_s_desc(sacc, make_desc(q_tile, 16, 1024), make_desc(k_tile, 16, 1024));
+}
+
+// The V-stage descriptor of issue_pv (LBO / SBO per dtype).
+__device__ __forceinline__ uint64_t v_desc(uint32_t v_tile) {
+  return kFp8 ? make_desc(v_tile, 16, 1024) : make_desc(v_tile, kTileN * 128, 1024);
 }
 
 // O (+)= P V. v_tile: one V stage. bf16: V [key][d] is MN-major (d regions of 64 at LBO = kTileN x
 // 128 B), a k-step is 16 keys = 2048 B; e4m3: Vt [d][key position] is K-major, a k-step is 32 bytes.
 // fresh: the first k-step overwrites o (O promotion), else it accumulates.
-__device__ __forceinline__ void issue_pv(float (&o)[kOAcc], const uint32_t (&p)[kPRegs], uint32_t v_tile, bool fresh) {
+__device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], const uint32_t (&p)[kPRegs], uint64_t dv, bool fresh) {
 #pragma unroll
   for (int kk = 0; kk < kPvSteps; ++kk) {
-    const uint64_t desc = kFp8 ? make_desc(v_tile + kk * 32, 16, 1024) : make_desc(v_tile + kk * 16 * 128, kTileN * 128, 1024);
+    const uint64_t desc = dv + ((kFp8 ? kk * 32 : kk * 16 * 128) >> 4);
     wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc, (fresh && kk == 0) ? 0u : 1u);
   }
   wgmma_commit();
+}
+
+__device__ __forceinline__ void issue_pv(float (&o)[kOAcc], const uint32_t (&p)[kPRegs], uint32_t v_tile, bool fresh) {
+  issue_pv_desc(o, p, v_desc(v_tile), fresh);
 }
 
 // Decodes the 4 e4m3 bytes of w into two f16 pairs (exact): lo = bytes 0, 1; hi = bytes 2, 3.
@@ -744,31 +772,39 @@ __device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2],
 
 // Second half, after the previous P.V has finished: s -> packed P operand (see the RS A fragment
 // above). FP8's row sums are taken from the packed bytes (row_sums_e4m3).
+// e4m3 (RNE, satfinite) of four floats into one word, bytes {a0, a1, b0, b1}: two cvt into 16-bit
+// halves joined by a mov (no masking: __nv_cvt_float2_to_fp8x2 + __byte_perm cost a LOP3 per pair).
+__device__ __forceinline__ uint32_t e4m3x4(float a0, float a1, float b0, float b1) {
+  uint32_t w;
+  asm("{\n.reg .b16 lo, hi;\ncvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\ncvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}\n"
+      : "=r"(w)
+      : "f"(a0), "f"(a1), "f"(b0), "f"(b1));
+  return w;
+}
+
 __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[kPRegs]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
 #pragma unroll
     for (int j = 0; j < 16; j += 2) {
-      uint32_t pair[2];
-#pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        const float v0 = s[4 * (j + x) + 2 * r];
-        const float v1 = s[4 * (j + x) + 2 * r + 1];
-        if constexpr (!kFp8) {
-          pair[x] = bf16_pair(v0, v1);
-        } else if constexpr (kLeanP) {
-          pair[x] = __byte_perm(__float_as_uint(v0), __float_as_uint(v1), 0x0040);
-        } else {
-          pair[x] = static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(v0, v1), __NV_SATFINITE, __NV_E4M3));
-        }
-      }
+      // Tiles j, j + 1 of row r: values s[4 j + 2 r + {0, 1}] and s[4 (j + 1) + 2 r + {0, 1}].
+      const float a0 = s[4 * j + 2 * r], a1 = s[4 * j + 2 * r + 1];
+      const float b0 = s[4 * (j + 1) + 2 * r], b1 = s[4 * (j + 1) + 2 * r + 1];
       if constexpr (!kFp8) {
         // k-step kk = j / 2 of P.V: a = {P[j][r0], P[j][r1], P[j+1][r0], P[j+1][r1]}
-        p[2 * j + r] = pair[0];
-        p[2 * (j + 1) + r] = pair[1];
+        p[2 * j + r] = bf16_pair(a0, a1);
+        p[2 * (j + 1) + r] = bf16_pair(b0, b1);
       } else {
         // k-step kc = j / 4: a0/a1 (rows g, g+8) = tiles 4kc, 4kc+1; a2/a3 = tiles 4kc+2, 4kc+3.
-        p[4 * (j >> 2) + 2 * ((j >> 1) & 1) + r] = __byte_perm(pair[0], pair[1], 0x5410);
+        uint32_t w;
+        if constexpr (kLeanP) {  // the code sits in the low byte of each float
+          w = __byte_perm(__byte_perm(__float_as_uint(a0), __float_as_uint(a1), 0x0040),
+                          __byte_perm(__float_as_uint(b0), __float_as_uint(b1), 0x0040), 0x5410);
+        } else {
+          w = e4m3x4(a0, a1, b0, b1);
+        }
+        p[4 * (j >> 2) + 2 * ((j >> 1) & 1) + r] = w;
       }
     }
   }
@@ -953,15 +989,20 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   float lblk[2] = {0.0f, 0.0f};   // FP8: the sums of the block just packed (row_sums_e4m3)
   float (&opv)[kOAcc] = *(kOPromote ? &ob : &o);  // where P.V accumulates
 
-  auto issue_s_block = [&](int j) { issue_s(sacc, q_tile, k_s + (j % kStages) * kKStageBytes); };
-  auto issue_pv_block = [&](int j) { issue_pv(opv, p, v_s + (j % kStages) * kVStageBytes, kOPromote); };
+  const uint64_t dq = make_desc(q_tile, 16, 1024);
+  const uint64_t dk0 = make_desc(k_s, 16, 1024);
+  const uint64_t dv0 = v_desc(v_s);
+  auto issue_s_block = [&](int st) { issue_s_desc(sacc, dq, dk0 + static_cast<uint32_t>(st * (kKStageBytes >> 4))); };
+  auto issue_pv_block = [&](int st) {
+    issue_pv_desc(opv, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote);
+  };
   // FP8, contract order: l = l * alpha_j + sum(P_j), alpha_j the rescale of block j's max. The sums
   // of P_j are taken from the P registers while P_j V_j (which reads them) and S_{j+1} run (kLSum
   // != 1) or right after P_j V_j has finished (kLSum == 1), before P_{j+1} overwrites them.
   float alpha_prev[2] = {1.0f, 1.0f};
   auto add_block_sums = [&](bool in_flight) {
     if constexpr (kFp8) {
-      if (in_flight == (kLSum != 1)) {
+      if (in_flight == kLSumInFlight) {
         row_sums_e4m3(p, lblk);
 #pragma unroll
         for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha_prev[r] + lblk[r];
@@ -994,24 +1035,31 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     alpha_prev[0] = alpha[0];
     alpha_prev[1] = alpha[1];
 
-    // ---- blocks 1..n-1: S_j overlapped with P_{j-1} V_{j-1}
+    // ---- blocks 1..n-1: S_j overlapped with P_{j-1} V_{j-1}. s / ph: stage and phase parity of
+    // block j (j % kStages, (j / kStages) & 1), kept incrementally.
+    int s = 0;
+    uint32_t ph = 0;
 #pragma unroll 1
     for (int j = 1; j < n; ++j) {
-      const int s = j % kStages;
-      const int sp = (j - 1) % kStages;
-      mbar_wait(bar_full_k(s), (j / kStages) & 1);
+      const int sp = s;
+      const uint32_t php = ph;
+      if (++s == kStages) {
+        s = 0;
+        ph ^= 1u;
+      }
+      mbar_wait(bar_full_k(s), ph);
       pp_sync();
       fence_regs(sacc);
       fence_regs(opv);
       fence_regs(p);
       wgmma_fence();
-      issue_s_block(j);
+      issue_s_block(s);
       if constexpr (!kOverlap) wgmma_wait<0>();
-      mbar_wait(bar_full_v(sp), ((j - 1) / kStages) & 1);
+      mbar_wait(bar_full_v(sp), php);
       fence_regs(opv);
       fence_regs(p);
       wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
-      issue_pv_block(j - 1);
+      issue_pv_block(sp);
       pp_arrive(false);
       add_block_sums(true);  // P_{j-1}
       wgmma_wait<1>();
@@ -1043,13 +1091,13 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     }
 
     // ---- last P V
-    const int sl = (n - 1) % kStages;
-    mbar_wait(bar_full_v(sl), ((n - 1) / kStages) & 1);
+    const int sl = s;  // block n - 1
+    mbar_wait(bar_full_v(sl), ph);
     pp_sync();
     fence_regs(opv);
     fence_regs(p);
     wgmma_fence();
-    issue_pv_block(n - 1);
+    issue_pv_block(sl);
     pp_arrive(true);
     add_block_sums(true);  // P_{n-1}
     wgmma_wait<0>();
@@ -1069,7 +1117,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const bool write_lse = (args.flags & ZYFA_FLAG_LSE) != 0u && args.lse != nullptr;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = (kFp8 && kLSum <= 1) ? l_run[r] : quad_sum(l_run[r]);  // FP8 HMMA sums: whole rows already
+    const float l = (kFp8 && kLSumWhole) ? l_run[r] : quad_sum(l_run[r]);  // FP8 HMMA sums: whole rows already
     const int64_t row = row_a + 8 * r;
     if (row >= seqlen_q) continue;
     __nv_bfloat16* const out_row = static_cast<__nv_bfloat16*>(args.out) +
