@@ -135,16 +135,17 @@ constexpr int kStagingBytes = kVStaged ? 2 * kTileN * kVRowBytes : 0;
 constexpr int kSmemBytes =
     kQBytes + kStages * (kKStageBytes + kVStageBytes) + kStagingBytes + kBarrierBytes + kAlignSlack;
 // setmaxnreg budgets: 128 x P + 256 x C <= 168 x 384 (the launch allocation). ZYFA_WS_PREGS /
-// ZYFA_WS_CREGS override them (experiments). FP8 (staged V transpose): 40 / 232, no spills, +1.2% and
-// +1.8% over 72 / 216 in two H200 runs (b2 s16K hq32/8).
+// ZYFA_WS_CREGS override them (experiments). FP8 (staged V transpose) 72 / 216: with the row sums
+// after the P.V wait, 40 / 232 was 2.5% slower on the H200 (b2 s16K hq32/8 exact: 677 vs 694
+// TFLOP/s), though 1.2-1.8% faster with the in-flight HMMA sums; BF16 40 / 232: no change.
 #ifndef ZYFA_WS_PREGS
 #define ZYFA_WS_PREGS 0
 #endif
 #ifndef ZYFA_WS_CREGS
 #define ZYFA_WS_CREGS 0
 #endif
-constexpr int kProducerRegs = ZYFA_WS_PREGS > 0 ? ZYFA_WS_PREGS : (kVStaged ? 40 : 56);
-constexpr int kConsumerRegs = ZYFA_WS_CREGS > 0 ? ZYFA_WS_CREGS : (kVStaged ? 232 : 224);
+constexpr int kProducerRegs = ZYFA_WS_PREGS > 0 ? ZYFA_WS_PREGS : (kVStaged ? 72 : 56);
+constexpr int kConsumerRegs = ZYFA_WS_CREGS > 0 ? ZYFA_WS_CREGS : (kVStaged ? 216 : 224);
 // O promotion (experiment, ZYFA_WS_OPROMOTE=1): each block's P.V goes into a fresh wgmma accumulator
 // that is added to the fp32 O registers after the block (DeepSeek-style promotion), instead of
 // accumulating O inside the (FP8: truncating) wgmma accumulator across all KV blocks. 64 more registers
@@ -162,7 +163,9 @@ constexpr bool kOPromote = ZYFA_WS_OPROMOTE != 0;
 // 2 = decode + f16 HADD2 tree per row (16 values per half) then fp32, in flight; 3 = decode + one f16
 // add per 2 values, then fp32, in flight. 0 and 1 are exact (fp32 accumulation of exact f16 values);
 // 2 and 3 round in f16 (grid-case lse 8e-4 / 4e-4). (mma.sync m16n8k32 e4m3 straight on the packed
-// bytes is no shortcut on sm_90: ptxas lowers it to the same F2FP unpack + HMMA.16816.) Measured on the H200, b2 s16K hq32/8, exact P:
+// bytes is no shortcut on sm_90: ptxas lowers it to the same F2FP unpack + HMMA.16816.) Lean P pays
+// more for the CUDA-core sums than exact P (its softmax is already ALU-bound, no MUFU): lean, same
+// run, 676 (method 1) / 680 (method 2) vs 762 for the old inexact ones-QGMMA sums. Measured on the H200, b2 s16K hq32/8, exact P:
 // 0: 645, 1: 689, 2: 675, 3: 650 TFLOP/s (the old ones-QGMMA row sums: 687-691). Reading wgmma
 // inputs in flight is fine; defining them makes ptxas serialise (C7513), so P is never packed early.
 #ifndef ZYFA_WS_LSUM
@@ -171,9 +174,11 @@ constexpr bool kOPromote = ZYFA_WS_OPROMOTE != 0;
 constexpr int kLSum = ZYFA_WS_LSUM;
 constexpr bool kLSumWhole = kLSum == 0 || kLSum == 1;  // sums of whole rows (else per thread)
 constexpr bool kLSumInFlight = kLSum != 1;
-// Row max as 4 independent chains per row (ZYFA_WS_MAXTREE=1) instead of one 32-long FMNMX chain.
+// Row max as 4 independent chains per row (ZYFA_WS_MAXTREE=1) instead of one 32-long FMNMX chain
+// (the max is exact in any order). H200, b2 s16K hq32/8: BF16 +1.7% and +0.9% in two runs (default
+// for BF16), FP8 exact +0.4% / -0.4% (noise; off).
 #ifndef ZYFA_WS_MAXTREE
-#define ZYFA_WS_MAXTREE 0
+#define ZYFA_WS_MAXTREE (ZYFA_DTYPE_E4M3 ? 0 : 1)
 #endif
 constexpr int kPRegs = kFp8 ? 16 : 32;            // packed P of one 64 x 128 block per thread
 constexpr float kLog2e = 1.4426950408889634f;
