@@ -49,13 +49,13 @@ SHAPES = [  # (batch, seqlen_q, seqlen_k, heads_q, heads_kv)
 FP8_TOLERANCE = {"exact": 0.05, "lean": 0.08}
 # Kernel vs zyfa.reference (same numerics), as (relative L2 of out, max |lse difference|).
 # fp32: bf16 output rounding and summation order are the only differences.
-# fp8-tensor-core: the sm90a wgmma kernels accumulate P.V and the row sum (P times a ones row) in
-# Hopper's FP8 tensor cores, whose adder keeps only ~14 mantissa bits and truncates (DeepSeek-V3
-# technical report, section 3.3.2): terms far below a row's maximum are dropped, so the row sum runs
-# low by up to a few per cent on diffuse rows (measured on the H200, 2026-12-01: lse up to 0.034 low,
-# out within 5.7e-3 because P.V drops the same terms). Fixing that (an fp32 row sum on the CUDA
-# cores) is issue-5 work; until then these bounds state the deviation instead of hiding it.
-SAME_NUMERICS_TOLERANCE = {"fp32": (4e-3, 1e-3), "fp8-tensor-core": (1e-2, 5e-2)}
+# fp8-tensor-core: the sm90a wgmma kernels compute S = q.k and P.V on Hopper's FP8 tensor cores,
+# whose adder keeps only ~14 mantissa bits and truncates (DeepSeek-V3 technical report, section
+# 3.3.2); the row sum is an exact fp32 sum of the e4m3 P. On inputs whose products sum exactly
+# (integer grids) the kernels match the contract to 1.4e-6 in lse; on Gaussian inputs S carries a
+# truncation error that shows on sharp rows (H200, 2026-12-01: out within 6.8e-3, lse up to 4.2e-2,
+# mean 1.5e-3). The contract's reference accumulates in fp32; these bounds state the gap.
+SAME_NUMERICS_TOLERANCE = {"fp32": (4e-3, 1e-3), "fp8-tensor-core": (1e-2, 8e-2)}
 LSE_TOLERANCE = {
     None: 2e-3,
     "exact": math.log(1 + 2**-4) + 2e-3,
