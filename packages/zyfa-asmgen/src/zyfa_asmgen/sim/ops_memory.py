@@ -552,8 +552,64 @@ def _ds_swizzle(inst: Instruction, ctx: Ctx) -> Op:
     return Op(fn, "ds", inst, (("v", ai, 1),), ((file, vi, 1),), info=_mem_info(4, "lgkm"))
 
 
-@handler("ds_read_b64_tr_b4", "ds_read_b64_tr_b8", "ds_read_b64_tr_b16", "ds_read_b96_tr_b6")
+# gfx950 transposing LDS reads: mnemonic -> (element bits, bits read per lane).
+_DS_READ_TR = {"ds_read_b64_tr_b4": (4, 64), "ds_read_b64_tr_b8": (8, 64),
+               "ds_read_b64_tr_b16": (16, 64), "ds_read_b96_tr_b6": (6, 96)}  # fmt: skip
+
+
+def tr_source(elem_bits: int, read_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where each result element of a ds_read_*_tr_* comes from: (source lane, source element).
+
+    Both arrays are (64 lanes, n), n = read_bits // elem_bits elements per lane. Every lane reads n
+    elements at its own LDS address. Within each group of 16 lanes the n x 16 block is transposed:
+    row r is the 16 elements read by lanes r*p .. r*p+p-1 (p = 16 // n), and result lane l gets
+    column l, so its element j is element l % n of source lane j*p + l // n of the same group.
+    Authority: the GPU tests of ROCm rocRoller's TransposeLoadsTest (docs/simulator.md).
+    """
+    n = read_bits // elem_bits
+    p = 16 // n
+    lane = np.arange(LANES)[:, None]
+    j = np.arange(n)[None, :]
+    group, l16 = lane & ~15, lane & 15
+    return group + j * p + l16 // n, np.broadcast_to(l16 % n, (LANES, n))
+
+
+def _tr_permute(data: np.ndarray, elem_bits: int, read_bits: int) -> np.ndarray:
+    """(64, nbytes) source bytes -> (64, nbytes) result bytes of a transposing read."""
+    n = read_bits // elem_bits
+    bits = np.unpackbits(data, axis=1, bitorder="little").reshape(LANES, n, elem_bits)
+    src_lane, src_elem = tr_source(elem_bits, read_bits)
+    out = bits[src_lane, src_elem].reshape(LANES, read_bits)
+    return np.packbits(out, axis=1, bitorder="little")
+
+
+@handler(*_DS_READ_TR)
 def _ds_read_tr(inst: Instruction, ctx: Ctx) -> Op:
-    # The lane mapping of the gfx950 transposing LDS reads is not established by an independent
-    # source available here (oracles README, open item 6): refuse rather than guess.
-    raise UnsupportedOperand(f"{inst.op}: transpose-read lane mapping not yet oracled")
+    check_no_mods(inst, {"offset"})
+    elem_bits, read_bits = _DS_READ_TR[inst.op]
+    nbytes = read_bits // 8
+    # The ISA requires the LDS address aligned to the data size; rocRoller pads b96_tr_b6 rows to
+    # 128 bits because that form needs 16-byte alignment.
+    align = 16 if read_bits == 96 else nbytes
+    vdst, aop = inst.operands
+    addr, reads = _ds_addr(inst, aop)
+    file, didx, _ = vdst_ref(vdst)
+    nregs = nbytes // 4
+
+    def fn(w: Wave) -> None:
+        lanes = w.exec_mask
+        if not lanes.all():
+            # CDNA4 ISA 11.4: EXEC must be all 1's; the result is then undefined. Inactive source
+            # lanes contribute zeros here and only active lanes are written.
+            w.wg.report(w, "exec", f"{inst.op} executed with a partial EXEC mask (ISA: must be all 1's)")
+            if not lanes.any():
+                return
+        a = addr(w)[lanes]
+        if (a % align).any():
+            w.wg.report(w, "lds_align", f"{inst.op} LDS address not {align}-byte aligned")
+        data = np.zeros((LANES, nbytes), dtype=np.uint8)
+        data[lanes] = w.wg.lds_read(w, a, nbytes, inst)
+        out = _tr_permute(data, elem_bits, read_bits)
+        _merge_load(w, w.vfile(file), didx, out[lanes], "raw", lanes)
+
+    return Op(fn, "ds", inst, reads, ((file, didx, nregs),), info=_mem_info(nbytes, "lgkm", lds=True))
