@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Compile every sm90a variant of kernels/variants.bzl with nvcc (no GPU needed), print ptxas'
-# register / shared-memory / spill report, fail on any spill, and, when cuobjdump is found,
-# confirm the SASS uses tensor-core HMMA instructions.
+# Compile every variant of kernels/variants.bzl built from sm90/fa_fwd_simple.cu with nvcc (no GPU
+# needed), print ptxas' register / shared-memory / spill report, fail on any spill, and, when
+# cuobjdump is found, confirm the SASS uses tensor-core HMMA instructions.
 # Usage: bash kernels/sm90/build_check.sh [OUTDIR]   (default: a temporary directory)
 set -euo pipefail
 
@@ -26,21 +26,9 @@ cuobjdump="$(find_cuobjdump)"
 # cuobjdump --dump-sass runs nvdisasm, which the wheels install next to it.
 [[ -n "$cuobjdump" ]] && export PATH="$PATH:$(dirname "$cuobjdump")"
 
-# One line per sm90a variant: name and the -D defines of its build.
-mapfile -t lines < <(python3 - "$repo/kernels/variants.bzl" <<'EOF'
-import ast, sys
-src = open(sys.argv[1]).read()
-variants = ast.literal_eval(src[src.index("["):src.rindex("]") + 1])
-for v in variants:
-    if v["arch"] != "sm90a":
-        continue
-    d = [f"-DZYFA_KERNEL_NAME={v['name']}", f"-DZYFA_DTYPE_E4M3={int(v['dtype'] == 'e4m3fn')}",
-         f"-DZYFA_D_QK={v['d_qk']}", f"-DZYFA_D_V={v['d_v']}", f"-DZYFA_TILE_M={v['tile_m']}",
-         f"-DZYFA_TILE_N={v['tile_n']}", f"-DZYFA_THREADS={v['threads']}",
-         f"-DZYFA_SMEM_BYTES={v['smem_bytes']}", f"-DZYFA_LEAN_P={int(v['p_mode'] == 'lean')}"]
-    print(v["name"], " ".join(d))
-EOF
-)
+# One line per variant built from fa_fwd_simple.cu (the wgmma variants have their own check,
+# tools/device/sm90_wgmma_selftest.sh): its name and the -D defines of its build.
+mapfile -t lines < <(python3 "$repo/kernels/tools/variant_defines.py" --src sm90/fa_fwd_simple.cu)
 
 status=0
 for line in "${lines[@]}"; do

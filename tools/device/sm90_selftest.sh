@@ -21,21 +21,8 @@ log="${OUT:+$OUT/sm90_selftest.log}"
 log="${log:-$dir/sm90_selftest.log}"
 : >"$log"
 
-# One line per sm90a variant: name and the -D defines of its build.
-mapfile -t lines < <(python3 - "$repo/kernels/variants.bzl" <<'EOF'
-import ast, sys
-src = open(sys.argv[1]).read()
-variants = ast.literal_eval(src[src.index("["):src.rindex("]") + 1])
-for v in variants:
-    if v["src"] != "sm90/fa_fwd_simple.cu":
-        continue
-    d = [f"-DZYFA_KERNEL_NAME={v['name']}", f"-DZYFA_DTYPE_E4M3={int(v['dtype'] == 'e4m3fn')}",
-         f"-DZYFA_D_QK={v['d_qk']}", f"-DZYFA_D_V={v['d_v']}", f"-DZYFA_TILE_M={v['tile_m']}",
-         f"-DZYFA_TILE_N={v['tile_n']}", f"-DZYFA_THREADS={v['threads']}",
-         f"-DZYFA_SMEM_BYTES={v['smem_bytes']}", f"-DZYFA_LEAN_P={int(v['p_mode'] == 'lean')}"]
-    print(v["name"], " ".join(d))
-EOF
-)
+# One line per variant built from fa_fwd_simple.cu: its name and the -D defines of its build.
+mapfile -t lines < <(python3 "$repo/kernels/tools/variant_defines.py" --src sm90/fa_fwd_simple.cu)
 [[ ${#lines[@]} -gt 0 ]] || { echo "no sm90a variants found in kernels/variants.bzl"; exit 1; }
 
 build() {

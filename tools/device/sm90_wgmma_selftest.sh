@@ -31,12 +31,11 @@ summary="$res/sm90_wgmma_summary.txt"
 t_start=$SECONDS
 
 # One line per variant: name and its -D defines (+ debug builds, named NAME_serial).
-mapfile -t lines < <(python3 - "$repo/kernels/variants.bzl" "${ZYFA_ONLY:-.}" <<'EOF'
-import ast, re, sys
-tree = ast.parse(open(sys.argv[1]).read())
-variants = [v for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "VARIANTS"
-            for v in ast.literal_eval(n.value) if v["src"] == "sm90/fa_fwd_wgmma.cu"]
-only = re.compile(sys.argv[2])
+mapfile -t lines < <(python3 - "$repo/kernels/tools" "${ZYFA_ONLY:-.}" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+from variant_defines import selected_variants  # the variants and their -D defines, as the kernel build has them
+from zyfa_kernel_build import defines
 # Experiments: extra builds of a variant (name suffix, smem_bytes, extra defines), tested and timed
 # like the variant itself; what wins moves into the kernel's defaults and the list above.
 # Measured 2026-12-01 (H200): FP8 V staging (now the default) +7..15%; the fused-FFMA softmax
@@ -63,13 +62,8 @@ EXPERIMENTS = {
     ],
 }
 debug_done = set()
-for v in variants:
-    if not only.search(v["name"]):
-        continue
-    d = [f"-DZYFA_KERNEL_NAME={v['name']}", f"-DZYFA_DTYPE_E4M3={int(v['dtype'] == 'e4m3fn')}",
-         f"-DZYFA_D_QK={v['d_qk']}", f"-DZYFA_D_V={v['d_v']}", f"-DZYFA_TILE_M={v['tile_m']}",
-         f"-DZYFA_TILE_N={v['tile_n']}", f"-DZYFA_THREADS={v['threads']}",
-         f"-DZYFA_SMEM_BYTES={v['smem_bytes']}", f"-DZYFA_LEAN_P={int(v['p_mode'] == 'lean')}"]
+for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
+    d = defines(v)
     print("main", v["name"], " ".join(d))
     for suffix, smem, extra in EXPERIMENTS.get(v["name"], []):
         dx = [x for x in d if not x.startswith("-DZYFA_SMEM_BYTES=")] + [f"-DZYFA_SMEM_BYTES={smem}"] + extra
