@@ -59,7 +59,8 @@
  * ZYFA_TILE_N (128), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
- * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE (timing / accuracy experiments; see their definitions).
+ * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2 (timing / accuracy experiments; see their
+ * definitions).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -87,6 +88,24 @@
 #endif
 #ifndef ZYFA_WS_RESCALE_SKIP
 #define ZYFA_WS_RESCALE_SKIP 1  // skip the O rescale of a warp when no row's max moved
+#endif
+#ifndef ZYFA_WS_ORDER
+// Block order (experiment, 2026-12-01, not yet measured). 0 (default): blockIdx.x reversed inside each
+// head (the longest causal q tiles of a head first, heads one after another). 1: global longest-first:
+// the linear block id (x fastest) is remapped so that rank r = lin / (heads * batch) takes q tile
+// ceil(sq / 128) - 1 - r of (head, batch) pair lin % (heads * batch): every head's longest tiles start
+// before any head's shorter ones, the shortest tiles of all heads run last (LPT order for the causal
+// tail). 2: the same inside groups of (head, batch) pairs whose K + V fit in about 32 MB of L2
+// (whole GQA groups), groups one after another (L2 reuse of K/V at long seqlen, LPT order within).
+// Same grid, no atomics, deterministic; the kernel only reinterprets blockIdx.
+#define ZYFA_WS_ORDER 0
+#endif
+#ifndef ZYFA_WS_SMX2
+// Softmax of the thread's two rows as one interleaved, branch-free chain (experiment, not yet measured):
+// both rows' max chains, then both quad shuffles, then the exponentials of the two rows alternating, so
+// the two rows' dependent chains overlap (ptxas cannot move work across the per-row branch on m_new).
+// Same arithmetic in the same per-element order: bitwise identical output. Fast path (qk_scale > 0) only.
+#define ZYFA_WS_SMX2 0
 #endif
 #ifndef ZYFA_WS_VSTAGE
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
@@ -172,7 +191,13 @@ constexpr bool kOPromote = ZYFA_WS_OPROMOTE != 0;
 #define ZYFA_WS_LSUM 1
 #endif
 constexpr int kLSum = ZYFA_WS_LSUM;
+// 4 (experiment, not yet measured): no tensor pipe at all: decode to f16 pairs, convert to fp32 and add
+// in fp32 per thread (32 keys per row), in flight. Exact: e4m3 values are multiples of 2^-9 below 2^9,
+// so every partial sum of 32 of them is an integer multiple of 2^-9 below 2^23 units (fits fp32's 24
+// bits); the quad's four partial rows are added in the epilogue. Costs 2.5 ALU instructions per P
+// element instead of 0.5 + 1/8 HMMA, but never queues behind the other warpgroup's QGMMAs.
 constexpr bool kLSumWhole = kLSum == 0 || kLSum == 1;  // sums of whole rows (else per thread)
+[[maybe_unused]] constexpr bool kLSumExact = kLSum == 0 || kLSum == 1 || kLSum == 4;  // fp32 sums of the exact e4m3 values
 constexpr bool kLSumInFlight = kLSum != 1;
 // Row max as 4 independent chains per row (ZYFA_WS_MAXTREE=1) instead of one 32-long FMNMX chain
 // (the max is exact in any order). H200, b2 s16K hq32/8: BF16 +1.7% and +0.9% in two runs (default
@@ -645,6 +670,22 @@ __device__ __forceinline__ void row_sums_e4m3(const uint32_t (&p)[kPRegs], float
     }
     lsum[0] = d[0][0] + d[1][0];
     lsum[1] = d[0][2] + d[1][2];
+  } else if constexpr (kLSum == 4) {
+    float a[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // [row][chain]
+#pragma unroll
+    for (int i = 0; i < kPRegs / 2; ++i) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        uint32_t lo, hi;
+        e4m3x4_to_f16x2x2(p[2 * i + r], lo, hi);
+        const __half2 l2 = *reinterpret_cast<const __half2*>(&lo);
+        const __half2 h2 = *reinterpret_cast<const __half2*>(&hi);
+        a[r][0] += __low2float(l2) + __high2float(l2);  // each pair sum is exact in fp32
+        a[r][1] += __low2float(h2) + __high2float(h2);
+      }
+    }
+    lsum[0] = a[0][0] + a[0][1];
+    lsum[1] = a[1][0] + a[1][1];
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -747,6 +788,74 @@ __device__ __forceinline__ void softmax_rows(float (&s)[64], float (&m_run)[2], 
   }
 }
 
+// ZYFA_WS_SMX2: softmax_rows<true> with the two rows as one interleaved, branch-free chain (same
+// per-element arithmetic and per-row summation order, so bitwise the same output).
+__device__ __forceinline__ void softmax_rows_x2(float (&s)[64], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
+                                                float qk_scale, float lean_a) {
+  constexpr int kChains = ZYFA_WS_MAXTREE ? 4 : 2;  // per row; the two rows add two more chains
+  float mxc[2][kChains];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) mxc[r][c] = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        float& mc = mxc[r][(2 * j + x) % kChains];
+        mc = fmaxf(mc, s[4 * j + 2 * r + x]);
+      }
+    }
+  }
+  float mx[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = mxc[r][0];
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) mx[r] = fmaxf(mx[r], mxc[r][c]);
+  }
+#pragma unroll
+  for (int k = 1; k <= 2; k <<= 1) {  // quad max, the two rows' shuffles in flight together
+    const float o0 = __shfl_xor_sync(0xffffffffu, mx[0], k);
+    const float o1 = __shfl_xor_sync(0xffffffffu, mx[1], k);
+    mx[0] = fmaxf(mx[0], o0);
+    mx[1] = fmaxf(mx[1], o1);
+  }
+  float neg_m[2], lean_b[2], lsum[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m_run[r], mx[r] * qk_scale);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // m_new == -inf implies m_run == -inf
+    // m_new == -inf: nothing visible yet, alpha 1; m_run == -inf < m_new: ex2(-inf) = 0.
+    alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
+    m_run[r] = m_new;
+    lean_b[r] = 120.0f - 8.0f * m_use;
+    neg_m[r] = kPShift - m_use;
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        float& v = s[4 * j + 2 * r + x];
+        if constexpr (kLeanP) {
+          v = fmaxf(fmaf(v, lean_a, lean_b[r]), 0.0f) + 12582912.0f;
+        } else {
+          v = ex2(fmaf(v, qk_scale, neg_m[r]));
+          lsum[r] += v;
+        }
+      }
+    }
+  }
+  if constexpr (!kFp8) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + lsum[r];
+  }
+}
+
 __device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                               int key0, bool need_mask, const int (&row_lim)[2], float qk_scale,
                                               float lean_a, int tig) {
@@ -769,7 +878,11 @@ __device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2],
     }
   }
   if (fast) {
-    softmax_rows<true>(s, m_run, l_run, alpha, qk_scale, lean_a);
+    if constexpr (ZYFA_WS_SMX2 != 0) {
+      softmax_rows_x2(s, m_run, l_run, alpha, qk_scale, lean_a);
+    } else {
+      softmax_rows<true>(s, m_run, l_run, alpha, qk_scale, lean_a);
+    }
   } else {
     softmax_rows<false>(s, m_run, l_run, alpha, qk_scale, lean_a);
   }
@@ -837,12 +950,37 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const int seqlen_q = args.seqlen_q;
   const int seqlen_k = args.seqlen_k;
   Block blk;
-  blk.head = static_cast<int>(blockIdx.y);
-  blk.batch = static_cast<int>(blockIdx.z);
+  if constexpr (ZYFA_WS_ORDER == 0) {
+    blk.head = static_cast<int>(blockIdx.y);
+    blk.batch = static_cast<int>(blockIdx.z);
+  } else {
+    // See ZYFA_WS_ORDER. Pairs hb = batch * heads + head (GQA groups adjacent); lin = x + nx (y + ny z).
+    const uint32_t nx = gridDim.x, ny = gridDim.y, nhb = gridDim.y * gridDim.z;
+    const uint32_t lin = blockIdx.x + nx * (blockIdx.y + ny * blockIdx.z);
+    uint32_t gsz = nhb;  // pairs per group (ORDER 1: one group)
+    if constexpr (ZYFA_WS_ORDER == 2) {
+      // (K + V) bytes of one kv head over the whole key range; whole GQA groups of q heads per group.
+      const uint64_t kv_bytes = static_cast<uint64_t>(seqlen_k > 0 ? seqlen_k : 1) * (kDQk + kDV) * kESize;
+      const uint32_t ratio = static_cast<uint32_t>(args.heads_q / args.heads_kv);
+      const uint64_t kv_fit = (32ull << 20) / kv_bytes;
+      gsz = static_cast<uint32_t>(min(static_cast<uint64_t>(nhb), max(kv_fit, static_cast<uint64_t>(1)) * ratio));
+    }
+    const uint32_t group = lin / (gsz * nx);
+    const uint32_t g0 = group * gsz;                 // first pair of this group
+    const uint32_t gcur = min(gsz, nhb - g0);        // pairs in this group (the last may be short)
+    const uint32_t local = lin - g0 * nx;            // < gcur * nx
+    const uint32_t rank = local / gcur;              // 0: the longest tiles
+    const uint32_t hb = g0 + (local - rank * gcur);
+    blk.head = static_cast<int>(hb % ny);
+    blk.batch = static_cast<int>(hb / ny);
+    blk.q_row0 = static_cast<int>(nx - 1u - rank) * kTileM;
+  }
   blk.kv_head = blk.head / (args.heads_q / args.heads_kv);
   blk.causal = (args.flags & ZYFA_FLAG_CAUSAL) != 0u;
-  // Reverse order: the last q tiles (longest causal rows) are launched first.
-  blk.q_row0 = static_cast<int>(gridDim.x - 1u - blockIdx.x) * kTileM;
+  if constexpr (ZYFA_WS_ORDER == 0) {
+    // Reverse order: the last q tiles (longest causal rows) of a head are launched first.
+    blk.q_row0 = static_cast<int>(gridDim.x - 1u - blockIdx.x) * kTileM;
+  }
   blk.diag = static_cast<int64_t>(seqlen_k) - seqlen_q;
   const int q_rows = min(kTileM, seqlen_q - blk.q_row0);
   int64_t kv_end = seqlen_k;  // keys [0, kv_end) are visible to at least one row of the tile
