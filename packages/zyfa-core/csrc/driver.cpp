@@ -10,6 +10,8 @@
 //   HIP:  extra = {BUFFER_POINTER, bytes, BUFFER_SIZE, &size, END} (the bytes are the kernarg segment).
 // Every failure throws DriverFailure, which Python sees as zyfa_core.errors.ZyfaDriverError naming the
 // kernel, the driver call, and the driver's error name and text.
+// Native callers (zyfa-torch's C++ op) launch through the C entry point zyfa_driver_launch instead,
+// without Python and with the same error facts returned in a struct (see the end of this file).
 //
 // Environment: ZYFA_BACKEND=cuda|hip restricts which driver is tried; ZYFA_LIBCUDA / ZYFA_LIBAMDHIP64
 // give a library path to dlopen instead of the default names (a non-standard install, or a test double).
@@ -18,6 +20,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstdint>
@@ -476,39 +479,46 @@ void Kernel::set_max_dynamic_smem(int bytes) {
 
 constexpr size_t MAX_ARGS_BYTES = 4096;  // CUDA's classic kernel-parameter limit
 
+// The launch itself, shared by Kernel::launch (Python) and zyfa_driver_launch (C, below). `args` must
+// stay readable until the driver returns (it copies the parameter bytes during the call). Throws
+// DriverFailure for a size mismatch with the kernel's declared parameter or a failing driver call.
+void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
+                  const void *args, size_t size) {
+  State &s = state();  // a Kernel exists only once a backend has loaded; no need for the probe lock
+  if (k.param_size != 0 && k.param_size != size) {
+    fail(k.name, "launch", 0, "",
+         "the kernel's parameter is " + std::to_string(k.param_size) + " bytes but the arguments are " +
+             std::to_string(size) + " bytes (ABI mismatch between the code object and zyfa_core)");
+  }
+  DeviceScope scope(s, k.device, k.name);
+  if (s.backend == Backend::cuda) {
+    void *params[] = {const_cast<void *>(args)};
+    check(s,
+          s.cu.cuLaunchKernel(k.function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
+                              static_cast<CUstream>(stream), params, nullptr),
+          k.name, "cuLaunchKernel");
+  } else {
+    void *extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(args), HIP_LAUNCH_PARAM_BUFFER_SIZE,
+                     &size, HIP_LAUNCH_PARAM_END};
+    check(s,
+          s.hip.hipModuleLaunchKernel(k.function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
+                                      static_cast<hipStream_t>(stream), nullptr, extra),
+          k.name, "hipModuleLaunchKernel");
+  }
+}
+
 void Kernel::launch(std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned smem,
                     std::uintptr_t stream, const py::bytes &args) const {
-  State &s = state();  // a Kernel exists only once a backend has loaded; no need for the probe lock
   const std::string_view bytes = args;
   if (bytes.empty() || bytes.size() > MAX_ARGS_BYTES) {
     throw py::value_error(name + ": argument bytes must be 1.." + std::to_string(MAX_ARGS_BYTES) + " long, got " +
                           std::to_string(bytes.size()));
   }
-  if (param_size != 0 && param_size != bytes.size()) {
-    fail(name, "launch", 0, "",
-         "the kernel's parameter is " + std::to_string(param_size) + " bytes but the arguments are " +
-             std::to_string(bytes.size()) + " bytes (ABI mismatch between the code object and zyfa_core)");
-  }
   // An aligned private copy: the driver reads it during the call, after the GIL is released.
   alignas(16) unsigned char buffer[MAX_ARGS_BYTES];
   std::memcpy(buffer, bytes.data(), bytes.size());
-  size_t size = bytes.size();
   py::gil_scoped_release no_gil;
-  DeviceScope scope(s, device, name);
-  if (s.backend == Backend::cuda) {
-    void *params[] = {buffer};
-    check(s,
-          s.cu.cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
-                              reinterpret_cast<CUstream>(stream), params, nullptr),
-          name, "cuLaunchKernel");
-  } else {
-    void *extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, buffer, HIP_LAUNCH_PARAM_BUFFER_SIZE, &size,
-                     HIP_LAUNCH_PARAM_END};
-    check(s,
-          s.hip.hipModuleLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
-                                      reinterpret_cast<hipStream_t>(stream), nullptr, extra),
-          name, "hipModuleLaunchKernel");
-  }
+  launch_bytes(*this, grid.data(), block.data(), smem, reinterpret_cast<void *>(stream), buffer, bytes.size());
 }
 
 size_t cuda_param_size(State &s, CUfunction f, const std::string &kernel) {
@@ -638,6 +648,73 @@ py::dict device_properties(int device) {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------------------------
+// The C entry point for native callers (zyfa-torch's C++ op `zyfa._C`), which launch without Python:
+// they get its address (`launch_function`) and a loaded kernel's address (`Kernel.handle`) from Python
+// once, then call it directly. Plain C types only, so the caller needs neither this file's C++ types
+// nor pybind11; `LAUNCH_ABI` (below) changes whenever this signature or zyfa_driver_error does.
+//
+// kernel: a `Kernel.handle` (valid while its Kernel object lives: zyfa_core.launcher keeps every loaded
+// kernel for the life of the process); grid, block: 3 values each; stream: the raw CUstream /
+// hipStream_t; args, size: the argument bytes (the ABI struct), readable until the call returns.
+// Returns 0, or non-zero with `error` filled as ZyfaDriverError's fields (message names the kernel and
+// the driver call, as every error of this file does). Never throws; needs no GIL.
+
+extern "C" {
+
+struct zyfa_driver_error {
+  long code;             // the driver's error code (0 when not from a driver call)
+  char kernel[128];      // kernel key
+  char call[128];        // driver entry point (or "launch" for a size mismatch)
+  char error_name[64];   // e.g. "CUDA_ERROR_LAUNCH_FAILED"
+  char message[1024];    // "<kernel>: <call> failed with <error_name> (<code>): <text>"
+};
+
+int zyfa_driver_launch(const void *kernel, const unsigned *grid, const unsigned *block, unsigned smem,
+                       void *stream, const void *args, size_t size, zyfa_driver_error *error) noexcept;
+
+}  // extern "C"
+
+namespace {
+
+constexpr int LAUNCH_ABI = 1;
+
+void copy_field(char *to, size_t capacity, const std::string &from) {
+  const size_t n = std::min(from.size(), capacity - 1);
+  std::memcpy(to, from.data(), n);
+  to[n] = 0;
+}
+
+void report(zyfa_driver_error *error, const std::string &kernel, const std::string &call, long code,
+            const std::string &error_name, const std::string &message) {
+  if (error == nullptr) return;
+  error->code = code;
+  copy_field(error->kernel, sizeof(error->kernel), kernel);
+  copy_field(error->call, sizeof(error->call), call);
+  copy_field(error->error_name, sizeof(error->error_name), error_name);
+  copy_field(error->message, sizeof(error->message), message);
+}
+
+}  // namespace
+
+extern "C" int zyfa_driver_launch(const void *kernel, const unsigned *grid, const unsigned *block, unsigned smem,
+                                  void *stream, const void *args, size_t size, zyfa_driver_error *error) noexcept {
+  if (kernel == nullptr || grid == nullptr || block == nullptr || args == nullptr || size == 0) {
+    report(error, "", "launch", 0, "", "zyfa_driver_launch: null kernel, grid, block or args, or size 0");
+    return 1;
+  }
+  const Kernel &k = *static_cast<const Kernel *>(kernel);
+  try {
+    launch_bytes(k, grid, block, smem, stream, args, size);
+    return 0;
+  } catch (const DriverFailure &f) {
+    report(error, f.kernel, f.call, f.code, f.error_name, f.message);
+  } catch (const std::exception &e) {
+    report(error, k.name, "launch", 0, "", k.name + ": launch failed: " + e.what());
+  }
+  return 1;
+}
+
 PYBIND11_MODULE(_driver, m) {
   m.doc() = "ZYFA GPU driver shim: dlopens libcuda.so.1 or libamdhip64.so; see zyfa_core.launcher.";
   g_error_class = py::object(py::module_::import("zyfa_core.errors").attr("ZyfaDriverError")).release().ptr();
@@ -658,6 +735,9 @@ PYBIND11_MODULE(_driver, m) {
       .def_readonly("device", &Kernel::device)
       .def_readonly("param_size", &Kernel::param_size, "Parameter bytes the kernel declares; 0 if unknown.")
       .def_readonly("max_dynamic_smem", &Kernel::max_dynamic_smem)
+      .def_property_readonly(
+          "handle", [](const Kernel &k) { return reinterpret_cast<std::uintptr_t>(&k); },
+          "This kernel's address for the C entry point (see `launch_function`); valid while this object lives.")
       .def("set_max_dynamic_smem", &Kernel::set_max_dynamic_smem, py::arg("bytes"),
            "CUDA: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to `bytes` (no-op on HIP).")
       .def("launch", &Kernel::launch, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("stream"),
@@ -665,6 +745,9 @@ PYBIND11_MODULE(_driver, m) {
            "Launch with grid/block (3 ints each), dynamic shared memory bytes, a stream handle as an int "
            "(0 = default stream) and the argument bytes as the single kernel parameter. The GIL is released.");
 
+  m.attr("launch_function") = reinterpret_cast<std::uintptr_t>(&zyfa_driver_launch);
+  m.attr("LAUNCH_ABI") = LAUNCH_ABI;
+  m.attr("LAUNCH_ERROR_SIZE") = sizeof(zyfa_driver_error);
   m.def("probe", &probe, "Load a GPU driver once; returns {'backend', 'library', 'attempts'}. Never raises.");
   m.def("device_count", &device_count, "Number of devices of the loaded backend.");
   m.def("device_properties", &device_properties, py::arg("device"),

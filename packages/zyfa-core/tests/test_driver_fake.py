@@ -278,3 +278,74 @@ def test_backend_env_must_be_valid(run_with_fake, cuda_dir: Path) -> None:
         "cuda", "print(json.dumps(zyfa_core.backend_report()))", cuda_dir, ZYFA_BACKEND="metal"
     )
     assert out["backend"] is None and "ZYFA_BACKEND=metal" in out["attempts"][0]
+
+
+# ------------------------------------------------------------- the C entry point for native callers
+
+# Calls zyfa_driver_launch through ctypes exactly as zyfa-torch's C++ op does: handles from
+# launcher.native_launch, the grid from launch_grid, the argument bytes, an error struct.
+NATIVE = """
+import ctypes
+native = zyfa_core.launcher.native_launch(spec, 0)
+
+class Error(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_long), ("kernel", ctypes.c_char * 128), ("call", ctypes.c_char * 128),
+                ("error_name", ctypes.c_char * 64), ("message", ctypes.c_char * 1024)]
+
+uints = ctypes.POINTER(ctypes.c_uint)
+prototype = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, uints, uints, ctypes.c_uint, ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(Error))
+launch = prototype(native.launch_function)
+grid = (ctypes.c_uint * 3)(*zyfa_core.launch_grid(spec, args))
+block = (ctypes.c_uint * 3)(*native.block)
+raw = bytes(args)
+buffer = ctypes.create_string_buffer(raw, len(raw))
+error = Error()
+stream = 0x7000
+rc = launch(native.kernel, grid, block, native.smem_bytes, stream, buffer, len(raw), ctypes.byref(error))
+print(json.dumps({"rc": rc, "args": raw.hex(), "grid": list(grid), "block": list(block), "stream": stream,
+                  "smem": native.smem_bytes, "tile_m": native.tile_m, "name": native.name,
+                  "abi": native.launch_abi, "error_size": native.error_size, "sizeof": ctypes.sizeof(Error),
+                  "code": error.code, "kernel": error.kernel.decode(), "call": error.call.decode(),
+                  "error_name": error.error_name.decode(), "message": error.message.decode()}))
+"""
+
+
+@pytest.mark.parametrize("d_qk", [128, 192])
+def test_native_launch_entry_point_cuda(run_with_fake, cuda_dir: Path, d_qk: int) -> None:
+    """The C entry point passes the same bytes, grid, block, smem and stream as `launch` does."""
+    out, calls = run_with_fake("cuda", args_snippet(d_qk=d_qk) + NATIVE, cuda_dir)
+    assert out["rc"] == 0 and out["abi"] == 1 and out["error_size"] == out["sizeof"]
+    (launch,) = calls_named(calls, "cuLaunchKernel")
+    assert launch["name"] == out["name"] and launch["args"] == out["args"]
+    assert launch["grid"] == ",".join(map(str, out["grid"])) and launch["block"] == "128,1,1"
+    assert int(launch["smem"]) == out["smem"] == (65536 if d_qk == 192 else 49152)
+    assert int(launch["stream"], 16) == out["stream"] and launch["ctx"] == "0x1000"
+    if d_qk == 192:  # above 48 KiB: the opt-in was made when native_launch loaded the kernel
+        assert calls_named(calls, "cuFuncSetAttribute")
+
+
+def test_native_launch_entry_point_reports_driver_errors(run_with_fake, cuda_dir: Path) -> None:
+    out, _ = run_with_fake("cuda", args_snippet() + NATIVE, cuda_dir, FAKE_LAUNCH_ERROR="719")
+    assert out["rc"] != 0
+    assert (out["kernel"], out["call"], out["error_name"]) == (
+        SM90_BF16,
+        "cuLaunchKernel",
+        "CUDA_ERROR_LAUNCH_FAILED",
+    )
+    assert out["code"] == 719 and out["message"].startswith(f"{SM90_BF16}: cuLaunchKernel failed with")
+
+
+def test_native_launch_entry_point_checks_the_abi_size(run_with_fake, cuda_dir: Path) -> None:
+    out, calls = run_with_fake("cuda", args_snippet() + NATIVE, cuda_dir, FAKE_PARAM_SIZE="184")
+    assert out["rc"] != 0 and out["call"] == "launch" and "ABI mismatch" in out["message"]
+    assert calls_named(calls, "cuLaunchKernel") == []
+
+
+def test_native_launch_entry_point_hip(run_with_fake, hip_dir: Path) -> None:
+    snippet = args_snippet("gfx950") + NATIVE
+    out, calls = run_with_fake("hip", snippet, hip_dir)
+    assert out["rc"] == 0 and out["tile_m"] == 32
+    (launch,) = calls_named(calls, "hipModuleLaunchKernel")
+    assert launch["args"] == out["args"] and launch["size"] == "192" and launch["block"] == "64,1,1"
+    assert launch["grid"] == ",".join(map(str, out["grid"]))

@@ -20,7 +20,7 @@ import math
 import threading
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from zyfa_core.abi import ABI_VERSION, FLAG_CAUSAL, FLAG_LSE, ZyfaFwdArgs
 from zyfa_core.errors import ManifestError, ZyfaDriverError
@@ -35,6 +35,8 @@ __all__ = [
     "device_properties",
     "launch",
     "launch_grid",
+    "native_launch",
+    "NativeLaunch",
 ]
 
 _ELEMENT_BYTES = {"bf16": 2, "e4m3fn": 1}
@@ -306,3 +308,46 @@ def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int) -> 
     _check_handles(device, stream)
     kernel = _kernel(spec, device)
     kernel.launch(launch_grid(spec, args), (spec.threads, 1, 1), spec.launch_smem_bytes, stream, bytes(args))
+
+
+class NativeLaunch(NamedTuple):
+    """What native code needs to launch `name` without Python (see `native_launch`)."""
+
+    name: str
+    kernel: int  # the loaded kernel's handle for launch_function (`_driver.Kernel.handle`)
+    launch_function: int  # address of the C entry point zyfa_driver_launch in zyfa_core._driver
+    launch_abi: int  # version of that entry point's signature and error struct
+    error_size: int  # sizeof(zyfa_driver_error), checked by the caller against its own declaration
+    tile_m: int  # grid = (ceil(seqlen_q / tile_m), heads_q, batch), as `launch_grid` computes it
+    block: tuple[int, int, int]
+    smem_bytes: int  # dynamic shared memory per launch
+
+
+def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
+    """Load kernel `spec` on GPU `device` (checked as `launch` checks it) and return what a native
+    caller needs to launch it through the C entry point of `zyfa_core._driver`, geometry included.
+
+    For zyfa-torch's C++ op, which calls this once per kernel and then launches with no Python in the
+    loop. The caller must check args itself (`check_args` is Python) and compute the grid as
+    `launch_grid` does. The handle stays valid for the life of the process (kernels are never unloaded).
+
+    Raises:
+        TypeError, ValueError, ManifestError, ZyfaDriverError: as `launch` does for its target checks.
+    """
+    if not isinstance(spec, KernelSpec):
+        raise TypeError(f"spec must be a zyfa_core.KernelSpec, got {type(spec).__name__}")
+    if spec.abi_version != ABI_VERSION:
+        raise ValueError(f"{spec.name} uses ABI version {spec.abi_version}, zyfa_core uses {ABI_VERSION}")
+    _check_handles(device, 0)
+    kernel = _kernel(spec, device)
+    module = _driver()
+    return NativeLaunch(
+        name=spec.name,
+        kernel=int(kernel.handle),
+        launch_function=int(module.launch_function),
+        launch_abi=int(module.LAUNCH_ABI),
+        error_size=int(module.LAUNCH_ERROR_SIZE),
+        tile_m=spec.tile_m,
+        block=(spec.threads, 1, 1),
+        smem_bytes=spec.launch_smem_bytes,
+    )

@@ -12,13 +12,19 @@
 Both are forward-only: their registered backward raises. `register_fake` gives torch.compile and
 FakeTensor the output shapes without running anything. The GPU path allocates out and lse with
 torch.empty (the caching allocator, on the current stream) and launches on the current stream.
+
+The schemas are defined here, once (`torch.library.define`), with Python kernels for every device
+(CompositeExplicitAutograd), the fake and the autograd registrations. Where the C++ extension `zyfa._C`
+is built (`pip install --no-build-isolation packages/zyfa-torch`), importing it adds C++ kernels of
+``zyfa::fwd`` for the CUDA and AutogradCUDA keys: the same checks, allocation, argument packing and
+launch with no Python on the call path (issue 6, host overhead); it asks `_resolve_native` here once
+per kernel. `hot_path()` says which path CUDA calls take; ZYFA_NO_CPP=1 keeps the Python one.
 """
 
-# No `from __future__ import annotations` here: torch.library.custom_op infers the op schema from the
-# annotation objects, and older torch versions handle string annotations less well.
+from __future__ import annotations
+
 import functools
 import importlib
-import inspect
 import os
 from types import SimpleNamespace
 
@@ -27,7 +33,7 @@ from torch import Tensor
 
 from zyfa import _validate, reference
 
-__all__ = ["CPU_BLOCK_N", "clear_kernel_cache", "fwd", "fwd_tensor_descales", "select_kernel"]
+__all__ = ["CPU_BLOCK_N", "clear_kernel_cache", "fwd", "fwd_tensor_descales", "hot_path", "select_kernel"]
 
 CPU_BLOCK_N = 64
 """KV block size of the CPU path (= tile_n of the sm90a kernels)."""
@@ -36,12 +42,36 @@ CPU_P_MODE = "exact"
 _KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"  # zyfa_core.manifest.ENV_KERNEL_DIR: part of the kernel cache key
 
 
-def _unsafe_for_cuda_graphs() -> dict:
-    """custom_op kwargs tagging an op cudagraph_unsafe (where torch has the tag and custom_op takes tags)."""
-    tag = getattr(torch.Tag, "cudagraph_unsafe", None)
-    if tag is None or "tags" not in inspect.signature(torch.library.custom_op).parameters:
-        return {}
-    return {"tags": (tag,)}
+NO_CPP_ENV = "ZYFA_NO_CPP"
+"""Set to 1 to keep the Python GPU path even where zyfa._C is built (read once, at import)."""
+
+_ARGS = (
+    "Tensor q, Tensor k, Tensor v, float softmax_scale, bool causal, {d} q_descale, {d} k_descale, "
+    "{d} v_descale, bool return_lse, str? p_mode=None"
+)
+
+
+def _tags(*names: str) -> tuple:
+    """The torch.Tag values of `names` that this torch has."""
+    return tuple(tag for name in names if (tag := getattr(torch.Tag, name, None)) is not None)
+
+
+_LIB = torch.library.Library("zyfa", "DEF")  # the namespace is this module's alone
+_LIB.define(f"fwd({_ARGS.format(d='float')}) -> (Tensor, Tensor)", tags=_tags("pt2_compliant_tag"))
+_LIB.define(
+    f"fwd_tensor_descales({_ARGS.format(d='Tensor')}) -> (Tensor, Tensor)",
+    tags=_tags("pt2_compliant_tag", "cudagraph_unsafe"),
+)
+
+fwd = torch.ops.zyfa.fwd.default
+"""ZYFA attention forward (flash-attn layout). Use `zyfa.flash_attn_func`, which validates options.
+
+fwd(q, k, v, softmax_scale, causal, q_descale, k_descale, v_descale, return_lse, p_mode=None) returns
+(out bf16 [batch, seqlen_q, heads_q, d_v], lse float32 [batch, heads_q, seqlen_q]); lse is an empty (0,)
+tensor when return_lse is False. Descales are floats (1.0 for bf16): no host sync."""
+
+fwd_tensor_descales = torch.ops.zyfa.fwd_tensor_descales.default
+"""`fwd` with 1-element tensor descales, read on the host (one device sync per call)."""
 
 
 def _out_shapes(q: Tensor, k: Tensor, v: Tensor, return_lse: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -83,8 +113,7 @@ def _forward(
     )
 
 
-@torch.library.custom_op("zyfa::fwd", mutates_args=())
-def fwd(
+def _fwd_impl(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -96,16 +125,11 @@ def fwd(
     return_lse: bool,
     p_mode: str | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """ZYFA attention forward (flash-attn layout). Use `zyfa.flash_attn_func`, which validates options.
-
-    Returns (out bf16 [batch, seqlen_q, heads_q, d_v], lse float32 [batch, heads_q, seqlen_q]); lse is
-    an empty (0,) tensor when return_lse is False. Descales are floats (1.0 for bf16): no host sync.
-    """
+    """zyfa::fwd on any device (zyfa._C's C++ kernel takes CUDA tensors where it is loaded)."""
     return _forward(q, k, v, softmax_scale, causal, (q_descale, k_descale, v_descale), return_lse, p_mode)
 
 
-@torch.library.custom_op("zyfa::fwd_tensor_descales", mutates_args=(), **_unsafe_for_cuda_graphs())
-def fwd_tensor_descales(
+def _fwd_tensor_descales_impl(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -117,7 +141,7 @@ def fwd_tensor_descales(
     return_lse: bool,
     p_mode: str | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """`fwd` with 1-element tensor descales, read on the host (one device sync per call)."""
+    """zyfa::fwd_tensor_descales on any device: reads the descales, then runs `_forward`."""
     descales = _read_descales((q_descale, k_descale, v_descale))
     return _forward(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
 
@@ -164,9 +188,10 @@ def _setup_context(ctx: object, inputs: tuple, output: tuple) -> None:
     return None
 
 
-for _op in (fwd, fwd_tensor_descales):
-    _op.register_fake(_fwd_fake)
-    _op.register_autograd(_backward, setup_context=_setup_context)
+for _name, _impl in (("fwd", _fwd_impl), ("fwd_tensor_descales", _fwd_tensor_descales_impl)):
+    _LIB.impl(_name, _impl, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"zyfa::{_name}", _fwd_fake, lib=_LIB)
+    torch.library.register_autograd(f"zyfa::{_name}", _backward, setup_context=_setup_context, lib=_LIB)
 
 
 def _fwd_cpu(
@@ -226,8 +251,11 @@ def select_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, p_mode: 
 
 
 def clear_kernel_cache() -> None:
-    """Forget the kernels `select_kernel` chose (after the manifest or zyfa_core changes in-process)."""
+    """Forget the kernels `select_kernel` (and zyfa._C) chose (after the manifest or zyfa_core changes
+    in-process)."""
     _select_cached.cache_clear()
+    if _NATIVE is not None:
+        _NATIVE.clear_kernel_cache()
 
 
 @functools.lru_cache(maxsize=256)
@@ -312,3 +340,52 @@ def _fill_args(
     args.q_descale, args.k_descale, args.v_descale = descales
     args.reserved = 0
     return args
+
+
+# ------------------------------------------------------------------------------- the C++ hot path
+
+
+def _resolve_native(
+    device_index: int, dtype: str, d_qk: int, d_v: int, causal: bool, p_mode: str | None
+) -> object:
+    """zyfa._C's kernel-cache miss: select (cached, as `select_kernel`) and load the kernel through
+    zyfa_core; returns zyfa_core.launcher.NativeLaunch (handles and launch geometry)."""
+    spec = _select_cached(device_index, dtype, d_qk, d_v, causal, p_mode, os.environ.get(_KERNEL_DIR_ENV))
+    return _core().launcher.native_launch(spec, device_index)
+
+
+def _load_native() -> tuple[object | None, str]:
+    """Import zyfa._C (which registers its C++ kernels of zyfa::fwd) and hand it the resolver; or
+    (None, why not)."""
+    if os.environ.get(NO_CPP_ENV, "") not in ("", "0"):
+        return None, f"{NO_CPP_ENV} is set"
+    try:
+        native = importlib.import_module("zyfa._C")
+    except ImportError as exc:
+        return None, (
+            f"zyfa._C is not built ({exc}); install with `pip install --no-build-isolation packages/zyfa-torch`"
+        )
+    native.set_resolver(_resolve_native)
+    return native, ""
+
+
+_NATIVE, _NATIVE_WHY = _load_native()
+
+
+def hot_path() -> str:
+    """Which path CUDA/ROCm calls of zyfa::fwd take: "C++ (zyfa._C)" or "Python (<why>)"."""
+    return "C++ (zyfa._C)" if _NATIVE is not None else f"Python ({_NATIVE_WHY})"
+
+
+def checked_natively(q: object, k: object, v: object) -> bool:
+    """True when zyfa::fwd's C++ kernel will check these tensors itself (CUDA tensors, zyfa._C loaded,
+    not tracing), so `flash_attn_func` may skip its Python tensor checks."""
+    return (
+        _NATIVE is not None
+        and isinstance(q, Tensor)
+        and isinstance(k, Tensor)
+        and isinstance(v, Tensor)
+        and q.is_cuda
+        and q.dim() == 4
+        and not torch.compiler.is_compiling()
+    )

@@ -62,9 +62,13 @@ def flash_attn_func(
     selected for (device arch, dtype, d_qk, d_v, causal, p_mode). The op is forward-only.
     """
     _validate.check_options(dropout_p, causal, window_size, softcap, alibi_slopes, return_attn_probs)
-    dims = _validate.check_tensors(q, k, v)
+    if _ops.checked_natively(q, k, v):
+        # zyfa._C's kernel checks the tensors (the same checks, exceptions and messages) in C++.
+        d_qk = q.shape[3]
+    else:
+        d_qk = _validate.check_tensors(q, k, v).d_qk
     _validate.check_p_mode(q.dtype, p_mode)
-    scale = _validate.check_scale(softmax_scale, dims.d_qk)
+    scale = _validate.check_scale(softmax_scale, d_qk)
     descales = _validate.check_descales(q.dtype, q_descale, k_descale, v_descale)
     if any(isinstance(d, Tensor) for d in descales):
         # The kernel ABI takes descales by value: a tensor's value must reach the host, so tensors go
