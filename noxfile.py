@@ -44,6 +44,8 @@ TORCH = "torch==2.13.0"
 # Pins for what the packages' own "test" extras ask for by range, plus PyYAML, which the simulator's
 # YAML-subset test compares against.
 TEST_DEPS = ("pytest==9.0.3", "hypothesis==6.155.2", "PyYAML==6.0.3")
+# The build backend of the packages the tests session builds without isolation (zyfa-torch, zyfa-bench).
+SETUPTOOLS = "setuptools==80.9.0"
 # Extras the tests session installs where a package defines them (test deps, the pinned assembler,
 # safetensors for captured workloads, transformers for the HF attention backend and `capture`).
 TEST_EXTRAS = ("test", "asm", "captured", "hf", "capture")
@@ -112,11 +114,14 @@ def _fingerprint(requirements: list[str], env: dict[str, str]) -> str:
     return digest.hexdigest()
 
 
-def install(session: nox.Session, requirements: list[str], env: dict[str, str] | None = None) -> None:
+def install(
+    session: nox.Session, requirements: list[str], env: dict[str, str] | None = None, step: str = ""
+) -> None:
     """pip-install `requirements` (pins and local package dirs) in one resolver run, unless the venv
-    already holds exactly this request (same pins, same local files, same build environment)."""
+    already holds exactly this request (same pins, same local files, same build environment).
+    A session that installs in several steps names each (`step`): each keeps its own stamp."""
     env = env or {}
-    stamp = Path(session.virtualenv.location) / ".zyfa-install-stamp"
+    stamp = Path(session.virtualenv.location) / f".zyfa-install-stamp{'-' + step if step else ''}"
     fingerprint = _fingerprint(requirements, env)
     if stamp.exists() and stamp.read_text() == fingerprint:
         session.log("venv is up to date with the sources; skipping pip install")
@@ -171,17 +176,23 @@ def tests(session: nox.Session) -> None:
     zyfa-core's pip build compiles every code object the present toolchains allow (a few seconds a
     kernel), so the tests see the installed manifest and a broken pip build fails here.  Extra args
     go to pytest: `nox -s tests -- -k reference -x`."""
+    packages = package_dirs(TEST_EXTRAS)
+    # zyfa-torch builds its C++ hot path zyfa._C against the installed torch, so torch comes first and
+    # zyfa-torch (with zyfa-bench, which needs it) is built without isolation, as flash-attn is.
+    late = [r for r in packages if r.startswith(("packages/zyfa-torch", "packages/zyfa-bench"))]
     requirements = [
         TORCH,
         *TEST_DEPS,
         pip_pin("ziglang"),
-        *package_dirs(TEST_EXTRAS),
+        SETUPTOOLS,
+        *(r for r in packages if r not in late),
     ]
     # Test-only requirements a test directory keeps beside its tests (e.g. the ISA pseudocode the
     # simulator is checked against).
     for extra in sorted(ROOT.glob("packages/*/tests/**/requirements-test.txt")):
         requirements += ["-r", str(extra.relative_to(ROOT))]
     install(session, requirements, env=kernel_build_env())
+    install(session, [TORCH, "--no-build-isolation", *late], step="torch-ext")
     test_dirs = [f"packages/{p}/tests" for p in PACKAGES] + list(TEST_DIRS_EXTRA)
     missing = [d for d in test_dirs if not (ROOT / d).is_dir()]
     if missing:
@@ -202,7 +213,8 @@ def tests(session: nox.Session) -> None:
         "--strict-markers",
         *test_dirs,
         *session.posargs,
-        env={"PYTHONPATH": pythonpath.rstrip(os.pathsep)},
+        # ZYFA_REQUIRE_CPP: zyfa-torch's tests of its C++ extension fail, not skip, when it was not built.
+        env={"PYTHONPATH": pythonpath.rstrip(os.pathsep), "ZYFA_REQUIRE_CPP": "1"},
     )
 
 

@@ -323,8 +323,9 @@ def test_rotation_fast_path_on_gpu():
 def test_host_overhead_per_eager_call():
     """µs per eager call at a tiny shape, per layer of the call path (zyfa.overhead), reported as a
     warning (visible in pytest's summary). Speed is judged by benchmarks, not here: this checks that
-    every layer was measured (finite, positive). Measured on the H200 (2026-12-01): flash_attn_func
-    215 µs, far over issue 6's 15 µs, so the hot path still has to move into C++."""
+    every layer was measured (finite, positive). Measured on the H200 (2026-12-01) on the Python path:
+    flash_attn_func 215 µs, far over issue 6's 15 µs; the C++ hot path (zyfa._C) answers that, and the
+    warning names the path that was active."""
     from zyfa import overhead
 
     q, k, v = _bf16(18, shape=(1, 128, 1, 1))
@@ -342,7 +343,41 @@ def test_host_overhead_per_eager_call():
         + ", ".join(f"{k} {v:.1f} µs" if isinstance(v, float) else f"{k} {v}" for k, v in us.items())
         for mode, us in results.items()
     )
-    warnings.warn(f"zyfa host overhead per eager call (1000 calls, tiny shape): {text}", stacklevel=1)
-    for layer in ("flash_attn_func", "torch.ops.zyfa.fwd", "_forward", "zyfa_core.launch"):
+    warnings.warn(
+        f"zyfa host overhead per eager call (1000 calls, tiny shape, hot path {overhead.hot_path()}): {text}",
+        stacklevel=1,
+    )
+    layers = ["flash_attn_func", "torch.ops.zyfa.fwd", "_forward", "zyfa_core.launch"]
+    if _ops._NATIVE is not None:
+        layers.append("zyfa._C.fwd_cuda")
+    for layer in layers:
         value = results["bf16"][layer]
         assert math.isfinite(value) and value > 0, text
+
+
+# ------------------------------------------------------------------------------ the C++ hot path
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_cpp_hot_path_matches_python_path_bitwise(fp8):
+    """zyfa._C's CUDA kernel (checks, allocation, packing, launch) gives the Python path's bits, on
+    contiguous and non-contiguous inputs, with and without lse; its rejections match too."""
+    if _ops._NATIVE is None:
+        pytest.skip(f"C++ hot path not active: {_ops.hot_path()}")
+    q, k, v = _bf16(19, d_qk=192, shape=(2, 200, 4, 2))
+    descales = (1.0, 1.0, 1.0)
+    if fp8:
+        q, k, v = (x.to(torch.float8_e4m3fn) for x in (q, k, v))
+        descales = (0.5, 0.25, 2.0)
+    _skip_without_kernel(q, k, v, None)
+    views = tuple(x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+    for args in ((q, k, v), views):
+        for return_lse in (True, False):
+            cpp = torch.ops.zyfa.fwd.default(*args, 0.07, True, *descales, return_lse, None)
+            python = _ops._forward(*args, 0.07, True, descales, return_lse, None)
+            assert _same(cpp, python)
+    assert "fa_fwd" in " ".join(_ops._NATIVE.cache_info()["kernels"])
+    with pytest.raises(ValueError, match="multiple of heads_kv"):
+        torch.ops.zyfa.fwd.default(q[:, :, :3], k, v, 0.07, True, *descales, False, None)
+    empty = torch.ops.zyfa.fwd.default(q[:0], k[:0], v[:0], 0.07, True, *descales, True, None)
+    assert empty[0].shape == (0, 200, 4, 128) and empty[1].shape == (0, 4, 200)

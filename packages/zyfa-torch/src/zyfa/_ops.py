@@ -362,9 +362,8 @@ def _load_native() -> tuple[object | None, str]:
     try:
         native = importlib.import_module("zyfa._C")
     except ImportError as exc:
-        return None, (
-            f"zyfa._C is not built ({exc}); install with `pip install --no-build-isolation packages/zyfa-torch`"
-        )
+        install = "pip install --no-build-isolation packages/zyfa-torch"
+        return None, f"zyfa._C is not built ({exc}); install with `{install}`"
     native.set_resolver(_resolve_native)
     return native, ""
 

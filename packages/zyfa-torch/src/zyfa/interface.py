@@ -62,11 +62,8 @@ def flash_attn_func(
     selected for (device arch, dtype, d_qk, d_v, causal, p_mode). The op is forward-only.
     """
     _validate.check_options(dropout_p, causal, window_size, softcap, alibi_slopes, return_attn_probs)
-    if _ops.checked_natively(q, k, v):
-        # zyfa._C's kernel checks the tensors (the same checks, exceptions and messages) in C++.
-        d_qk = q.shape[3]
-    else:
-        d_qk = _validate.check_tensors(q, k, v).d_qk
+    # On CUDA with zyfa._C loaded, its kernel checks the tensors (same checks, exceptions, messages).
+    d_qk = q.shape[3] if _ops.checked_natively(q, k, v) else _validate.check_tensors(q, k, v).d_qk
     _validate.check_p_mode(q.dtype, p_mode)
     scale = _validate.check_scale(softmax_scale, d_qk)
     descales = _validate.check_descales(q.dtype, q_descale, k_descale, v_descale)

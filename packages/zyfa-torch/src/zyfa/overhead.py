@@ -6,12 +6,16 @@ At a tiny shape the kernel finishes long before the host has enqueued the next c
 of N back-to-back calls (synchronised once at the end) divided by N is what one call costs the host.
 Each layer is timed on its own, from the outside in:
 
-    flash_attn_func      validation + custom-op dispatch + kernel selection + argument fill + launch
-    torch.ops.zyfa.fwd   the custom op (dispatcher, checks on the real tensors, allocation, launch)
-    _forward             the op's body without torch's dispatcher
-    zyfa_core.launch     zyfa_core's argument checks + the driver launch, with ready-made arguments
+    flash_attn_func      option checks (+ the Python tensor checks on the Python path) + the op
+    torch.ops.zyfa.fwd   the op through torch's dispatcher: the C++ hot path where it is active
+    zyfa._C.fwd_cuda     the C++ op body without the dispatcher (checks, allocation, packing, launch);
+                         only where the C++ hot path is active (called through pybind11)
+    _forward             the Python op body (the Python path's; timed on either path for comparison)
+    zyfa_core.launch     zyfa_core's Python argument checks + the driver launch, with ready-made arguments
 
-Issue 6 sets 15 µs per call as the point above which the hot path should move into C++.
+Issue 6 sets 15 µs per call as the point above which the hot path should move into C++: it now lives in
+zyfa._C (`pip install --no-build-isolation packages/zyfa-torch`); `hot_path()` and the printed table say
+which path is active, and ZYFA_NO_CPP=1 measures the Python one for comparison.
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ import torch
 from zyfa import _ops
 from zyfa.interface import flash_attn_func
 
-__all__ = ["host_overhead"]
+__all__ = ["host_overhead", "hot_path"]
+
+
+def hot_path() -> str:
+    """The path CUDA/ROCm calls of zyfa::fwd take: "C++ (zyfa._C)" or "Python (<why>)"."""
+    return _ops.hot_path()
 
 
 def _per_call_us(call: Callable[[], object], calls: int, device: torch.device) -> float:
@@ -50,7 +59,8 @@ def host_overhead(
         device: a CUDA/ROCm device (default: the current one).
 
     Returns:
-        {"flash_attn_func": µs, "torch.ops.zyfa.fwd": µs, "_forward": µs, "zyfa_core.launch": µs}.
+        {"flash_attn_func": µs, "torch.ops.zyfa.fwd": µs, ["zyfa._C.fwd_cuda": µs,] "_forward": µs,
+        "zyfa_core.launch": µs}; "zyfa._C.fwd_cuda" where the C++ hot path is active (`hot_path()`).
     """
     device = torch.device(device if device is not None else "cuda")
     if device.type != "cuda" or not torch.cuda.is_available():
@@ -72,16 +82,22 @@ def _measure(
     scale = q.shape[-1] ** -0.5
     fp8 = q.dtype == torch.float8_e4m3fn
     kw = dict(zip(("q_descale", "k_descale", "v_descale"), descales, strict=True)) if fp8 else {}
-    return {
+    us = {
         "flash_attn_func": _per_call_us(lambda: flash_attn_func(q, k, v, causal=True, **kw), calls, device),
         "torch.ops.zyfa.fwd": _per_call_us(
-            lambda: torch.ops.zyfa.fwd(q, k, v, scale, True, *descales, False, None), calls, device
+            lambda: torch.ops.zyfa.fwd.default(q, k, v, scale, True, *descales, False, None), calls, device
         ),
-        "_forward": _per_call_us(
-            lambda: _ops._forward(q, k, v, scale, True, descales, False, None), calls, device
-        ),
-        "zyfa_core.launch": _per_call_us(_launch_only(q, k, v, scale, descales), calls, device),
     }
+    native = _ops._NATIVE
+    if native is not None and q.is_cuda:
+        us["zyfa._C.fwd_cuda"] = _per_call_us(
+            lambda: native.fwd_cuda(q, k, v, scale, True, *descales, False, None), calls, device
+        )
+    us["_forward"] = _per_call_us(
+        lambda: _ops._forward(q, k, v, scale, True, descales, False, None), calls, device
+    )
+    us["zyfa_core.launch"] = _per_call_us(_launch_only(q, k, v, scale, descales), calls, device)
+    return us
 
 
 def _launch_only(
@@ -98,7 +114,8 @@ def _launch_only(
 
 
 def main() -> None:
-    """Print the table for BF16 and FP8 on the current GPU."""
+    """Print the hot path, then the table for BF16 and FP8 on the current GPU."""
+    print(f"hot path: {hot_path()}")
     for fp8 in (False, True):
         us = host_overhead(fp8=fp8)
         print(("FP8 " if fp8 else "BF16") + "  " + "  ".join(f"{name} {t:.1f} µs" for name, t in us.items()))

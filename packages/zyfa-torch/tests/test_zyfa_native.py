@@ -1,0 +1,291 @@
+"""The C++ hot path zyfa._C on the CPU: the same checks as zyfa/_validate.py (exception types and
+messages), the same ABI bytes as the Python `_fill_args`, the empty problem, and the whole launch path
+(kernel cache, Python resolver, zyfa_core's C entry point) against zyfa-core's fake CUDA driver.
+
+Without zyfa._C these tests skip, except where ZYFA_REQUIRE_CPP=1 (the nox tests session sets it, so CI
+fails when the extension was not built)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zyfa import _ops
+
+abi = pytest.importorskip("zyfa_core.abi")
+
+REPO = Path(__file__).resolve().parents[3]
+FAKE_CUDA = REPO / "packages" / "zyfa-core" / "tests" / "fake_drivers" / "fake_cuda.c"
+
+
+@pytest.fixture(scope="module")
+def native():
+    try:
+        from zyfa import _C
+    except ImportError as exc:
+        if os.environ.get("ZYFA_REQUIRE_CPP", "") not in ("", "0"):
+            pytest.fail(f"ZYFA_REQUIRE_CPP is set but zyfa._C is not importable: {exc}")
+        pytest.skip(f"zyfa._C is not built: {exc}")
+    return _C
+
+
+def test_hot_path_is_named(native):
+    assert _ops.hot_path() == "C++ (zyfa._C)" or _ops.hot_path().startswith("Python (")
+
+
+# ----------------------------------------------------------------------------- bytes vs _fill_args
+
+
+def _tensor(shape, dtype, layout, gen):
+    """A [b, s, h, d] tensor: contiguous, from [b, h, s, d] storage, a slice of a longer row, or with
+    size-1 dims whose strides torch leaves arbitrary."""
+    b, s, h, d = shape
+    if layout == "bhsd":
+        x = torch.randn(b, h, s, d, generator=gen).transpose(1, 2)
+    elif layout == "slice":  # every row is 64 elements longer: strides are not the dense ones
+        x = torch.randn(b, s, h, d + 64, generator=gen)[..., 32 : 32 + d]
+    elif layout == "odd-size1":
+        x = torch.randn(b, s, h, d, generator=gen)
+        strides = [st if n > 1 else 7 for st, n in zip(x.stride()[:3], shape[:3], strict=True)]
+        x = x.as_strided(shape, (*strides, 1))
+    else:
+        x = torch.randn(b, s, h, d, generator=gen)
+    return x.to(dtype) if layout != "odd-size1" else x.to(dtype).as_strided(shape, x.stride())
+
+
+@st.composite
+def problems(draw):
+    b = draw(st.integers(1, 3))
+    sq, sk = draw(st.integers(1, 70)), draw(st.integers(1, 70))
+    hkv = draw(st.integers(1, 3))
+    hq = hkv * draw(st.integers(1, 3))
+    d_qk, d_v = draw(st.sampled_from([(128, 128), (192, 128)]))
+    fp8 = draw(st.booleans())
+    layouts = [draw(st.sampled_from(["dense", "bhsd", "slice", "odd-size1"])) for _ in range(3)]
+    p_mode = draw(st.sampled_from([None, "exact", "lean"])) if fp8 else None
+    descales = tuple(draw(st.sampled_from([0.5, 0.25, 2.0, 1 / 3])) for _ in range(3)) if fp8 else (1.0,) * 3
+    scale = draw(st.floats(1e-3, 4.0))
+    return {
+        "shapes": ((b, sq, hq, d_qk), (b, sk, hkv, d_qk), (b, sk, hkv, d_v)),
+        "dtype": torch.float8_e4m3fn if fp8 else torch.bfloat16,
+        "layouts": layouts,
+        "p_mode": p_mode,
+        "descales": descales,
+        "scale": scale,
+        "causal": draw(st.booleans()),
+        "return_lse": draw(st.booleans()),
+        "seed": draw(st.integers(0, 2**16)),
+    }
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems())
+def test_pack_args_bytes_equal_python_fill_args(native, p):
+    gen = torch.Generator().manual_seed(p["seed"])
+    q, k, v = (_tensor(s, p["dtype"], lay, gen) for s, lay in zip(p["shapes"], p["layouts"], strict=True))
+    packed, out, lse = native.pack_args(
+        q, k, v, p["scale"], p["causal"], *p["descales"], p["return_lse"], p["p_mode"]
+    )
+    b, sq, hq, _ = q.shape
+    assert out.shape == (b, sq, hq, v.shape[3]) and out.dtype == torch.bfloat16
+    assert lse.shape == ((b, hq, sq) if p["return_lse"] else (0,)) and lse.dtype == torch.float32
+    expect = _ops._fill_args(
+        abi, q, k, v, out, lse if p["return_lse"] else None, p["scale"], p["causal"], p["descales"]
+    )
+    assert len(packed) == abi.ARGS_SIZE
+    if packed != bytes(expect):
+        got = abi.ZyfaFwdArgs.from_buffer_copy(packed)
+        diff = {
+            f: (getattr(got, f), getattr(expect, f))
+            for f in abi.FIELD_NAMES
+            if getattr(got, f) != getattr(expect, f)
+        }
+        pytest.fail(f"zyfa._C packs other bytes than _fill_args: (C++, Python) per field: {diff}")
+
+
+@pytest.mark.parametrize("shape", [(0, 16, 2, 128), (1, 0, 2, 128)])
+@pytest.mark.parametrize("return_lse", [True, False])
+def test_pack_args_empty_problem(native, shape, return_lse):
+    q = torch.randn(shape).bfloat16()
+    kv = torch.randn(shape[0], 8 if shape[1] == 0 else 0, 2, 128).bfloat16()
+    packed, out, lse = native.pack_args(q, kv, kv, 0.1, True, 1.0, 1.0, 1.0, return_lse, None)
+    assert packed == b""
+    assert out.shape == (*shape[:3], 128) and not out.any()
+    assert lse.shape == ((shape[0], 2, shape[1]) if return_lse else (0,))
+    assert bool((lse == float("inf")).all())
+
+
+# ------------------------------------------------------------------------------ the same rejections
+
+
+def _bf16(*shape):
+    return torch.randn(*shape).bfloat16()
+
+
+def _e4m3(*shape):
+    return torch.randn(*shape).to(torch.float8_e4m3fn)
+
+
+def _misaligned():
+    return torch.randn(1, 8, 2, 129).bfloat16()[..., 1:]
+
+
+BAD = {
+    "q 3-D": lambda: ((_bf16(8, 2, 128), _bf16(1, 8, 2, 128), _bf16(1, 8, 2, 128)), {}),
+    "v 5-D": lambda: ((_bf16(1, 8, 2, 128), _bf16(1, 8, 2, 128), _bf16(1, 1, 8, 2, 128)), {}),
+    "float16": lambda: (tuple(torch.randn(1, 8, 2, 128).half() for _ in range(3)), {}),
+    "float32": lambda: (tuple(torch.randn(1, 8, 2, 128) for _ in range(3)), {}),
+    "mixed dtypes": lambda: ((_bf16(1, 8, 2, 128), _e4m3(1, 8, 2, 128), _bf16(1, 8, 2, 128)), {}),
+    "batch": lambda: ((_bf16(2, 8, 2, 128), _bf16(1, 8, 2, 128), _bf16(1, 8, 2, 128)), {}),
+    "seqlen k/v": lambda: ((_bf16(1, 8, 2, 128), _bf16(1, 8, 2, 128), _bf16(1, 9, 2, 128)), {}),
+    "heads k/v": lambda: ((_bf16(1, 8, 2, 128), _bf16(1, 8, 2, 128), _bf16(1, 8, 1, 128)), {}),
+    "gqa": lambda: ((_bf16(1, 8, 3, 128), _bf16(1, 8, 2, 128), _bf16(1, 8, 2, 128)), {}),
+    "zero heads": lambda: ((_bf16(1, 8, 0, 128), _bf16(1, 8, 0, 128), _bf16(1, 8, 0, 128)), {}),
+    "head_dim q/k": lambda: ((_bf16(1, 8, 2, 128), _bf16(1, 8, 2, 192), _bf16(1, 8, 2, 128)), {}),
+    "head dims 64": lambda: (tuple(_bf16(1, 8, 2, 64) for _ in range(3)), {}),
+    "head dims 192/192": lambda: (tuple(_bf16(1, 8, 2, 192) for _ in range(3)), {}),
+    "grid": lambda: (tuple(torch.empty(1, 0, 65536, 128, dtype=torch.bfloat16) for _ in range(3)), {}),
+    "last dim stride": lambda: (
+        tuple(_bf16(1, 8, 128, 2).transpose(2, 3) for _ in range(3)),
+        {},
+    ),
+    "misaligned pointer": lambda: ((_misaligned(), _bf16(1, 8, 2, 128), _bf16(1, 8, 2, 128)), {}),
+    "misaligned stride": lambda: (
+        (
+            _bf16(1, 8, 2, 136)[..., :128].contiguous(),
+            torch.randn(1, 8, 2, 132).bfloat16()[..., :128],
+            _bf16(1, 8, 2, 128),
+        ),
+        {},
+    ),
+    "p_mode bf16": lambda: (tuple(_bf16(1, 8, 2, 128) for _ in range(3)), {"p_mode": "lean"}),
+    "p_mode unknown": lambda: (
+        tuple(_e4m3(1, 8, 2, 128) for _ in range(3)),
+        {"p_mode": "fast", "ds": (1, 1, 1)},
+    ),
+    "scale nan": lambda: (tuple(_bf16(1, 8, 2, 128) for _ in range(3)), {"scale": float("nan")}),
+    "scale inf": lambda: (tuple(_bf16(1, 8, 2, 128) for _ in range(3)), {"scale": float("-inf")}),
+    "descales bf16": lambda: (tuple(_bf16(1, 8, 2, 128) for _ in range(3)), {"ds": (0.5, 1.0, 1.0)}),
+    "descale zero": lambda: (tuple(_e4m3(1, 8, 2, 128) for _ in range(3)), {"ds": (1.0, 0.0, 1.0)}),
+    "descale negative": lambda: (tuple(_e4m3(1, 8, 2, 128) for _ in range(3)), {"ds": (1.0, 1.0, -2.5)}),
+    "descale inf": lambda: (tuple(_e4m3(1, 8, 2, 128) for _ in range(3)), {"ds": (float("inf"), 1.0, 1.0)}),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_inputs_raise_like_the_python_checks(native, case):
+    (q, k, v), kw = BAD[case]()
+    args = (q, k, v, kw.get("scale", 0.1), True, *kw.get("ds", (1.0, 1.0, 1.0)), True, kw.get("p_mode"))
+    with pytest.raises(Exception) as python:
+        _ops._forward(*args[:5], args[5:8], *args[8:])
+    with pytest.raises(Exception) as cpp:
+        native.pack_args(*args)
+    assert python.type in (TypeError, ValueError, NotImplementedError), python.value
+    assert cpp.type is python.type, (cpp.value, python.value)
+    assert str(cpp.value) == str(python.value)
+
+
+def test_bad_inputs_cover_every_python_check():
+    """Each raise in _validate's tensor and scalar checks is hit by some case above (by message)."""
+    messages = set()
+    for make in BAD.values():
+        (q, k, v), kw = make()
+        try:
+            _ops._forward(
+                q, k, v, kw.get("scale", 0.1), True, kw.get("ds", (1.0,) * 3), True, kw.get("p_mode")
+            )
+        except (TypeError, ValueError) as exc:
+            messages.add(str(exc).split(" ")[2])
+    assert len(messages) >= 10
+
+
+# ------------------------------------------------------------ the launch path, against a fake driver
+
+SNIPPET = """
+import json, torch
+from zyfa import _C, _ops
+import zyfa_core.abi as abi
+from zyfa_core.errors import ZyfaDriverError
+g = torch.Generator().manual_seed(0)
+q = torch.randn(2, 100, 4, 128, generator=g).bfloat16()
+k = torch.randn(2, 70, 2, 128, generator=g).bfloat16()
+v = torch.randn(2, 70, 2, 128, generator=g).bfloat16().transpose(1, 2).contiguous().transpose(1, 2)
+expect = []
+for lse_on in (True, False, True):
+    out, lse = _C.launch_for_test(q, k, v, 0.125, True, 1.0, 1.0, 1.0, lse_on, None, 0, 0x7000)
+    args = _ops._fill_args(abi, q, k, v, out, lse if lse_on else None, 0.125, True, (1.0,) * 3)
+    expect.append(bytes(args).hex())
+info = _C.cache_info()
+error = None
+if MODE == "error":
+    import os
+    os.environ["FAKE_LAUNCH_ERROR"] = "719"
+    try:
+        _C.launch_for_test(q, k, v, 0.125, True, 1.0, 1.0, 1.0, True, None, 0, 0)
+    except ZyfaDriverError as exc:
+        error = {"message": str(exc), "kernel": exc.kernel, "call": exc.call, "error_name": exc.error_name}
+print(json.dumps({"expect": expect, "info": info, "error": error}))
+"""
+
+NAME = "fa_fwd_bf16_hd128_causal_sm90a"
+
+
+def _fake_run(tmp_path, mode):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler for the fake CUDA driver")
+    lib = tmp_path / "libfake_cuda.so"
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", str(FAKE_CUDA), "-o", str(lib)], check=True)
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    row = {
+        "name": NAME, "file": NAME + ".cubin", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
+        "causal": True, "p_mode": None, "kind": "cuda", "tile_m": 64, "tile_n": 64, "threads": 128,
+        "smem_bytes": 49152, "registers": 168, "spill_bytes": 0, "abi_version": abi.ABI_VERSION,
+        "source_sha256": "0" * 64, "toolchain": {"nvcc": "13.0.88"},
+    }  # fmt: skip
+    manifest = {"abi_version": abi.ABI_VERSION, "toolchains": {}, "kernels": [row], "skipped": []}
+    (kernels / "manifest.json").write_text(json.dumps(manifest))
+    (kernels / row["file"]).write_bytes(f"FAKECUBIN {NAME}\n".encode())
+    log = tmp_path / "calls.log"
+    env = {key: val for key, val in os.environ.items() if not key.startswith(("ZYFA_", "FAKE_"))}
+    env.update(
+        ZYFA_BACKEND="cuda", ZYFA_LIBCUDA=str(lib), FAKE_GPU_LOG=str(log), ZYFA_KERNEL_DIR=str(kernels)
+    )
+    script = tmp_path / "snippet.py"
+    script.write_text(f"MODE = {mode!r}\n" + textwrap.dedent(SNIPPET))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    calls = [line for line in log.read_text().splitlines() if line.startswith("cuLaunchKernel ")]
+    return json.loads(result.stdout.strip().splitlines()[-1]), calls
+
+
+def test_launch_path_against_fake_driver(native, tmp_path):
+    """Three calls: one resolver call (the cache serves the rest), each launch gets exactly the bytes
+    `_fill_args` makes for its outputs, the launcher's grid, block, smem and the given stream."""
+    out, calls = _fake_run(tmp_path, "ok")
+    assert out["info"] == {"kernels": [NAME], "resolves": 1}
+    assert len(calls) == 3
+    for line, expect in zip(calls, out["expect"], strict=True):
+        fields = dict(pair.split("=", 1) for pair in line.split(" ")[1:])
+        assert fields["name"] == NAME and fields["args"] == expect
+        assert fields["grid"] == "2,4,2" and fields["block"] == "128,1,1" and fields["smem"] == "49152"
+        assert int(fields["stream"], 16) == 0x7000 and fields["ctx"] == "0x1000"
+
+
+def test_launch_errors_are_zyfa_driver_errors(native, tmp_path):
+    out, _ = _fake_run(tmp_path, "error")
+    error = out["error"]
+    assert error is not None and (error["kernel"], error["call"]) == (NAME, "cuLaunchKernel")
+    assert error["error_name"] == "CUDA_ERROR_LAUNCH_FAILED"
+    assert error["message"].startswith(f"{NAME}: cuLaunchKernel failed with CUDA_ERROR_LAUNCH_FAILED")
