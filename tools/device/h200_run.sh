@@ -218,7 +218,28 @@ log "h200_run.sh: budget ${TOTAL}s, OUT=$OUT, repo $(git rev-parse --short HEAD 
 # Reserves: what the later stages need at the least, so an overrunning stage cannot starve them.
 stage env 30 120 do_env
 stage wheels 60 120 do_wheels
-[[ -d $SITE ]] && export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+# PYTHONPATH entries are no site dirs: their .pth files are not read.  Add the paths that the simple ones
+# name (one a line, relative to $SITE), and the folders that the known `import` lines put on sys.path:
+# nvidia_cutlass_dsl_packages.pth inserts nvidia_cutlass_dsl/dsl_packages (it holds the `cutlass` package,
+# without which FA4's and FlashInfer's CuTe-DSL imports fail).
+site_pythonpath() {
+    local p="$SITE" f line
+    [[ -d $SITE/nvidia_cutlass_dsl/dsl_packages ]] && p="$p:$SITE/nvidia_cutlass_dsl/dsl_packages"
+    shopt -s nullglob
+    for f in "$SITE"/*.pth; do
+        while IFS= read -r line || [[ -n $line ]]; do
+            line=${line%$'\r'}
+            [[ -z $line || $line == \#* || $line == import* ]] && continue
+            [[ $line != /* ]] && line="$SITE/$line"
+            [[ -d $line ]] && p="$p:$line"
+        done <"$f"
+    done
+    echo "$p"
+}
+if [[ -d $SITE ]]; then
+    export PYTHONPATH="$(site_pythonpath)${PYTHONPATH:+:$PYTHONPATH}"
+    log "PYTHONPATH=$PYTHONPATH"
+fi
 stage install 200 180 do_install
 stage tests 300 150 do_tests
 # The sweep gets what is left minus what accuracy, clocks and report need (~100 s).

@@ -6,6 +6,7 @@ compute real attention from what they are handed, so a wrong layout, scale or ar
 
 from __future__ import annotations
 
+import os
 import sys
 import types
 
@@ -192,6 +193,36 @@ def test_fa4_adapter(monkeypatch):
     assert call == {"softmax_scale": inputs.softmax_scale, "causal": True, "dtype": torch.bfloat16}
     monkeypatch.setattr(fa4_peer, "cuda_capability", lambda: (8, 0))
     assert "sm80" in fa4_peer.FA4BF16().available()[1]
+
+
+def test_fa4_head_dims(monkeypatch):
+    # flash-attn-4 4.0.0b36 _validate_head_dims: sm90 takes 8..256 (192/128 too), sm100 d<=128 or 192/128.
+    assert fa4_peer.fa4_head_dims_supported(192, 128, 9)[0]
+    assert fa4_peer.fa4_head_dims_supported(128, 128, 10)[0]
+    assert not fa4_peer.fa4_head_dims_supported(192, 192, 10)[0]
+    assert "8..256" in fa4_peer.fa4_head_dims_supported(512, 512, 9)[1]
+    monkeypatch.setattr(fa4_peer, "cuda_capability", lambda: (9, 0))
+    assert fa4_peer.FA4BF16().supports(MLA, torch.device("cuda"))[0]
+    assert not fa4_peer.FA4BF16().supports(Spec(1, 8, 8, 2, 2, 320, 320), torch.device("cuda"))[0]
+
+
+def test_flashinfer_missing_jit_module_is_unsupported(monkeypatch):
+    class MissingJITCacheError(RuntimeError):
+        pass
+
+    fake = flashinfer_module()
+
+    class Refusing(fake.BatchPrefillWithRaggedKVCacheWrapper):
+        def plan(self, *args, **kwargs):
+            raise MissingJITCacheError("JIT compilation is disabled via FLASHINFER_DISABLE_JIT")
+
+    fake.BatchPrefillWithRaggedKVCacheWrapper = Refusing
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
+    monkeypatch.delenv("FLASHINFER_DISABLE_JIT", raising=False)
+    monkeypatch.delenv("ZYFA_FLASHINFER_JIT", raising=False)
+    with pytest.raises(Unsupported, match="not precompiled"):
+        flashinfer_peer.FlashInferBF16().prepare(_inputs(GQA))
+    assert os.environ["FLASHINFER_DISABLE_JIT"] == "1"
 
 
 def test_flashinfer_adapter(monkeypatch):

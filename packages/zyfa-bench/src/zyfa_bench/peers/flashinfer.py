@@ -2,12 +2,25 @@
 
 The batch is handed over as a ragged batch of equal lengths: q, k, v are viewed as
 [batch·seqlen, heads, dim] (NHD layout, no copy) with indptr = [0, S, 2S, ...]; `plan` runs in
-`prepare`, `run(q, k, v)` is the timed call.  FP8 prefill is not measured: on sm90 it needs a JIT build
-of FlashInfer's fa3 backend (minutes, and its prebuilt cubins are ~458 MB), which is outside what
-this harness does ("where it runs without a long JIT compile", issue 4).
+`prepare`, `run(q, k, v)` is the timed call.  Checked against 0.7.4: `plan(qo_indptr, kv_indptr,
+num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=, causal=, sm_scale=, q_data_type=,
+kv_data_type=, o_data_type=)`, `run(q, k, v, q_scale=, k_scale=, v_scale=)`; on sm90 `auto` picks the
+fa3 backend for d 64/128/256 and 192/128 (FP8 needs FP8 q and k/v, output BF16).
+
+FlashInfer ships no kernels in its wheel: each variant is a JIT module (nvcc + ninja at first use) or
+comes from flashinfer-jit-cache / flashinfer-cubin (~458 MB, too big to carry).  A fa3 prefill module is
+10 nvcc translation units (paged + ragged kernels × 4 mask modes, plan/run, binding); measured here
+(nvcc 13.0, sm_90a, 2 cores) ~170 s per unit per core, so the four variants of the sweep (BF16 and FP8,
+d128 and 192/128) are ~57 core-minutes: not built here, and not on the H200 inside the run either
+(see docs/benchmarks/index.md, "Peer notes").  So that a missing module fails in `prepare` instead of
+starting a minutes-long build in the timed sweep, the adapter sets FLASHINFER_DISABLE_JIT=1 unless
+ZYFA_FLASHINFER_JIT=1 is set; a module found precompiled (flashinfer/data/aot/<uri>/<uri>.so, or a
+jit-cache package) is loaded without building.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -18,6 +31,16 @@ from zyfa_bench.spec import Spec
 __all__ = ["FlashInferBF16", "FlashInferFP8"]
 
 WORKSPACE_BYTES = 128 * 1024 * 1024
+NO_JIT_REASON = (
+    "FlashInfer {what} on sm90 needs its fa3 JIT module, which is not precompiled: a build is "
+    "10 nvcc units, ~170 s each per core, not done inside the run (ZYFA_FLASHINFER_JIT=1 allows it)"
+)
+
+
+def _no_long_jit() -> None:
+    """Make a missing JIT module raise (MissingJITCacheError) instead of compiling for minutes."""
+    if os.environ.get("ZYFA_FLASHINFER_JIT") != "1":
+        os.environ.setdefault("FLASHINFER_DISABLE_JIT", "1")
 
 
 class FlashInferBF16(Peer):
@@ -42,6 +65,7 @@ class FlashInferBF16(Peer):
         return super().supports(spec, device)
 
     def _prepare(self, inputs: Inputs) -> Prepared:
+        _no_long_jit()
         import flashinfer
 
         s = inputs.spec
@@ -66,7 +90,10 @@ class FlashInferBF16(Peer):
                 q_data_type=torch.bfloat16,
                 kv_data_type=torch.bfloat16,
             )
-        except Exception as exc:  # unsupported head dims raise from the planner
+        except Exception as exc:  # unsupported head dims raise from the planner, a missing module too
+            if type(exc).__name__ == "MissingJITCacheError":
+                what = f"BF16 prefill d{s.d_qk}/{s.d_v}"
+                raise Unsupported(NO_JIT_REASON.format(what=what)) from exc
             raise Unsupported(f"{self.name}: plan failed: {str(exc).splitlines()[0][:300]}") from exc
         b, sq, hq, dv = s.batch, s.seqlen_q, s.heads_q, s.d_v
         prepared = Prepared(lambda: wrapper.run(q, k, v), lambda r: r.reshape(b, sq, hq, dv).float())
@@ -82,7 +109,10 @@ class FlashInferFP8(Peer):
     vendor = "nvidia"
 
     def available(self) -> tuple[bool, str]:
-        return False, "FlashInfer FP8 prefill needs a JIT build of its fa3 backend on sm90: not measured"
+        return False, (
+            "FlashInfer FP8 prefill on sm90 is a fa3 JIT module (10 nvcc units, ~170 s each per core) "
+            "that is not precompiled for the run and too slow to build inside it: not measured"
+        )
 
     def _prepare(self, inputs: Inputs) -> Prepared:
         raise Unsupported(self.available()[1])
