@@ -63,7 +63,19 @@ def extension_kwargs() -> dict:
         include_dirs=[str(include)],
         extra_compile_args=["-O2", "-g0"],  # no debug info: a 10x smaller .so
     )
-    return {"ext_modules": [ext], "cmdclass": {"build_ext": BuildExtension.with_options(use_ninja=False)}}
+
+    class BuildOrSkip(BuildExtension.with_options(use_ninja=False)):
+        """A failed compile leaves the package without zyfa._C (the Python path serves) instead of failing
+        the install; the error is in the build log, and the nox tests session (ZYFA_REQUIRE_CPP=1) fails
+        on a missing extension. (setuptools' `optional` misses torch's RuntimeError.)"""
+
+        def build_extension(self, extension: object) -> None:
+            try:
+                super().build_extension(extension)
+            except Exception as exc:
+                _say(f"building zyfa._C failed, installing without the C++ hot path: {exc}")
+
+    return {"ext_modules": [ext], "cmdclass": {"build_ext": BuildOrSkip}}
 
 
 setup(**extension_kwargs())

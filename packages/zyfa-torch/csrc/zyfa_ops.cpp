@@ -20,9 +20,9 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
-#include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -100,12 +100,15 @@ std::string dtype_str(at::ScalarType t) {  // str(torch.<dtype>)
   }
 }
 
-std::string float_str(double x) {  // Python's repr of a float: shortest round trip, "nan", "inf"
+std::string float_str(double x) {  // Python's repr of a float for the usual values: shortest round trip
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
   char buffer[64];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), x);
-  std::string s(buffer, end);
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buffer, sizeof(buffer), "%.*g", digits, x);
+    if (std::strtod(buffer, nullptr) == x) break;
+  }
+  std::string s(buffer);
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return s;
 }
