@@ -2,9 +2,12 @@
 
     python -m zyfa.overhead            # prints µs per call of each layer, BF16 and FP8
 
-At a tiny shape the kernel finishes long before the host has enqueued the next call, so the wall time
-of N back-to-back calls (synchronised once at the end) divided by N is what one call costs the host.
-Each layer is timed on its own, from the outside in:
+Each timed loop first queues a spin kernel (`torch.cuda._sleep`) long enough to outlast it, so the
+device never paces the host: the wall time of N back-to-back calls, taken before the final
+synchronisation, divided by N is what one call costs the host alone. N stays below the driver's
+launch-queue depth (about 1,000 pending launches), where a launch would start to block. (Timing N calls
+of a tiny kernel up to the synchronisation instead gives the device's time per launch, about 12 µs on
+an H200, once the host is faster than that.) Each layer is timed on its own, from the outside in:
 
     flash_attn_func      option checks (+ the Python tensor checks on the Python path) + the op
     torch.ops.zyfa.fwd   the op through torch's dispatcher: the C++ hot path where it is active
@@ -36,19 +39,30 @@ def hot_path() -> str:
     return _ops.hot_path()
 
 
+_SPIN_CYCLES_PER_CALL = 400_000
+"""Device spin queued per timed call: 200 µs at 2 GHz, far more than any host cost per call."""
+_MAX_CALLS = 900
+"""Timed calls per loop stay below the launch-queue depth, beyond which a launch blocks the host."""
+
+
 def _per_call_us(call: Callable[[], object], calls: int, device: torch.device) -> float:
+    if not 0 < calls <= _MAX_CALLS:
+        raise ValueError(f"calls must be in 1..{_MAX_CALLS} (the launch-queue depth), got {calls}")
     for _ in range(min(50, calls)):  # warm-up: kernel load, allocator blocks, caches
         call()
     torch.cuda.synchronize(device)
+    # Keep the device busy for longer than the loop takes, so the loop times the host alone.
+    torch.cuda._sleep(_SPIN_CYCLES_PER_CALL * calls)
     start = time.perf_counter()
     for _ in range(calls):
         call()
+    elapsed = time.perf_counter() - start
     torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) * 1e6 / calls
+    return elapsed * 1e6 / calls
 
 
 def host_overhead(
-    *, fp8: bool = False, calls: int = 1000, seqlen: int = 128, device: torch.device | str | None = None
+    *, fp8: bool = False, calls: int = 200, seqlen: int = 128, device: torch.device | str | None = None
 ) -> dict[str, float]:
     """Host µs per eager call of each layer of the call path (see the module docstring).
 
