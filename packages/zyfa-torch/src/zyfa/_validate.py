@@ -151,6 +151,8 @@ def check_scale(softmax_scale: float | None, d_qk: int) -> float:
     """The softmax scale as a float (default 1/sqrt(d_qk)); `check_scalars` checks it is finite."""
     if softmax_scale is None:
         return 1.0 / math.sqrt(d_qk)
+    if type(softmax_scale) is float:  # the common case, without the slower ABC check below
+        return softmax_scale
     if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, Real):
         raise ValueError(f"zyfa: softmax_scale must be a finite float or None, got {softmax_scale!r}")
     # Under torch.compile a float argument may be symbolic: converting or comparing it here would
@@ -160,6 +162,8 @@ def check_scale(softmax_scale: float | None, d_qk: int) -> float:
 
 def check_descale(name: str, x: float | Tensor) -> float | Tensor:
     """A descale's type: a float, or a 0-dim / 1-element floating tensor (its value is read by the op)."""
+    if type(x) is float:  # the common case, without the slower ABC check below
+        return x
     if isinstance(x, Tensor):
         if x.numel() != 1 or not x.is_floating_point():
             raise ValueError(
