@@ -361,6 +361,8 @@ def test_host_overhead_measures_every_layer(core, monkeypatch, fp8):
     from zyfa import overhead
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    spins = []
+    monkeypatch.setattr(torch.cuda, "_sleep", spins.append)
     q, k, v = make_qkv(1, 16, 16, 1, 1, seed=15)
     descales = (1.0, 1.0, 1.0)
     if fp8:
@@ -370,6 +372,9 @@ def test_host_overhead_measures_every_layer(core, monkeypatch, fp8):
     assert list(us) == ["flash_attn_func", "torch.ops.zyfa.fwd", "_forward", "zyfa_core.launch"]
     assert all(t > 0 for t in us.values())
     assert len(core.launches) == 4 * 4  # 2 warm-up + 2 timed calls per layer, each one launch
+    assert spins == [overhead._SPIN_CYCLES_PER_CALL * 2] * 4  # the device is kept busy in each timed loop
+    with pytest.raises(ValueError, match="launch-queue depth"):
+        overhead._per_call_us(lambda: None, overhead._MAX_CALLS + 1, q.device)
     assert all(args.q_descale == descales[0] for _, args, _, _ in core.launches)
     with pytest.raises(RuntimeError, match="needs a CUDA or ROCm GPU"):
         overhead.host_overhead(device="cpu")
