@@ -219,9 +219,10 @@ log "h200_run.sh: budget ${TOTAL}s, OUT=$OUT, repo $(git rev-parse --short HEAD 
 stage env 30 120 do_env
 stage wheels 60 120 do_wheels
 # PYTHONPATH entries are no site dirs: their .pth files are not read.  Add the paths that the simple ones
-# name (one a line, relative to $SITE), and the folders that the known `import` lines put on sys.path:
-# nvidia_cutlass_dsl_packages.pth inserts nvidia_cutlass_dsl/dsl_packages (it holds the `cutlass` package,
-# without which FA4's and FlashInfer's CuTe-DSL imports fail).
+# name (one a line, relative to $SITE: cutlass-dsl 4.5.3's nvidia_cutlass_dsl.pth names python_packages,
+# which holds the `cutlass` package FA4 imports), and the folder that the `import` line of newer
+# cutlass-dsl releases (nvidia_cutlass_dsl_packages.pth) puts on sys.path: nvidia_cutlass_dsl/dsl_packages.
+# The archive itself comes from tools/device/make_peer_carry.sh.
 site_pythonpath() {
     local p="$SITE" f line
     [[ -d $SITE/nvidia_cutlass_dsl/dsl_packages ]] && p="$p:$SITE/nvidia_cutlass_dsl/dsl_packages"
