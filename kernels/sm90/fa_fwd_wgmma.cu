@@ -56,7 +56,7 @@
  *   here (2 cores) would have cost more time than it saved; CuTe atoms remain an option.
  *
  * Build macros: ZYFA_KERNEL_NAME, ZYFA_DTYPE_E4M3, ZYFA_D_QK, ZYFA_D_V, ZYFA_TILE_M (128),
- * ZYFA_TILE_N (128), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
+ * ZYFA_TILE_N (128 in every variant; 160 / 192, bf16 also 176, as experiments: see kSAcc), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
  * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2 (timing / accuracy experiments; see their
@@ -101,11 +101,15 @@
 #define ZYFA_WS_ORDER 0
 #endif
 #ifndef ZYFA_WS_SMX2
-// Softmax of the thread's two rows as one interleaved, branch-free chain (experiment, not yet measured):
+// Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
+// lean), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
+// 2K / 4K / 8K / 16K: e4m3 exact d128 1.000 / 1.015 / 1.027 / 1.025; BF16 d128 0.995 / 0.993 / 0.992 /
+// 0.993 (noise, off). Lean P with SMX2 was first built in run 6 (selftest experiment "smx2off" keeps
+// the old lean build for comparison).
 // both rows' max chains, then both quad shuffles, then the exponentials of the two rows alternating, so
 // the two rows' dependent chains overlap (ptxas cannot move work across the per-row branch on m_new).
 // Same arithmetic in the same per-element order: bitwise identical output. Fast path (qk_scale > 0) only.
-#define ZYFA_WS_SMX2 0
+#define ZYFA_WS_SMX2 (ZYFA_DTYPE_E4M3 ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_VSTAGE
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
@@ -131,7 +135,8 @@ constexpr int kVChunks = kVRowBytes / 16;
 constexpr int kQkRegions = (kQkRowBytes + 127) / 128;  // 128-byte column regions per q/k row
 constexpr int kQkSteps = kQkRowBytes / 32;        // wgmma k-steps of S (32 bytes: k16 bf16 / k32 e4m3)
 constexpr int kPvSteps = kTileN * kESize / 32;    // wgmma k-steps of O (keys)
-constexpr int kStages = ZYFA_WS_STAGES > 0 ? ZYFA_WS_STAGES : (kFp8 ? 3 : 2);  // K and V ring depth
+// K and V ring depth: e4m3 3 (2 above 160 keys per tile: 3 stages of 192 keys do not fit in 227 KiB), bf16 2.
+constexpr int kStages = ZYFA_WS_STAGES > 0 ? ZYFA_WS_STAGES : ((kFp8 && kTileN <= 160) ? 3 : 2);
 // FP8 row sums (contract: l = fp32 sum of the e4m3-rounded P fed to P.V). NOT on the FP8 tensor
 // core: Hopper's FP8 wgmma adds with a ~14-bit truncating adder (DeepSeek-V3 report 3.3.2), so a
 // ones-GEMM row sum ran up to 3.4% low on diffuse rows even with a fresh accumulator per block
@@ -144,8 +149,11 @@ constexpr int kOTiles = kDV / 8;
 constexpr int kOAcc = 4 * kOTiles;                // O accumulator floats per thread
 constexpr int kQBytes = kQkRegions * kTileM * 128;
 constexpr int kKStageBytes = kQkRegions * kTileN * 128;
-// bf16: 2 regions x 128 keys x 128 B; e4m3: kDV d rows x 128 key bytes.
-constexpr int kVStageBytes = kFp8 ? kDV * kTileN : kDV * kTileN * 2;
+// bf16: 2 regions x kTileN keys x 128 B; e4m3: kVtRegions regions of kDV d rows x 128 key bytes (key
+// positions 128 r .. 128 r + 127 in region r; a last region of a kTileN that is not a multiple of 128
+// is only partly used).
+constexpr int kVtRegions = (kTileN + 127) / 128;
+constexpr int kVStageBytes = kFp8 ? kDV * 128 * kVtRegions : kDV * kTileN * 2;
 constexpr int kBarrierBytes = kStages > 3 ? 256 : 128;  // (1 + 4 stages) mbarriers of 8 B
 constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (128 keys x 128 B) that cp.async fills one block
@@ -205,7 +213,9 @@ constexpr bool kLSumInFlight = kLSum != 1;
 #ifndef ZYFA_WS_MAXTREE
 #define ZYFA_WS_MAXTREE (ZYFA_DTYPE_E4M3 ? 0 : 1)
 #endif
-constexpr int kPRegs = kFp8 ? 16 : 32;            // packed P of one 64 x 128 block per thread
+constexpr int kSAcc = kTileN / 2;                 // S accumulator floats per thread (m64 x kTileN)
+constexpr int kSTiles = kTileN / 8;               // 8-column tiles of S per thread row
+constexpr int kPRegs = kFp8 ? kTileN / 8 : kTileN / 4;  // packed P of one 64 x kTileN block per thread
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kPShift = kFp8 ? 8.0f : 0.0f;     // FP8: row max lands at 2^8 (contract SHIFT)
@@ -214,7 +224,10 @@ static_assert(ZYFA_DTYPE_E4M3 == 0 || ZYFA_DTYPE_E4M3 == 1, "ZYFA_DTYPE_E4M3 mus
 static_assert(ZYFA_LEAN_P == 0 || ZYFA_LEAN_P == 1, "ZYFA_LEAN_P must be 0 or 1");
 static_assert(!kLeanP || kFp8, "lean P is an FP8-only mode");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");
-static_assert(kTileN == 128, "S is one m64n128 wgmma accumulator; e4m3 Vt rows are one 128-byte swizzle row");
+// ZYFA_TILE_N (experiments, ZYFA_TILE_N != 128; kernels/sm90/NOTES.md "run 6"): S is one m64nN wgmma
+// accumulator, N one of the instantiated shapes (wgmma_ss); a P.V k-step is 16 bf16 / 32 e4m3 keys.
+static_assert(kTileN == 128 || kTileN == 160 || kTileN == 192 || (!kFp8 && kTileN == 176),
+              "ZYFA_TILE_N: 128, 160, 192 (bf16 also 176): the instantiated wgmma N");
 static_assert(kDV == 128, "O is one m64n128 wgmma accumulator");
 static_assert(kQkRowBytes % 32 == 0 && kDQk <= 256, "d_qk * element size must be a multiple of 32 bytes");
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384, "setmaxnreg budget exceeds the launch allocation");
@@ -334,20 +347,59 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
 #define ZYFA_ACC64 \
   ZYFA_ACC8(0), ZYFA_ACC8(8), ZYFA_ACC8(16), ZYFA_ACC8(24), ZYFA_ACC8(32), ZYFA_ACC8(40), ZYFA_ACC8(48), ZYFA_ACC8(56)
 
-// D (+)= A B, A and B from shared memory, both K-major; scale_d = 0 overwrites D.
-__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
-  if constexpr (kFp8) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", %64, %65, p, 1, 1;\n}\n"
-        : ZYFA_ACC64
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ZYFA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : ZYFA_ACC64
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+// D (+)= A B, A and B from shared memory, both K-major, N = kTileN (one asm per instantiated N,
+// operand lists written out); scale_d = 0 overwrites D.
+__device__ __forceinline__ void wgmma_ss(float (&d)[kSAcc], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+  if constexpr (kTileN == 128) {
+    if constexpr (kFp8) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+  } else if constexpr (kTileN == 160) {
+    if constexpr (kFp8) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, %80, %81, p, 1, 1;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, %80, %81, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+  } else if constexpr (kTileN == 176) {
+    {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}, %88, %89, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+  } else if constexpr (kTileN == 192) {
+    if constexpr (kFp8) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
   }
 }
 
@@ -450,16 +502,30 @@ __device__ __forceinline__ void transpose4x4(uint32_t c0, uint32_t c1, uint32_t 
 // 16 words out (d row dc*16 + 4 comp + b, positions 16h + 4t .. +3). Lanes of a warp cover all 8
 // h and 4 t of one dc: the 32 word stores of a warp hit 32 distinct banks. Keys >= seqlen_k read
 // as zeros. Synchronous; the caller fences and arrives.
+// kTileN != 128: unit u = (t = u & 3, h = (u >> 2) % groups, dc = (u >> 2) / groups); group h >= 8 goes
+// to Vt region h / 8 (vt_store).
+constexpr int kVtGroups = kTileN / 16;
+constexpr int kVtUnits = kVtGroups * 4 * (kDV / 16);
+
+__device__ __forceinline__ void vt_unit(int u, int& tq, int& h, int& dc) {
+  const uint32_t w = static_cast<uint32_t>(u) >> 2;  // u >= 0; unsigned: % and / by 8 are a mask and a shift
+  tq = u & 3;
+  h = static_cast<int>(w % kVtGroups);
+  dc = static_cast<int>(w / kVtGroups);
+}
+
+__device__ __forceinline__ void vt_store(uint32_t vt, int row, int h, int tq, uint32_t w) {
+  st_shared_u32(vt + (h >> 3) * kDV * 128 + row * 128 + (((h & 7) ^ (row & 7)) << 4) + 4 * tq, w);
+}
+
 __device__ __forceinline__ void load_vt_e4m3(uint32_t vt, const uint8_t* g, int64_t row_bytes, int key0, int seqlen_k,
                                              bool vec_ok, int t128) {
-  constexpr int kUnits = (kTileN / 16) * 4 * (kDV / 16);
-  static_assert(kUnits % 128 == 0 && kTileN / 16 == 8, "Vt units must divide evenly among 128 threads");
 #pragma unroll
-  for (int i = 0; i < kUnits / 128; ++i) {
+  for (int i = 0; i < (kVtUnits + 127) / 128; ++i) {
     const int u = t128 + 128 * i;
-    const int tq = u & 3;
-    const int h = (u >> 2) & 7;
-    const int dc = u >> 5;
+    if (kVtUnits % 128 != 0 && u >= kVtUnits) break;
+    int tq, h, dc;
+    vt_unit(u, tq, h, dc);
     uint32_t c[4][4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -480,8 +546,7 @@ __device__ __forceinline__ void load_vt_e4m3(uint32_t vt, const uint8_t* g, int6
       transpose4x4(c[0][comp], c[1][comp], c[2][comp], c[3][comp], out);
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        const int row = dc * 16 + comp * 4 + b;
-        st_shared_u32(vt + row * 128 + ((h ^ (row & 7)) << 4) + 4 * tq, out[b]);
+        vt_store(vt, dc * 16 + comp * 4 + b, h, tq, out[b]);
       }
     }
   }
@@ -523,13 +588,12 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
 
 // Staging -> Vt, the same units, key permutation and stores as load_vt_e4m3.
 __device__ __forceinline__ void transpose_staging(uint32_t vt, uint32_t stg, int t128) {
-  constexpr int kUnits = (kTileN / 16) * 4 * (kDV / 16);
 #pragma unroll 1
-  for (int i = 0; i < kUnits / 128; ++i) {
+  for (int i = 0; i < (kVtUnits + 127) / 128; ++i) {
     const int u = t128 + 128 * i;
-    const int tq = u & 3;
-    const int h = (u >> 2) & 7;
-    const int dc = u >> 5;
+    if (kVtUnits % 128 != 0 && u >= kVtUnits) break;
+    int tq, h, dc;
+    vt_unit(u, tq, h, dc);
     uint32_t c[4][4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -546,8 +610,7 @@ __device__ __forceinline__ void transpose_staging(uint32_t vt, uint32_t stg, int
       transpose4x4(c[0][comp], c[1][comp], c[2][comp], c[3][comp], out);
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        const int row = dc * 16 + comp * 4 + b;
-        st_shared_u32(vt + row * 128 + ((h ^ (row & 7)) << 4) + 4 * tq, out[b]);
+        vt_store(vt, dc * 16 + comp * 4 + b, h, tq, out[b]);
       }
     }
   }
@@ -592,7 +655,7 @@ __device__ __forceinline__ uint32_t bf16_pair(float p0, float p1) {
 // the start-address field (bits 0-13 hold (addr & 0x3ffff) >> 4: shared addresses stay below 2^18, so
 // the add never carries out of the field). Keeps the per-wgmma descriptor arithmetic off the
 // uniform datapath in the main loop.
-__device__ __forceinline__ void issue_s_desc(float (&sacc)[64], uint64_t dq, uint64_t dk) {
+__device__ __forceinline__ void issue_s_desc(float (&sacc)[kSAcc], uint64_t dq, uint64_t dk) {
 #pragma unroll
   for (int ks = 0; ks < kQkSteps; ++ks) {
     const uint32_t off_q = (ks >> 2) * kTileM * 128 + (ks & 3) * 32;
@@ -602,7 +665,7 @@ __device__ __forceinline__ void issue_s_desc(float (&sacc)[64], uint64_t dq, uin
   wgmma_commit();
 }
 
-__device__ __forceinline__ void issue_s(float (&sacc)[64], uint32_t q_tile, uint32_t k_tile) {
+__device__ __forceinline__ void issue_s(float (&sacc)[kSAcc], uint32_t q_tile, uint32_t k_tile) {
   issue_s_desc(sacc, make_desc(q_tile, 16, 1024), make_desc(k_tile, 16, 1024));
 }
 
@@ -617,7 +680,8 @@ __device__ __forceinline__ uint64_t v_desc(uint32_t v_tile) {
 __device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], const uint32_t (&p)[kPRegs], uint64_t dv, bool fresh) {
 #pragma unroll
   for (int kk = 0; kk < kPvSteps; ++kk) {
-    const uint64_t desc = dv + ((kFp8 ? kk * 32 : kk * 16 * 128) >> 4);
+    // e4m3: k-step kk in Vt region kk / 4 (kDV rows of 128 B), bytes 32 (kk % 4) of each row.
+    const uint64_t desc = dv + ((kFp8 ? (kk >> 2) * kDV * 128 + (kk & 3) * 32 : kk * 16 * 128) >> 4);
     wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc, (fresh && kk == 0) ? 0u : 1u);
   }
   wgmma_commit();
@@ -730,7 +794,7 @@ struct Block {
 // clamp at 126 never binds (S A + B = 8 (S C - m) + 120 <= 120 up to rounding) and masked keys
 // (S = -inf) land on code 0 through the lower clamp. Other scales take the literal contract path.
 template <bool kFast>
-__device__ __forceinline__ void softmax_rows(float (&s)[64], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
+__device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                              float qk_scale, float lean_a) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -739,7 +803,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[64], float (&m_run)[2], 
 #pragma unroll
     for (int c = 0; c < kChains; ++c) mxc[c] = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
         const float v = s[4 * j + 2 * r + x];
@@ -762,7 +826,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[64], float (&m_run)[2], 
     const float neg_m = kPShift - m_use;
     float lsum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
         float& v = s[4 * j + 2 * r + x];
@@ -790,7 +854,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[64], float (&m_run)[2], 
 
 // ZYFA_WS_SMX2: softmax_rows<true> with the two rows as one interleaved, branch-free chain (same
 // per-element arithmetic and per-row summation order, so bitwise the same output).
-__device__ __forceinline__ void softmax_rows_x2(float (&s)[64], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
+__device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                                 float qk_scale, float lean_a) {
   constexpr int kChains = ZYFA_WS_MAXTREE ? 4 : 2;  // per row; the two rows add two more chains
   float mxc[2][kChains];
@@ -799,7 +863,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[64], float (&m_run)[2
 #pragma unroll
     for (int c = 0; c < kChains; ++c) mxc[r][c] = -INFINITY;
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
+  for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
 #pragma unroll
@@ -835,7 +899,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[64], float (&m_run)[2
     neg_m[r] = kPShift - m_use;
   }
 #pragma unroll
-  for (int j = 0; j < 16; ++j) {
+  for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
 #pragma unroll
@@ -856,21 +920,21 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[64], float (&m_run)[2
   }
 }
 
-__device__ __forceinline__ void softmax_block(float (&s)[64], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
+__device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                               int key0, bool need_mask, const int (&row_lim)[2], float qk_scale,
                                               float lean_a, int tig) {
   // Uniform branch: each path is its own straight-line code (no per-element selects between them).
   const bool fast = ZYFA_WS_FAST_SOFTMAX != 0 && qk_scale > 0.0f;
   if (!fast && !kLeanP) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) s[i] *= qk_scale;  // t = S C first; masked t are set below
+    for (int i = 0; i < kSAcc; ++i) s[i] *= qk_scale;  // t = S C first; masked t are set below
   }
   if (need_mask) {
     // Element (j, e) holds key key0 + 8j + 2 tig + (e & 1); visible iff key <= row_lim[e >> 1].
     const int thr0 = row_lim[0] - key0 - 2 * tig;
     const int thr1 = row_lim[1] - key0 - 2 * tig;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (8 * j + (e & 1) > ((e >> 1) ? thr1 : thr0)) s[4 * j + e] = -INFINITY;
@@ -901,11 +965,11 @@ __device__ __forceinline__ uint32_t e4m3x4(float a0, float a1, float b0, float b
   return w;
 }
 
-__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[kPRegs]) {
+__device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kPRegs]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
 #pragma unroll
-    for (int j = 0; j < 16; j += 2) {
+    for (int j = 0; j < kSTiles; j += 2) {
       // Tiles j, j + 1 of row r: values s[4 j + 2 r + {0, 1}] and s[4 (j + 1) + 2 r + {0, 1}].
       const float a0 = s[4 * j + 2 * r], a1 = s[4 * j + 2 * r + 1];
       const float b0 = s[4 * (j + 1) + 2 * r], b1 = s[4 * (j + 1) + 2 * r + 1];
@@ -1117,14 +1181,14 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 
   float o[kOAcc];
   float ob[kOAcc];  // kOPromote: this block's P.V (fresh wgmma accumulator), added to o after the block
-  float sacc[64];
+  float sacc[kSAcc];
   uint32_t p[kPRegs];
 #pragma unroll
   for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
 #pragma unroll
   for (int i = 0; i < kOAcc; ++i) ob[i] = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 64; ++i) sacc[i] = 0.0f;
+  for (int i = 0; i < kSAcc; ++i) sacc[i] = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPRegs; ++i) p[i] = 0u;
   float m_run[2] = {-INFINITY, -INFINITY};

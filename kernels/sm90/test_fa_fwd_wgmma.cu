@@ -139,24 +139,24 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
   __syncthreads();
   const int warp = t >> 5, lane = t & 31, g = lane >> 2, tig = lane & 3;
   for (int half = 0; half < 2; ++half) {
-    float sacc[64];
+    float sacc[kSAcc];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) sacc[i] = 0.0f;
+    for (int i = 0; i < kSAcc; ++i) sacc[i] = 0.0f;
     fence_regs(sacc);
     wgmma_fence();
     issue_s(sacc, q_s + half * 64 * 128, k_s);
     wgmma_wait<0>();
     fence_regs(sacc);
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < kSAcc; ++i) {
       const int row = half * 64 + 16 * warp + g + 8 * ((i >> 1) & 1);
       const int col = 8 * (i >> 2) + 2 * tig + (i & 1);
       s_out[row * kTileN + col] = sacc[i];
     }
   }
-  float s[64];
+  float s[kSAcc];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) {
+  for (int i = 0; i < kSAcc; ++i) {
     const int row = 16 * warp + g + 8 * ((i >> 1) & 1);
     const int col = 8 * (i >> 2) + 2 * tig + (i & 1);
     s[i] = p_in[row * kTileN + col];
