@@ -98,7 +98,13 @@
 // tail). 2: the same inside groups of (head, batch) pairs whose K + V fit in about 32 MB of L2
 // (whole GQA groups), groups one after another (L2 reuse of K/V at long seqlen, LPT order within).
 // Same grid, no atomics, deterministic; the kernel only reinterprets blockIdx.
+// Run 5 (H200): ORDER 1 BF16 / FP8 2K -4 / -1%, 4K -5 / 0%, 8K (b1, 16 pairs) +8 / +9%, 16K (64 pairs)
+// -2.4%; ORDER 2 about the same. 3 (run 6 experiment): ORDER 1 when heads * batch <= ZYFA_WS_LPT_PAIRS
+// (default 32, uniform per launch), else ORDER 0: the 8K gain without the losses.
 #define ZYFA_WS_ORDER 0
+#endif
+#ifndef ZYFA_WS_LPT_PAIRS
+#define ZYFA_WS_LPT_PAIRS 32
 #endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
@@ -1038,6 +1044,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     blk.head = static_cast<int>(hb % ny);
     blk.batch = static_cast<int>(hb / ny);
     blk.q_row0 = static_cast<int>(nx - 1u - rank) * kTileM;
+    if (ZYFA_WS_ORDER == 3 && nhb > ZYFA_WS_LPT_PAIRS) {  // many pairs: the default order (L2 reuse)
+      blk.head = static_cast<int>(blockIdx.y);
+      blk.batch = static_cast<int>(blockIdx.z);
+      blk.q_row0 = static_cast<int>(nx - 1u - blockIdx.x) * kTileM;
+    }
   }
   blk.kv_head = blk.head / (args.heads_q / args.heads_kv);
   blk.causal = (args.flags & ZYFA_FLAG_CAUSAL) != 0u;

@@ -62,6 +62,7 @@ _E4 = 16384 + 1152 + 3 * 32768 + 32768
 # Sixth run (kernels/sm90/NOTES.md "Predictions, run 6"): larger KV tiles (ZYFA_TILE_N, S as one
 # m64nN wgmma): FP8 192 keys (2 stages: 3 do not fit in 227 KiB) and 160 keys (3 stages), BF16 176 /
 # 160 keys (2 stages). Each build passes its own ZYFA_TILE_N / ZYFA_WS_STAGES / ZYFA_SMEM_BYTES.
+# ZYFA_WS_ORDER=3: longest-first order only when heads * batch <= 32 (FP8 exact).
 def _smem(fp8, d_qk, d_v, tile_n, stages):
     """The kernel's kSmemBytes (fa_fwd_wgmma.cu): Q + stages x (K + V) + e4m3 V staging + barriers + slack."""
     es = 1 if fp8 else 2
@@ -80,6 +81,7 @@ EXPERIMENTS = {
     "fa_fwd_e4m3fn_hd128_causal_sm90a": [
         ("n192", *_tile(True, 192, 2)),
         ("n160", *_tile(True, 160, 3)),
+        ("order3", 148608, ["-DZYFA_WS_ORDER=3"]),
     ],
     "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [
         ("smx2off", 148608, ["-DZYFA_WS_SMX2=0"]),
