@@ -28,7 +28,6 @@
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -68,12 +67,16 @@ using OptionalStr = std::optional<c10::string_view>;
 // ------------------------------------------------------------------------------------------------
 // Formatting as Python prints (the messages match zyfa/_validate.py's)
 
+// Integers are formatted with std::to_string, never streamed: on the H200 image (torch 2.11) streaming an
+// integer from this extension crashed in the stream's locale facets (`ostream << long` -> SIGSEGV, seen
+// 2026-12-01), while strings streamed fine. So every message argument below is a string.
+std::string num(int64_t value) { return std::to_string(value); }
+
 std::string tuple_str(c10::IntArrayRef values) {
-  std::ostringstream s;
-  s << "(";
-  for (size_t i = 0; i < values.size(); ++i) s << (i ? ", " : "") << values[i];
-  s << (values.size() == 1 ? ",)" : ")");
-  return s.str();
+  std::string s = "(";
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + num(values[i]);
+  s += values.size() == 1 ? ",)" : ")";
+  return s;
 }
 
 std::string dtype_str(at::ScalarType t) {  // str(torch.<dtype>)
@@ -134,18 +137,19 @@ Dims check_shapes(const Tensor &q, const Tensor &k, const Tensor &v) {
   const int64_t batch = q.size(0), seqlen_q = q.size(1), heads_q = q.size(2), d_qk = q.size(3);
   const int64_t bk = k.size(0), seqlen_k = k.size(1), heads_kv = k.size(2), dk = k.size(3);
   const int64_t bv = v.size(0), seqlen_v = v.size(1), heads_v = v.size(2), d_v = v.size(3);
-  TORCH_CHECK_VALUE(batch == bk && bk == bv, "zyfa: batch sizes differ: q ", batch, ", k ", bk, ", v ", bv);
-  TORCH_CHECK_VALUE(seqlen_k == seqlen_v, "zyfa: k and v need the same seqlen_k; got ", seqlen_k, " and ", seqlen_v);
-  TORCH_CHECK_VALUE(heads_kv == heads_v, "zyfa: k and v need the same number of heads; got ", heads_kv, " and ",
-                    heads_v);
-  TORCH_CHECK_VALUE(heads_q >= 1 && heads_kv >= 1 && heads_q % heads_kv == 0, "zyfa: heads_q (", heads_q,
-                    ") must be a positive multiple of heads_kv (", heads_kv, ") (MHA, GQA or MQA)");
-  TORCH_CHECK_VALUE(dk == d_qk, "zyfa: q and k need the same head_dim; got ", d_qk, " and ", dk);
+  TORCH_CHECK_VALUE(batch == bk && bk == bv, "zyfa: batch sizes differ: q ", num(batch), ", k ", num(bk), ", v ", num(bv));
+  TORCH_CHECK_VALUE(seqlen_k == seqlen_v, "zyfa: k and v need the same seqlen_k; got ", num(seqlen_k), " and ",
+                    num(seqlen_v));
+  TORCH_CHECK_VALUE(heads_kv == heads_v, "zyfa: k and v need the same number of heads; got ", num(heads_kv),
+                    " and ", num(heads_v));
+  TORCH_CHECK_VALUE(heads_q >= 1 && heads_kv >= 1 && heads_q % heads_kv == 0, "zyfa: heads_q (", num(heads_q),
+                    ") must be a positive multiple of heads_kv (", num(heads_kv), ") (MHA, GQA or MQA)");
+  TORCH_CHECK_VALUE(dk == d_qk, "zyfa: q and k need the same head_dim; got ", num(d_qk), " and ", num(dk));
   const bool supported = (d_qk == 128 && d_v == 128) || (d_qk == 192 && d_v == 128);
-  TORCH_CHECK_VALUE(supported, "zyfa: head dims (d_qk=", d_qk, ", d_v=", d_v,
+  TORCH_CHECK_VALUE(supported, "zyfa: head dims (d_qk=", num(d_qk), ", d_v=", num(d_v),
                     ") are not supported; supported (d_qk, d_v): (128, 128), (192, 128)");
-  TORCH_CHECK_VALUE(heads_q <= kGridYZMax && batch <= kGridYZMax, "zyfa: heads_q (", heads_q, ") and batch (", batch,
-                    ") must each be <= ", kGridYZMax);
+  TORCH_CHECK_VALUE(heads_q <= kGridYZMax && batch <= kGridYZMax, "zyfa: heads_q (", num(heads_q), ") and batch (",
+                    num(batch), ") must each be <= ", num(kGridYZMax));
   for (const auto &[name, x] : {std::pair<const char *, const Tensor &>{"q", q}, {"k", k}, {"v", v}}) {
     int64_t largest = 0;
     for (int64_t n : x.sizes()) largest = std::max(largest, n);
@@ -164,9 +168,9 @@ void check_layout(const char *name, const Tensor &x) {
   for (int dim = 0; dim < 3; ++dim) {  // a size-1 dim's stride is never used to step
     if (x.size(dim) > 1 && (x.stride(dim) * size) % kAlignBytes != 0) misaligned = true;
   }
-  TORCH_CHECK_VALUE(!misaligned, "zyfa: ", name, " must be ", kAlignBytes,
+  TORCH_CHECK_VALUE(!misaligned, "zyfa: ", name, " must be ", num(kAlignBytes),
                     "-byte aligned (data pointer and batch/seq/head strides), got strides ", tuple_str(x.strides()),
-                    " and storage offset ", x.storage_offset(), "; call ", name, ".contiguous()");
+                    " and storage offset ", num(x.storage_offset()), "; call ", name, ".contiguous()");
 }
 
 Dims check_tensors(const Tensor &q, const Tensor &k, const Tensor &v) {
@@ -306,8 +310,9 @@ KernelEntry resolve(const KernelKey &key, const char *p_mode) {
   const int abi = found.attr("launch_abi").cast<int>();
   const size_t error_size = found.attr("error_size").cast<size_t>();
   TORCH_CHECK(abi == kLaunchAbi && error_size == sizeof(zyfa_driver_error), "zyfa._C was built for zyfa_core's launch "
-              "entry point version ", kLaunchAbi, " (error struct ", sizeof(zyfa_driver_error), " bytes); the installed "
-              "zyfa_core._driver has version ", abi, " (", error_size, " bytes): reinstall zyfa-core and zyfa-torch");
+              "entry point version ", num(kLaunchAbi), " (error struct ", num(sizeof(zyfa_driver_error)), " bytes); the "
+              "installed zyfa_core._driver has version ", num(abi), " (", num(static_cast<int64_t>(error_size)),
+              " bytes): reinstall zyfa-core and zyfa-torch");
   KernelEntry e;
   e.name = found.attr("name").cast<std::string>();
   e.kernel = reinterpret_cast<const void *>(found.attr("kernel").cast<std::uintptr_t>());
