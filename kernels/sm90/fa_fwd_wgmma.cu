@@ -101,7 +101,9 @@
 // Run 5 (H200): ORDER 1 BF16 / FP8 2K -4 / -1%, 4K -5 / 0%, 8K (b1, 16 pairs) +8 / +9%, 16K (64 pairs)
 // -2.4%; ORDER 2 about the same. 3 (run 6 experiment): ORDER 1 when heads * batch <= ZYFA_WS_LPT_PAIRS
 // (default 32, uniform per launch), else ORDER 0: the 8K gain without the losses.
-#define ZYFA_WS_ORDER 0
+// Run 6 (H200): ORDER 3 FP8 exact d128 2K / 4K / 8K / 16K 0.991 / 0.998 / 1.088 / 1.007: the default
+// since then, for BF16 too (where it is ORDER 1 exactly at run 5's +8% 8K shape and ORDER 0 elsewhere).
+#define ZYFA_WS_ORDER 3
 #endif
 #ifndef ZYFA_WS_LPT_PAIRS
 #define ZYFA_WS_LPT_PAIRS 32
@@ -115,7 +117,9 @@
 // both rows' max chains, then both quad shuffles, then the exponentials of the two rows alternating, so
 // the two rows' dependent chains overlap (ptxas cannot move work across the per-row branch on m_new).
 // Same arithmetic in the same per-element order: bitwise identical output. Fast path (qk_scale > 0) only.
-#define ZYFA_WS_SMX2 (ZYFA_DTYPE_E4M3 ? 1 : 0)
+// Run 6 (H200): lean P with SMX2 was 1.007 / 1.016 / 1.027 / 1.037 SLOWER than without (2K..16K), so
+// the default is exact P only.
+#define ZYFA_WS_SMX2 ((ZYFA_DTYPE_E4M3 && !ZYFA_LEAN_P) ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_VSTAGE
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
