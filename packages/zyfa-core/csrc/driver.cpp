@@ -24,13 +24,12 @@
 #include <array>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,12 +54,16 @@ struct DriverFailure : std::exception {
   f.call = call;
   f.code = code;
   f.error_name = error_name;
-  std::ostringstream msg;
-  if (!kernel.empty()) msg << kernel << ": ";
-  msg << call << " failed";
-  if (!error_name.empty()) msg << " with " << error_name << " (" << code << ")";
-  if (!text.empty()) msg << ": " << text;
-  f.message = msg.str();
+  // Built with strings and std::to_string, never iostreams: on the H200 image the extensions link
+  // libstdc++ statically (ldd lists none; hundreds of its symbols are defined in the .so), and streaming
+  // an integer crashed there in the locale facets (SIGSEGV in ostream<<long, 2026-12-01, cuda-gdb
+  // backtrace in docs/benchmarks/2026-12-01/session2_call4/diag_static_libstdcxx.txt).
+  std::string msg;
+  if (!kernel.empty()) msg += kernel + ": ";
+  msg += call + " failed";
+  if (!error_name.empty()) msg += " with " + error_name + " (" + std::to_string(code) + ")";
+  if (!text.empty()) msg += ": " + text;
+  f.message = msg;
   throw f;
 }
 
@@ -425,11 +428,14 @@ class DeviceScope {
 // Kernels
 
 std::shared_ptr<std::string> read_file(const std::string &path, const std::string &kernel) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(kernel, "open", errno, "", path + ": " + std::strerror(errno));
-  std::ostringstream data;
-  data << in.rdbuf();
-  auto image = std::make_shared<std::string>(data.str());
+  std::FILE *in = std::fopen(path.c_str(), "rb");  // C stdio, no iostreams (see `fail`)
+  if (in == nullptr) fail(kernel, "open", errno, "", path + ": " + std::strerror(errno));
+  auto image = std::make_shared<std::string>();
+  char chunk[1 << 16];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof(chunk), in)) > 0;) image->append(chunk, n);
+  const bool failed = std::ferror(in) != 0;
+  std::fclose(in);
+  if (failed) fail(kernel, "read", errno, "", path + ": " + std::strerror(errno));
   if (image->empty()) fail(kernel, "read", 0, "", path + ": empty code object");
   return image;
 }

@@ -67,9 +67,9 @@ using OptionalStr = std::optional<c10::string_view>;
 // ------------------------------------------------------------------------------------------------
 // Formatting as Python prints (the messages match zyfa/_validate.py's)
 
-// Integers are formatted with std::to_string, never streamed: on the H200 image (torch 2.11) streaming an
-// integer from this extension crashed in the stream's locale facets (`ostream << long` -> SIGSEGV, seen
-// 2026-12-01), while strings streamed fine. So every message argument below is a string.
+// Integers are formatted with std::to_string, never streamed: on the H200 image the extensions link
+// libstdc++ statically, and streaming an integer crashed there in the locale facets (SIGSEGV in
+// ostream<<long, 2026-12-01; see zyfa_core's driver.cpp `fail`). So every message argument is a string.
 std::string num(int64_t value) { return std::to_string(value); }
 
 std::string tuple_str(c10::IntArrayRef values) {

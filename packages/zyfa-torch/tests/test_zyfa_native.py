@@ -289,3 +289,17 @@ def test_launch_errors_are_zyfa_driver_errors(native, tmp_path):
     assert error is not None and (error["kernel"], error["call"]) == (NAME, "cuLaunchKernel")
     assert error["error_name"] == "CUDA_ERROR_LAUNCH_FAILED"
     assert error["message"].startswith(f"{NAME}: cuLaunchKernel failed with CUDA_ERROR_LAUNCH_FAILED")
+
+
+def test_extensions_use_no_iostreams():
+    """The H200 image links the extensions' libstdc++ statically, and streaming an integer there crashed
+    in the locale facets (2026-12-01): zyfa._C and zyfa_core._driver format with std::to_string and read
+    files with C stdio, never with iostreams."""
+    sources = [
+        REPO / "packages" / "zyfa-torch" / "csrc" / "zyfa_ops.cpp",
+        REPO / "packages" / "zyfa-core" / "csrc" / "driver.cpp",
+    ]
+    for source in sources:
+        code = "\n".join(line.split("//")[0] for line in source.read_text().splitlines())
+        for banned in ("<sstream>", "<iostream>", "<fstream>", "ostringstream", "std::cout", "std::cerr"):
+            assert banned not in code, f"{source.name} uses {banned}"
