@@ -294,3 +294,11 @@ def test_triton_amd_calls(fake_aiter, fake_zyfa_mod):
         for c in fake_aiter["aiter.ops.triton.mha"].calls
     )
     assert prepared.notes and "re-quantises" in prepared.notes[0]
+
+
+def test_sdpa_flash_skips_mla_with_reason():
+    """torch's flash backend rejects d_qk != d_v: the adapter says so up front (a skip, not an error)."""
+    flash = select(["sdpa-flash"])[0]
+    ok, why = flash.supports(MLA, torch.device("cpu"))
+    assert not ok and "d_qk == d_v" in why and "48/32" in why
+    assert "d_qk" not in flash.supports(GQA, torch.device("cpu"))[1]  # equal head dims: the usual checks

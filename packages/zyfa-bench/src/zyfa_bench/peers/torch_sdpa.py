@@ -2,7 +2,7 @@
 
 Each call runs under `torch.nn.attention.sdpa_kernel([backend])`, so torch cannot silently fall back to
 another backend.  Facts seen on the H200 (torch 2.11, 2026-12-01) that the adapters handle:
-- the flash backend rejects d_qk != d_v (the 192/128 MLA shape): the row reports torch's reason;
+- the flash backend rejects d_qk != d_v (the 192/128 MLA shape): `supports` says so up front (skip);
 - the efficient backend rejects `enable_gqa=True`: for GQA its k and v heads are expanded with
   `repeat_interleave` once in `prepare` (not timed), and the row says so;
 - other backends get `enable_gqa=True` first; if torch refuses, they fall back to expanded heads too.
@@ -70,6 +70,8 @@ class TorchSDPA(Peer):
                     f"math backend would materialise {gib:.0f} GiB of fp32 scores (cap 2^31 elements)",
                 )
             return True, ""
+        if self.backend == "flash" and spec.d_qk != spec.d_v:
+            return False, f"torch's flash backend needs d_qk == d_v (got {spec.d_qk}/{spec.d_v})"
         return super().supports(spec, device)
 
     def _prepare(self, inputs: Inputs) -> Prepared:
