@@ -214,7 +214,9 @@ do_report() {
 export OUT LOG PY SITE SEQLENS TOKENS ACC_SEQLEN CLOCKS_SEQLEN IMPLS PYTEST_PATHS
 export -f zb do_env do_wheels do_install do_tests do_throughput do_accuracy do_clocks do_report
 
-log "h200_run.sh: budget ${TOTAL}s, OUT=$OUT, repo $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+# A `git archive` snapshot (run from a carried folder) names its commit in REVISION; git would name the
+# device checkout's.
+log "h200_run.sh: budget ${TOTAL}s, OUT=$OUT, repo $(cat REVISION 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo '?')"
 # Reserves: what the later stages need at the least, so an overrunning stage cannot starve them.
 stage env 30 120 do_env
 stage wheels 60 120 do_wheels
