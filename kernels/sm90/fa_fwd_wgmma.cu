@@ -59,7 +59,8 @@
  * ZYFA_TILE_N (128 in every variant; 160 / 192, bf16 also 176, as experiments: see kSAcc), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
- * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2 (timing / accuracy experiments; see their
+ * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
+ * ZYFA_WS_LOADFAST (timing / accuracy experiments; see their
  * definitions).
  */
 #include <cuda_bf16.h>
@@ -123,6 +124,28 @@
 #endif
 #ifndef ZYFA_WS_VSTAGE
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
+#endif
+#ifndef ZYFA_WS_MAX3
+// Run 7 experiment (not yet measured): the thread's row max as 3-input integer maxima (VIMNMX3, one SASS
+// instruction on sm_90, checked with nvdisasm) on the float bits: two elements per instruction instead of
+// one FMNMX each. Signed-int order equals float order on non-negative floats and puts every negative
+// float (and -inf, -0) below them, so when the int max is non-negative it IS the float max (exact, so
+// the output is bitwise the same); a thread whose int max is negative (all its values of the row < 0 or
+// masked) recomputes that row with FMNMX (rare, divergent, only in masked or all-negative rows).
+#define ZYFA_WS_MAX3 0
+#endif
+#ifndef ZYFA_WS_RESCALE_EARLY
+// Run 7 experiment (not yet measured): FA3's RescaleOBeforeGemm placement: the O rescale by alpha_j is
+// applied in iteration j + 1 between the S_{j+1} issue and the P_j V_j issue (while S_{j+1} occupies the
+// tensor core), instead of right after the P_{j-1} V_{j-1} wait, so P_j is packed straight after that
+// wait. Same arithmetic (O is scaled by the same alpha before the same P.V): bitwise the same output.
+#define ZYFA_WS_RESCALE_EARLY 0
+#endif
+#ifndef ZYFA_WS_LOADFAST
+// Run 7 experiment (not yet measured): producer copies without per-row bounds selects when the whole
+// tile lies inside the sequence (a uniform branch; the last, partial tile keeps the zero-fill path):
+// about half of the producer's per-cp.async instructions (compare, two selects) go.
+#define ZYFA_WS_LOADFAST 0
 #endif
 
 namespace zyfa_sm90_ws {
@@ -475,7 +498,13 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const uint8_t* g, int64
   for (int reg = 0; reg < kRegions; ++reg) {
     if (CHUNKS % 8 != 0 && reg * 8 + c8 >= CHUNKS) continue;  // last region only partly used
     const uint8_t* src = src0 + reg * 128;
-    if (vec_ok) {
+    if (ZYFA_WS_LOADFAST != 0 && vec_ok && row0 + ROWS <= nvalid) {  // whole tile in range: no selects
+#pragma unroll
+      for (int i = 0; i < ROWS / 16; ++i) {
+        cp_async16(dst0 + reg * ROWS * 128 + i * 16 * 128, src, 16u);
+        src += step;
+      }
+    } else if (vec_ok) {
 #pragma unroll
       for (int i = 0; i < ROWS / 16; ++i) {
         const bool valid = row0 + r0 + 16 * i < nvalid;
@@ -576,6 +605,15 @@ __device__ __forceinline__ void load_v_staging(uint32_t stg, const uint8_t* g, i
   const int r0 = t >> 3;
   const uint8_t* src = g + static_cast<int64_t>(key0 + r0) * row_bytes + c8 * 16;
   const int64_t step = 16 * row_bytes;
+  if (ZYFA_WS_LOADFAST != 0 && vec_ok && key0 + kTileN <= seqlen_k) {  // whole block in range: no selects
+#pragma unroll
+    for (int i = 0; i < kTileN / 16; ++i) {
+      const int r = r0 + 16 * i;
+      cp_async16(stg + r * 128 + ((c8 ^ stg_swz(r)) << 4), src, 16u);
+      src += step;
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < kTileN / 16; ++i) {
     const int r = r0 + 16 * i;
@@ -792,6 +830,30 @@ struct Block {
   bool causal;
 };
 
+// ZYFA_WS_MAX3: max of this thread's values of row R (s[4 j + 2 R + x]) with VIMNMX3 on the float bits,
+// two chains; exact (see the macro). Falls back to FMNMX when the int max is negative.
+template <int R>
+__device__ __forceinline__ float row_max3(const float (&s)[kSAcc]) {
+  constexpr int kN = 2 * kSTiles;  // values of row R: element e at s[4 (e >> 1) + 2 R + (e & 1)]
+  auto at = [&](int e) { return __float_as_int(s[4 * (e >> 1) + 2 * R + (e & 1)]); };
+  int c[2] = {at(0), at(1)};
+#pragma unroll
+  for (int e = 2; e + 1 < kN; e += 2) {
+    int& ch = c[(e >> 1) & 1];
+    ch = __vimax3_s32(ch, at(e), at(e + 1));
+  }
+  if constexpr (kN % 2 != 0) c[0] = max(c[0], at(kN - 1));
+  const int m = max(c[0], c[1]);
+  float res = __int_as_float(m);
+  if (m < 0) {  // every value of this thread's row is negative, -0 or -inf: the float max the long way
+    float f = -INFINITY;
+#pragma unroll
+    for (int e = 0; e < kN; ++e) f = fmaxf(f, s[4 * (e >> 1) + 2 * R + (e & 1)]);
+    res = f;
+  }
+  return res;
+}
+
 // One block of the online softmax for this thread's two rows (r = 0: row g, r = 1: row g + 8 of the
 // warp's 16), first half: masks S, updates m, (bf16) rescales l and adds the block's p, returns
 // alpha (the O rescale) and leaves in s what pack_p turns into the P operand: bf16: p = exp2(t - m);
@@ -824,6 +886,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
     float mx = mxc[0];
 #pragma unroll
     for (int c = 1; c < kChains; ++c) mx = fmaxf(mx, mxc[c]);
+    if constexpr (ZYFA_WS_MAX3 != 0 && kFast) mx = r == 0 ? row_max3<0>(s) : row_max3<1>(s);  // mxc then dead
     mx = quad_max(mx);
     const float m_new = fmaxf(m_run[r], kFast ? mx * qk_scale : mx);
     alpha[r] = 1.0f;  // m_new == -inf: nothing visible yet, the block changes nothing
@@ -889,6 +952,10 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     mx[r] = mxc[r][0];
 #pragma unroll
     for (int c = 1; c < kChains; ++c) mx[r] = fmaxf(mx[r], mxc[r][c]);
+  }
+  if constexpr (ZYFA_WS_MAX3 != 0) {  // the FMNMX chains above are then dead code
+    mx[0] = row_max3<0>(s);
+    mx[1] = row_max3<1>(s);
   }
 #pragma unroll
   for (int k = 1; k <= 2; k <<= 1) {  // quad max, the two rows' shuffles in flight together
@@ -1238,6 +1305,19 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   auto release = [&](uint32_t bar) {
     if (lane == 0) mbar_arrive(bar);
   };
+  // ZYFA_WS_RESCALE_EARLY: the O rescale still owed (alpha of the block last packed), applied before the
+  // next P.V issue.
+  constexpr bool kEarly = ZYFA_WS_RESCALE_EARLY != 0 && !kOPromote;
+  bool pend_rescale = false;
+  float alpha_pend[2] = {1.0f, 1.0f};
+  auto apply_pending_rescale = [&]() {
+    if constexpr (kEarly) {
+      if (pend_rescale) {  // warp-uniform
+#pragma unroll
+        for (int i = 0; i < kOAcc; ++i) o[i] *= alpha_pend[(i >> 1) & 1];
+      }
+    }
+  };
 
   if (n > 0) {
     mbar_wait(bar_q, 0);
@@ -1277,6 +1357,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       wgmma_fence();
       issue_s_block(s);
       if constexpr (!kOverlap) wgmma_wait<0>();
+      apply_pending_rescale();  // kEarly: O *= alpha_{j-1} while S_j runs
       mbar_wait(bar_full_v(sp), php);
       fence_regs(opv);
       fence_regs(p);
@@ -1303,6 +1384,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #pragma unroll
           for (int i = 0; i < kOAcc; ++i) o[i] += ob[i];
         }
+      } else if constexpr (kEarly) {
+        pend_rescale = rescale;  // applied before P_j V_j is issued (next iteration or the last P V)
+        alpha_pend[0] = alpha[0];
+        alpha_pend[1] = alpha[1];
       } else if (rescale) {  // only when some row of the warp raised its max (warp-uniform branch)
 #pragma unroll
         for (int i = 0; i < kOAcc; ++i) o[i] *= alpha[(i >> 1) & 1];
@@ -1316,6 +1401,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     const int sl = s;  // block n - 1
     mbar_wait(bar_full_v(sl), ph);
     pp_sync();
+    apply_pending_rescale();
     fence_regs(opv);
     fence_regs(p);
     wgmma_fence();
