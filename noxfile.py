@@ -146,6 +146,18 @@ def package_dirs(extras: Iterable[str] = ()) -> list[str]:
     return reqs
 
 
+def install_zyfa(session: nox.Session, packages: list[str], requirements: Iterable[str] = ()) -> None:
+    """Install torch, `requirements` and the local `packages` (from `package_dirs`).
+
+    zyfa-torch builds its C++ hot path zyfa._C against the installed torch, so torch and the packages
+    before it come first, and zyfa-torch (with zyfa-bench, which needs it) is built without isolation,
+    as flash-attn is."""
+    late = [r for r in packages if r.startswith(("packages/zyfa-torch", "packages/zyfa-bench"))]
+    early = [r for r in packages if r not in late]
+    install(session, [TORCH, *requirements, SETUPTOOLS, *early], env=kernel_build_env())
+    install(session, [TORCH, "--no-build-isolation", *late], step="torch-ext")
+
+
 def pytest_markers() -> list[str]:
     """The pytest markers the packages declare in their pyproject.toml (tool.pytest.ini_options)."""
     markers = []
@@ -176,23 +188,12 @@ def tests(session: nox.Session) -> None:
     zyfa-core's pip build compiles every code object the present toolchains allow (a few seconds a
     kernel), so the tests see the installed manifest and a broken pip build fails here.  Extra args
     go to pytest: `nox -s tests -- -k reference -x`."""
-    packages = package_dirs(TEST_EXTRAS)
-    # zyfa-torch builds its C++ hot path zyfa._C against the installed torch, so torch comes first and
-    # zyfa-torch (with zyfa-bench, which needs it) is built without isolation, as flash-attn is.
-    late = [r for r in packages if r.startswith(("packages/zyfa-torch", "packages/zyfa-bench"))]
-    requirements = [
-        TORCH,
-        *TEST_DEPS,
-        pip_pin("ziglang"),
-        SETUPTOOLS,
-        *(r for r in packages if r not in late),
-    ]
+    requirements = [*TEST_DEPS, pip_pin("ziglang")]
     # Test-only requirements a test directory keeps beside its tests (e.g. the ISA pseudocode the
     # simulator is checked against).
     for extra in sorted(ROOT.glob("packages/*/tests/**/requirements-test.txt")):
         requirements += ["-r", str(extra.relative_to(ROOT))]
-    install(session, requirements, env=kernel_build_env())
-    install(session, [TORCH, "--no-build-isolation", *late], step="torch-ext")
+    install_zyfa(session, package_dirs(TEST_EXTRAS), requirements)
     test_dirs = [f"packages/{p}/tests" for p in PACKAGES] + list(TEST_DIRS_EXTRA)
     missing = [d for d in test_dirs if not (ROOT / d).is_dir()]
     if missing:
@@ -267,7 +268,7 @@ def demo(session: nox.Session) -> None:
     zyfa.flash_attn_func, else the CPU reference) in BF16 and FP8, compare with float64, print a table.
 
     The pip build of zyfa-core compiles the code objects the present toolchains allow, GPU or not."""
-    install(session, [TORCH, "rich==15.0.0", *package_dirs()], env=kernel_build_env())
+    install_zyfa(session, package_dirs(), ["rich==15.0.0"])
     session.run("python", "tools/demo.py", *session.posargs)
 
 
@@ -280,6 +281,6 @@ def bench(session: nox.Session) -> None:
     gpu = gpu_present()
     if gpu is None:
         session.skip("bench needs a GPU (no /dev/nvidiactl or /dev/kfd here); nothing measured")
-    install(session, [TORCH, *package_dirs()], env=kernel_build_env())
+    install_zyfa(session, package_dirs())
     default = ["throughput", "--device", "cuda", "--impl", "zyfa", "--json", ".nox/bench-throughput.json"]
     session.run("zyfa-bench", *(session.posargs or default))
