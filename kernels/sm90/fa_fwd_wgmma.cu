@@ -60,7 +60,7 @@
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
  * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
- * ZYFA_WS_LOADFAST (timing / accuracy experiments; see their
+ * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid) (timing / accuracy experiments; see their
  * definitions).
  */
 #include <cuda_bf16.h>
@@ -148,8 +148,24 @@
 #define ZYFA_WS_LOADFAST 0
 #endif
 
+#ifndef ZYFA_WS_PERSISTENT
+// Run 7 experiment (issue 5; 2026-12-01, UNMEASURED: built here, no GPU): persistent CTAs. The kernel is
+// launched with gridDim = (number of SMs, 1, 1) (the launcher must know: see kernels/sm90/NOTES.md); CTA
+// x takes work items x, x + gridDim.x, ... of a static list of (q tile, head, batch) items sorted by
+// descending causal KV-block count (ORDER 1's mapping: item i -> rank i / (heads_q * batch) = q tile
+// ceil(sq / 128) - 1 - rank of pair i % (heads_q * batch)), computed from the ABI args alone (never from
+// gridDim.y / z). No tables, no atomics: every item is computed exactly as in the non-persistent kernel,
+// so the output bits do not depend on the order. Pipeline state carried across items: the K / V ring
+// position (stage, phase) of producer and consumers as running counters, a Q-empty mbarrier (the producer
+// reloads Q only after both consumer warpgroups' last S wgmma of the previous item has completed), the
+// ping-pong hand-over (balanced per item, see pp_arrive), O / m / l reset per item. The epilogue (global
+// stores straight from registers) overlaps the producer's loads of the next item's Q / K / V.
+#define ZYFA_WS_PERSISTENT 0
+#endif
+
 namespace zyfa_sm90_ws {
 
+constexpr bool kPersistent = ZYFA_WS_PERSISTENT != 0;
 constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
@@ -268,6 +284,7 @@ static_assert(kSmemBytes == ZYFA_SMEM_BYTES,
               "ZYFA_SMEM_BYTES (variants.bzl smem_bytes) must equal this kernel's shared-memory layout");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory layout exceeds the sm_90 per-block limit");
 static_assert((1 + 4 * kStages) * 8 <= kBarrierBytes, "mbarriers do not fit their area");
+static_assert(!kPersistent || (2 + 4 * kStages) * 8 <= kBarrierBytes, "persistent: the Q-empty mbarrier does not fit");
 static_assert(kVStageBytes % 1024 == 0 && kKStageBytes % 1024 == 0, "stages must keep 1024-byte alignment");
 
 // ---------------------------------------------------------------------------------------------
@@ -1090,6 +1107,33 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 
   const int seqlen_q = args.seqlen_q;
   const int seqlen_k = args.seqlen_k;
+#if ZYFA_WS_PERSISTENT
+  // Work items from the ABI args only (the grid is (SMs, 1, 1)): item i -> rank i / n_pairs (0: the
+  // longest causal rows, the last q tile), pair i % n_pairs (hb = batch * heads_q + head).
+  const uint32_t n_qtiles = seqlen_q > 0 ? static_cast<uint32_t>((seqlen_q + kTileM - 1) / kTileM) : 0u;
+  const uint32_t n_pairs = static_cast<uint32_t>(args.heads_q) * static_cast<uint32_t>(args.batch);
+  const uint32_t n_items = n_qtiles * n_pairs;
+  const bool causal_all = (args.flags & ZYFA_FLAG_CAUSAL) != 0u;
+  const int64_t diag_all = static_cast<int64_t>(seqlen_k) - seqlen_q;
+  const int group_ratio = args.heads_q / args.heads_kv;
+  auto item_block = [&](uint32_t item) {
+    Block b;
+    const uint32_t rank = item / n_pairs;
+    const uint32_t hb = item - rank * n_pairs;
+    b.head = static_cast<int>(hb % static_cast<uint32_t>(args.heads_q));
+    b.batch = static_cast<int>(hb / static_cast<uint32_t>(args.heads_q));
+    b.q_row0 = static_cast<int>(n_qtiles - 1u - rank) * kTileM;
+    b.kv_head = b.head / group_ratio;
+    b.causal = causal_all;
+    b.diag = diag_all;
+    const int rows = min(kTileM, seqlen_q - b.q_row0);
+    int64_t kend = seqlen_k;
+    if (b.causal) kend = min(kend, static_cast<int64_t>(b.q_row0) + rows - 1 + b.diag + 1);
+    b.n_blocks = kend > 0 ? static_cast<int>((kend + kTileN - 1) / kTileN) : 0;
+    return b;
+  };
+  const uint32_t bar_q_empty = bars + 8u * (1 + 4 * kStages);  // 8 arrivals: one per consumer warp
+#else
   Block blk;
   if constexpr (ZYFA_WS_ORDER == 0) {
     blk.head = static_cast<int>(blockIdx.y);
@@ -1132,10 +1176,14 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   int64_t kv_end = seqlen_k;  // keys [0, kv_end) are visible to at least one row of the tile
   if (blk.causal) kv_end = min(kv_end, static_cast<int64_t>(blk.q_row0) + q_rows - 1 + blk.diag + 1);
   blk.n_blocks = kv_end > 0 ? static_cast<int>((kv_end + kTileN - 1) / kTileN) : 0;
+#endif
 
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
     mbar_init(bar_q, 128);
+#if ZYFA_WS_PERSISTENT
+    mbar_init(bar_q_empty, 8);
+#endif
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_full_k(s), 128);  // one arrival per producer thread
       mbar_init(bar_full_v(s), 128);
@@ -1153,7 +1201,21 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   if (wg == 0) {
     // ================================ producer warpgroup ================================
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+#if ZYFA_WS_PERSISTENT
+    int kv_base = 0;       // K / V blocks loaded by this CTA before this item (ring position)
+    uint32_t q_loads = 0;  // Q tiles loaded before this item (Q full / empty phases)
+#pragma unroll 1
+    for (uint32_t item = blockIdx.x; item < n_items; item += gridDim.x) {
+    const Block blk = item_block(item);
+    // The thread index re-read per item (volatile: not hoisted), so the per-thread shared-memory
+    // addresses derived from it are recomputed per item instead of held live across the item loop
+    // (the e4m3 producer spilled 20 B at 72 registers otherwise).
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+#else
     const int t = tid;
+    constexpr int kv_base = 0;
+#endif
     const uint8_t* const q_base = static_cast<const uint8_t*>(args.q) +
         (static_cast<int64_t>(blk.batch) * args.q_stride_batch + static_cast<int64_t>(blk.head) * args.q_stride_head) * kESize;
     const uint8_t* const k_base = static_cast<const uint8_t*>(args.k) +
@@ -1175,6 +1237,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       }
     };
     if (blk.n_blocks > 0) {
+#if ZYFA_WS_PERSISTENT
+      // Q of the previous item is free once every consumer warp's last S wgmma has completed.
+      mbar_wait(bar_q_empty, (q_loads & 1u) ^ 1u);
+      ++q_loads;
+#endif
       load_tile<kTileM, kQkChunks>(q_s, q_base, args.q_stride_seq * kESize, blk.q_row0, seqlen_q, vec_ok, t);
       signal(bar_q);
     }
@@ -1185,8 +1252,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     }
 #pragma unroll 1
     for (int j = 0; j < blk.n_blocks; ++j) {
-      const int s = j % kStages;
-      const uint32_t parity = ((j / kStages) & 1) ^ 1;
+      const int s = (j + kv_base) % kStages;
+      const uint32_t parity = (((j + kv_base) / kStages) & 1) ^ 1;
       mbar_wait(bar_empty_k(s), parity);
       load_tile<kTileN, kQkChunks>(k_s + s * kKStageBytes, k_base, args.k_stride_seq * kESize, j * kTileN, seqlen_k,
                                    vec_ok, t);
@@ -1218,6 +1285,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         }
       }
     }
+#if ZYFA_WS_PERSISTENT
+    kv_base += blk.n_blocks;
+    }  // item loop
+#endif
     cp_async_wait_all();
   } else {
   // ================================ consumer warpgroups ================================
@@ -1228,6 +1299,18 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const int lane = tid & 31;
   const int g = lane >> 2;
   const int tig = lane & 3;
+#if ZYFA_WS_PERSISTENT
+  int ring_s = 0;         // K / V ring stage and phase parity of this item's block 0
+  uint32_t ring_ph = 0;
+  uint32_t q_phase = 0;   // Q full-barrier parity of this item's Q
+#pragma unroll 1
+  for (uint32_t item = blockIdx.x; item < n_items; item += gridDim.x) {
+  const Block blk = item_block(item);
+#else
+  constexpr int ring_s = 0;
+  constexpr uint32_t ring_ph = 0;
+  constexpr uint32_t q_phase = 0;
+#endif
   const int n = blk.n_blocks;
   const int64_t wg_row0 = static_cast<int64_t>(blk.q_row0) + 64 * cw;  // first row of this warpgroup
   const int64_t row_a = wg_row0 + 16 * warp + g;                        // this thread's rows: row_a, row_a + 8
@@ -1320,17 +1403,17 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   };
 
   if (n > 0) {
-    mbar_wait(bar_q, 0);
+    mbar_wait(bar_q, q_phase);
     // ---- block 0: S_0 only
-    mbar_wait(bar_full_k(0), 0);
+    mbar_wait(bar_full_k(ring_s), ring_ph);
     pp_sync();
     fence_regs(sacc);
     wgmma_fence();
-    issue_s_block(0);
+    issue_s_block(ring_s);
     pp_arrive(false);
     wgmma_wait<0>();
     fence_regs(sacc);
-    release(bar_empty_k(0));
+    release(bar_empty_k(ring_s));
     float alpha[2];
     softmax_block(sacc, m_run, l_run, alpha, 0, need_mask(0), row_lim, qk_scale, lean_a, tig);
     pack_p(sacc, p);
@@ -1339,8 +1422,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 
     // ---- blocks 1..n-1: S_j overlapped with P_{j-1} V_{j-1}. s / ph: stage and phase parity of
     // block j (j % kStages, (j / kStages) & 1), kept incrementally.
-    int s = 0;
-    uint32_t ph = 0;
+    int s = ring_s;
+    uint32_t ph = ring_ph;
 #pragma unroll 1
     for (int j = 1; j < n; ++j) {
       const int sp = s;
@@ -1397,6 +1480,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       alpha_prev[1] = alpha[1];
     }
 
+#if ZYFA_WS_PERSISTENT
+    // Every S of this item (the only Q reads) has completed in this warp: Q may be reloaded.
+    release(bar_q_empty);
+#endif
     // ---- last P V
     const int sl = s;  // block n - 1
     mbar_wait(bar_full_v(sl), ph);
@@ -1417,6 +1504,16 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #pragma unroll
       for (int i = 0; i < kOAcc; ++i) o[i] += ob[i];
     }
+#if ZYFA_WS_PERSISTENT
+    // The next item's block 0 takes the ring slot after block n - 1; its Q the next phase.
+    ring_s = s + 1;
+    ring_ph = ph;
+    if (ring_s == kStages) {
+      ring_s = 0;
+      ring_ph ^= 1u;
+    }
+    q_phase ^= 1u;
+#endif
   }
 
   // ---- epilogue: out = acc / l * v_descale -> bf16 (l == 0 -> 0); lse (l == 0 -> +inf)
@@ -1448,5 +1545,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       args.lse[(static_cast<int64_t>(blk.batch) * args.heads_q + blk.head) * seqlen_q + row] = lse;
     }
   }
+#if ZYFA_WS_PERSISTENT
+  }  // item loop
+#endif
   }
 }

@@ -492,7 +492,7 @@ void bench(const BenchShape& sh, bool profile_only = false) {
   args_ws.lse = dlse;  // the ws kernel also writes lse (checked against the contract on 16 rows)
   args_ws.flags |= ZYFA_FLAG_LSE;
   args_simple.out = dout_simple;
-  const dim3 grid_ws((sh.seq + kTileM - 1) / kTileM, sh.hq, sh.batch);
+  const dim3 grid_ws = kernel_grid(sh.seq, sh.hq, sh.batch);  // persistent builds: (SMs, 1, 1)
   const dim3 grid_simple((sh.seq + zyfa_sm90_simple::kTileM - 1) / zyfa_sm90_simple::kTileM, sh.hq, sh.batch);
   if (profile_only) {
     ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(args_ws);
@@ -538,9 +538,9 @@ void bench(const BenchShape& sh, bool profile_only = false) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   std::printf("self-test of %s: dtype %s, p %s, d_qk %d, d_v %d, tile %dx%d, %d threads, %d stages, smem %d B, "
-              "overlap %d, ping-pong %d\n",
+              "overlap %d, ping-pong %d, persistent %d\n",
               ZYFA_STR(ZYFA_KERNEL_NAME), kFp8 ? "e4m3fn" : "bf16", kFp8 ? (kLeanP ? "lean" : "exact") : "-", kDQk, kDV,
-              kTileM, kTileN, kThreads, kStages, kSmemBytes, int(kOverlap), int(kPingPong));
+              kTileM, kTileN, kThreads, kStages, kSmemBytes, int(kOverlap), int(kPingPong), int(kPersistent));
   const Case cases[] = {
       {"causal b2 s256 GQA 4/2", 2, 256, 256, 4, 2, true, true, kContiguous, 1.0f},
       {"causal b2 s200 (ragged)", 2, 200, 200, 4, 2, true, true, kContiguous, 1.0f},
@@ -560,6 +560,10 @@ int main(int argc, char** argv) {
       {"causal b1 s2048 diffuse (q x0.25)", 1, 2048, 2048, 2, 1, true, true, kContiguous, 0.25f},
       {"causal b1 s1024 grid (exact S)", 1, 1024, 1024, 2, 1, true, true, kContiguous, 2.0f, true},
       {"causal b2 s300 grid sharp (exact S)", 2, 300, 300, 2, 1, true, true, kContiguous, 3.0f, true},
+      // Many work items (5 q tiles x 32 pairs = 160, more than the SMs: persistent CTAs run 1-2 items,
+      // 53-54 each in the grid-3 repeat) of 1-5 KV blocks (ragged last tile); and few (1 x 2 < SMs).
+      {"causal b2 s520 GQA 16/4 (160 items)", 2, 520, 520, 16, 4, true, true, kContiguous, 1.0f},
+      {"causal b1 s100 2/1 (2 items)", 1, 100, 100, 2, 1, true, true, kContiguous, 1.0f},
   };
   const int n_cases = static_cast<int>(sizeof(cases) / sizeof(cases[0]));
   if (kFp8 && !check_e4m3_encoder()) {

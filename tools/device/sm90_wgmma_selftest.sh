@@ -78,18 +78,24 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # measured: row max by 3-input integer max on the float bits (ZYFA_WS_MAX3, exact), FA3's O rescale
 # between the S issue and the P.V issue (ZYFA_WS_RESCALE_EARLY), producer copies without per-row
 # bounds selects on full tiles (ZYFA_WS_LOADFAST). Each build keeps its variant's tile and smem.
+# Also (issue 5, NOTES.md "Predictions, run 7 (persistent)"): persistent CTAs (ZYFA_WS_PERSISTENT=1; the
+# test program then launches (SMs, 1, 1) and repeats every case on 3 CTAs, bitwise). 10 experiments:
+# about 4 min on the H200; ZYFA_ONLY=REGEX runs a subset of variants (with their experiments).
 _MAX3, _EARLY, _FAST = "-DZYFA_WS_MAX3=1", "-DZYFA_WS_RESCALE_EARLY=1", "-DZYFA_WS_LOADFAST=1"
+_PERSIST = "-DZYFA_WS_PERSISTENT=1"
 EXPERIMENTS = {
     "fa_fwd_bf16_hd128_causal_sm90a": [
         ("max3", 164992, [_MAX3]),
         ("early", 164992, [_EARLY]),
         ("loadfast", 164992, [_FAST]),
         ("all3", 164992, [_MAX3, _EARLY, _FAST]),
+        ("persist", 164992, [_PERSIST]),
     ],
     "fa_fwd_e4m3fn_hd128_causal_sm90a": [  # tile_n 192, 2 stages (variants.bzl)
         ("max3", 181376, [_MAX3]),
         ("early", 181376, [_EARLY]),
         ("loadfast", 181376, [_FAST]),
+        ("persist", 181376, [_PERSIST]),
     ],
     "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [
         ("max3", 148608, [_MAX3]),
