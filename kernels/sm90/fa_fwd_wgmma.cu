@@ -126,26 +126,32 @@
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
 #endif
 #ifndef ZYFA_WS_MAX3
-// Run 7 experiment (not yet measured): the thread's row max as 3-input integer maxima (VIMNMX3, one SASS
+// Run 7 (H200, 2026-12-01, third session): default for BF16 and lean P. The thread's row max as 3-input integer maxima (VIMNMX3, one SASS
 // instruction on sm_90, checked with nvdisasm) on the float bits: two elements per instruction instead of
 // one FMNMX each. Signed-int order equals float order on non-negative floats and puts every negative
 // float (and -inf, -0) below them, so when the int max is non-negative it IS the float max (exact, so
 // the output is bitwise the same); a thread whose int max is negative (all its values of the row < 0 or
 // masked) recomputes that row with FMNMX (rare, divergent, only in masked or all-negative rows).
-#define ZYFA_WS_MAX3 0
+// Measured ratio to the old build at 2K / 4K / 8K / 16K: lean P 1.023 / 1.023 / 1.022 / 1.027;
+// FP8 exact 0.979 / 0.987 / 0.996 / 1.020 (off there); BF16 alone 0.99 / 1.00 / 1.01 / 1.01, with
+// RESCALE_EARLY and LOADFAST ("all3") 1.012 / 1.030 / 1.034 / 1.062 against LOADFAST alone's
+// 1.023 / 1.028 / 1.024 / 1.036.
+#define ZYFA_WS_MAX3 ((!ZYFA_DTYPE_E4M3 || ZYFA_LEAN_P) ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_RESCALE_EARLY
-// Run 7 experiment (not yet measured): FA3's RescaleOBeforeGemm placement: the O rescale by alpha_j is
+// Run 7 (H200): default for BF16 (with MAX3 and LOADFAST, see ZYFA_WS_MAX3); FP8 exact alone 0.995 /
+// 0.996 / 0.994 / 0.981 (off). FA3's RescaleOBeforeGemm placement: the O rescale by alpha_j is
 // applied in iteration j + 1 between the S_{j+1} issue and the P_j V_j issue (while S_{j+1} occupies the
 // tensor core), instead of right after the P_{j-1} V_{j-1} wait, so P_j is packed straight after that
 // wait. Same arithmetic (O is scaled by the same alpha before the same P.V): bitwise the same output.
-#define ZYFA_WS_RESCALE_EARLY 0
+#define ZYFA_WS_RESCALE_EARLY (!ZYFA_DTYPE_E4M3 ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_LOADFAST
-// Run 7 experiment (not yet measured): producer copies without per-row bounds selects when the whole
+// Run 7 (H200): the default. Ratio at 2K / 4K / 8K / 16K: BF16 1.023 / 1.028 / 1.024 / 1.036, FP8
+// exact 1.062 / 1.046 / 1.026 / 1.029. Producer copies without per-row bounds selects when the whole
 // tile lies inside the sequence (a uniform branch; the last, partial tile keeps the zero-fill path):
 // about half of the producer's per-cp.async instructions (compare, two selects) go.
-#define ZYFA_WS_LOADFAST 0
+#define ZYFA_WS_LOADFAST 1
 #endif
 
 #ifndef ZYFA_WS_PERSISTENT
@@ -161,6 +167,15 @@
 // ping-pong hand-over (balanced per item, see pp_arrive), O / m / l reset per item. The epilogue (global
 // stores straight from registers) overlaps the producer's loads of the next item's Q / K / V.
 #define ZYFA_WS_PERSISTENT 0
+#endif
+#ifndef ZYFA_WS_PSCHED
+// Persistent item schedule (run 8 experiment). Run 7 (H200) with round-robin items over a global
+// rank-major list (PSCHED 0): BF16 / FP8 d128 2K +4.3 / +12.8%, 4K 0 / +5.9%, b1 8K (16 pairs)
+// -7.6 / -5.2% (static round-robin: CTA 0 takes every round's longest item, ~11% above the mean at
+// that shape), 16K (64 pairs) -1 / -2% (global rank-major order loses ORDER 0's L2 reuse, as ORDER 1
+// did in run 5). 1: boustrophedon rounds (cta_item). 2: 1 + pair-major items when heads * batch >
+// ZYFA_WS_LPT_PAIRS.
+#define ZYFA_WS_PSCHED 2
 #endif
 
 namespace zyfa_sm90_ws {
@@ -1116,10 +1131,13 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const bool causal_all = (args.flags & ZYFA_FLAG_CAUSAL) != 0u;
   const int64_t diag_all = static_cast<int64_t>(seqlen_k) - seqlen_q;
   const int group_ratio = args.heads_q / args.heads_kv;
+  // ZYFA_WS_PSCHED 2: with many (head, batch) pairs the items go pair-major (each pair's q tiles
+  // longest first, pairs one after another: ORDER 3's L2 reuse of one head's K / V at a time).
+  const bool pair_major = ZYFA_WS_PSCHED == 2 && n_pairs > ZYFA_WS_LPT_PAIRS;
   auto item_block = [&](uint32_t item) {
     Block b;
-    const uint32_t rank = item / n_pairs;
-    const uint32_t hb = item - rank * n_pairs;
+    const uint32_t rank = pair_major ? item % n_qtiles : item / n_pairs;
+    const uint32_t hb = pair_major ? item / n_qtiles : item - rank * n_pairs;
     b.head = static_cast<int>(hb % static_cast<uint32_t>(args.heads_q));
     b.batch = static_cast<int>(hb / static_cast<uint32_t>(args.heads_q));
     b.q_row0 = static_cast<int>(n_qtiles - 1u - rank) * kTileM;
@@ -1133,6 +1151,14 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     return b;
   };
   const uint32_t bar_q_empty = bars + 8u * (1 + 4 * kStages);  // 8 arrivals: one per consumer warp
+  // The k-th item of this CTA (>= n_items: none left). ZYFA_WS_PSCHED 0: items x, x + G, x + 2 G, ...
+  // (G = gridDim.x); >= 1: boustrophedon rounds (odd rounds reversed), so that in the rank-major list,
+  // whose costs fall along each round, the CTA that takes a round's longest item takes the next
+  // round's shortest: per-CTA work balances to within one round's spread instead of growing with it.
+  auto cta_item = [&](uint32_t k) {
+    const uint32_t lane_in_round = (ZYFA_WS_PSCHED != 0 && (k & 1u)) ? gridDim.x - 1u - blockIdx.x : blockIdx.x;
+    return k * gridDim.x + lane_in_round;
+  };
 #else
   Block blk;
   if constexpr (ZYFA_WS_ORDER == 0) {
@@ -1205,7 +1231,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     int kv_base = 0;       // K / V blocks loaded by this CTA before this item (ring position)
     uint32_t q_loads = 0;  // Q tiles loaded before this item (Q full / empty phases)
 #pragma unroll 1
-    for (uint32_t item = blockIdx.x; item < n_items; item += gridDim.x) {
+    for (uint32_t k_item = 0;; ++k_item) {
+    const uint32_t item = cta_item(k_item);
+    if (item >= n_items) break;
     const Block blk = item_block(item);
     // The thread index re-read per item (volatile: not hoisted), so the per-thread shared-memory
     // addresses derived from it are recomputed per item instead of held live across the item loop
@@ -1304,7 +1332,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   uint32_t ring_ph = 0;
   uint32_t q_phase = 0;   // Q full-barrier parity of this item's Q
 #pragma unroll 1
-  for (uint32_t item = blockIdx.x; item < n_items; item += gridDim.x) {
+  for (uint32_t k_item = 0;; ++k_item) {
+  const uint32_t item = cta_item(k_item);
+  if (item >= n_items) break;
   const Block blk = item_block(item);
 #else
   constexpr int ring_s = 0;

@@ -81,24 +81,38 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # Also (issue 5, NOTES.md "Predictions, run 7 (persistent)"): persistent CTAs (ZYFA_WS_PERSISTENT=1; the
 # test program then launches (SMs, 1, 1) and repeats every case on 3 CTAs, bitwise). 10 experiments:
 # about 4 min on the H200; ZYFA_ONLY=REGEX runs a subset of variants (with their experiments).
-_MAX3, _EARLY, _FAST = "-DZYFA_WS_MAX3=1", "-DZYFA_WS_RESCALE_EARLY=1", "-DZYFA_WS_LOADFAST=1"
+# Run 7 outcomes (H200, third session): LOADFAST the default everywhere, MAX3 for BF16 and lean P,
+# RESCALE_EARLY for BF16; persistent CTAs won at 2K (+4 / +13%) and lost at b1 8K (-8 / -5%, the static
+# round-robin's imbalance) and 16K (-1 / -2%, L2). Eighth run (NOTES.md "Predictions, run 8"): the
+# persistent schedule ZYFA_WS_PSCHED 2 (boustrophedon rounds + pair-major items when heads * batch > 32,
+# the default) and 1 (boustrophedon, rank-major always); "old" = the run-7 defaults (192/128 variants,
+# whose new defaults were not measured in run 7).
 _PERSIST = "-DZYFA_WS_PERSISTENT=1"
+_S1 = "-DZYFA_WS_PSCHED=1"
+_OLD = ["-DZYFA_WS_LOADFAST=0", "-DZYFA_WS_MAX3=0", "-DZYFA_WS_RESCALE_EARLY=0"]
 EXPERIMENTS = {
     "fa_fwd_bf16_hd128_causal_sm90a": [
-        ("max3", 164992, [_MAX3]),
-        ("early", 164992, [_EARLY]),
-        ("loadfast", 164992, [_FAST]),
-        ("all3", 164992, [_MAX3, _EARLY, _FAST]),
         ("persist", 164992, [_PERSIST]),
+        ("persist_s1", 164992, [_PERSIST, _S1]),
     ],
     "fa_fwd_e4m3fn_hd128_causal_sm90a": [  # tile_n 192, 2 stages (variants.bzl)
-        ("max3", 181376, [_MAX3]),
-        ("early", 181376, [_EARLY]),
-        ("loadfast", 181376, [_FAST]),
         ("persist", 181376, [_PERSIST]),
+        ("persist_s1", 181376, [_PERSIST, _S1]),
     ],
     "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [
-        ("max3", 148608, [_MAX3]),
+        ("persist", 148608, [_PERSIST]),
+    ],
+    "fa_fwd_bf16_hd192x128_causal_sm90a": [
+        ("old", 214144, _OLD),
+        ("persist", 214144, [_PERSIST]),
+    ],
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": [
+        ("old", 214144, _OLD),
+        ("persist", 214144, [_PERSIST]),
+    ],
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": [
+        ("old", 214144, _OLD),
+        ("persist", 214144, [_PERSIST]),
     ],
 }
 assert _smem(True, 128, 128, 192, 2) == 181376
