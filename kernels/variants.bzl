@@ -13,7 +13,7 @@ Fields:
   p_mode      FP8 only: "exact" (exp2) or "lean" (one FMA to the e4m3 code); None for bf16
   kind        "cuda" (nvcc -> cubin), "hip" (clang -x hip -> .s -> hsaco), "asmgen" (zyfa_asmgen -> .s -> hsaco)
   src         source file under kernels/ (cuda, hip) or generator name (asmgen)
-  tile_m      query rows per block; launch grid = (ceil(seqlen_q / tile_m), heads_q, batch)
+  tile_m      query rows per block (per work item of a persistent kernel)
   tile_n      keys per inner block (the P-scaling block of the FP8 numerics)
   threads     threads per block
   smem_bytes  dynamic shared memory per block (cuda); the kernel static_asserts it matches its layout.
@@ -21,6 +21,11 @@ Fields:
   tag         "" for the default kernel of its (arch, dtype, d_qk, d_v, causal, p_mode) key; another
               implementation of the same key carries a tag (e.g. "simple"), which the name spells
               before the arch and zyfa_core.select(tag=...) picks.
+  grid        optional, written to the manifest row ("tiles" when absent):
+              "tiles"       launch grid = (ceil(seqlen_q / tile_m), heads_q, batch), one block per tile;
+              "persistent"  launch grid = (min(SMs of the device, n_items), 1, 1), n_items = ceil(seqlen_q /
+                            tile_m) * heads_q * batch; block x takes items x, x + G, ... Only for src
+                            sm90/fa_fwd_wgmma.cu, which the build then compiles with -DZYFA_WS_PERSISTENT=1.
 """
 
 VARIANTS = [

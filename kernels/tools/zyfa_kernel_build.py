@@ -65,6 +65,12 @@ VARIANT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "smem_bytes": int,
     "tag": str,
 }
+# Optional fields -> accepted types (an absent "grid" is "tiles": see grid_mode).
+OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {"grid": str}
+# Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
+# which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself).
+GRID_MODES = ("tiles", "persistent")
+PERSISTENT_SRC = "sm90/fa_fwd_wgmma.cu"
 ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
 KIND_SUFFIX = {"cuda": ".cubin", "hip": ".hsaco", "asmgen": ".hsaco"}
@@ -90,17 +96,19 @@ def variant_problems(v: Any) -> list[str]:
         return [f"entry {v!r} is not a dict"]
     label = v.get("name", "?")
     missing = [k for k in VARIANT_FIELDS if k not in v]
-    extra = [k for k in v if k not in VARIANT_FIELDS]
+    extra = [k for k in v if k not in VARIANT_FIELDS and k not in OPTIONAL_FIELDS]
     problems = [f"{label}: missing field(s) {missing}"] if missing else []
     if extra:
         problems.append(f"{label}: unknown field(s) {extra}")
     if missing:
         return problems
-    for key, types in VARIANT_FIELDS.items():
+    present = {**VARIANT_FIELDS, **{k: t for k, t in OPTIONAL_FIELDS.items() if k in v}}
+    for key, types in present.items():
         if (types is bool) != isinstance(v[key], bool) or not isinstance(v[key], types):
             problems.append(f"{label}: {key} = {v[key]!r} has the wrong type")
     if problems:
         return problems
+    problems += grid_problems(v)
     if v["kind"] not in ARCH_KINDS.get(v["arch"], ()):
         problems.append(f"{label}: kind {v['kind']!r} is not built for arch {v['arch']!r} ({ARCH_KINDS})")
     if v["dtype"] not in DTYPES:
@@ -116,6 +124,23 @@ def variant_problems(v: Any) -> list[str]:
     if not problems and v["name"] != expected_name(v):
         problems.append(f"{label}: the naming rule gives {expected_name(v)!r}")
     return problems
+
+
+def grid_mode(v: dict[str, Any]) -> str:
+    """The variant's launch grid: its "grid" field, "tiles" when absent."""
+    return v.get("grid", "tiles")
+
+
+def grid_problems(v: dict[str, Any]) -> list[str]:
+    """What is wrong with the variant's grid field (an unknown mode, or persistent on another source)."""
+    label, grid = v["name"], grid_mode(v)
+    if grid not in GRID_MODES:
+        return [f"{label}: grid {grid!r} is not one of {GRID_MODES}"]
+    if grid == "persistent" and v["src"] != PERSISTENT_SRC:
+        # Any other kernel maps blockIdx.y/z to head and batch: on an (SMs, 1, 1) grid it would compute
+        # only the first SMs' tiles of head 0, batch 0.
+        return [f"{label}: grid 'persistent' needs src {PERSISTENT_SRC!r} (built with ZYFA_WS_PERSISTENT=1)"]
+    return []
 
 
 def load_variants(root: Path) -> list[dict[str, Any]]:
@@ -159,6 +184,9 @@ def defines(v: dict[str, Any]) -> list[str]:
         "ZYFA_SMEM_BYTES": v["smem_bytes"],
         "ZYFA_LEAN_P": int(v["p_mode"] == "lean"),
     }
+    if grid_mode(v) == "persistent":
+        # Only then: the tile-grid builds keep exactly the defines (and PTX) they had before the field.
+        values["ZYFA_WS_PERSISTENT"] = 1
     return [f"-D{key}={value}" for key, value in values.items()]
 
 
@@ -260,6 +288,7 @@ def compile_variant(
         else:
             resources = compile_gfx950(v, root, tc, out, asm or out.with_suffix(".s"), work)
     row = {key: v[key] for key in VARIANT_FIELDS if key != "src"}
+    row["grid"] = grid_mode(v)  # always written, so a launcher never guesses
     row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
     row["toolchain"] = dict(tc.versions)
     return row

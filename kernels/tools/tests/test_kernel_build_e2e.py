@@ -126,6 +126,7 @@ def test_build_all_builds_what_it_can_and_skips_the_rest(
     )
     assert row["toolchain"]["zyfa_asmgen"] == "0.0.test"
     assert row["abi_version"] == manifest["abi_version"] == 1
+    assert [k["grid"] for k in built.values()] == ["tiles", "tiles"]  # absent in the variant: written
     for name in built:
         check_hsaco(out / f"{name}.hsaco")
         assert (out / f"{name}.s").is_file()
@@ -163,6 +164,28 @@ def test_cuda_build_reads_ptxas(tmp_path: Path, toolchains: ToolchainCache) -> N
     assert row["smem_bytes"] == 512 and row["spill_bytes"] == 0
     assert 1 <= row["registers"] <= 255
     assert (tmp_path / "out" / row["file"]).read_bytes()[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("grid", ["tiles", "persistent"])
+def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grid: str) -> None:
+    """With a stand-in nvcc: a persistent variant compiles with -DZYFA_WS_PERSISTENT=1 and its manifest
+    row says "grid": "persistent"; a tile-grid one has no such define and says "tiles"."""
+    v = variant(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, grid=grid)
+    root = make_root(tmp_path / "repo", [v])
+    (root / "kernels" / "sm90").mkdir()
+    (root / "kernels" / "sm90" / "fa_fwd_wgmma.cu").write_text("// stand-in source\n")
+    argvs: list[list[str]] = []
+
+    def fake_nvcc(argv: list[str], env: dict[str, str], what: str) -> str:
+        argvs.append(list(argv))
+        return f"ptxas info    : Compiling entry function '{v['name']}'\nptxas info    : Used 168 registers\n"
+
+    monkeypatch.setattr(kb, "run_tool", fake_nvcc)
+    tc = kb.Toolchain("cuda", ("nvcc",), {"nvcc": "13.0.88"})
+    row = kb.compile_variant(v, root, tc, tmp_path / "out" / f"{v['name']}.cubin")
+    (argv,) = argvs
+    assert ("-DZYFA_WS_PERSISTENT=1" in argv) == (grid == "persistent")
+    assert row["grid"] == grid and row["tile_m"] == v["tile_m"]
 
 
 def run_cli(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ def test_the_real_variant_list_is_valid() -> None:
     names = [v["name"] for v in variants]
     assert len(names) == len(set(names))
     for v in variants:
-        assert set(v) == set(kb.VARIANT_FIELDS), v["name"]
+        assert set(kb.VARIANT_FIELDS) <= set(v) <= {*kb.VARIANT_FIELDS, *kb.OPTIONAL_FIELDS}, v["name"]
         assert kb.variant_problems(v) == []
         assert v["name"] == kb.expected_name(v)
         assert v["kind"] in kb.ARCH_KINDS[v["arch"]]
@@ -70,6 +70,9 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"dtype": "e4m3fnuz", "p_mode": "exact"}, "dtype 'e4m3fnuz' is not one of"),
         ({"threads": 0}, "threads = 0 must be positive"),
         ({"extra": 1}, "unknown field(s) ['extra']"),
+        ({"grid": "ring"}, "grid 'ring' is not one of ('tiles', 'persistent')"),
+        ({"grid": None}, "grid = None has the wrong type"),
+        ({"grid": "persistent"}, "grid 'persistent' needs src 'sm90/fa_fwd_wgmma.cu'"),
     ],
 )
 def test_bad_variants_are_named(change: dict, needle: str) -> None:
@@ -109,3 +112,29 @@ def test_defines_carry_the_configuration() -> None:
         "ZYFA_D_QK": "192", "ZYFA_D_V": "128", "ZYFA_TILE_M": "32", "ZYFA_TILE_N": "32",
         "ZYFA_THREADS": "64", "ZYFA_SMEM_BYTES": "4096", "ZYFA_LEAN_P": "1",
     }  # fmt: skip
+
+
+WGMMA = dict(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, threads=384)
+
+
+def test_grid_is_optional_and_tiles_by_default() -> None:
+    """An absent grid and grid "tiles" are the same variant: no problem, the same defines."""
+    absent, tiles = variant(**WGMMA), variant(**WGMMA, grid="tiles")
+    assert kb.variant_problems(absent) == kb.variant_problems(tiles) == []
+    assert kb.grid_mode(absent) == kb.grid_mode(tiles) == "tiles"
+    assert kb.defines(absent) == kb.defines(tiles)
+    assert not any("ZYFA_WS_PERSISTENT" in flag for flag in kb.defines(tiles))
+
+
+def test_persistent_grid_needs_the_wgmma_source() -> None:
+    assert kb.variant_problems(variant(**WGMMA, grid="persistent")) == []
+    simple = variant(**{**WGMMA, "src": "sm90/fa_fwd_simple.cu", "tag": "simple"}, grid="persistent")
+    needs = "grid 'persistent' needs src 'sm90/fa_fwd_wgmma.cu' (built with ZYFA_WS_PERSISTENT=1)"
+    assert kb.variant_problems(simple) == [f"{simple['name']}: {needs}"]
+
+
+def test_persistent_variant_defines_ws_persistent() -> None:
+    v = variant(**WGMMA, grid="persistent")
+    flags = kb.defines(v)
+    assert flags[-1] == "-DZYFA_WS_PERSISTENT=1"
+    assert flags[:-1] == kb.defines(variant(**WGMMA))  # everything else as the tile-grid build

@@ -23,6 +23,15 @@ def test_line_is_the_name_then_the_kernel_builds_defines() -> None:
     assert "-DZYFA_LEAN_P=1" in fields and "-DZYFA_DTYPE_E4M3=1" in fields
 
 
+def test_persistent_variant_line_has_the_persistent_define(tmp_path: Path) -> None:
+    persistent = variant(
+        arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, grid="persistent"
+    )
+    (selected,) = vd.selected_variants(make_root(tmp_path, [persistent]))
+    assert vd.define_line(selected).endswith(" -DZYFA_WS_PERSISTENT=1")
+    assert "ZYFA_WS_PERSISTENT" not in vd.define_line(SIMPLE)
+
+
 def test_filters_keep_file_order(tmp_path: Path) -> None:
     root = make_root(tmp_path, [WS, HIP, SIMPLE])
     assert [v["name"] for v in vd.selected_variants(root)] == [WS["name"], HIP["name"], SIMPLE["name"]]

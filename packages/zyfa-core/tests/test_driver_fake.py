@@ -349,3 +349,76 @@ def test_native_launch_entry_point_hip(run_with_fake, hip_dir: Path) -> None:
     (launch,) = calls_named(calls, "hipModuleLaunchKernel")
     assert launch["args"] == out["args"] and launch["size"] == "192" and launch["block"] == "64,1,1"
     assert launch["grid"] == ",".join(map(str, out["grid"]))
+
+
+# ------------------------------------------------------------------- persistent grid (manifest "grid")
+
+FAKE_SMS = 132  # fake_cuda.c's CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+
+
+@pytest.fixture
+def persistent_dir(tmp_path: Path, manifest_tools) -> Path:
+    row = manifest_tools.row(SM90_BF16, grid="persistent")  # tile_m 64
+    return manifest_tools.write(
+        tmp_path / "persistent", [row], files={row["file"]: f"FAKECUBIN {SM90_BF16}\n".encode()}
+    )
+
+
+@pytest.mark.parametrize(
+    ("shape", "grid"),
+    [
+        (dict(b=3, sq=600, hq=6, hkv=2), f"{FAKE_SMS},1,1"),  # 10 tiles x 6 x 3 = 180 items > 132 SMs
+        (dict(b=1, sq=100, hq=2, hkv=1), "4,1,1"),  # 2 tiles x 2 x 1 = 4 items: one block each
+    ],
+)
+def test_cuda_persistent_grid_reaches_the_driver(
+    run_with_fake, persistent_dir: Path, shape: dict, grid: str
+) -> None:
+    """`launch` sizes a persistent kernel's grid from the device's multiprocessor count; `launch_grid`
+    given that count says the same."""
+    snippet = args_snippet(**shape) + LAUNCH_TWICE.replace(
+        "zyfa_core.launch_grid(spec, args)", f"zyfa_core.launch_grid(spec, args, {FAKE_SMS})"
+    )
+    out, calls = run_with_fake("cuda", snippet, persistent_dir)
+    launches = calls_named(calls, "cuLaunchKernel")
+    assert [launch["grid"] for launch in launches] == [grid, grid]
+    assert ",".join(map(str, out["grid"])) == grid
+    assert all(launch["args"] == out["args"] and launch["block"] == "128,1,1" for launch in launches)
+
+
+def test_native_launch_persistent_carries_grid_and_multiprocessors(
+    run_with_fake, persistent_dir: Path
+) -> None:
+    snippet = args_snippet(b=3, sq=600, hq=6, hkv=2) + NATIVE.replace(
+        "zyfa_core.launch_grid(spec, args)", "zyfa_core.launch_grid(spec, args, native.multiprocessors)"
+    ).replace(
+        '"tile_m": native.tile_m,',
+        '"tile_m": native.tile_m, "mode": native.grid, "sms": native.multiprocessors,',
+    )
+    out, calls = run_with_fake("cuda", snippet, persistent_dir)
+    assert out["rc"] == 0 and (out["mode"], out["sms"]) == ("persistent", FAKE_SMS)
+    (launch,) = calls_named(calls, "cuLaunchKernel")
+    assert launch["grid"] == f"{FAKE_SMS},1,1" == ",".join(map(str, out["grid"]))
+
+
+def test_native_launch_tiles_has_no_multiprocessors(run_with_fake, cuda_dir: Path) -> None:
+    snippet = args_snippet() + NATIVE.replace(
+        '"tile_m": native.tile_m,',
+        '"tile_m": native.tile_m, "mode": native.grid, "sms": native.multiprocessors,',
+    )
+    out, _ = run_with_fake("cuda", snippet, cuda_dir)
+    assert (out["mode"], out["sms"]) == ("tiles", 0)
+
+
+def test_hip_persistent_kernel_without_multiprocessors_is_a_value_error(
+    run_with_fake, tmp_path: Path, manifest_tools
+) -> None:
+    """HIP's device properties carry no multiprocessor count: a persistent row there cannot launch."""
+    row = manifest_tools.row(GFX950_BF16, tile_m=32, threads=64, smem_bytes=40960, grid="persistent")
+    hip = manifest_tools.write(
+        tmp_path / "hip-p", [row], files={row["file"]: f"FAKEHSACO {GFX950_BF16}".encode()}
+    )
+    call = "zyfa_core.launch(spec, args, stream=0, device=0)"
+    out, calls = run_with_fake("hip", args_snippet("gfx950") + CATCH.format(call=call), hip)
+    assert out["type"] == "ValueError" and "multiprocessor count" in out["message"]
+    assert calls_named(calls, "hipModuleLaunchKernel") == []

@@ -127,6 +127,61 @@ def test_launch_grid(spec: zyfa_core.KernelSpec, seqlen_q: int, blocks: int) -> 
     assert zyfa_core.launch_grid(spec, args) == (blocks, 8, 2)
 
 
+@pytest.fixture
+def persistent(tmp_path: Path, manifest_tools) -> zyfa_core.KernelSpec:
+    """NAME with tile_m 64 on the persistent grid."""
+    rows = [manifest_tools.row(NAME, grid="persistent")]
+    return zyfa_core.Manifest.load(manifest_tools.write(tmp_path / "p", rows)).get(NAME)
+
+
+@pytest.mark.parametrize(
+    ("fields", "multiprocessors", "grid"),
+    [
+        ({}, 132, (32, 1, 1)),  # 2 tiles x 8 heads x 2 batch = 32 items < 132 SMs: one block per item
+        ({"seqlen_q": 1, "heads_q": 2, "batch": 1}, 132, (2, 1, 1)),
+        ({"seqlen_q": 129}, 132, (48, 1, 1)),
+        ({"seqlen_q": 4096, "batch": 4}, 132, (132, 1, 1)),  # 64 x 8 x 4 = 2048 items: one block per SM
+        ({"seqlen_q": 4096, "batch": 4}, 1, (1, 1, 1)),
+        ({}, 32, (32, 1, 1)),
+    ],
+)
+def test_launch_grid_persistent(
+    persistent: zyfa_core.KernelSpec, fields: dict, multiprocessors: int, grid: tuple
+) -> None:
+    args = zyfa_core.make_fwd_args(**good_fields(**fields))
+    assert zyfa_core.launch_grid(persistent, args, multiprocessors) == grid
+    assert zyfa_core.launch_grid(persistent, args, multiprocessors=multiprocessors) == grid
+
+
+def test_launch_grid_tiles_ignores_multiprocessors(spec: zyfa_core.KernelSpec) -> None:
+    assert spec.grid == "tiles"  # the fixture's rows have no "grid": an older manifest
+    args = zyfa_core.make_fwd_args(**good_fields(seqlen_q=4096))
+    assert zyfa_core.launch_grid(spec, args, 132) == zyfa_core.launch_grid(spec, args) == (64, 8, 2)
+
+
+@pytest.mark.parametrize("multiprocessors", [None, 0, -4, True, 132.0])
+def test_launch_grid_persistent_needs_multiprocessors(
+    persistent: zyfa_core.KernelSpec, multiprocessors: object
+) -> None:
+    args = zyfa_core.make_fwd_args(**good_fields())
+    with pytest.raises(ValueError, match=f"{NAME} takes a persistent grid.*multiprocessor count"):
+        zyfa_core.launch_grid(persistent, args, multiprocessors)
+
+
+def test_grid_limits_follow_the_grid_mode(
+    spec: zyfa_core.KernelSpec, persistent: zyfa_core.KernelSpec
+) -> None:
+    """heads_q and batch are grid y/z only on the tile grid; the persistent kernel counts items in 32 bits."""
+    many_heads = zyfa_core.make_fwd_args(**good_fields(heads_q=65536 * 2, heads_kv=2))
+    zyfa_core.check_args(persistent, many_heads)
+    assert zyfa_core.launch_grid(persistent, many_heads, 132) == (132, 1, 1)
+    with pytest.raises(ValueError, match="must each be <= 65535"):
+        zyfa_core.check_args(spec, many_heads)
+    too_many = zyfa_core.make_fwd_args(**good_fields(seqlen_q=2**20, heads_q=2**13, heads_kv=2, batch=2**4))
+    with pytest.raises(ValueError, match=f"{NAME}: {2**31} work items .* exceed 2147483647"):
+        zyfa_core.check_args(persistent, too_many)
+
+
 def test_bad_args_fail_before_any_driver_call(
     spec: zyfa_core.KernelSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:

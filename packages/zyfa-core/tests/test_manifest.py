@@ -108,6 +108,36 @@ def test_unknown_keys_are_ignored(tmp_path: Path, manifest_tools) -> None:
     assert zyfa_core.Manifest.load(tmp_path).kernels[0].name == SM90[0]
 
 
+def test_grid_is_read_and_defaults_to_tiles(tmp_path: Path, manifest_tools) -> None:
+    """A row without "grid" (a manifest older than the field) takes the tile grid."""
+    rows = [
+        manifest_tools.row(SM90[0], grid="persistent"),
+        manifest_tools.row(SM90[1], grid="tiles"),
+        manifest_tools.row(SM90[2]),
+    ]
+    assert "grid" not in rows[2]
+    m = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows))
+    assert [s.grid for s in m.kernels] == ["persistent", "tiles", "tiles"]
+    assert mf.GRID_MODES == ("tiles", "persistent")
+
+
+@pytest.mark.parametrize("grid", ["ring", "", None, 1, "Persistent"])
+def test_unknown_grid_is_rejected_naming_kernel_and_modes(
+    tmp_path: Path, manifest_tools, grid: object
+) -> None:
+    manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0], grid=grid)])
+    with pytest.raises(ManifestError) as info:
+        zyfa_core.Manifest.load(tmp_path)
+    assert f"kernel {SM90[0]!r}: grid {grid!r} is not one of ('tiles', 'persistent')" in str(info.value)
+
+
+def test_describe_names_a_persistent_grid(tmp_path: Path, manifest_tools) -> None:
+    rows = [manifest_tools.row(SM90[0], grid="persistent"), manifest_tools.row(SM90[1])]
+    persistent, tiles = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows)).kernels
+    assert persistent.describe() == f"{SM90[0]} (bf16 d128x128, causal, grid=persistent, sm90a)"
+    assert "grid" not in tiles.describe()
+
+
 def test_select_exact_match(kernel_dir: Path) -> None:
     m = zyfa_core.Manifest.load(kernel_dir)
     assert m.select("sm90a", "bf16", 128, 128, True).name == SM90[0]

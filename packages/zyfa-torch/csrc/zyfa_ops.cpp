@@ -13,13 +13,15 @@
 // device-generic stream API, and the launch goes through a function pointer that zyfa_core hands over.
 // Kernel lookup: a small cache keyed by (device, dtype, d_qk, d_v, causal, p_mode, $ZYFA_KERNEL_DIR);
 // a miss calls the Python resolver zyfa/_ops.py registers (`set_resolver`) once, with the GIL, which
-// selects and loads the kernel through zyfa_core; a hit touches no Python.
+// selects and loads the kernel through zyfa_core; a hit touches no Python. An entry holds what the
+// launch needs, the grid mode and (persistent grid) the device's multiprocessor count included.
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -56,7 +58,9 @@ namespace {
 constexpr int kLaunchAbi = 1;
 constexpr int64_t kAlignBytes = 16;  // 16-byte vector loads: pointers and batch/seq/head strides
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-constexpr int64_t kGridYZMax = 65535;  // heads_q and batch are the launch grid's y and z
+// heads_q and batch are the tile grid's y and z. A persistent kernel has no such limit, but the op keeps
+// it for every kernel and device, as zyfa/_validate.py does, so a call fails alike on CPU and GPU.
+constexpr int64_t kGridYZMax = 65535;
 constexpr const char *kForwardOnly =
     "zyfa::fwd is forward-only (inference prefill): it has no backward. Use "
     "torch.nn.functional.scaled_dot_product_attention or flash-attn for training.";
@@ -294,12 +298,26 @@ struct KernelEntry {
   int64_t tile_m = 0;
   unsigned block[3] = {0, 0, 0};
   unsigned smem = 0;
+  bool persistent = false;      // manifest "grid": "persistent" (else "tiles")
+  int64_t multiprocessors = 0;  // the device's SM count, read once by the resolver; > 0 when persistent
 };
 
 std::mutex g_mutex;
 std::vector<std::pair<KernelKey, KernelEntry>> g_kernels;  // a handful of entries: a linear scan is fastest
 py::object *g_resolver = nullptr;                          // leaked on purpose (lives until exit)
 int g_resolves = 0;                                        // resolver calls, for the tests
+
+// The grid mode and SM count of a NativeLaunch. A zyfa_core older than the manifest "grid" field has
+// neither attribute: its kernels all take the tile grid.
+void read_grid(const py::object &found, KernelEntry &e) {
+  const std::string grid = py::hasattr(found, "grid") ? found.attr("grid").cast<std::string>() : "tiles";
+  TORCH_CHECK(grid == "tiles" || grid == "persistent", "zyfa._C: kernel ", e.name, " has grid '", grid,
+              "'; this zyfa._C launches 'tiles' and 'persistent': reinstall zyfa-torch");
+  e.persistent = grid == "persistent";
+  e.multiprocessors = py::hasattr(found, "multiprocessors") ? found.attr("multiprocessors").cast<int64_t>() : 0;
+  TORCH_CHECK(!e.persistent || e.multiprocessors > 0, "zyfa._C: kernel ", e.name,
+              " takes a persistent grid, but the resolver gave no multiprocessor count (", num(e.multiprocessors), ")");
+}
 
 KernelEntry resolve(const KernelKey &key, const char *p_mode) {
   py::gil_scoped_acquire gil;
@@ -322,6 +340,7 @@ KernelEntry resolve(const KernelKey &key, const char *p_mode) {
   e.block[0] = std::get<0>(block), e.block[1] = std::get<1>(block), e.block[2] = std::get<2>(block);
   e.smem = found.attr("smem_bytes").cast<unsigned>();
   TORCH_CHECK(e.kernel && e.launch && e.tile_m > 0, "zyfa._C: the resolver returned no kernel for ", e.name);
+  read_grid(found, e);
   return e;
 }
 
@@ -370,14 +389,30 @@ Checked check_all(const Tensor &q, const Tensor &k, const Tensor &v, double soft
   return c;
 }
 
+// zyfa_core.launcher.launch_grid: one block per (query tile, head, batch), or for a persistent kernel
+// (min(SMs, items), 1, 1), each block walking items x, x + grid, ... (a block without items would only exit).
+void launch_grid(const KernelEntry &e, const Dims &d, unsigned (&grid)[3]) {
+  const int64_t tiles = (d.seqlen_q + e.tile_m - 1) / e.tile_m;
+  if (!e.persistent) {
+    grid[0] = static_cast<unsigned>(tiles), grid[1] = static_cast<unsigned>(d.heads_q);
+    grid[2] = static_cast<unsigned>(d.batch);
+    return;
+  }
+  int64_t items = 0;  // heads_q * batch <= 65535^2 (check_shapes); tiles * that may still overflow int64
+  const bool overflow = __builtin_mul_overflow(tiles, d.heads_q * d.batch, &items);
+  TORCH_CHECK_VALUE(!overflow && items <= kInt32Max, e.name, ": ", overflow ? std::string("over 2^63") : num(items),
+                    " work items (query tiles x heads_q x batch) exceed ", num(kInt32Max),
+                    ", which the persistent kernel counts in 32 bits");
+  grid[0] = static_cast<unsigned>(std::min(e.multiprocessors, items)), grid[1] = 1, grid[2] = 1;
+}
+
 // Launch on `stream` of CUDA/HIP device `device`; out and lse are allocated by the caller.
 void launch(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out, const Tensor *lse, const Checked &c,
             double softmax_scale, bool causal, int device, void *stream) {
   const KernelEntry e = lookup(device, q, c.dims, causal, c.p_mode);
   alignas(16) zyfa_fwd_args args = pack(q, k, v, out, lse, c.dims, softmax_scale, causal, c.descales);
-  // zyfa_core.launcher.launch_grid: one block per (query tile, head, batch).
-  const unsigned grid[3] = {static_cast<unsigned>((c.dims.seqlen_q + e.tile_m - 1) / e.tile_m),
-                            static_cast<unsigned>(c.dims.heads_q), static_cast<unsigned>(c.dims.batch)};
+  unsigned grid[3];
+  launch_grid(e, c.dims, grid);
   zyfa_driver_error err;
   if (e.launch(e.kernel, grid, e.block, e.smem, stream, &args, sizeof(args), &err) != 0) raise_driver_error(err);
 }

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -217,7 +218,7 @@ from zyfa import _C, _ops
 import zyfa_core.abi as abi
 from zyfa_core.errors import ZyfaDriverError
 g = torch.Generator().manual_seed(0)
-q = torch.randn(2, 100, 4, 128, generator=g).bfloat16()
+q = torch.randn(2, SEQLEN_Q, 4, 128, generator=g).bfloat16()
 k = torch.randn(2, 70, 2, 128, generator=g).bfloat16()
 v = torch.randn(2, 70, 2, 128, generator=g).bfloat16().transpose(1, 2).contiguous().transpose(1, 2)
 expect = []
@@ -240,7 +241,9 @@ print(json.dumps({"expect": expect, "info": info, "error": error}))
 NAME = "fa_fwd_bf16_hd128_causal_sm90a"
 
 
-def _fake_run(tmp_path, mode):
+def _fake_run(tmp_path, mode, grid=None, seqlen_q=100):
+    """Run SNIPPET against the fake CUDA driver with one kernel (tile_m 64; its manifest row has `grid`
+    unless None); return (its JSON, the cuLaunchKernel log lines)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler for the fake CUDA driver")
@@ -254,6 +257,8 @@ def _fake_run(tmp_path, mode):
         "smem_bytes": 49152, "registers": 168, "spill_bytes": 0, "abi_version": abi.ABI_VERSION,
         "source_sha256": "0" * 64, "toolchain": {"nvcc": "13.0.88"},
     }  # fmt: skip
+    if grid is not None:
+        row["grid"] = grid
     manifest = {"abi_version": abi.ABI_VERSION, "toolchains": {}, "kernels": [row], "skipped": []}
     (kernels / "manifest.json").write_text(json.dumps(manifest))
     (kernels / row["file"]).write_bytes(f"FAKECUBIN {NAME}\n".encode())
@@ -263,7 +268,7 @@ def _fake_run(tmp_path, mode):
         ZYFA_BACKEND="cuda", ZYFA_LIBCUDA=str(lib), FAKE_GPU_LOG=str(log), ZYFA_KERNEL_DIR=str(kernels)
     )
     script = tmp_path / "snippet.py"
-    script.write_text(f"MODE = {mode!r}\n" + textwrap.dedent(SNIPPET))
+    script.write_text(f"MODE = {mode!r}\nSEQLEN_Q = {seqlen_q}\n" + textwrap.dedent(SNIPPET))
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     calls = [line for line in log.read_text().splitlines() if line.startswith("cuLaunchKernel ")]
@@ -281,6 +286,50 @@ def test_launch_path_against_fake_driver(native, tmp_path):
         assert fields["name"] == NAME and fields["args"] == expect
         assert fields["grid"] == "2,4,2" and fields["block"] == "128,1,1" and fields["smem"] == "49152"
         assert int(fields["stream"], 16) == 0x7000 and fields["ctx"] == "0x1000"
+
+
+@pytest.mark.parametrize(
+    ("grid", "seqlen_q", "expect"),
+    [
+        ("tiles", 100, "2,4,2"),  # written explicitly: the same as a row without "grid"
+        ("persistent", 100, "16,1,1"),  # 2 tiles x 4 heads x 2 batch = 16 items < 132 SMs
+        ("persistent", 1100, "132,1,1"),  # 18 x 4 x 2 = 144 items: one block per SM of the fake device
+    ],
+)
+def test_launch_path_grid_modes_against_fake_driver(native, tmp_path, grid, seqlen_q, expect):
+    """The C++ cache entry carries the manifest's grid mode and the device's SM count (one resolver
+    call), and the launch gets the grid zyfa_core.launch_grid computes."""
+    out, calls = _fake_run(tmp_path, "ok", grid=grid, seqlen_q=seqlen_q)
+    assert out["info"] == {"kernels": [NAME], "resolves": 1}
+    assert len(calls) == 3
+    for line, args in zip(calls, out["expect"], strict=True):
+        fields = dict(pair.split("=", 1) for pair in line.split(" ")[1:])
+        assert fields["grid"] == expect and fields["args"] == args and fields["block"] == "128,1,1"
+
+
+@pytest.mark.parametrize(
+    ("resolved", "message"),
+    [
+        ({"grid": "ring"}, "has grid 'ring'; this zyfa._C launches 'tiles' and 'persistent'"),
+        ({"grid": "persistent", "multiprocessors": 0}, "takes a persistent grid, but the resolver gave no"),
+    ],
+)
+def test_resolved_grid_is_checked(native, resolved, message):
+    """A grid mode zyfa._C does not know, or a persistent kernel without an SM count, stops before any
+    launch (the stand-in resolver's handles are never called)."""
+    fields = dict(
+        name="fa_fake", kernel=1, launch_function=1, launch_abi=native.LAUNCH_ABI, error_size=1352,
+        tile_m=64, block=(128, 1, 1), smem_bytes=0, **resolved,
+    )  # fmt: skip
+    q = _bf16(1, 8, 2, 128)
+    native.clear_kernel_cache()
+    native.set_resolver(lambda *key: types.SimpleNamespace(**fields))
+    try:
+        with pytest.raises(RuntimeError, match=message):
+            native.launch_for_test(q, q, q, 0.1, True, 1.0, 1.0, 1.0, False, None, 0, 0)
+    finally:
+        native.set_resolver(_ops._resolve_native)
+        native.clear_kernel_cache()
 
 
 def test_launch_errors_are_zyfa_driver_errors(native, tmp_path):

@@ -43,6 +43,8 @@ _ELEMENT_BYTES = {"bf16": 2, "e4m3fn": 1}
 _OUT_ELEMENT_BYTES = 2  # out is always bf16
 _VECTOR_BYTES = 16  # the kernels load and store 16-byte vectors: pointers and strides must allow that
 _BACKEND_OF_KIND = {"cuda": "cuda", "hip": "hip", "asmgen": "hip"}
+_GRID_YZ_MAX = 65535  # CUDA's gridDim.y/z limit (HIP's is larger): heads_q and batch on the tile grid
+_MAX_WORK_ITEMS = 2**31 - 1  # the persistent kernel counts items (and item + grid) in 32 bits
 
 _lock = threading.Lock()
 _kernels: dict[tuple[int, Path, str], Any] = {}  # (device, code object, name) -> _driver.Kernel
@@ -139,9 +141,36 @@ def device_arch(device_index: int = 0) -> str:
     return arch
 
 
-def launch_grid(spec: KernelSpec, args: ZyfaFwdArgs) -> tuple[int, int, int]:
-    """grid = (ceil(seqlen_q / tile_m), heads_q, batch): one block per query tile, head and batch."""
-    return (-(-args.seqlen_q // spec.tile_m), args.heads_q, args.batch)
+def _work_items(spec: KernelSpec, args: ZyfaFwdArgs) -> int:
+    """ceil(seqlen_q / tile_m) * heads_q * batch: one item per (query tile, head, batch)."""
+    return -(-args.seqlen_q // spec.tile_m) * args.heads_q * args.batch
+
+
+def _check_multiprocessors(spec: KernelSpec, multiprocessors: int | None) -> int:
+    if isinstance(multiprocessors, bool) or not isinstance(multiprocessors, int) or multiprocessors <= 0:
+        raise ValueError(
+            f"{spec.name} takes a persistent grid, which needs the device's multiprocessor count "
+            f"(a positive int); got {multiprocessors!r}"
+        )
+    return multiprocessors
+
+
+def launch_grid(
+    spec: KernelSpec, args: ZyfaFwdArgs, multiprocessors: int | None = None
+) -> tuple[int, int, int]:
+    """The launch grid of `spec` for `args`, by `spec.grid`.
+
+    "tiles": (ceil(seqlen_q / tile_m), heads_q, batch), one block per query tile, head and batch;
+    `multiprocessors` is not used. "persistent": (min(multiprocessors, items), 1, 1) with items =
+    ceil(seqlen_q / tile_m) * heads_q * batch; block x takes items x, x + grid, ... (more blocks than
+    items would only exit at once). `launch` passes the device's multiprocessor count.
+
+    Raises:
+        ValueError: a persistent spec and `multiprocessors` missing or not positive.
+    """
+    if spec.grid != "persistent":
+        return (-(-args.seqlen_q // spec.tile_m), args.heads_q, args.batch)
+    return (min(_check_multiprocessors(spec, multiprocessors), _work_items(spec, args)), 1, 1)
 
 
 def _check_spec(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
@@ -183,10 +212,15 @@ def _check_sizes(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
             f"{spec.name} is built for d_qk={spec.d_qk}, d_v={spec.d_v}; args have "
             f"d_qk={args.d_qk}, d_v={args.d_v}"
         )
-    if args.heads_q > 65535 or args.batch > 65535:
+    if spec.grid == "tiles" and (args.heads_q > _GRID_YZ_MAX or args.batch > _GRID_YZ_MAX):
         raise ValueError(
-            f"{spec.name}: heads_q = {args.heads_q} and batch = {args.batch} must each be <= 65535 "
-            "(grid y/z limit)"
+            f"{spec.name}: heads_q = {args.heads_q} and batch = {args.batch} must each be <= "
+            f"{_GRID_YZ_MAX} (grid y/z limit)"
+        )
+    if spec.grid == "persistent" and _work_items(spec, args) > _MAX_WORK_ITEMS:
+        raise ValueError(
+            f"{spec.name}: {_work_items(spec, args)} work items (query tiles x heads_q x batch) exceed "
+            f"{_MAX_WORK_ITEMS}, which the persistent kernel counts in 32 bits"
         )
 
 
@@ -236,7 +270,8 @@ def check_args(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
     Checks: non-null, 16-byte aligned q/k/v/out (lse non-null when FLAG_LSE), positive sizes,
     heads_q % heads_kv == 0, d_qk/d_v equal to the kernel's, strides non-negative and 16-byte
     multiples (except along size-1 dims, which are never stepped), flags matching the kernel's
-    causality, finite scale, positive descales, reserved 0, and the grid limits. Needs no GPU.
+    causality, finite scale, positive descales, reserved 0, and the grid limits (tile grid:
+    heads_q and batch <= 65535; persistent grid: items < 2**31). Needs no GPU.
     """
     _check_spec(spec, args)
     _check_pointers(spec, args)
@@ -289,25 +324,36 @@ def _kernel(spec: KernelSpec, device: int) -> Any:
     return kernel
 
 
+def _multiprocessors(spec: KernelSpec, device: int) -> int | None:
+    """The multiprocessor count a persistent spec's grid needs (cached per device); None for the tile
+    grid, which needs none (HIP's properties do not report it)."""
+    if spec.grid != "persistent":
+        return None
+    return device_properties(device).get("multiprocessors")
+
+
 def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int) -> None:
     """Launch kernel `spec` with `args` on `stream` of GPU `device`; asynchronous, like any launch.
 
-    grid = (ceil(seqlen_q / tile_m), heads_q, batch), block = (threads, 1, 1), dynamic shared memory
-    = spec.launch_smem_bytes (raised through cuFuncSetAttribute first on CUDA when above 48 KiB). The
-    code object is loaded once per (device, file). `stream` is the raw CUstream / hipStream_t value
-    as an int (torch: `torch.cuda.current_stream(device).cuda_stream`), 0 for the default stream;
-    it must belong to `device`. The GIL is released during the driver call.
+    grid = `launch_grid(spec, args, multiprocessors of device)`: (ceil(seqlen_q / tile_m), heads_q,
+    batch), or (min(multiprocessors, items), 1, 1) for spec.grid "persistent"; block = (threads, 1, 1);
+    dynamic shared memory = spec.launch_smem_bytes (raised through cuFuncSetAttribute first on CUDA
+    when above 48 KiB). The code object is loaded once per (device, file). `stream` is the raw
+    CUstream / hipStream_t value as an int (torch: `torch.cuda.current_stream(device).cuda_stream`),
+    0 for the default stream; it must belong to `device`. The GIL is released during the driver call.
 
     Raises:
-        TypeError, ValueError: bad arguments (see `check_args`), or a kernel for another arch,
-            backend or shared-memory budget than the device's.
+        TypeError, ValueError: bad arguments (see `check_args`), a kernel for another arch, backend
+            or shared-memory budget than the device's, or a persistent kernel on a device whose
+            driver reports no multiprocessor count.
         ManifestError: the code object file is missing.
         ZyfaDriverError: no GPU driver, or a driver call failed (names kernel, call, error).
     """
     check_args(spec, args)
     _check_handles(device, stream)
     kernel = _kernel(spec, device)
-    kernel.launch(launch_grid(spec, args), (spec.threads, 1, 1), spec.launch_smem_bytes, stream, bytes(args))
+    grid = launch_grid(spec, args, _multiprocessors(spec, device))
+    kernel.launch(grid, (spec.threads, 1, 1), spec.launch_smem_bytes, stream, bytes(args))
 
 
 class NativeLaunch(NamedTuple):
@@ -318,9 +364,11 @@ class NativeLaunch(NamedTuple):
     launch_function: int  # address of the C entry point zyfa_driver_launch in zyfa_core._driver
     launch_abi: int  # version of that entry point's signature and error struct
     error_size: int  # sizeof(zyfa_driver_error), checked by the caller against its own declaration
-    tile_m: int  # grid = (ceil(seqlen_q / tile_m), heads_q, batch), as `launch_grid` computes it
+    tile_m: int  # the grid is computed from it as `launch_grid` does, by `grid`
     block: tuple[int, int, int]
     smem_bytes: int  # dynamic shared memory per launch
+    grid: str = "tiles"  # KernelSpec.grid: "tiles" or "persistent"
+    multiprocessors: int = 0  # the device's count for a persistent grid (0 for "tiles": not needed)
 
 
 def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
@@ -329,10 +377,13 @@ def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
 
     For zyfa-torch's C++ op, which calls this once per kernel and then launches with no Python in the
     loop. The caller must check args itself (`check_args` is Python) and compute the grid as
-    `launch_grid` does. The handle stays valid for the life of the process (kernels are never unloaded).
+    `launch_grid` does: from tile_m, or for grid "persistent" (min(multiprocessors, items), 1, 1) with
+    the device's multiprocessor count, read here once. The handle stays valid for the life of the
+    process (kernels are never unloaded).
 
     Raises:
-        TypeError, ValueError, ManifestError, ZyfaDriverError: as `launch` does for its target checks.
+        TypeError, ValueError, ManifestError, ZyfaDriverError: as `launch` does for its target checks
+            and the multiprocessor count.
     """
     if not isinstance(spec, KernelSpec):
         raise TypeError(f"spec must be a zyfa_core.KernelSpec, got {type(spec).__name__}")
@@ -340,6 +391,9 @@ def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
         raise ValueError(f"{spec.name} uses ABI version {spec.abi_version}, zyfa_core uses {ABI_VERSION}")
     _check_handles(device, 0)
     kernel = _kernel(spec, device)
+    multiprocessors = _multiprocessors(spec, device)
+    if multiprocessors is not None:
+        _check_multiprocessors(spec, multiprocessors)
     module = _driver()
     return NativeLaunch(
         name=spec.name,
@@ -350,4 +404,6 @@ def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
         tile_m=spec.tile_m,
         block=(spec.threads, 1, 1),
         smem_bytes=spec.launch_smem_bytes,
+        grid=spec.grid,
+        multiprocessors=multiprocessors or 0,
     )

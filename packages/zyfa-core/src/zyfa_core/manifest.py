@@ -21,6 +21,7 @@ from zyfa_core.errors import KernelDirNotFoundError, KernelNotFoundError, Manife
 
 __all__ = [
     "ENV_KERNEL_DIR",
+    "GRID_MODES",
     "MANIFEST_NAME",
     "P_MODES",
     "KernelSpec",
@@ -36,6 +37,10 @@ ENV_KERNEL_DIR = "ZYFA_KERNEL_DIR"
 MANIFEST_NAME = "manifest.json"
 P_MODES = ("exact", "lean")
 """FP8 probability modes, in the order `select` prefers them when p_mode is None."""
+GRID_MODES = ("tiles", "persistent")
+"""Launch grids (`zyfa_core.launch_grid`): "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch);
+"persistent" = (min(SMs, work items), 1, 1), the kernel walking its items. A row without "grid" (a
+manifest older than the field) is "tiles"."""
 
 # Accepted spellings of the input dtypes -> the manifest's canonical name.
 _DTYPE_ALIASES = {
@@ -69,7 +74,7 @@ class KernelSpec:
     `path` is not in the row: it is the code object's absolute path (manifest dir / file).
     `smem_bytes` is the dynamic shared memory to launch with for kind "cuda"; for "hip"/"asmgen" it
     is the LDS size recorded from the code object, which its descriptor already reserves (see
-    `launch_smem_bytes`).
+    `launch_smem_bytes`). `grid` is one of GRID_MODES: how `zyfa_core.launch_grid` sizes the launch.
     """
 
     name: str
@@ -92,6 +97,7 @@ class KernelSpec:
     path: Path
     sgprs: int | None = None
     tag: str = ""
+    grid: str = "tiles"
     toolchain: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )
@@ -106,11 +112,12 @@ class KernelSpec:
         return self.smem_bytes if self.kind == "cuda" else 0
 
     def describe(self) -> str:
-        """A one-line summary: name (dtype d_qk x d_v, causal, p_mode, arch)."""
+        """A one-line summary: name (dtype d_qk x d_v, causal, p_mode, tag, grid if persistent, arch)."""
         mode = f", p={self.p_mode}" if self.p_mode else ""
         causal = "causal" if self.causal else "non-causal"
         tag = f", tag={self.tag}" if self.tag else ""
-        return f"{self.name} ({self.dtype} d{self.d_qk}x{self.d_v}, {causal}{mode}{tag}, {self.arch})"
+        grid = f", grid={self.grid}" if self.grid != "tiles" else ""
+        return f"{self.name} ({self.dtype} d{self.d_qk}x{self.d_v}, {causal}{mode}{tag}{grid}, {self.arch})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,11 +198,17 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
     tag = row.get("tag") or ""
     if not isinstance(tag, str):
         raise _row_error(where, name, f"tag {tag!r} must be a string")
+    # Absent in manifests written before the field: those kernels all take the tile grid. An unknown
+    # mode is refused rather than launched on the tile grid, which such a kernel may not understand.
+    grid = row.get("grid", "tiles")
+    if grid not in GRID_MODES:
+        raise _row_error(where, name, f"grid {grid!r} is not one of {GRID_MODES}")
     return KernelSpec(
         **fields,
         path=directory / row["file"],
         sgprs=int(sgprs) if sgprs is not None else None,
         tag=tag,
+        grid=grid,
         toolchain=MappingProxyType(dict(toolchain)),
     )
 

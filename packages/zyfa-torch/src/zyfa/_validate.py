@@ -21,7 +21,9 @@ P_MODES = ("exact", "lean")
 # every row 16-byte aligned.
 ALIGN_BYTES = 16
 _INT32_MAX = 2**31 - 1
-_GRID_YZ_MAX = 65535  # heads_q and batch are the launch grid's y and z
+# heads_q and batch are the tile grid's y and z. A persistent kernel has no such limit, but the op keeps
+# it for every kernel and device (the checks here do not depend on which kernel will run).
+_GRID_YZ_MAX = 65535
 
 
 @dataclass(frozen=True)
