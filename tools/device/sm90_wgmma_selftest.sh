@@ -225,8 +225,8 @@ if [[ "${ZYFA_NCU:-0}" == 1 ]] && command -v ncu >/dev/null 2>&1; then
         ncu -i "$dir/ncu_src_$name.ncu-rep" --page source --csv --print-source sass >"$out/ncu_src_$name.csv" 2>&1
     fi
     echo "-- ncu $name" | tee -a "$summary"
-    grep -E 'Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|One or More Eligible|L2 Hit|Issued Warp' \
-      "$out/ncu_$name.log" | tr -s ' ' | head -40 | tee -a "$summary"
+    grep -E 'Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|One or More Eligible|L2 Hit|Issued Warp|Tensor|Pipe|pipeline' \
+      "$out/ncu_$name.log" | tr -s ' ' | head -60 | tee -a "$summary"
   done
 fi
 
@@ -280,6 +280,8 @@ for kind, name, p1, p2 in rows:
 PYEOF
 fi
 cp "$dir"/cubin_*.log "$out"/ 2>/dev/null
-tar czf "$res/sm90_wgmma_logs.tgz" -C "$out" . 2>/dev/null
+# tar is missing on some device images: Python's tarfile instead.
+python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1], "w:gz"); t.add(sys.argv[2], arcname="."); t.close()' \
+  "$res/sm90_wgmma_logs.tgz" "$out" || echo "could not pack the logs" | tee -a "$summary"
 echo "total $((SECONDS - t_start)) s; status $status" | tee -a "$summary"
 exit "$status"
