@@ -168,6 +168,18 @@
 // stores straight from registers) overlaps the producer's loads of the next item's Q / K / V.
 #define ZYFA_WS_PERSISTENT 0
 #endif
+#ifndef ZYFA_WS_TMA
+// Run 10 experiment (issue 5; UNMEASURED when written): BF16 Q / K / V tiles by TMA
+// (cp.async.bulk.tensor.4d, completing on the same full mbarriers with expect_tx) from ONE producer
+// thread, instead of 128 producer threads' per-row cp.async (ncu, third session: BF16 "long
+// scoreboard" 1.79 stalls per instruction, tensor pipe 65%). The kernel then takes a second parameter,
+// zyfa_tma_maps: host-encoded tensor maps (cuTensorMapEncodeTiled, 128-byte swizzle, boxes of 64
+// elements x rows over dims (d, seq, head, batch) with the ABI strides; rows past the sequence are
+// zero-filled by the hardware, as the cp.async path zero-fills them). maps.valid == 0 (pointers or
+// strides not 16-byte multiples) keeps the cp.async path. Not in the product ABI: the test harness
+// encodes the maps (a product version needs ABI v2 with the maps as kernel parameters).
+#define ZYFA_WS_TMA 0
+#endif
 #ifndef ZYFA_WS_PSCHED
 // Persistent item schedule (run 8 experiment). Run 7 (H200) with round-robin items over a global
 // rank-major list (PSCHED 0): BF16 / FP8 d128 2K +4.3 / +12.8%, 4K 0 / +5.9%, b1 8K (16 pairs)
@@ -181,6 +193,7 @@
 namespace zyfa_sm90_ws {
 
 constexpr bool kPersistent = ZYFA_WS_PERSISTENT != 0;
+constexpr bool kTma = ZYFA_WS_TMA != 0;
 constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
@@ -301,6 +314,7 @@ static_assert(kSmemBytes <= 227 * 1024, "shared memory layout exceeds the sm_90 
 static_assert((1 + 4 * kStages) * 8 <= kBarrierBytes, "mbarriers do not fit their area");
 static_assert(!kPersistent || (2 + 4 * kStages) * 8 <= kBarrierBytes, "persistent: the Q-empty mbarrier does not fit");
 static_assert(kVStageBytes % 1024 == 0 && kKStageBytes % 1024 == 0, "stages must keep 1024-byte alignment");
+static_assert(!kTma || !kFp8, "ZYFA_WS_TMA: BF16 only (the e4m3 V path transposes through registers)");
 
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers: shared memory, mbarriers, cp.async, fences, named barriers, setmaxnreg.
@@ -345,6 +359,20 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32
 }
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// Arrive on `bar` (this thread's one arrival) and add `bytes` to the phase's expected transaction count.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// One TMA box of a 4-d tensor map (coordinates innermost first) into shared memory; its bytes count
+// toward `bar`'s transaction count. `map` is the generic address of a __grid_constant__ CUtensorMap.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void* map, int c0, int c1, int c2, int c3, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
 
 // Generic-proxy shared-memory writes -> visible to the async proxy (wgmma operand reads).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -1103,11 +1131,32 @@ __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kP
 
 }  // namespace zyfa_sm90_ws
 
+#if ZYFA_WS_TMA
+// Tensor maps of q, k, v (CUtensorMap: 128 opaque bytes, 64-byte aligned), filled on the host by
+// cuTensorMapEncodeTiled (see ZYFA_WS_TMA); valid == 0: use the cp.async path.
+struct alignas(64) zyfa_tma_map {
+  unsigned long long opaque[16];
+};
+struct zyfa_tma_maps {
+  zyfa_tma_map q, k, v;
+  int valid;
+};
+#endif
+
 // ---------------------------------------------------------------------------------------------
 // The kernel.
 
+#if ZYFA_WS_TMA
+extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1)
+    ZYFA_KERNEL_NAME(const zyfa_fwd_args args, const __grid_constant__ zyfa_tma_maps maps) {
+  const bool tma_on = maps.valid != 0;
+#else
 extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(const zyfa_fwd_args args) {
+  constexpr bool tma_on = false;
+#endif
   using namespace zyfa_sm90_ws;
+  // Arrivals that complete a full barrier's phase: the 128 producer threads, or the one TMA thread.
+  const uint32_t full_arrivals = tma_on ? 1u : 128u;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t q_s = base;
@@ -1206,13 +1255,13 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
-    mbar_init(bar_q, 128);
+    mbar_init(bar_q, full_arrivals);
 #if ZYFA_WS_PERSISTENT
     mbar_init(bar_q_empty, 8);
 #endif
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(bar_full_k(s), 128);  // one arrival per producer thread
-      mbar_init(bar_full_v(s), 128);
+      mbar_init(bar_full_k(s), full_arrivals);  // one arrival per producer thread (TMA: its one thread)
+      mbar_init(bar_full_v(s), full_arrivals);
       mbar_init(bar_empty_k(s), 8);   // one arrival per consumer warp
       mbar_init(bar_empty_v(s), 8);
     }
@@ -1227,6 +1276,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   if (wg == 0) {
     // ================================ producer warpgroup ================================
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (tma_on && tid != 0) return;  // TMA: one thread issues every load; the others would only poll
 #if ZYFA_WS_PERSISTENT
     int kv_base = 0;       // K / V blocks loaded by this CTA before this item (ring position)
     uint32_t q_loads = 0;  // Q tiles loaded before this item (Q full / empty phases)
@@ -1270,8 +1320,18 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       mbar_wait(bar_q_empty, (q_loads & 1u) ^ 1u);
       ++q_loads;
 #endif
-      load_tile<kTileM, kQkChunks>(q_s, q_base, args.q_stride_seq * kESize, blk.q_row0, seqlen_q, vec_ok, t);
-      signal(bar_q);
+#if ZYFA_WS_TMA
+      if (tma_on) {
+        mbar_arrive_expect_tx(bar_q, kQBytes);
+#pragma unroll
+        for (int r = 0; r < kQkRegions; ++r)
+          tma_load_4d(q_s + r * kTileM * 128, &maps.q, 64 * r, blk.q_row0, blk.head, blk.batch, bar_q);
+      } else
+#endif
+      {
+        load_tile<kTileM, kQkChunks>(q_s, q_base, args.q_stride_seq * kESize, blk.q_row0, seqlen_q, vec_ok, t);
+        signal(bar_q);
+      }
     }
     const uint32_t stg = v_s + kStages * kVStageBytes;  // kVStaged: two staging buffers
     if constexpr (kVStaged) {
@@ -1283,6 +1343,22 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       const int s = (j + kv_base) % kStages;
       const uint32_t parity = (((j + kv_base) / kStages) & 1) ^ 1;
       mbar_wait(bar_empty_k(s), parity);
+#if ZYFA_WS_TMA
+      if (tma_on) {
+        mbar_arrive_expect_tx(bar_full_k(s), kKStageBytes);
+#pragma unroll
+        for (int r = 0; r < kQkRegions; ++r)
+          tma_load_4d(k_s + s * kKStageBytes + r * kTileN * 128, &maps.k, 64 * r, j * kTileN, blk.kv_head, blk.batch,
+                      bar_full_k(s));
+        mbar_wait(bar_empty_v(s), parity);
+        mbar_arrive_expect_tx(bar_full_v(s), kVStageBytes);
+#pragma unroll
+        for (int r = 0; r < kVChunks / 8; ++r)
+          tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, 64 * r, j * kTileN, blk.kv_head, blk.batch,
+                      bar_full_v(s));
+        continue;
+      }
+#endif
       load_tile<kTileN, kQkChunks>(k_s + s * kKStageBytes, k_base, args.k_stride_seq * kESize, j * kTileN, seqlen_k,
                                    vec_ok, t);
       signal(bar_full_k(s));

@@ -495,14 +495,14 @@ void bench(const BenchShape& sh, bool profile_only = false) {
   const dim3 grid_ws = kernel_grid(sh.seq, sh.hq, sh.batch);  // persistent builds: (SMs, 1, 1)
   const dim3 grid_simple((sh.seq + zyfa_sm90_simple::kTileM - 1) / zyfa_sm90_simple::kTileM, sh.hq, sh.batch);
   if (profile_only) {
-    ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(args_ws);
+    ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(ZYFA_LAUNCH_ARGS(args_ws));
     CHECK_CUDA(cudaGetLastError());
     CHECK_CUDA(cudaDeviceSynchronize());
     for (uint8_t* ptr : {dq, dk, dv, dout_ws, dout_simple}) CHECK_CUDA(cudaFree(ptr));
     CHECK_CUDA(cudaFree(dlse));
     return;
   }
-  const float ms_ws = median_ms([&] { ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(args_ws); });
+  const float ms_ws = median_ms([&] { ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(ZYFA_LAUNCH_ARGS(args_ws)); });
   const float ms_simple = median_ms([&] {
     zyfa_simple_timing_kernel<<<grid_simple, zyfa_sm90_simple::kThreads, zyfa_sm90_simple::kSmemBytes>>>(args_simple);
   });
@@ -514,7 +514,7 @@ void bench(const BenchShape& sh, bool profile_only = false) {
   const RowErrors re = f64_row_errors(sh, dq, dk, dv, ows, osimple, lse_ws, args.softmax_scale);
   // Bitwise repeatability at this size: one more launch into a poisoned buffer.
   CHECK_CUDA(cudaMemset(dout_ws, 0xff, no * 2));
-  ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(args_ws);
+  ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(ZYFA_LAUNCH_ARGS(args_ws));
   CHECK_CUDA(cudaGetLastError());
   std::vector<uint16_t> again(no);
   CHECK_CUDA(cudaMemcpy(again.data(), dout_ws, no * 2, cudaMemcpyDeviceToHost));
@@ -525,6 +525,9 @@ void bench(const BenchShape& sh, bool profile_only = false) {
               ms_simple, flops / ms_simple * 1e-9, ms_simple / ms_ws, bf16_rel_l2(ows, osimple), re.ws, re.simple,
               re.ws_contract, re.lse_contract_max,
               repeatable ? "bitwise" : "DIFFERS");
+#if defined(ZYFA_WS_TMA) && ZYFA_WS_TMA
+  std::printf("bench note: tma maps %s\n", tma_maps_for(args_ws).valid ? "valid: TMA loads" : "INVALID: cp.async loads");
+#endif
   CHECK_CUDA(cudaFree(dq));
   CHECK_CUDA(cudaFree(dk));
   CHECK_CUDA(cudaFree(dv));

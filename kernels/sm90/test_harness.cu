@@ -19,6 +19,9 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#if defined(ZYFA_WS_TMA) && ZYFA_WS_TMA
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, CUtensorMap
+#endif
 
 #include <algorithm>
 #include <cinttypes>
@@ -51,6 +54,61 @@
 namespace {
 
 using namespace ZYFA_TEST_KERNEL_NS;
+
+// ---- kernel launch parameters -------------------------------------------------------------------
+// ZYFA_LAUNCH_ARGS(args): the kernel's parameter list. TMA builds of the wgmma kernel (ZYFA_WS_TMA=1)
+// take the tensor maps of q, k, v as a second parameter, encoded here (cuTensorMapEncodeTiled through
+// the runtime's driver entry point, so no -lcuda); maps.valid = 0 (the kernel's cp.async path) when a
+// pointer or stride is not a multiple of 16 bytes or the driver refuses the map. The maps of the last
+// args are cached, so a timing loop does not re-encode them.
+#if defined(ZYFA_WS_TMA) && ZYFA_WS_TMA
+bool tma_encode(zyfa_tma_map& m, const void* ptr, int d, int seq, int heads, int batch, int64_t ss, int64_t sh,
+                int64_t sb, int rows) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+  if (encode == nullptr) {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CHECK_CUDA(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || fn == nullptr) return false;
+    encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(seq), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(ss * 2), static_cast<cuuint64_t>(sh * 2),
+                                 static_cast<cuuint64_t>(sb * 2)};  // bytes, dims 1..3 (bf16)
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(rows), 1, 1};
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  return encode(reinterpret_cast<CUtensorMap*>(&m), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(ptr), dims,
+                strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+zyfa_tma_maps tma_maps_for(const zyfa_fwd_args& a) {
+  static zyfa_fwd_args last;
+  static zyfa_tma_maps maps;
+  static bool cached = false;
+  if (cached && std::memcmp(&last, &a, sizeof(a)) == 0) return maps;
+  std::memset(&maps, 0, sizeof(maps));
+  const uint64_t bits = reinterpret_cast<uintptr_t>(a.q) | reinterpret_cast<uintptr_t>(a.k) |
+                        reinterpret_cast<uintptr_t>(a.v) |
+                        static_cast<uint64_t>((a.q_stride_batch | a.q_stride_seq | a.q_stride_head | a.k_stride_batch |
+                                               a.k_stride_seq | a.k_stride_head | a.v_stride_batch | a.v_stride_seq |
+                                               a.v_stride_head) * 2);
+  maps.valid = (bits & 15u) == 0u &&
+               tma_encode(maps.q, a.q, kDQk, a.seqlen_q, a.heads_q, a.batch, a.q_stride_seq, a.q_stride_head,
+                          a.q_stride_batch, kTileM) &&
+               tma_encode(maps.k, a.k, kDQk, a.seqlen_k, a.heads_kv, a.batch, a.k_stride_seq, a.k_stride_head,
+                          a.k_stride_batch, kTileN) &&
+               tma_encode(maps.v, a.v, kDV, a.seqlen_k, a.heads_kv, a.batch, a.v_stride_seq, a.v_stride_head,
+                          a.v_stride_batch, kTileN);
+  last = a;
+  cached = true;
+  return maps;
+}
+#define ZYFA_LAUNCH_ARGS(a) (a), tma_maps_for(a)
+#else
+#define ZYFA_LAUNCH_ARGS(a) (a)
+#endif
 
 // ---- host number formats -----------------------------------------------------------------------
 
@@ -419,7 +477,7 @@ DeviceRun launch(const Case& cs, const Tensor& q, const Tensor& k, const Tensor&
   args.q_descale = q.descale; args.k_descale = k.descale; args.v_descale = v.descale;
 
   const dim3 grid = kernel_grid(cs.sq, cs.hq, cs.batch);
-  ZYFA_KERNEL_NAME<<<grid, kThreads, kSmemBytes>>>(args);
+  ZYFA_KERNEL_NAME<<<grid, kThreads, kSmemBytes>>>(ZYFA_LAUNCH_ARGS(args));
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
 

@@ -87,15 +87,17 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # persistent schedule ZYFA_WS_PSCHED 2 (boustrophedon rounds + pair-major items when heads * batch > 32,
 # the default) and 1 (boustrophedon, rank-major always); "old" = the run-7 defaults (192/128 variants,
 # whose new defaults were not measured in run 7).
-# Run 8 outcomes: the four FP8 variants persistent (manifest grid "persistent"), BF16 tiles. Ninth run
-# (NOTES.md "Predictions, run 9"): the KV tile of the persistent FP8 d128 kernels (exact at 128 keys /
-# 3 stages, lean at 192 keys / 2 stages), with memcheck of the first BF16 and FP8 variants (ZYFA_SANITIZE=1).
+# Run 9 outcomes: neither tile change adopted. Tenth run (NOTES.md "Predictions, run 10"): BF16 Q / K / V
+# loads by TMA from one producer thread (ZYFA_WS_TMA=1; the test program encodes the tensor maps and
+# prints "bench note: tma maps valid" per timed shape), also with persistent CTAs for d128.
+_TMA = "-DZYFA_WS_TMA=1"
 EXPERIMENTS = {
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": [  # tile_n 192, 2 stages (variants.bzl)
-        ("n128", 148608, ["-DZYFA_TILE_N=128", "-DZYFA_WS_STAGES=3"]),
+    "fa_fwd_bf16_hd128_causal_sm90a": [
+        ("tma", 164992, [_TMA]),
+        ("tma_persist", 164992, [_TMA, "-DZYFA_WS_PERSISTENT=1"]),
     ],
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [
-        ("n192", 181376, ["-DZYFA_TILE_N=192", "-DZYFA_WS_STAGES=2"]),
+    "fa_fwd_bf16_hd192x128_causal_sm90a": [
+        ("tma", 214144, [_TMA]),
     ],
 }
 assert _smem(True, 128, 128, 192, 2) == 181376
