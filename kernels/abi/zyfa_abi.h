@@ -28,8 +28,9 @@ typedef __UINT64_TYPE__ uint64_t;
 #include <stdint.h>
 #endif
 
-/* 1: first layout (2026-12-01). */
-#define ZYFA_ABI_VERSION 1
+/* 1: first layout (2026-12-01). 2: adds zyfa_tma_maps, the second parameter of kernels whose manifest
+ * row says "loads": "tma" (zyfa_fwd_args unchanged). */
+#define ZYFA_ABI_VERSION 2
 
 #define ZYFA_FLAG_CAUSAL 0x1u /* apply the causal mask */
 #define ZYFA_FLAG_LSE 0x2u    /* write log-sum-exp to `lse` */
@@ -73,6 +74,36 @@ typedef struct zyfa_fwd_args {
 static_assert(sizeof(zyfa_fwd_args) == 192, "zyfa_fwd_args must be 192 bytes");
 #else
 _Static_assert(sizeof(zyfa_fwd_args) == 192, "zyfa_fwd_args must be 192 bytes");
+#endif
+
+/* TMA tensor maps: the SECOND parameter of kernels whose manifest row says "loads": "tma" (sm90a), right
+ * after zyfa_fwd_args (parameter offset 192, 64-byte aligned; 640 parameter bytes in all). Each map is
+ * a CUtensorMap that the launcher encodes on the host with cuTensorMapEncodeTiled over the 4-d tensor
+ * (d, seq, head, batch) of q, k or v:
+ *   dims    {d (d_qk for q and k, d_v for v), seqlen (seqlen_q for q, seqlen_k for k and v), heads
+ *            (heads_q for q, heads_kv for k and v), batch}
+ *   strides {stride_seq, stride_head, stride_batch} x element size, in bytes
+ *   box     {64 elements (128 bytes of bf16), rows, 1, 1}, rows = the manifest's tile_m for q and
+ *            tile_n for k and v; element strides all 1
+ *   bf16 element type, no interleave, 128-byte swizzle, L2 promotion 256 B, out-of-bounds fill zeros.
+ * valid = 0: the maps are unset and the kernel loads with cp.async instead. Launchers set 0 (all bytes
+ * zero) when a q / k / v pointer or any of their strides in bytes is not a multiple of 16. */
+typedef struct __attribute__((aligned(64))) zyfa_tensor_map {
+  uint64_t opaque[16]; /* CUtensorMap */
+} zyfa_tensor_map;
+
+typedef struct __attribute__((aligned(64))) zyfa_tma_maps {
+  zyfa_tensor_map q;    /*   0 */
+  zyfa_tensor_map k;    /* 128 */
+  zyfa_tensor_map v;    /* 256 */
+  int32_t valid;        /* 384  1: the maps above are encoded; 0: load with cp.async */
+  int32_t reserved[15]; /* 388  zero */
+} zyfa_tma_maps;        /* 448 bytes */
+
+#ifdef __cplusplus
+static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
+#else
+_Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
 #endif
 
 #endif /* ZYFA_ABI_H */
