@@ -26,6 +26,10 @@ Fields:
               "persistent"  launch grid = (min(SMs of the device, n_items), 1, 1), n_items = ceil(seqlen_q /
                             tile_m) * heads_q * batch; block x takes items x, x + G, ... Only for src
                             sm90/fa_fwd_wgmma.cu, which the build then compiles with -DZYFA_WS_PERSISTENT=1.
+  loads       optional, written to the manifest row ("cp.async" when absent): "tma" = Q / K / V tiles by
+              TMA from one producer thread (src sm90/fa_fwd_wgmma.cu, bf16 only; built with
+              -DZYFA_WS_TMA=1): the kernel takes zyfa_tma_maps (kernels/abi/zyfa_abi.h) as a second
+              parameter, which launchers encode from the args.
 """
 
 VARIANTS = [
@@ -34,10 +38,13 @@ VARIANTS = [
     # static_asserts it); e4m3 V stages hold V^T, and e4m3 adds 2 x 16 KiB of V staging.
     {"name": "fa_fwd_bf16_hd128_causal_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 164992, "tag": ""},
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 164992, "tag": "",
+     "grid": "persistent", "loads": "tma"},
     # tile_n 192 (2 K/V stages): run 6 on the H200, +5% at 16K, +3% at 8K, -4% at 2K against tile_n 128.
     # grid "persistent" for the four FP8 kernels: run 8 (kernels/sm90/NOTES.md), 2K +9..12%, 16K 1.00..1.02;
-    # BF16 stays "tiles" (16K 0.94..0.98 persistent).
+    # BF16 stays "tiles" (16K 0.94..0.98 persistent). Run 10: BF16 loads "tma" +4..6%; d128 with TMA also
+    # persistent (+6..13% over the run-10 default, 16K 629 TFLOP/s); 192/128 BF16 TMA, tiles (persistent
+    # TMA unmeasured there).
     {"name": "fa_fwd_e4m3fn_hd128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 192, "threads": 384, "smem_bytes": 181376, "tag": "", "grid": "persistent"},
@@ -46,7 +53,7 @@ VARIANTS = [
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 148608, "tag": "", "grid": "persistent"},
     {"name": "fa_fwd_bf16_hd192x128_causal_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 214144, "tag": ""},
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 214144, "tag": "", "loads": "tma"},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 214144, "tag": "", "grid": "persistent"},

@@ -62,7 +62,7 @@ using namespace ZYFA_TEST_KERNEL_NS;
 // pointer or stride is not a multiple of 16 bytes or the driver refuses the map. The maps of the last
 // args are cached, so a timing loop does not re-encode them.
 #if defined(ZYFA_WS_TMA) && ZYFA_WS_TMA
-bool tma_encode(zyfa_tma_map& m, const void* ptr, int d, int seq, int heads, int batch, int64_t ss, int64_t sh,
+bool tma_encode(zyfa_tensor_map& m, const void* ptr, int d, int seq, int heads, int batch, int64_t ss, int64_t sh,
                 int64_t sb, int rows) {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   if (encode == nullptr) {

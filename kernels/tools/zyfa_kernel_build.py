@@ -65,12 +65,16 @@ VARIANT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "smem_bytes": int,
     "tag": str,
 }
-# Optional fields -> accepted types (an absent "grid" is "tiles": see grid_mode).
-OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {"grid": str}
+# Optional fields -> accepted types (an absent "grid" is "tiles": see grid_mode; an absent "loads" is
+# "cp.async": see loads_mode).
+OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {"grid": str, "loads": str}
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
 # which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself).
 GRID_MODES = ("tiles", "persistent")
 PERSISTENT_SRC = "sm90/fa_fwd_wgmma.cu"
+# Global -> shared loads: "cp.async" (one kernel parameter, zyfa_fwd_args) or "tma" (the sm90 wgmma
+# kernel's ZYFA_WS_TMA build, BF16 only: a second parameter, zyfa_tma_maps, that launchers encode).
+LOADS_MODES = ("cp.async", "tma")
 ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
 KIND_SUFFIX = {"cuda": ".cubin", "hip": ".hsaco", "asmgen": ".hsaco"}
@@ -109,6 +113,7 @@ def variant_problems(v: Any) -> list[str]:
     if problems:
         return problems
     problems += grid_problems(v)
+    problems += loads_problems(v)
     if v["kind"] not in ARCH_KINDS.get(v["arch"], ()):
         problems.append(f"{label}: kind {v['kind']!r} is not built for arch {v['arch']!r} ({ARCH_KINDS})")
     if v["dtype"] not in DTYPES:
@@ -140,6 +145,21 @@ def grid_problems(v: dict[str, Any]) -> list[str]:
         # Any other kernel maps blockIdx.y/z to head and batch: on an (SMs, 1, 1) grid it would compute
         # only the first SMs' tiles of head 0, batch 0.
         return [f"{label}: grid 'persistent' needs src {PERSISTENT_SRC!r} (built with ZYFA_WS_PERSISTENT=1)"]
+    return []
+
+
+def loads_mode(v: dict[str, Any]) -> str:
+    """The variant's global -> shared load path: its "loads" field, "cp.async" when absent."""
+    return v.get("loads", "cp.async")
+
+
+def loads_problems(v: dict[str, Any]) -> list[str]:
+    """What is wrong with the variant's loads field (an unknown mode, or tma where it is not built)."""
+    label, loads = v["name"], loads_mode(v)
+    if loads not in LOADS_MODES:
+        return [f"{label}: loads {loads!r} is not one of {LOADS_MODES}"]
+    if loads == "tma" and (v["src"] != PERSISTENT_SRC or v["dtype"] != "bf16"):
+        return [f"{label}: loads 'tma' needs src {PERSISTENT_SRC!r} and dtype 'bf16' (ZYFA_WS_TMA)"]
     return []
 
 
@@ -187,6 +207,8 @@ def defines(v: dict[str, Any]) -> list[str]:
     if grid_mode(v) == "persistent":
         # Only then: the tile-grid builds keep exactly the defines (and PTX) they had before the field.
         values["ZYFA_WS_PERSISTENT"] = 1
+    if loads_mode(v) == "tma":
+        values["ZYFA_WS_TMA"] = 1
     return [f"-D{key}={value}" for key, value in values.items()]
 
 
@@ -289,6 +311,7 @@ def compile_variant(
             resources = compile_gfx950(v, root, tc, out, asm or out.with_suffix(".s"), work)
     row = {key: v[key] for key in VARIANT_FIELDS if key != "src"}
     row["grid"] = grid_mode(v)  # always written, so a launcher never guesses
+    row["loads"] = loads_mode(v)  # "tma": the kernel takes zyfa_tma_maps as a second parameter
     row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
     row["toolchain"] = dict(tc.versions)
     return row

@@ -125,7 +125,7 @@ def test_build_all_builds_what_it_can_and_skips_the_rest(
         0,
     )
     assert row["toolchain"]["zyfa_asmgen"] == "0.0.test"
-    assert row["abi_version"] == manifest["abi_version"] == 1
+    assert row["abi_version"] == manifest["abi_version"] == kb.abi_version(root)
     assert [k["grid"] for k in built.values()] == ["tiles", "tiles"]  # absent in the variant: written
     for name in built:
         check_hsaco(out / f"{name}.hsaco")
@@ -186,6 +186,27 @@ def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.Monke
     (argv,) = argvs
     assert ("-DZYFA_WS_PERSISTENT=1" in argv) == (grid == "persistent")
     assert row["grid"] == grid and row["tile_m"] == v["tile_m"]
+    assert "-DZYFA_WS_TMA=1" not in argv and row["loads"] == "cp.async"  # absent in the variant: written
+
+
+def test_cuda_compile_carries_tma_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a stand-in nvcc: a "loads": "tma" variant compiles with -DZYFA_WS_TMA=1 and its manifest row
+    says "loads": "tma" (launchers then pass zyfa_tma_maps as the second parameter)."""
+    v = variant(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, loads="tma")
+    root = make_root(tmp_path / "repo", [v])
+    (root / "kernels" / "sm90").mkdir()
+    (root / "kernels" / "sm90" / "fa_fwd_wgmma.cu").write_text("// stand-in source\n")
+    argvs: list[list[str]] = []
+
+    def fake_nvcc(argv: list[str], env: dict[str, str], what: str) -> str:
+        argvs.append(list(argv))
+        return f"ptxas info    : Compiling entry function '{v['name']}'\nptxas info    : Used 168 registers\n"
+
+    monkeypatch.setattr(kb, "run_tool", fake_nvcc)
+    tc = kb.Toolchain("cuda", ("nvcc",), {"nvcc": "13.0.88"})
+    row = kb.compile_variant(v, root, tc, tmp_path / "out" / f"{v['name']}.cubin")
+    (argv,) = argvs
+    assert "-DZYFA_WS_TMA=1" in argv and row["loads"] == "tma" and row["grid"] == "tiles"
 
 
 def run_cli(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -73,6 +73,9 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"grid": "ring"}, "grid 'ring' is not one of ('tiles', 'persistent')"),
         ({"grid": None}, "grid = None has the wrong type"),
         ({"grid": "persistent"}, "grid 'persistent' needs src 'sm90/fa_fwd_wgmma.cu'"),
+        ({"loads": "bulk"}, "loads 'bulk' is not one of ('cp.async', 'tma')"),
+        ({"loads": 1}, "loads = 1 has the wrong type"),
+        ({"loads": "tma"}, "loads 'tma' needs src 'sm90/fa_fwd_wgmma.cu' and dtype 'bf16'"),
     ],
 )
 def test_bad_variants_are_named(change: dict, needle: str) -> None:
@@ -138,3 +141,23 @@ def test_persistent_variant_defines_ws_persistent() -> None:
     flags = kb.defines(v)
     assert flags[-1] == "-DZYFA_WS_PERSISTENT=1"
     assert flags[:-1] == kb.defines(variant(**WGMMA))  # everything else as the tile-grid build
+
+
+def test_loads_is_optional_and_cp_async_by_default() -> None:
+    """An absent loads field and "cp.async" are the same variant: no problem, no TMA define."""
+    absent, cp = variant(**WGMMA), variant(**WGMMA, loads="cp.async")
+    assert kb.variant_problems(absent) == kb.variant_problems(cp) == []
+    assert kb.loads_mode(absent) == kb.loads_mode(cp) == "cp.async"
+    assert kb.defines(absent) == kb.defines(cp)
+    assert not any("ZYFA_WS_TMA" in flag for flag in kb.defines(cp))
+
+
+def test_tma_loads_define_ws_tma_for_bf16_wgmma_only() -> None:
+    v = variant(**WGMMA, loads="tma")
+    assert kb.variant_problems(v) == []
+    flags = kb.defines(v)
+    assert flags[-1] == "-DZYFA_WS_TMA=1"
+    assert flags[:-1] == kb.defines(variant(**WGMMA))  # everything else as the cp.async build
+    fp8 = variant(**{**WGMMA, "dtype": "e4m3fn", "p_mode": "exact"}, loads="tma")
+    needs = "loads 'tma' needs src 'sm90/fa_fwd_wgmma.cu' and dtype 'bf16' (ZYFA_WS_TMA)"
+    assert kb.variant_problems(fp8) == [f"{fp8['name']}: {needs}"]
