@@ -5,13 +5,16 @@
 // and resolves the dozen entry points it needs; their types and constants are declared below.
 //
 // The extension knows nothing of the ABI struct's layout: Python passes the argument bytes
-// (zyfa_core.abi), and this file hands them to the driver as the kernel's single parameter:
+// (zyfa_core.abi), and this file hands them to the driver as the kernel's parameter:
 //   CUDA: kernelParams = {&bytes} (the driver copies as many bytes as the kernel's parameter has);
+//         TMA kernels ("loads": "tma") take a second parameter, the zyfa_tma_maps bytes:
+//         kernelParams = {&bytes, &maps}; encode_tensor_map (cuTensorMapEncodeTiled) makes the maps;
 //   HIP:  extra = {BUFFER_POINTER, bytes, BUFFER_SIZE, &size, END} (the bytes are the kernarg segment).
 // Every failure throws DriverFailure, which Python sees as zyfa_core.errors.ZyfaDriverError naming the
 // kernel, the driver call, and the driver's error name and text.
-// Native callers (zyfa-torch's C++ op) launch through the C entry point zyfa_driver_launch instead,
-// without Python and with the same error facts returned in a struct (see the end of this file).
+// Native callers (zyfa-torch's C++ op) launch through the C entry points zyfa_driver_launch /
+// zyfa_driver_launch2 and encode maps through zyfa_driver_encode_tensor_map instead, without Python and
+// with the same error facts returned in a struct (see the end of this file).
 //
 // Environment: ZYFA_BACKEND=cuda|hip restricts which driver is tried; ZYFA_LIBCUDA / ZYFA_LIBAMDHIP64
 // give a library path to dlopen instead of the default names (a non-standard install, or a test double).
@@ -84,6 +87,17 @@ constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+// cuTensorMapEncodeTiled's enums (CUtensorMapDataType, ...Interleave, ...Swizzle, ...L2promotion,
+// ...FloatOOBfill); C enums, passed as int.
+constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0;
+constexpr int CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9;
+constexpr int CU_TENSOR_MAP_INTERLEAVE_NONE = 0;
+constexpr int CU_TENSOR_MAP_SWIZZLE_128B = 3;
+constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3;
+constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;  // out-of-bounds elements read as zero
+constexpr size_t TENSOR_MAP_BYTES = 128;              // sizeof(CUtensorMap)
+constexpr size_t TENSOR_MAP_ALIGN = 64;               // CUtensorMap is 64-byte aligned
+constexpr unsigned TENSOR_MAP_RANK = 4;               // (d, seq, head, batch), zyfa_abi.h's zyfa_tma_maps
 
 struct CudaApi {
   CUresult (*cuInit)(unsigned);
@@ -102,8 +116,13 @@ struct CudaApi {
                              unsigned, CUstream, void **, void **);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
-  // Optional (CUDA 12.4+): lets us check the kernel's parameter size against the ABI bytes.
+  // Optional (CUDA 12.4+): lets us check the kernel's parameter sizes against the ABI bytes.
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
+  // Optional (CUDA 12.0+): needed only to launch TMA kernels, so an older driver still runs the rest.
+  CUresult (*cuTensorMapEncodeTiled)(void *map, int data_type, unsigned rank, void *address,
+                                     const std::uint64_t *dims, const std::uint64_t *strides, const std::uint32_t *box,
+                                     const std::uint32_t *element_strides, int interleave, int swizzle, int l2_promotion,
+                                     int oob_fill);
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -257,6 +276,7 @@ bool try_cuda(State &s) {
   resolve(h, "cuGetErrorName", c.cuGetErrorName, missing);
   resolve(h, "cuGetErrorString", c.cuGetErrorString, missing);
   c.cuFuncGetParamInfo = reinterpret_cast<decltype(c.cuFuncGetParamInfo)>(dlsym(h, "cuFuncGetParamInfo"));
+  c.cuTensorMapEncodeTiled = reinterpret_cast<decltype(c.cuTensorMapEncodeTiled)>(dlsym(h, "cuTensorMapEncodeTiled"));
   if (!missing.empty()) {
     s.attempts.push_back("cuda (" + opened + "): missing symbol " + missing);
     s.cu = CudaApi{};
@@ -464,12 +484,15 @@ struct Kernel {
   std::string path;
   int device = 0;
   void *function = nullptr;
-  size_t param_size = 0;  // CUDA with cuFuncGetParamInfo: the kernel's parameter bytes; else 0 (unknown)
+  // CUDA with cuFuncGetParamInfo: the kernel's parameter count (1 or 2) and sizes; else 0 (unknown).
+  size_t param_count = 0;
+  size_t param_size = 0;         // the first parameter (zyfa_fwd_args)
+  size_t second_param_size = 0;  // the second (zyfa_tma_maps) when param_count is 2
   int max_dynamic_smem = 0;
 
   void set_max_dynamic_smem(int bytes);
   void launch(std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned smem, std::uintptr_t stream,
-              const py::bytes &args) const;
+              const py::bytes &args, const py::object &second) const;
 };
 
 // Asks for up to `bytes` dynamic shared memory; CUDA needs this opt-in above 48 KiB.
@@ -485,20 +508,47 @@ void Kernel::set_max_dynamic_smem(int bytes) {
 
 constexpr size_t MAX_ARGS_BYTES = 4096;  // CUDA's classic kernel-parameter limit
 
-// The launch itself, shared by Kernel::launch (Python) and zyfa_driver_launch (C, below). `args` must
-// stay readable until the driver returns (it copies the parameter bytes during the call). Throws
-// DriverFailure for a size mismatch with the kernel's declared parameter or a failing driver call.
+std::string parameters_text(size_t count, size_t first, size_t second) {
+  if (count == 1) return "one parameter of " + std::to_string(first) + " bytes";
+  return "two parameters of " + std::to_string(first) + " and " + std::to_string(second) + " bytes";
+}
+
+// Throws the "ABI mismatch" DriverFailure unless the launch's parameters (args, and `second` when
+// second_size is not 0) match what cuFuncGetParamInfo reported; no check when that is unknown.
+void check_parameters(const Kernel &k, size_t size, size_t second_size) {
+  if (k.param_count == 0) return;
+  const size_t count = second_size == 0 ? 1 : 2;
+  if (count == k.param_count && size == k.param_size && (count == 1 || second_size == k.second_param_size)) return;
+  fail(k.name, "launch", 0, "",
+       "the kernel takes " + parameters_text(k.param_count, k.param_size, k.second_param_size) +
+           " but the launch passes " + parameters_text(count, size, second_size) +
+           " (ABI mismatch between the code object and zyfa_core, or a manifest 'loads' that is wrong)");
+}
+
+// The launch itself, shared by Kernel::launch (Python) and zyfa_driver_launch / zyfa_driver_launch2 (C,
+// below). `args` (and `second`, the TMA maps, when second_size is not 0) must stay readable until the
+// driver returns (it copies the parameter bytes during the call). Throws DriverFailure for a parameter
+// mismatch with the kernel's declared parameters or a failing driver call.
 void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
-                  const void *args, size_t size) {
+                  const void *args, size_t size, const void *second = nullptr, size_t second_size = 0) {
   State &s = state();  // a Kernel exists only once a backend has loaded; no need for the probe lock
-  if (k.param_size != 0 && k.param_size != size) {
-    fail(k.name, "launch", 0, "",
-         "the kernel's parameter is " + std::to_string(k.param_size) + " bytes but the arguments are " +
-             std::to_string(size) + " bytes (ABI mismatch between the code object and zyfa_core)");
+  if (second_size != 0 && s.backend != Backend::cuda) {
+    fail(k.name, "launch", 0, "", "a second kernel parameter (TMA maps) is CUDA only; the loaded backend is HIP");
+  }
+  if (second_size > MAX_ARGS_BYTES) {
+    fail(k.name, "launch", 0, "", "second parameter of " + std::to_string(second_size) + " bytes exceeds " +
+                                      std::to_string(MAX_ARGS_BYTES));
+  }
+  check_parameters(k, size, second_size);
+  // The maps' parameter is a 64-byte aligned __grid_constant__ struct: keep the host copy aligned the same.
+  alignas(TENSOR_MAP_ALIGN) unsigned char aligned[MAX_ARGS_BYTES];
+  if (second_size != 0 && reinterpret_cast<std::uintptr_t>(second) % TENSOR_MAP_ALIGN != 0) {
+    std::memcpy(aligned, second, second_size);
+    second = aligned;
   }
   DeviceScope scope(s, k.device, k.name);
   if (s.backend == Backend::cuda) {
-    void *params[] = {const_cast<void *>(args)};
+    void *params[] = {const_cast<void *>(args), const_cast<void *>(second)};
     check(s,
           s.cu.cuLaunchKernel(k.function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
                               static_cast<CUstream>(stream), params, nullptr),
@@ -514,29 +564,48 @@ void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[
 }
 
 void Kernel::launch(std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned smem,
-                    std::uintptr_t stream, const py::bytes &args) const {
+                    std::uintptr_t stream, const py::bytes &args, const py::object &second) const {
   const std::string_view bytes = args;
   if (bytes.empty() || bytes.size() > MAX_ARGS_BYTES) {
     throw py::value_error(name + ": argument bytes must be 1.." + std::to_string(MAX_ARGS_BYTES) + " long, got " +
                           std::to_string(bytes.size()));
   }
-  // An aligned private copy: the driver reads it during the call, after the GIL is released.
+  std::string_view second_bytes;
+  if (!second.is_none()) {
+    if (!py::isinstance<py::bytes>(second)) throw py::type_error(name + ": second must be bytes or None");
+    second_bytes = second.cast<std::string_view>();
+    if (second_bytes.empty() || second_bytes.size() > MAX_ARGS_BYTES) {
+      throw py::value_error(name + ": second parameter bytes must be 1.." + std::to_string(MAX_ARGS_BYTES) +
+                            " long, got " + std::to_string(second_bytes.size()));
+    }
+  }
+  // Aligned private copies: the driver reads them during the call, after the GIL is released.
   alignas(16) unsigned char buffer[MAX_ARGS_BYTES];
+  alignas(TENSOR_MAP_ALIGN) unsigned char second_buffer[MAX_ARGS_BYTES];
   std::memcpy(buffer, bytes.data(), bytes.size());
+  if (!second_bytes.empty()) std::memcpy(second_buffer, second_bytes.data(), second_bytes.size());
   py::gil_scoped_release no_gil;
-  launch_bytes(*this, grid.data(), block.data(), smem, reinterpret_cast<void *>(stream), buffer, bytes.size());
+  launch_bytes(*this, grid.data(), block.data(), smem, reinterpret_cast<void *>(stream), buffer, bytes.size(),
+               second_bytes.empty() ? nullptr : second_buffer, second_bytes.size());
 }
 
-size_t cuda_param_size(State &s, CUfunction f, const std::string &kernel) {
-  if (!s.cu.cuFuncGetParamInfo) return 0;
+// Reads the kernel's parameter count and sizes into `k` (left 0, "unknown", without cuFuncGetParamInfo).
+// ZYFA kernels take one struct, or two for TMA kernels; a third parameter is an ABI mismatch.
+void cuda_param_info(State &s, Kernel &k) {
+  if (!s.cu.cuFuncGetParamInfo) return;
   size_t offset = 0, size = 0;
-  // Any failure (old driver, unsupported module) just means "unknown"; the launch still works.
-  if (s.cu.cuFuncGetParamInfo(f, 0, &offset, &size) != 0) return 0;
+  // Any failure of the first query (old driver, unsupported module) just means "unknown"; the launch works.
+  if (s.cu.cuFuncGetParamInfo(k.function, 0, &offset, &size) != 0) return;
   size_t offset1 = 0, size1 = 0;
-  if (s.cu.cuFuncGetParamInfo(f, 1, &offset1, &size1) == 0) {
-    fail(kernel, "cuFuncGetParamInfo", 0, "", "the kernel takes more than one parameter; ZYFA kernels take one struct");
+  const bool has_second = s.cu.cuFuncGetParamInfo(k.function, 1, &offset1, &size1) == 0;
+  size_t offset2 = 0, size2 = 0;
+  if (has_second && s.cu.cuFuncGetParamInfo(k.function, 2, &offset2, &size2) == 0) {
+    fail(k.name, "cuFuncGetParamInfo", 0, "",
+         "the kernel takes more than two parameters; ZYFA kernels take the args struct, and TMA kernels the maps");
   }
-  return size;
+  k.param_count = has_second ? 2 : 1;
+  k.param_size = size;
+  k.second_param_size = has_second ? size1 : 0;
 }
 
 Kernel load_kernel(int device, const std::string &path, const std::string &name, int dynamic_smem) {
@@ -552,13 +621,67 @@ Kernel load_kernel(int device, const std::string &path, const std::string &name,
     void *module = load_module(s, device, path, name);
     if (s.backend == Backend::cuda) {
       check(s, s.cu.cuModuleGetFunction(&k.function, module, name.c_str()), name, "cuModuleGetFunction");
-      k.param_size = cuda_param_size(s, k.function, name);
+      cuda_param_info(s, k);
     } else {
       check(s, s.hip.hipModuleGetFunction(&k.function, module, name.c_str()), name, "hipModuleGetFunction");
     }
   }
   if (dynamic_smem > 48 * 1024) k.set_max_dynamic_smem(dynamic_smem);
   return k;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TMA tensor maps (zyfa_abi.h's zyfa_tma_maps): cuTensorMapEncodeTiled with ZYFA's fixed choices.
+
+// Encodes one rank-4 map into `map_out` (128 bytes, 64-byte aligned). `kernel` only names the error.
+// Throws DriverFailure: no CUDA backend, a driver without cuTensorMapEncodeTiled, or the call failing.
+void encode_map(void *map_out, int data_type, const void *address, const std::uint64_t dims[4],
+                const std::uint64_t strides[3], const std::uint32_t box[4], const std::string &kernel) {
+  const char *call = "cuTensorMapEncodeTiled";
+  State &s = ready_state(kernel);
+  if (s.backend != Backend::cuda) {
+    fail(kernel, call, 0, "", "TMA tensor maps exist only on CUDA; the loaded backend is HIP (" + s.library + ")");
+  }
+  if (s.cu.cuTensorMapEncodeTiled == nullptr) {
+    fail(kernel, call, 0, "",
+         "the CUDA driver " + s.library + " has no cuTensorMapEncodeTiled (needs a CUDA 12 driver); TMA kernels "
+         "cannot launch with it");
+  }
+  if (reinterpret_cast<std::uintptr_t>(map_out) % TENSOR_MAP_ALIGN != 0) {
+    fail(kernel, call, 0, "", "the map buffer must be 64-byte aligned");
+  }
+  const std::uint32_t element_strides[4] = {1, 1, 1, 1};
+  check(s,
+        s.cu.cuTensorMapEncodeTiled(map_out, data_type, TENSOR_MAP_RANK, const_cast<void *>(address), dims, strides,
+                                    box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        kernel, call);
+}
+
+// Python: encode_tensor_map("bf16" | "u8", address, dims[4], strides[3] (bytes), box[4]) -> 128 bytes.
+py::bytes encode_tensor_map(const std::string &dtype, std::uint64_t address, const std::vector<std::uint64_t> &dims,
+                            const std::vector<std::uint64_t> &strides, const std::vector<std::uint32_t> &box,
+                            const std::string &kernel) {
+  int data_type = 0;
+  if (dtype == "bf16") {
+    data_type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  } else if (dtype == "u8") {
+    data_type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  } else {
+    throw py::value_error("encode_tensor_map: dtype must be 'bf16' or 'u8', got '" + dtype + "'");
+  }
+  if (dims.size() != 4 || strides.size() != 3 || box.size() != 4) {
+    throw py::value_error("encode_tensor_map: needs 4 dims, 3 strides and 4 box sizes; got " +
+                          std::to_string(dims.size()) + ", " + std::to_string(strides.size()) + " and " +
+                          std::to_string(box.size()));
+  }
+  alignas(TENSOR_MAP_ALIGN) unsigned char map[TENSOR_MAP_BYTES] = {0};
+  {
+    py::gil_scoped_release no_gil;
+    encode_map(map, data_type, reinterpret_cast<const void *>(static_cast<std::uintptr_t>(address)), dims.data(),
+               strides.data(), box.data(), kernel);
+  }
+  return py::bytes(reinterpret_cast<const char *>(map), TENSOR_MAP_BYTES);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -655,10 +778,12 @@ py::dict device_properties(int device) {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// The C entry point for native callers (zyfa-torch's C++ op `zyfa._C`), which launch without Python:
-// they get its address (`launch_function`) and a loaded kernel's address (`Kernel.handle`) from Python
-// once, then call it directly. Plain C types only, so the caller needs neither this file's C++ types
-// nor pybind11; `LAUNCH_ABI` (below) changes whenever this signature or zyfa_driver_error does.
+// The C entry points for native callers (zyfa-torch's C++ op `zyfa._C`), which launch without Python:
+// they get their addresses (`launch_function`, `launch2_function`, `encode_function`) and a loaded
+// kernel's address (`Kernel.handle`) from Python once, then call them directly. Plain C types only, so
+// the caller needs neither this file's C++ types nor pybind11; `LAUNCH_ABI` (below) changes whenever an
+// existing signature or zyfa_driver_error changes (adding an entry point, as launch2/encode were in
+// ABI 2 of the kernels, leaves it: older callers keep working and newer ones find the new addresses).
 //
 // kernel: a `Kernel.handle` (valid while its Kernel object lives: zyfa_core.launcher keeps every loaded
 // kernel for the life of the process); grid, block: 3 values each; stream: the raw CUstream /
@@ -678,6 +803,20 @@ struct zyfa_driver_error {
 
 int zyfa_driver_launch(const void *kernel, const unsigned *grid, const unsigned *block, unsigned smem,
                        void *stream, const void *args, size_t size, zyfa_driver_error *error) noexcept;
+
+// As zyfa_driver_launch, with a second kernel parameter: `second`, second_size bytes (a TMA kernel's
+// zyfa_tma_maps, 448). CUDA only.
+int zyfa_driver_launch2(const void *kernel, const unsigned *grid, const unsigned *block, unsigned smem,
+                        void *stream, const void *args, size_t size, const void *second, size_t second_size,
+                        zyfa_driver_error *error) noexcept;
+
+// Encodes one TMA map with cuTensorMapEncodeTiled as zyfa_abi.h's zyfa_tma_maps says: rank 4, element
+// strides 1, no interleave, 128-byte swizzle, 256-byte L2 promotion, zero fill out of bounds.
+// map_out: 128 bytes, 64-byte aligned (e.g. &maps.q); dtype: 0 = u8 (e4m3fn), 1 = bf16; dims: 4
+// elements (d, seq, head, batch); strides: 3, in bytes (seq, head, batch); box: 4.
+int zyfa_driver_encode_tensor_map(void *map_out, int dtype, const void *address, const unsigned long long *dims,
+                                  const unsigned long long *strides, const unsigned *box,
+                                  zyfa_driver_error *error) noexcept;
 
 }  // extern "C"
 
@@ -721,6 +860,51 @@ extern "C" int zyfa_driver_launch(const void *kernel, const unsigned *grid, cons
   return 1;
 }
 
+extern "C" int zyfa_driver_launch2(const void *kernel, const unsigned *grid, const unsigned *block, unsigned smem,
+                                   void *stream, const void *args, size_t size, const void *second,
+                                   size_t second_size, zyfa_driver_error *error) noexcept {
+  if (kernel == nullptr || grid == nullptr || block == nullptr || args == nullptr || size == 0 ||
+      second == nullptr || second_size == 0) {
+    report(error, "", "launch", 0, "",
+           "zyfa_driver_launch2: null kernel, grid, block, args or second, or a size 0");
+    return 1;
+  }
+  const Kernel &k = *static_cast<const Kernel *>(kernel);
+  try {
+    launch_bytes(k, grid, block, smem, stream, args, size, second, second_size);
+    return 0;
+  } catch (const DriverFailure &f) {
+    report(error, f.kernel, f.call, f.code, f.error_name, f.message);
+  } catch (const std::exception &e) {
+    report(error, k.name, "launch", 0, "", k.name + ": launch failed: " + e.what());
+  }
+  return 1;
+}
+
+extern "C" int zyfa_driver_encode_tensor_map(void *map_out, int dtype, const void *address,
+                                             const unsigned long long *dims, const unsigned long long *strides,
+                                             const unsigned *box, zyfa_driver_error *error) noexcept {
+  const char *call = "cuTensorMapEncodeTiled";
+  if (map_out == nullptr || dims == nullptr || strides == nullptr || box == nullptr || (dtype != 0 && dtype != 1)) {
+    report(error, "", call, 0, "",
+           "zyfa_driver_encode_tensor_map: null map_out, dims, strides or box, or dtype not 0 (u8) or 1 (bf16)");
+    return 1;
+  }
+  static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t) && sizeof(unsigned) == sizeof(std::uint32_t),
+                "the C signature's integer types must match cuTensorMapEncodeTiled's");
+  try {
+    encode_map(map_out, dtype == 1 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, address,
+               reinterpret_cast<const std::uint64_t *>(dims), reinterpret_cast<const std::uint64_t *>(strides),
+               reinterpret_cast<const std::uint32_t *>(box), "");
+    return 0;
+  } catch (const DriverFailure &f) {
+    report(error, f.kernel, f.call, f.code, f.error_name, f.message);
+  } catch (const std::exception &e) {
+    report(error, "", call, 0, "", std::string("zyfa_driver_encode_tensor_map failed: ") + e.what());
+  }
+  return 1;
+}
+
 PYBIND11_MODULE(_driver, m) {
   m.doc() = "ZYFA GPU driver shim: dlopens libcuda.so.1 or libamdhip64.so; see zyfa_core.launcher.";
   g_error_class = py::object(py::module_::import("zyfa_core.errors").attr("ZyfaDriverError")).release().ptr();
@@ -739,7 +923,10 @@ PYBIND11_MODULE(_driver, m) {
       .def_readonly("name", &Kernel::name)
       .def_readonly("path", &Kernel::path)
       .def_readonly("device", &Kernel::device)
-      .def_readonly("param_size", &Kernel::param_size, "Parameter bytes the kernel declares; 0 if unknown.")
+      .def_readonly("param_count", &Kernel::param_count, "Parameters the kernel declares (1, or 2 for TMA); 0 if unknown.")
+      .def_readonly("param_size", &Kernel::param_size, "The first parameter's bytes the kernel declares; 0 if unknown.")
+      .def_readonly("second_param_size", &Kernel::second_param_size,
+                    "The second parameter's bytes (TMA maps) the kernel declares; 0 if none or unknown.")
       .def_readonly("max_dynamic_smem", &Kernel::max_dynamic_smem)
       .def_property_readonly(
           "handle", [](const Kernel &k) { return reinterpret_cast<std::uintptr_t>(&k); },
@@ -747,11 +934,15 @@ PYBIND11_MODULE(_driver, m) {
       .def("set_max_dynamic_smem", &Kernel::set_max_dynamic_smem, py::arg("bytes"),
            "CUDA: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to `bytes` (no-op on HIP).")
       .def("launch", &Kernel::launch, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("stream"),
-           py::arg("args"),
+           py::arg("args"), py::arg("second") = py::none(),
            "Launch with grid/block (3 ints each), dynamic shared memory bytes, a stream handle as an int "
-           "(0 = default stream) and the argument bytes as the single kernel parameter. The GIL is released.");
+           "(0 = default stream) and the argument bytes as the first kernel parameter; `second` (bytes, CUDA "
+           "only) is the second parameter of a TMA kernel (zyfa_tma_maps). The GIL is released.");
 
   m.attr("launch_function") = reinterpret_cast<std::uintptr_t>(&zyfa_driver_launch);
+  m.attr("launch2_function") = reinterpret_cast<std::uintptr_t>(&zyfa_driver_launch2);
+  m.attr("encode_function") = reinterpret_cast<std::uintptr_t>(&zyfa_driver_encode_tensor_map);
+  m.attr("TENSOR_MAP_BYTES") = TENSOR_MAP_BYTES;
   m.attr("LAUNCH_ABI") = LAUNCH_ABI;
   m.attr("LAUNCH_ERROR_SIZE") = sizeof(zyfa_driver_error);
   m.def("probe", &probe, "Load a GPU driver once; returns {'backend', 'library', 'attempts'}. Never raises.");
@@ -759,6 +950,11 @@ PYBIND11_MODULE(_driver, m) {
   m.def("device_properties", &device_properties, py::arg("device"),
         "CUDA: name, major, minor, multiprocessors, max_shared_memory_per_block_optin, driver_version. "
         "HIP: name, gcn_arch_name, driver_version.");
+  m.def("encode_tensor_map", &encode_tensor_map, py::arg("dtype"), py::arg("address"), py::arg("dims"),
+        py::arg("strides"), py::arg("box"), py::arg("kernel") = "",
+        "cuTensorMapEncodeTiled of a rank-4 tensor: dtype 'bf16' or 'u8', the device address, dims (4, "
+        "elements), strides (3, bytes), box (4); 128-byte swizzle, 256-byte L2 promotion, zero fill. Returns "
+        "the 128 map bytes. `kernel` names the kernel in errors. CUDA only.");
   m.def("load_kernel", &load_kernel, py::arg("device"), py::arg("path"), py::arg("name"), py::arg("dynamic_smem"),
         "Load `name` from the code object at `path` on `device` (module cached per device and file).");
 }

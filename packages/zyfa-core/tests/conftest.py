@@ -72,15 +72,22 @@ def driver_dir(tmp_path_factory: pytest.TempPathFactory) -> str | None:
 
 @pytest.fixture(scope="session")
 def fake_libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """Paths of the compiled driver test doubles: {"cuda": libfake_cuda.so, "hip": libfake_hip.so}."""
+    """Paths of the compiled driver test doubles: {"cuda": libfake_cuda.so, "hip": libfake_hip.so,
+    "cuda_no_tma": the CUDA fake without cuTensorMapEncodeTiled (a pre-12.0 driver)}."""
     cc = find_compiler("c")
     if cc is None:
         pytest.skip("no host C compiler to build the fake drivers")
     out = tmp_path_factory.mktemp("fakes")
     libs = {}
-    for backend in ("cuda", "hip"):
+    for backend, source, defines in (
+        ("cuda", "cuda", []),
+        ("hip", "hip", []),
+        ("cuda_no_tma", "cuda", ["-DFAKE_WITHOUT_TENSOR_MAP"]),
+    ):
         target = out / f"libfake_{backend}.so"
-        _compile([cc, "-O1", "-shared", "-fPIC", str(FAKES / f"fake_{backend}.c"), "-o", str(target)])
+        _compile(
+            [cc, "-O1", "-shared", "-fPIC", *defines, str(FAKES / f"fake_{source}.c"), "-o", str(target)]
+        )
         libs[backend] = str(target)
     return libs
 

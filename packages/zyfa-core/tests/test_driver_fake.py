@@ -141,7 +141,7 @@ def test_cuda_keeps_the_callers_current_context(run_with_fake, cuda_dir: Path) -
         (b"NOT A CUBIN", {}, "cuModuleLoadData", "CUDA_ERROR_INVALID_IMAGE"),
         (b"FAKECUBIN some_other_kernel\n", {}, "cuModuleGetFunction", "CUDA_ERROR_NOT_FOUND"),
         (None, {"FAKE_LAUNCH_ERROR": "719"}, "cuLaunchKernel", "CUDA_ERROR_LAUNCH_FAILED"),
-        (None, {"FAKE_PARAM_COUNT": "2"}, "cuFuncGetParamInfo", ""),
+        (None, {"FAKE_PARAM_COUNT": "3"}, "cuFuncGetParamInfo", ""),
     ],
 )
 def test_cuda_errors_name_kernel_call_and_error(

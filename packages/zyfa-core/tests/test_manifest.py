@@ -50,13 +50,13 @@ def test_load_reads_every_row(kernel_dir: Path) -> None:
 
 def test_abi_version_mismatch_names_both_versions(tmp_path: Path, manifest_tools) -> None:
     manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0])], abi_version=7)
-    with pytest.raises(ManifestError, match=r"ABI version 7.*ABI version 1"):
+    with pytest.raises(ManifestError, match=rf"ABI version 7.*ABI version {zyfa_core.ABI_VERSION}"):
         zyfa_core.Manifest.load(tmp_path)
 
 
 def test_row_abi_version_mismatch(tmp_path: Path, manifest_tools) -> None:
-    manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0], abi_version=2)])
-    with pytest.raises(ManifestError, match=rf"{SM90[0]}.*ABI version 2.*uses 1"):
+    manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0], abi_version=1)])
+    with pytest.raises(ManifestError, match=rf"{SM90[0]}.*ABI version 1.*uses {zyfa_core.ABI_VERSION}"):
         zyfa_core.Manifest.load(tmp_path)
 
 
@@ -129,6 +129,31 @@ def test_unknown_grid_is_rejected_naming_kernel_and_modes(
     with pytest.raises(ManifestError) as info:
         zyfa_core.Manifest.load(tmp_path)
     assert f"kernel {SM90[0]!r}: grid {grid!r} is not one of ('tiles', 'persistent')" in str(info.value)
+
+
+def test_loads_is_read_and_defaults_to_cp_async(tmp_path: Path, manifest_tools) -> None:
+    """A row without "loads" (a manifest older than the field) is a one-parameter cp.async kernel."""
+    rows = [
+        manifest_tools.row(SM90[0], loads="tma", grid="persistent"),
+        manifest_tools.row(SM90[1], loads="cp.async"),
+        manifest_tools.row(SM90[2]),
+    ]
+    assert "loads" not in rows[2]
+    m = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows))
+    assert [s.loads for s in m.kernels] == ["tma", "cp.async", "cp.async"]
+    assert mf.LOAD_MODES == ("cp.async", "tma")
+    assert m.kernels[0].describe() == f"{SM90[0]} (bf16 d128x128, causal, grid=persistent, loads=tma, sm90a)"
+    assert "loads" not in m.kernels[1].describe()
+
+
+@pytest.mark.parametrize("loads", ["ldg", "", None, 1, "TMA"])
+def test_unknown_loads_is_rejected_naming_kernel_and_modes(
+    tmp_path: Path, manifest_tools, loads: object
+) -> None:
+    manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0], loads=loads)])
+    with pytest.raises(ManifestError) as info:
+        zyfa_core.Manifest.load(tmp_path)
+    assert f"kernel {SM90[0]!r}: loads {loads!r} is not one of ('cp.async', 'tma')" in str(info.value)
 
 
 def test_describe_names_a_persistent_grid(tmp_path: Path, manifest_tools) -> None:

@@ -1,6 +1,7 @@
 """zyfa_core: the ZYFA runtime — kernel ABI, manifest, loader and launcher. No torch.
 
-- `zyfa_core.abi`: ctypes mirror of `kernels/abi/zyfa_abi.h` (`ZyfaFwdArgs`, flags, ABI_VERSION).
+- `zyfa_core.abi`: ctypes mirror of `kernels/abi/zyfa_abi.h` (`ZyfaFwdArgs`, flags, ABI_VERSION,
+  the TMA kernels' second parameter `tma_maps_bytes`).
 - `zyfa_core.manifest`: find the built code objects (`find_kernel_dir`), read `manifest.json`
   (`Manifest`), pick a kernel (`select`).
 - `zyfa_core.launcher`: detect the GPU backend (`available_backend`, `device_arch`) and `launch`
@@ -17,9 +18,11 @@ from zyfa_core.abi import (
     ARGS_SIZE,
     FLAG_CAUSAL,
     FLAG_LSE,
+    TMA_MAPS_BYTES,
     ZyfaFwdArgs,
     args_bytes,
     make_fwd_args,
+    tma_maps_bytes,
 )
 from zyfa_core.errors import (
     KernelDirNotFoundError,
@@ -61,6 +64,7 @@ __all__ = [
     "Manifest",
     "ManifestError",
     "SkippedKernel",
+    "TMA_MAPS_BYTES",
     "ZyfaDriverError",
     "ZyfaError",
     "ZyfaFwdArgs",
@@ -79,4 +83,5 @@ __all__ = [
     "launch_grid",
     "make_fwd_args",
     "select",
+    "tma_maps_bytes",
 ]

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from zyfa_core.abi import ABI_VERSION, FLAG_CAUSAL, FLAG_LSE, ZyfaFwdArgs
+from zyfa_core.abi import ABI_VERSION, FLAG_CAUSAL, FLAG_LSE, ZyfaFwdArgs, tma_maps_bytes
 from zyfa_core.errors import ManifestError, ZyfaDriverError
 from zyfa_core.manifest import KernelSpec
 
@@ -338,7 +338,10 @@ def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int) -> 
     grid = `launch_grid(spec, args, multiprocessors of device)`: (ceil(seqlen_q / tile_m), heads_q,
     batch), or (min(multiprocessors, items), 1, 1) for spec.grid "persistent"; block = (threads, 1, 1);
     dynamic shared memory = spec.launch_smem_bytes (raised through cuFuncSetAttribute first on CUDA
-    when above 48 KiB). The code object is loaded once per (device, file). `stream` is the raw
+    when above 48 KiB). A spec with loads "tma" gets a second parameter, the `zyfa_tma_maps` bytes
+    (`zyfa_core.abi.tma_maps_bytes`, encoded through cuTensorMapEncodeTiled at each launch; all zero,
+    valid = 0, when a q/k/v pointer or stride is not 16-byte aligned, and the kernel then loads with
+    cp.async). The code object is loaded once per (device, file). `stream` is the raw
     CUstream / hipStream_t value as an int (torch: `torch.cuda.current_stream(device).cuda_stream`),
     0 for the default stream; it must belong to `device`. The GIL is released during the driver call.
 
@@ -347,13 +350,15 @@ def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int) -> 
             or shared-memory budget than the device's, or a persistent kernel on a device whose
             driver reports no multiprocessor count.
         ManifestError: the code object file is missing.
-        ZyfaDriverError: no GPU driver, or a driver call failed (names kernel, call, error).
+        ZyfaDriverError: no GPU driver, or a driver call failed (names kernel, call, error), e.g.
+            cuTensorMapEncodeTiled missing from an old driver for a "tma" kernel.
     """
     check_args(spec, args)
     _check_handles(device, stream)
     kernel = _kernel(spec, device)
     grid = launch_grid(spec, args, _multiprocessors(spec, device))
-    kernel.launch(grid, (spec.threads, 1, 1), spec.launch_smem_bytes, stream, bytes(args))
+    maps = tma_maps_bytes(spec, args, _driver().encode_tensor_map) if spec.loads == "tma" else None
+    kernel.launch(grid, (spec.threads, 1, 1), spec.launch_smem_bytes, stream, bytes(args), maps)
 
 
 class NativeLaunch(NamedTuple):
@@ -369,6 +374,11 @@ class NativeLaunch(NamedTuple):
     smem_bytes: int  # dynamic shared memory per launch
     grid: str = "tiles"  # KernelSpec.grid: "tiles" or "persistent"
     multiprocessors: int = 0  # the device's count for a persistent grid (0 for "tiles": not needed)
+    # KernelSpec.loads: "tma" kernels launch through launch2_function with the zyfa_tma_maps bytes as
+    # the second parameter, encoded with encode_function as `zyfa_core.abi.tma_maps_bytes` does.
+    loads: str = "cp.async"
+    encode_function: int = 0  # address of zyfa_driver_encode_tensor_map (cuTensorMapEncodeTiled)
+    launch2_function: int = 0  # address of zyfa_driver_launch2 (args + a second parameter)
 
 
 def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
@@ -379,7 +389,9 @@ def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
     loop. The caller must check args itself (`check_args` is Python) and compute the grid as
     `launch_grid` does: from tile_m, or for grid "persistent" (min(multiprocessors, items), 1, 1) with
     the device's multiprocessor count, read here once. The handle stays valid for the life of the
-    process (kernels are never unloaded).
+    process (kernels are never unloaded). For `loads` "tma" the caller also builds the 448 maps bytes
+    (valid = 0 and all zero when a q/k/v pointer or stride in bytes is not a multiple of 16; else the
+    three maps from encode_function, valid = 1) and launches with launch2_function.
 
     Raises:
         TypeError, ValueError, ManifestError, ZyfaDriverError: as `launch` does for its target checks
@@ -406,4 +418,7 @@ def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
         smem_bytes=spec.launch_smem_bytes,
         grid=spec.grid,
         multiprocessors=multiprocessors or 0,
+        loads=spec.loads,
+        encode_function=int(module.encode_function),
+        launch2_function=int(module.launch2_function),
     )

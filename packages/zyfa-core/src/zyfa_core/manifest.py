@@ -22,6 +22,7 @@ from zyfa_core.errors import KernelDirNotFoundError, KernelNotFoundError, Manife
 __all__ = [
     "ENV_KERNEL_DIR",
     "GRID_MODES",
+    "LOAD_MODES",
     "MANIFEST_NAME",
     "P_MODES",
     "KernelSpec",
@@ -41,6 +42,10 @@ GRID_MODES = ("tiles", "persistent")
 """Launch grids (`zyfa_core.launch_grid`): "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch);
 "persistent" = (min(SMs, work items), 1, 1), the kernel walking its items. A row without "grid" (a
 manifest older than the field) is "tiles"."""
+LOAD_MODES = ("cp.async", "tma")
+"""How a kernel loads q/k/v: "cp.async" takes the one zyfa_fwd_args parameter; "tma" (sm90a) takes a
+second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.abi.tma_maps_bytes`). A row without
+"loads" is "cp.async"."""
 
 # Accepted spellings of the input dtypes -> the manifest's canonical name.
 _DTYPE_ALIASES = {
@@ -75,6 +80,7 @@ class KernelSpec:
     `smem_bytes` is the dynamic shared memory to launch with for kind "cuda"; for "hip"/"asmgen" it
     is the LDS size recorded from the code object, which its descriptor already reserves (see
     `launch_smem_bytes`). `grid` is one of GRID_MODES: how `zyfa_core.launch_grid` sizes the launch.
+    `loads` is one of LOAD_MODES: "tma" kernels take the TMA maps as a second parameter.
     """
 
     name: str
@@ -98,6 +104,7 @@ class KernelSpec:
     sgprs: int | None = None
     tag: str = ""
     grid: str = "tiles"
+    loads: str = "cp.async"
     toolchain: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )
@@ -112,12 +119,15 @@ class KernelSpec:
         return self.smem_bytes if self.kind == "cuda" else 0
 
     def describe(self) -> str:
-        """A one-line summary: name (dtype d_qk x d_v, causal, p_mode, tag, grid if persistent, arch)."""
+        """A one-line summary: name (dtype d_qk x d_v, causal, p_mode, tag, grid if persistent, loads if
+        tma, arch)."""
         mode = f", p={self.p_mode}" if self.p_mode else ""
         causal = "causal" if self.causal else "non-causal"
         tag = f", tag={self.tag}" if self.tag else ""
         grid = f", grid={self.grid}" if self.grid != "tiles" else ""
-        return f"{self.name} ({self.dtype} d{self.d_qk}x{self.d_v}, {causal}{mode}{tag}{grid}, {self.arch})"
+        loads = f", loads={self.loads}" if self.loads != "cp.async" else ""
+        details = f"{causal}{mode}{tag}{grid}{loads}"
+        return f"{self.name} ({self.dtype} d{self.d_qk}x{self.d_v}, {details}, {self.arch})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,12 +213,18 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
     grid = row.get("grid", "tiles")
     if grid not in GRID_MODES:
         raise _row_error(where, name, f"grid {grid!r} is not one of {GRID_MODES}")
+    # Likewise: absent means the one-parameter cp.async kernels. An unknown mode is refused, since a
+    # launch with the wrong parameter count would be rejected by the driver or read garbage.
+    loads = row.get("loads", "cp.async")
+    if loads not in LOAD_MODES:
+        raise _row_error(where, name, f"loads {loads!r} is not one of {LOAD_MODES}")
     return KernelSpec(
         **fields,
         path=directory / row["file"],
         sgprs=int(sgprs) if sgprs is not None else None,
         tag=tag,
         grid=grid,
+        loads=loads,
         toolchain=MappingProxyType(dict(toolchain)),
     )
 

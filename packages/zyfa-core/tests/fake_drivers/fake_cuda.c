@@ -5,9 +5,14 @@
  *
  * A "code object" is text: "FAKECUBIN <name> <name> ...". Environment knobs: FAKE_DEVICE_COUNT (1),
  * FAKE_CC_MAJOR/FAKE_CC_MINOR (9/0), FAKE_INIT_ERROR, FAKE_LAUNCH_ERROR, FAKE_PARAM_SIZE (192),
- * FAKE_PARAM_COUNT (1), FAKE_NO_PARAM_INFO (hide cuFuncGetParamInfo's result).
+ * FAKE_PARAM_COUNT (1, or 2 for a kernel whose name contains "tma": the args and the zyfa_tma_maps),
+ * FAKE_PARAM_SIZE2 (448, the second parameter's size, at offset 192), FAKE_NO_PARAM_INFO (hide
+ * cuFuncGetParamInfo's result), FAKE_TMA_ERROR (cuTensorMapEncodeTiled returns this error).
+ * Built with -DFAKE_WITHOUT_TENSOR_MAP it lacks cuTensorMapEncodeTiled, as drivers before CUDA 12 do
+ * (an env switch cannot hide a symbol from dlsym).
  */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +30,9 @@ static int g_inited = 0;
 
 typedef struct {
   char name[128];
-  size_t param_size;
+  size_t param_count;
+  size_t param_size[3];
+  size_t param_offset[3];
 } fake_function;
 
 static int env_int(const char *name, int fallback) {
@@ -119,7 +126,15 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
   if (!hit || (hit[n] != ' ' && hit[n] != '\n' && hit[n] != '\0')) return NOT_FOUND;
   fake_function *f = calloc(1, sizeof(*f));
   snprintf(f->name, sizeof(f->name), "%s", name);
-  f->param_size = (size_t)env_int("FAKE_PARAM_SIZE", 192);
+  f->param_count = (size_t)env_int("FAKE_PARAM_COUNT", strstr(name, "tma") ? 2 : 1);
+  if (f->param_count > 3) f->param_count = 3;
+  f->param_size[0] = (size_t)env_int("FAKE_PARAM_SIZE", 192);
+  f->param_size[1] = (size_t)env_int("FAKE_PARAM_SIZE2", 448);
+  f->param_size[2] = 8;
+  /* As nvcc lays them out: the 64-byte aligned maps right after the 192-byte args. */
+  f->param_offset[0] = 0;
+  f->param_offset[1] = (f->param_size[0] + 63) / 64 * 64;
+  f->param_offset[2] = f->param_offset[1] + f->param_size[1];
   *function = f;
   log_line("cuModuleGetFunction name=%s", name);
   return SUCCESS;
@@ -134,9 +149,10 @@ CUresult cuFuncSetAttribute(void *function, int attribute, int value) {
 
 CUresult cuFuncGetParamInfo(void *function, size_t index, size_t *offset, size_t *size) {
   if (env_int("FAKE_NO_PARAM_INFO", 0)) return INVALID_VALUE;
-  if (index >= (size_t)env_int("FAKE_PARAM_COUNT", 1)) return INVALID_VALUE;
-  *offset = index * 8;
-  *size = ((fake_function *)function)->param_size;
+  fake_function *f = function;
+  if (index >= f->param_count) return INVALID_VALUE;
+  *offset = f->param_offset[index];
+  *size = f->param_size[index];
   return SUCCESS;
 }
 
@@ -147,14 +163,52 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
   int e = env_int("FAKE_LAUNCH_ERROR", 0);
   if (e) return e;
   fake_function *f = function;
-  /* Like the real driver, read exactly the kernel's parameter size from params[0]. */
-  const unsigned char *bytes = params[0];
-  char hex[2 * 4096 + 1] = {0};
-  for (size_t i = 0; i < f->param_size && i < 4096; ++i) sprintf(hex + 2 * i, "%02x", bytes[i]);
-  log_line("cuLaunchKernel name=%s ctx=%#zx grid=%u,%u,%u block=%u,%u,%u smem=%u stream=%#zx args=%s", f->name,
-           (size_t)g_current, gx, gy, gz, bx, by, bz, smem, (size_t)stream, hex);
+  /* Like the real driver, read exactly each declared parameter's size from params[i]. */
+  static char hex[2][2 * 4096 + 1];
+  for (size_t p = 0; p < 2; ++p) {
+    hex[p][0] = 0;
+    if (p >= f->param_count) continue;
+    const unsigned char *bytes = params[p];
+    for (size_t i = 0; i < f->param_size[p] && i < 4096; ++i) sprintf(hex[p] + 2 * i, "%02x", bytes[i]);
+  }
+  /* zyfa_core promises a 64-byte aligned host copy of the maps (a __grid_constant__ CUtensorMap struct). */
+  if (f->param_count > 1 && (uintptr_t)params[1] % 64 != 0) return INVALID_VALUE;
+  log_line("cuLaunchKernel name=%s ctx=%#zx grid=%u,%u,%u block=%u,%u,%u smem=%u stream=%#zx args=%s%s%s", f->name,
+           (size_t)g_current, gx, gy, gz, bx, by, bz, smem, (size_t)stream, hex[0],
+           f->param_count > 1 ? " second=" : "", hex[1]);
   return SUCCESS;
 }
+
+#ifndef FAKE_WITHOUT_TENSOR_MAP
+/* Validates like the real cuTensorMapEncodeTiled where a launcher mistake would show (the rules of its
+ * documentation in cuda.h), logs the call, and fills the map with a pattern the tests recompute: 16
+ * little-endian words, word i = address + i. */
+CUresult cuTensorMapEncodeTiled(void *map, int data_type, unsigned rank, void *address, const uint64_t *dims,
+                                const uint64_t *strides, const uint32_t *box, const uint32_t *element_strides,
+                                int interleave, int swizzle, int l2, int oob) {
+  int e = env_int("FAKE_TMA_ERROR", 0);
+  if (e) return e;
+  size_t elem = data_type == 0 ? 1 : data_type == 9 ? 2 : 0; /* UINT8, BFLOAT16: all ZYFA uses */
+  if (!map || (uintptr_t)map % 64 || elem == 0 || rank != 4 || (uintptr_t)address % 16) return INVALID_VALUE;
+  for (unsigned i = 0; i < rank; ++i) {
+    if (dims[i] == 0 || dims[i] > (1ull << 32)) return INVALID_VALUE;
+    if (box[i] == 0 || box[i] > 256 || element_strides[i] == 0 || element_strides[i] > 8) return INVALID_VALUE;
+    if (i + 1 < rank && (strides[i] % 16 || strides[i] >= (1ull << 40))) return INVALID_VALUE;
+  }
+  if ((box[0] * elem) % 16 || (swizzle == 3 && box[0] * elem > 128)) return INVALID_VALUE;
+  if (interleave != 0 || swizzle < 0 || swizzle > 3 || l2 < 0 || l2 > 3 || oob < 0 || oob > 1) return INVALID_VALUE;
+  uint64_t *words = map;
+  for (int i = 0; i < 16; ++i) words[i] = (uint64_t)(uintptr_t)address + (uint64_t)i;
+  log_line("cuTensorMapEncodeTiled dtype=%d rank=%u address=%#zx dims=%llu,%llu,%llu,%llu strides=%llu,%llu,%llu "
+           "box=%u,%u,%u,%u element_strides=%u,%u,%u,%u interleave=%d swizzle=%d l2=%d oob=%d",
+           data_type, rank, (size_t)(uintptr_t)address, (unsigned long long)dims[0], (unsigned long long)dims[1],
+           (unsigned long long)dims[2], (unsigned long long)dims[3], (unsigned long long)strides[0],
+           (unsigned long long)strides[1], (unsigned long long)strides[2], box[0], box[1], box[2], box[3],
+           element_strides[0], element_strides[1], element_strides[2], element_strides[3], interleave, swizzle, l2,
+           oob);
+  return SUCCESS;
+}
+#endif
 
 static const char *names[][2] = {
     {"CUDA_SUCCESS", "no error"},
