@@ -4,7 +4,9 @@
 // for it, after Python has defined it:
 //   CUDA          check the tensors and scalars (as zyfa/_validate.py does, same exception types and
 //                 messages), allocate out/lse, fill the ABI struct (kernels/abi/zyfa_abi.h), launch on
-//                 torch's current stream through zyfa_core._driver's C entry point zyfa_driver_launch.
+//                 torch's current stream through zyfa_core._driver's C entry point zyfa_driver_launch;
+//                 a kernel whose manifest row says "loads": "tma" also gets the ABI's zyfa_tma_maps,
+//                 encoded per call (zyfa_driver_encode_tensor_map) and passed by zyfa_driver_launch2.
 //   AutogradCUDA  no grad needed: straight to the CUDA kernel; else the same under an autograd node
 //                 whose backward raises (the op is forward-only), as the Python registration does.
 // ROCm builds of torch report HIP devices as CUDA, so the same kernels serve them.
@@ -14,7 +16,8 @@
 // Kernel lookup: a small cache keyed by (device, dtype, d_qk, d_v, causal, p_mode, $ZYFA_KERNEL_DIR);
 // a miss calls the Python resolver zyfa/_ops.py registers (`set_resolver`) once, with the GIL, which
 // selects and loads the kernel through zyfa_core; a hit touches no Python. An entry holds what the
-// launch needs, the grid mode and (persistent grid) the device's multiprocessor count included.
+// launch needs, the grid mode and (persistent grid) the device's multiprocessor count included, and for
+// a TMA kernel its tile_n and the encode and two-parameter launch entries.
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -23,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -50,7 +54,20 @@ struct zyfa_driver_error {
 };
 using zyfa_driver_launch_fn = int (*)(const void *kernel, const unsigned *grid, const unsigned *block, unsigned smem,
                                       void *stream, const void *args, size_t size, zyfa_driver_error *error);
+// map_out: 128 bytes, 64-byte aligned; dtype 0 = one-byte elements (e4m3fn), 1 = bf16; dims 4, strides 3
+// (bytes), box 4, as zyfa_abi.h's comment above zyfa_tma_maps specifies.
+using zyfa_driver_encode_fn = int (*)(void *map_out, int dtype, const void *address, const unsigned long long *dims,
+                                      const unsigned long long *strides, const unsigned *box,
+                                      zyfa_driver_error *error);
+// zyfa_driver_launch with a second kernel parameter (`second`, `second_size` bytes) after `args`.
+using zyfa_driver_launch2_fn = int (*)(const void *kernel, const unsigned *grid, const unsigned *block,
+                                       unsigned smem, void *stream, const void *args, size_t size,
+                                       const void *second, size_t second_size, zyfa_driver_error *error);
 }
+
+static_assert(alignof(zyfa_tma_maps) == 64 && offsetof(zyfa_tma_maps, k) == 128 &&
+                  offsetof(zyfa_tma_maps, v) == 256 && offsetof(zyfa_tma_maps, valid) == 384,
+              "zyfa_tma_maps: the layout zyfa_abi.h documents");
 
 namespace zyfa {
 namespace {
@@ -300,6 +317,10 @@ struct KernelEntry {
   unsigned smem = 0;
   bool persistent = false;      // manifest "grid": "persistent" (else "tiles")
   int64_t multiprocessors = 0;  // the device's SM count, read once by the resolver; > 0 when persistent
+  bool tma = false;             // manifest "loads": "tma" (else "cp.async"): launched with zyfa_tma_maps
+  int64_t tile_n = 0;           // TMA kernels: the k and v maps' box rows
+  zyfa_driver_encode_fn encode = nullptr;    // TMA kernels only
+  zyfa_driver_launch2_fn launch2 = nullptr;  // TMA kernels only
 };
 
 std::mutex g_mutex;
@@ -317,6 +338,27 @@ void read_grid(const py::object &found, KernelEntry &e) {
   e.multiprocessors = py::hasattr(found, "multiprocessors") ? found.attr("multiprocessors").cast<int64_t>() : 0;
   TORCH_CHECK(!e.persistent || e.multiprocessors > 0, "zyfa._C: kernel ", e.name,
               " takes a persistent grid, but the resolver gave no multiprocessor count (", num(e.multiprocessors), ")");
+}
+
+// The load mode of a NativeLaunch and, for "tma", what the maps need. A zyfa_core older than the
+// manifest "loads" field has no such attribute: its kernels all load with cp.async.
+void read_loads(const py::object &found, KernelEntry &e) {
+  const std::string loads = py::hasattr(found, "loads") ? found.attr("loads").cast<std::string>() : "cp.async";
+  TORCH_CHECK(loads == "cp.async" || loads == "tma", "zyfa._C: kernel ", e.name, " has loads '", loads,
+              "'; this zyfa._C launches 'cp.async' and 'tma': reinstall zyfa-torch");
+  e.tma = loads == "tma";
+  if (!e.tma) return;
+  const auto address = [&](const char *attr) {
+    return py::hasattr(found, attr) ? found.attr(attr).cast<std::uintptr_t>() : std::uintptr_t{0};
+  };
+  e.encode = reinterpret_cast<zyfa_driver_encode_fn>(address("encode_function"));
+  e.launch2 = reinterpret_cast<zyfa_driver_launch2_fn>(address("launch2_function"));
+  TORCH_CHECK(e.encode && e.launch2, "zyfa._C: kernel ", e.name, " loads with TMA, but the installed zyfa_core "
+              "gave no tensor-map encode or two-parameter launch entry (encode_function, launch2_function): "
+              "reinstall zyfa-core");
+  e.tile_n = py::hasattr(found, "tile_n") ? found.attr("tile_n").cast<int64_t>() : 0;
+  TORCH_CHECK(e.tile_n > 0, "zyfa._C: kernel ", e.name, " loads with TMA, but the resolver gave no tile_n (",
+              num(e.tile_n), ")");
 }
 
 KernelEntry resolve(const KernelKey &key, const char *p_mode) {
@@ -341,6 +383,7 @@ KernelEntry resolve(const KernelKey &key, const char *p_mode) {
   e.smem = found.attr("smem_bytes").cast<unsigned>();
   TORCH_CHECK(e.kernel && e.launch && e.tile_m > 0, "zyfa._C: the resolver returned no kernel for ", e.name);
   read_grid(found, e);
+  read_loads(found, e);
   return e;
 }
 
@@ -368,6 +411,61 @@ KernelEntry lookup(int device, const Tensor &q, const Dims &d, bool causal, int 
                        py::arg("error_name") = std::string(err.error_name));
   PyErr_SetObject(cls.ptr(), exc.ptr());
   throw py::error_already_set();
+}
+
+// An encode failure names no kernel (the entry does not know it): name it here, then raise as a launch error.
+[[noreturn]] void raise_encode_error(const std::string &kernel, zyfa_driver_error &err) {
+  if (err.kernel[0] == 0) std::snprintf(err.kernel, sizeof(err.kernel), "%s", kernel.c_str());
+  raise_driver_error(err);
+}
+
+// ------------------------------------------------------------------------------------------------
+// TMA maps: zyfa_abi.h's comment above zyfa_tma_maps is the specification.
+
+struct TmaOperand {
+  const void *address;
+  int64_t stride_seq, stride_head, stride_batch;  // elements
+  int32_t d, seqlen, heads;
+  int64_t rows;  // box rows: tile_m for q, tile_n for k and v
+};
+
+// cuTensorMapEncodeTiled's rules (zyfa_core.abi.tma_maps_usable): the address and every stride in bytes a
+// multiple of 16, strides below 2^40 bytes.
+bool tma_usable(const TmaOperand &t, int64_t elem) {
+  constexpr int64_t kStrideLimit = int64_t{1} << 40;
+  const int64_t strides[3] = {t.stride_seq, t.stride_head, t.stride_batch};
+  bool ok = reinterpret_cast<std::uintptr_t>(t.address) % kAlignBytes == 0;
+  for (int64_t s : strides) ok = ok && s >= 0 && s < kStrideLimit / elem && (s * elem) % kAlignBytes == 0;
+  return ok;
+}
+
+// Fill `maps` for the kernel args `a` (as packed: size-1 dims with dense strides): valid = 1 and the three
+// maps encoded, or all bytes zero (valid = 0: the kernel loads with cp.async) when a q / k / v pointer or
+// stride in bytes is not a multiple of 16 (or a stride is 2^40 bytes or more). The same bytes as
+// zyfa_core.abi.tma_maps_bytes. Returns false with `err` filled when an encode call failed.
+bool fill_tma_maps(const zyfa_fwd_args &a, bool fp8, int64_t tile_m, int64_t tile_n, zyfa_driver_encode_fn encode,
+                   zyfa_tma_maps &maps, zyfa_driver_error &err) {
+  std::memset(&maps, 0, sizeof(maps));
+  const int64_t elem = fp8 ? 1 : 2;
+  const TmaOperand operands[3] = {
+      {a.q, a.q_stride_seq, a.q_stride_head, a.q_stride_batch, a.d_qk, a.seqlen_q, a.heads_q, tile_m},
+      {a.k, a.k_stride_seq, a.k_stride_head, a.k_stride_batch, a.d_qk, a.seqlen_k, a.heads_kv, tile_n},
+      {a.v, a.v_stride_seq, a.v_stride_head, a.v_stride_batch, a.d_v, a.seqlen_k, a.heads_kv, tile_n},
+  };
+  for (const TmaOperand &t : operands) {
+    if (!tma_usable(t, elem)) return true;
+  }
+  zyfa_tensor_map *out[3] = {&maps.q, &maps.k, &maps.v};
+  for (int i = 0; i < 3; ++i) {
+    const TmaOperand &t = operands[i];
+    using u64 = unsigned long long;
+    const u64 dims[4] = {u64(t.d), u64(t.seqlen), u64(t.heads), u64(a.batch)};
+    const u64 strides[3] = {u64(t.stride_seq * elem), u64(t.stride_head * elem), u64(t.stride_batch * elem)};
+    const unsigned box[4] = {unsigned(128 / elem), unsigned(t.rows), 1, 1};  // one 128-byte swizzle row wide
+    if (encode(out[i], fp8 ? 0 : 1, t.address, dims, strides, box, &err) != 0) return false;
+  }
+  maps.valid = 1;
+  return true;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -414,7 +512,15 @@ void launch(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out
   unsigned grid[3];
   launch_grid(e, c.dims, grid);
   zyfa_driver_error err;
-  if (e.launch(e.kernel, grid, e.block, e.smem, stream, &args, sizeof(args), &err) != 0) raise_driver_error(err);
+  if (!e.tma) {
+    if (e.launch(e.kernel, grid, e.block, e.smem, stream, &args, sizeof(args), &err) != 0) raise_driver_error(err);
+    return;
+  }
+  alignas(64) zyfa_tma_maps maps;
+  if (!fill_tma_maps(args, is_fp8(q), e.tile_m, e.tile_n, e.encode, maps, err)) raise_encode_error(e.name, err);
+  if (e.launch2(e.kernel, grid, e.block, e.smem, stream, &args, sizeof(args), &maps, sizeof(maps), &err) != 0) {
+    raise_driver_error(err);
+  }
 }
 
 std::tuple<Tensor, Tensor> fwd_cuda(const Tensor &q, const Tensor &k, const Tensor &v, double softmax_scale,
@@ -501,6 +607,24 @@ std::tuple<Tensor, Tensor> launch_for_test(const Tensor &q, const Tensor &k, con
   return {out, lse};
 }
 
+// The TMA maps the launch of a "tma" kernel passes for the packed `args` (pack_args' bytes), encoded through
+// the C entry at `encode_function` (NativeLaunch.encode_function): the 448 bytes of zyfa_tma_maps.
+py::bytes tma_maps_for_test(const py::bytes &args, bool fp8, int64_t tile_m, int64_t tile_n,
+                            std::uintptr_t encode_function, const std::string &kernel) {
+  const std::string_view bytes = args;
+  TORCH_CHECK_VALUE(bytes.size() == sizeof(zyfa_fwd_args), "zyfa._C: args must be ", num(sizeof(zyfa_fwd_args)),
+                    " bytes, got ", num(static_cast<int64_t>(bytes.size())));
+  TORCH_CHECK_VALUE(encode_function != 0, "zyfa._C: encode_function is null");
+  zyfa_fwd_args a;
+  std::memcpy(&a, bytes.data(), sizeof(a));
+  alignas(64) zyfa_tma_maps maps;
+  zyfa_driver_error err;
+  if (!fill_tma_maps(a, fp8, tile_m, tile_n, reinterpret_cast<zyfa_driver_encode_fn>(encode_function), maps, err)) {
+    raise_encode_error(kernel, err);
+  }
+  return py::bytes(reinterpret_cast<const char *>(&maps), sizeof(maps));
+}
+
 void set_resolver(py::object resolver) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_resolver == nullptr) g_resolver = new py::object();
@@ -553,4 +677,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("softmax_scale"), py::arg("causal"), py::arg("q_descale"), py::arg("k_descale"), py::arg("v_descale"),
         py::arg("return_lse"), py::arg("p_mode"), py::arg("device"), py::arg("stream"),
         "Test entry: the CUDA body on any device's tensors, launching on `stream` of `device`.");
+  m.def("tma_maps_for_test", &zyfa::tma_maps_for_test, py::arg("args"), py::arg("fp8"), py::arg("tile_m"),
+        py::arg("tile_n"), py::arg("encode_function"), py::arg("kernel") = "",
+        "Test entry: the zyfa_tma_maps bytes a TMA launch passes for packed args (encoded at encode_function).");
+  m.attr("TMA_MAPS_SIZE") = sizeof(zyfa_tma_maps);
 }

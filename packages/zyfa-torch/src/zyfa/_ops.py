@@ -349,9 +349,13 @@ def _resolve_native(
     device_index: int, dtype: str, d_qk: int, d_v: int, causal: bool, p_mode: str | None
 ) -> object:
     """zyfa._C's kernel-cache miss: select (cached, as `select_kernel`) and load the kernel through
-    zyfa_core; returns zyfa_core.launcher.NativeLaunch (handles and launch geometry)."""
+    zyfa_core; returns zyfa_core.launcher.NativeLaunch (handles, launch geometry, load mode), with the
+    spec's tile_n added where NativeLaunch lacks it (a TMA kernel's k and v maps take tile_n rows)."""
     spec = _select_cached(device_index, dtype, d_qk, d_v, causal, p_mode, os.environ.get(_KERNEL_DIR_ENV))
-    return _core().launcher.native_launch(spec, device_index)
+    found = _core().launcher.native_launch(spec, device_index)
+    if hasattr(found, "tile_n"):
+        return found
+    return SimpleNamespace(**found._asdict(), tile_n=spec.tile_n)
 
 
 def _load_native() -> tuple[object | None, str]:
