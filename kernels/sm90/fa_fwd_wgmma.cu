@@ -179,6 +179,9 @@
 // maps.valid == 0 (pointers or strides not 16-byte multiples) keeps the cp.async path. Variants with
 // "loads": "tma" in kernels/variants.bzl are built with it; the launchers then pass the maps.
 // Run 10 (H200): BF16 d128 +4.1..6.0%, with persistent CTAs +5.8..13.4%; 192/128 +4.9..6.0%.
+// e4m3 (run 11 experiment, UNMEASURED when written): Q and K by TMA (boxes of 128 bytes, byte elements)
+// from producer thread 0; V keeps the 128 threads' cp.async staging + byte transpose (wgmma needs V^T,
+// which no TMA box gives), so the V full barriers keep 128 arrivals.
 #define ZYFA_WS_TMA 0
 #endif
 #ifndef ZYFA_WS_PSCHED
@@ -194,7 +197,7 @@
 namespace zyfa_sm90_ws {
 
 constexpr bool kPersistent = ZYFA_WS_PERSISTENT != 0;
-constexpr bool kTma = ZYFA_WS_TMA != 0;
+[[maybe_unused]] constexpr bool kTma = ZYFA_WS_TMA != 0;
 constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
@@ -211,6 +214,7 @@ constexpr int kVRowBytes = kDV * kESize;
 constexpr int kQkChunks = kQkRowBytes / 16;       // 16-byte chunks per q/k row
 constexpr int kVChunks = kVRowBytes / 16;
 constexpr int kQkRegions = (kQkRowBytes + 127) / 128;  // 128-byte column regions per q/k row
+[[maybe_unused]] constexpr int kBoxElems = 128 / kESize;           // elements of one TMA box row (128 bytes, the swizzle span)
 constexpr int kQkSteps = kQkRowBytes / 32;        // wgmma k-steps of S (32 bytes: k16 bf16 / k32 e4m3)
 constexpr int kPvSteps = kTileN * kESize / 32;    // wgmma k-steps of O (keys)
 // K and V ring depth: e4m3 3 (2 above 160 keys per tile: 3 stages of 192 keys do not fit in 227 KiB), bf16 2.
@@ -315,7 +319,6 @@ static_assert(kSmemBytes <= 227 * 1024, "shared memory layout exceeds the sm_90 
 static_assert((1 + 4 * kStages) * 8 <= kBarrierBytes, "mbarriers do not fit their area");
 static_assert(!kPersistent || (2 + 4 * kStages) * 8 <= kBarrierBytes, "persistent: the Q-empty mbarrier does not fit");
 static_assert(kVStageBytes % 1024 == 0 && kKStageBytes % 1024 == 0, "stages must keep 1024-byte alignment");
-static_assert(!kTma || !kFp8, "ZYFA_WS_TMA: BF16 only (the e4m3 V path transposes through registers)");
 
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers: shared memory, mbarriers, cp.async, fences, named barriers, setmaxnreg.
@@ -1144,8 +1147,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   constexpr bool tma_on = false;
 #endif
   using namespace zyfa_sm90_ws;
-  // Arrivals that complete a full barrier's phase: the 128 producer threads, or the one TMA thread.
+  // Arrivals that complete a full barrier's phase: the 128 producer threads, or the one TMA thread
+  // (e4m3 V: always the 128 threads of the transpose).
   const uint32_t full_arrivals = tma_on ? 1u : 128u;
+  const uint32_t v_full_arrivals = (tma_on && !kFp8) ? 1u : 128u;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t q_s = base;
@@ -1250,7 +1255,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_full_k(s), full_arrivals);  // one arrival per producer thread (TMA: its one thread)
-      mbar_init(bar_full_v(s), full_arrivals);
+      mbar_init(bar_full_v(s), v_full_arrivals);
       mbar_init(bar_empty_k(s), 8);   // one arrival per consumer warp
       mbar_init(bar_empty_v(s), 8);
     }
@@ -1265,7 +1270,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   if (wg == 0) {
     // ================================ producer warpgroup ================================
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    if (tma_on && tid != 0) return;  // TMA: one thread issues every load; the others would only poll
+    // TMA (bf16): one thread issues every load; the others would only poll. e4m3 keeps all 128 for V.
+    if (tma_on && !kFp8 && tid != 0) return;
 #if ZYFA_WS_PERSISTENT
     int kv_base = 0;       // K / V blocks loaded by this CTA before this item (ring position)
     uint32_t q_loads = 0;  // Q tiles loaded before this item (Q full / empty phases)
@@ -1311,10 +1317,12 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
 #if ZYFA_WS_TMA
       if (tma_on) {
-        mbar_arrive_expect_tx(bar_q, kQBytes);
+        if (!kFp8 || t == 0) {  // bf16: thread 0 is the only producer thread left
+          mbar_arrive_expect_tx(bar_q, kQBytes);
 #pragma unroll
-        for (int r = 0; r < kQkRegions; ++r)
-          tma_load_4d(q_s + r * kTileM * 128, &maps.q, 64 * r, blk.q_row0, blk.head, blk.batch, bar_q);
+          for (int r = 0; r < kQkRegions; ++r)
+            tma_load_4d(q_s + r * kTileM * 128, &maps.q, kBoxElems * r, blk.q_row0, blk.head, blk.batch, bar_q);
+        }
       } else
 #endif
       {
@@ -1331,26 +1339,33 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     for (int j = 0; j < blk.n_blocks; ++j) {
       const int s = (j + kv_base) % kStages;
       const uint32_t parity = (((j + kv_base) / kStages) & 1) ^ 1;
-      mbar_wait(bar_empty_k(s), parity);
+      if (!kFp8 || !tma_on) mbar_wait(bar_empty_k(s), parity);  // e4m3 TMA: only the issuing thread waits
 #if ZYFA_WS_TMA
       if (tma_on) {
-        mbar_arrive_expect_tx(bar_full_k(s), kKStageBytes);
+        if (!kFp8 || t == 0) {
+          if constexpr (kFp8) mbar_wait(bar_empty_k(s), parity);
+          mbar_arrive_expect_tx(bar_full_k(s), kKStageBytes);
 #pragma unroll
-        for (int r = 0; r < kQkRegions; ++r)
-          tma_load_4d(k_s + s * kKStageBytes + r * kTileN * 128, &maps.k, 64 * r, j * kTileN, blk.kv_head, blk.batch,
-                      bar_full_k(s));
-        mbar_wait(bar_empty_v(s), parity);
-        mbar_arrive_expect_tx(bar_full_v(s), kVStageBytes);
+          for (int r = 0; r < kQkRegions; ++r)
+            tma_load_4d(k_s + s * kKStageBytes + r * kTileN * 128, &maps.k, kBoxElems * r, j * kTileN, blk.kv_head,
+                        blk.batch, bar_full_k(s));
+        }
+        if constexpr (!kFp8) {
+          mbar_wait(bar_empty_v(s), parity);
+          mbar_arrive_expect_tx(bar_full_v(s), kVStageBytes);
 #pragma unroll
-        for (int r = 0; r < kVChunks / 8; ++r)
-          tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, 64 * r, j * kTileN, blk.kv_head, blk.batch,
-                      bar_full_v(s));
-        continue;
-      }
+          for (int r = 0; r < kVChunks / 8; ++r)
+            tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r, j * kTileN, blk.kv_head,
+                        blk.batch, bar_full_v(s));
+          continue;
+        }
+      } else
 #endif
-      load_tile<kTileN, kQkChunks>(k_s + s * kKStageBytes, k_base, args.k_stride_seq * kESize, j * kTileN, seqlen_k,
-                                   vec_ok, t);
-      signal(bar_full_k(s));
+      {
+        load_tile<kTileN, kQkChunks>(k_s + s * kKStageBytes, k_base, args.k_stride_seq * kESize, j * kTileN, seqlen_k,
+                                     vec_ok, t);
+        signal(bar_full_k(s));
+      }
       if constexpr (kVStaged) {
         // Groups: ..., V_j staging (issued last iteration), K_j, V_{j+1} staging.
         cp_async_commit();

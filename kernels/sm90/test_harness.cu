@@ -74,11 +74,12 @@ bool tma_encode(zyfa_tensor_map& m, const void* ptr, int d, int seq, int heads, 
   }
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(seq), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(ss * 2), static_cast<cuuint64_t>(sh * 2),
-                                 static_cast<cuuint64_t>(sb * 2)};  // bytes, dims 1..3 (bf16)
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(rows), 1, 1};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(ss * kESize), static_cast<cuuint64_t>(sh * kESize),
+                                 static_cast<cuuint64_t>(sb * kESize)};  // bytes, dims 1..3
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / kESize), static_cast<cuuint32_t>(rows), 1, 1};  // 128 B rows
   const cuuint32_t unit[4] = {1, 1, 1, 1};
-  return encode(reinterpret_cast<CUtensorMap*>(&m), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(ptr), dims,
+  const CUtensorMapDataType type = kESize == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return encode(reinterpret_cast<CUtensorMap*>(&m), type, 4, const_cast<void*>(ptr), dims,
                 strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -93,7 +94,7 @@ zyfa_tma_maps tma_maps_for(const zyfa_fwd_args& a) {
                         reinterpret_cast<uintptr_t>(a.v) |
                         static_cast<uint64_t>((a.q_stride_batch | a.q_stride_seq | a.q_stride_head | a.k_stride_batch |
                                                a.k_stride_seq | a.k_stride_head | a.v_stride_batch | a.v_stride_seq |
-                                               a.v_stride_head) * 2);
+                                               a.v_stride_head) * kESize);
   maps.valid = (bits & 15u) == 0u &&
                tma_encode(maps.q, a.q, kDQk, a.seqlen_q, a.heads_q, a.batch, a.q_stride_seq, a.q_stride_head,
                           a.q_stride_batch, kTileM) &&

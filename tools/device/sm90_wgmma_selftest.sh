@@ -91,14 +91,17 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # loads by TMA from one producer thread (ZYFA_WS_TMA=1; the test program encodes the tensor maps and
 # prints "bench note: tma maps valid" per timed shape), also with persistent CTAs for d128.
 _TMA = "-DZYFA_WS_TMA=1"
+# Run 10 outcomes: BF16 d128 persistent + TMA and BF16 192/128 TMA are the defaults (variants.bzl 'loads').
+# Eleventh run (NOTES.md "Predictions, run 11"): e4m3 Q and K by TMA from producer thread 0 (V keeps the
+# 128 threads' staging + transpose), on each FP8 variant's persistent default; BF16 192/128 TMA +
+# persistent CTAs (the d128 combination, unmeasured at 192/128).
+_FP8_TMA = [("tma", None, [_TMA])]
 EXPERIMENTS = {
-    "fa_fwd_bf16_hd128_causal_sm90a": [
-        ("tma", 164992, [_TMA]),
-        ("tma_persist", 164992, [_TMA, "-DZYFA_WS_PERSISTENT=1"]),
-    ],
-    "fa_fwd_bf16_hd192x128_causal_sm90a": [
-        ("tma", 214144, [_TMA]),
-    ],
+    "fa_fwd_bf16_hd192x128_causal_sm90a": [("tma_persist", 214144, ["-DZYFA_WS_PERSISTENT=1"])],
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _FP8_TMA,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _FP8_TMA,
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _FP8_TMA,
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _FP8_TMA,
 }
 assert _smem(True, 128, 128, 192, 2) == 181376
 debug_done = set()
@@ -106,8 +109,9 @@ for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
     print("main", v["name"], " ".join(d))
     for suffix, smem, extra in EXPERIMENTS.get(v["name"], []):
-        keys = {x.split("=")[0] for x in extra} | {"-DZYFA_SMEM_BYTES"}  # the experiment's defines replace the variant's
-        dx = [x for x in d if x.split("=")[0] not in keys] + [f"-DZYFA_SMEM_BYTES={smem}"] + extra
+        # The experiment's defines replace the variant's (smem None: the variant's own).
+        keys = {x.split("=")[0] for x in extra} | ({"-DZYFA_SMEM_BYTES"} if smem else set())
+        dx = [x for x in d if x.split("=")[0] not in keys] + ([f"-DZYFA_SMEM_BYTES={smem}"] if smem else []) + extra
         print("exp", v["name"] + "_" + suffix, " ".join(dx))
     if v["dtype"] not in debug_done and v["p_mode"] != "lean":
         debug_done.add(v["dtype"])
