@@ -14,6 +14,7 @@ import random
 import re
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -91,7 +92,10 @@ int main(int argc, char **argv) {
     printf("}\n");
     return 0;
   }
-  printf("{\"size\": %zu, \"version\": %d, \"flag_causal\": %u, \"flag_lse\": %u, \"fields\": [",
+  printf("{\"tma\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu], ", sizeof(zyfa_tma_maps), __alignof__(zyfa_tma_maps),
+         offsetof(zyfa_tma_maps, q), offsetof(zyfa_tma_maps, k), offsetof(zyfa_tma_maps, v),
+         offsetof(zyfa_tma_maps, valid), sizeof(zyfa_tensor_map));
+  printf("\"size\": %zu, \"version\": %d, \"flag_causal\": %u, \"flag_lse\": %u, \"fields\": [",
          sizeof(zyfa_fwd_args), (int)ZYFA_ABI_VERSION, (unsigned)ZYFA_FLAG_CAUSAL, (unsigned)ZYFA_FLAG_LSE);
 @LAYOUT@
   printf("]}\n");
@@ -151,6 +155,20 @@ def test_every_offset_and_size_match(compiled) -> None:
         assert mirror.size == field["size"], f"{field['name']}: size {mirror.size} != C {field['size']}"
     # Packed and gap-free: the parsed fields tile the struct exactly (a field the parser missed shows here).
     assert sum(f["size"] for f in info["fields"]) == info["size"]
+
+
+def test_tma_maps_layout_matches(compiled) -> None:
+    """zyfa_tma_maps: 448 bytes, 64-aligned, maps q/k/v of 128 bytes at 0/128/256, valid at 384."""
+    _, exe = compiled
+    size, align, q, k, v, valid, one_map = layout(exe)["tma"]
+    assert (size, align) == (abi.TMA_MAPS_BYTES, 64)
+    assert (q, k, v, valid, one_map) == (
+        0,
+        abi.TENSOR_MAP_BYTES,
+        2 * abi.TENSOR_MAP_BYTES,
+        384,
+        abi.TENSOR_MAP_BYTES,
+    )
 
 
 def test_version_and_flags_match(compiled) -> None:
@@ -225,3 +243,84 @@ def test_make_fwd_args_defaults() -> None:
     assert (args.q or 0) == 0 and (args.lse or 0) == 0
     assert args.flags == abi.FLAG_CAUSAL and args.reserved == 0
     assert (args.q_descale, args.k_descale, args.v_descale) == (1.0, 1.0, 1.0)
+
+
+# ------------------------------------------------------------ zyfa_tma_maps: the TMA kernels' 2nd parameter
+
+
+class _RecordingEncoder:
+    """Stands in for `_driver.encode_tensor_map`: records each call, returns 128 recognisable bytes."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, list[int], list[int], list[int]]] = []
+
+    def __call__(self, dtype: str, address: int, dims, strides, box) -> bytes:
+        self.calls.append((dtype, address, list(dims), list(strides), list(box)))
+        return bytes([len(self.calls)]) * abi.TENSOR_MAP_BYTES
+
+
+def _tma_case(dtype: str = "bf16", **overrides) -> tuple[SimpleNamespace, abi.ZyfaFwdArgs]:
+    """GQA (8 query heads over 2 kv heads), q/k/v as views of packed buffers (non-contiguous strides)."""
+    spec = SimpleNamespace(name="fa_fwd_tma_test", dtype=dtype, tile_m=128, tile_n=176)
+    b, sq, sk, hq, hkv, dqk, dv = 3, 300, 500, 8, 2, 192, 128
+    fields = dict(
+        q=0x7F0000000000, k=0x7F1000000000, v=0x7F2000000000, out=0x7F3000000000,
+        # q inside a packed [b, sq, 3, hq, dqk] qkv buffer; k and v with padded rows and batches.
+        q_stride_batch=sq * 3 * hq * dqk, q_stride_seq=3 * hq * dqk, q_stride_head=dqk,
+        k_stride_batch=sk * hkv * 256 + 64, k_stride_seq=hkv * 256, k_stride_head=256,
+        v_stride_batch=sk * hkv * dv * 2, v_stride_seq=hkv * dv * 2, v_stride_head=dv,
+        out_stride_batch=sq * hq * dv, out_stride_seq=hq * dv, out_stride_head=dv,
+        batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=sq, seqlen_k=sk, d_qk=dqk, d_v=dv, softmax_scale=0.1,
+    )  # fmt: skip
+    fields.update(overrides)
+    return spec, abi.make_fwd_args(**fields)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "element", "size", "inner"), [("bf16", "bf16", 2, 64), ("e4m3fn", "u8", 1, 128)]
+)
+def test_tma_maps_encode_q_k_v_as_the_header_says(dtype: str, element: str, size: int, inner: int) -> None:
+    spec, args = _tma_case(dtype)
+    encode = _RecordingEncoder()
+    maps = abi.tma_maps_bytes(spec, args, encode)
+
+    def call(address: int, dims: list[int], strides: tuple[int, int, int], rows: int) -> tuple:
+        return (element, address, dims, [stride * size for stride in strides], [inner, rows, 1, 1])
+
+    assert encode.calls == [
+        call(args.q, [192, 300, 8, 3], (3 * 8 * 192, 192, 300 * 3 * 8 * 192), 128),  # tile_m rows
+        call(args.k, [192, 500, 2, 3], (2 * 256, 256, 500 * 2 * 256 + 64), 176),  # tile_n rows
+        call(args.v, [128, 500, 2, 3], (2 * 128 * 2, 128, 500 * 2 * 128 * 2), 176),
+    ]
+    assert len(maps) == abi.TMA_MAPS_BYTES == 448
+    assert maps[:384] == b"\x01" * 128 + b"\x02" * 128 + b"\x03" * 128
+    assert maps[384:388] == (1).to_bytes(4, "little") and maps[388:] == bytes(60)  # valid = 1, reserved zero
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"k_stride_seq": 2 * 256 + 4},  # 1032 bytes: not a multiple of 16
+        {"v_stride_head": 132},  # 264 bytes
+        {"q_stride_batch": 3},  # even along a dim the kernel never steps (batch 1 below is not required)
+        {"v": 0x7F2000000008},  # an 8-byte aligned pointer
+        {"q_stride_batch": 2**39},  # 2**40 bytes: past cuTensorMapEncodeTiled's stride limit
+    ],
+)
+def test_tma_maps_unusable_strides_or_pointers_give_valid_0(override: dict) -> None:
+    """cuTensorMapEncodeTiled needs 16-byte multiples: otherwise no map is encoded, all 448 bytes are
+    zero (valid = 0) and the kernel loads with cp.async."""
+    spec, args = _tma_case(**override)
+    encode = _RecordingEncoder()
+    assert not abi.tma_maps_usable(spec, args)
+    assert abi.tma_maps_bytes(spec, args, encode) == bytes(448)
+    assert encode.calls == []
+
+
+def test_tma_maps_checks_the_encoders_answer() -> None:
+    spec, args = _tma_case()
+    with pytest.raises(ValueError, match="a tensor map must be 128 bytes, got 64"):
+        abi.tma_maps_bytes(spec, args, lambda *_: bytes(64))
+    spec.dtype = "fp16"
+    with pytest.raises(ValueError, match="no TMA element type for dtype 'fp16'"):
+        abi.tma_maps_bytes(spec, args, _RecordingEncoder())

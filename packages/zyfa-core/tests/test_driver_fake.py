@@ -422,3 +422,283 @@ def test_hip_persistent_kernel_without_multiprocessors_is_a_value_error(
     out, calls = run_with_fake("hip", args_snippet("gfx950") + CATCH.format(call=call), hip)
     assert out["type"] == "ValueError" and "multiprocessor count" in out["message"]
     assert calls_named(calls, "hipModuleLaunchKernel") == []
+
+
+# ------------------------------------------------------------ TMA kernels: the zyfa_tma_maps parameter
+
+SM90_TMA = (
+    "fa_fwd_bf16_hd128_causal_tma_sm90a"  # fake_cuda.c declares 2 parameters (192 + 448) for "tma" names
+)
+TMA_TILE_M, TMA_TILE_N = 128, 176
+
+
+def tma_rows(manifest_tools, tma_loads: str = "tma", plain_loads: str = "cp.async") -> list[dict]:
+    """A TMA kernel and a one-parameter cp.async kernel, with the given manifest 'loads' fields."""
+    return [
+        manifest_tools.row(SM90_TMA, loads=tma_loads, tile_m=TMA_TILE_M, tile_n=TMA_TILE_N, threads=384),
+        manifest_tools.row(SM90_BF16, loads=plain_loads),
+    ]
+
+
+def write_tma_dir(path: Path, manifest_tools, rows: list[dict]) -> Path:
+    image = f"FAKECUBIN {SM90_TMA} {SM90_BF16}\n".encode()
+    return manifest_tools.write(path, rows, files={row["file"]: image for row in rows})
+
+
+@pytest.fixture
+def tma_dir(tmp_path: Path, manifest_tools) -> Path:
+    return write_tma_dir(tmp_path / "tma", manifest_tools, tma_rows(manifest_tools))
+
+
+# GQA (6 query heads over 2 kv heads), q inside a packed qkv buffer, k and v with padded rows: none of
+# q/k/v is contiguous. `spec` is the kernel {name}; q_stride_batch is {q_stride_batch}.
+TMA_ARGS = """
+spec = zyfa_core.Manifest.load(KERNEL_DIR).get({name!r})
+b, sq, sk, hq, hkv, d = {b}, 300, 500, 6, 2, 128
+args = zyfa_core.make_fwd_args(
+    q=0x7F0000000000, k=0x7F1000000000, v=0x7F2000000000, out=0x7F3000000000, flags=zyfa_core.FLAG_CAUSAL,
+    q_stride_batch={q_stride_batch}, q_stride_seq=3 * hq * d, q_stride_head=d,
+    k_stride_batch=sk * hkv * 2 * d, k_stride_seq=hkv * 2 * d, k_stride_head=2 * d,
+    v_stride_batch=sk * hkv * d + 64, v_stride_seq=hkv * d, v_stride_head=d,
+    out_stride_batch=sq * hq * d, out_stride_seq=hq * d, out_stride_head=d,
+    batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=sq, seqlen_k=sk, d_qk=d, d_v=d, softmax_scale=0.1)
+"""
+
+
+def tma_args(name: str = SM90_TMA, b: int = 3, q_stride_batch: str = "sq * 3 * hq * d") -> str:
+    return TMA_ARGS.format(name=name, b=b, q_stride_batch=q_stride_batch)
+
+
+def expected_maps(q: int, k: int, v: int) -> str:
+    """The zyfa_tma_maps bytes (hex) from fake_cuda.c's maps (word i = address + i), valid = 1."""
+    maps = b"".join((address + i).to_bytes(8, "little") for address in (q, k, v) for i in range(16))
+    return (maps + (1).to_bytes(4, "little") + bytes(60)).hex()
+
+
+def expected_encodes(b: int) -> list[dict[str, str]]:
+    """The three cuTensorMapEncodeTiled calls (as fake_cuda.c logs them) for TMA_ARGS with batch b."""
+    sq, sk, hq, hkv, d, elem = 300, 500, 6, 2, 128, 2
+    tensors = [
+        (0x7F0000000000, sq, hq, (3 * hq * d, d, sq * 3 * hq * d), TMA_TILE_M),
+        (0x7F1000000000, sk, hkv, (hkv * 2 * d, 2 * d, sk * hkv * 2 * d), TMA_TILE_N),
+        (0x7F2000000000, sk, hkv, (hkv * d, d, sk * hkv * d + 64), TMA_TILE_N),
+    ]
+    fixed = {"dtype": "9", "rank": "4", "element_strides": "1,1,1,1", "interleave": "0", "swizzle": "3"}
+    return [
+        {
+            "call": "cuTensorMapEncodeTiled",
+            **fixed,
+            "address": hex(address),
+            "dims": f"{d},{seqlen},{heads},{b}",
+            "strides": ",".join(str(stride * elem) for stride in strides),
+            "box": f"64,{rows},1,1",
+            "l2": "3",
+            "oob": "0",
+        }
+        for address, seqlen, heads, strides, rows in tensors
+    ]
+
+
+TMA_LAUNCH = """
+zyfa_core.launch(spec, args, stream=0x5000, device=0)
+kernel = zyfa_core.launcher._kernel(spec, 0)
+print(json.dumps({"args": bytes(args).hex(), "q": args.q, "k": args.k, "v": args.v,
+                  "params": [kernel.param_count, kernel.param_size, kernel.second_param_size]}))
+"""
+
+
+def test_tma_launch_encodes_q_k_v_and_passes_the_maps_second(run_with_fake, tma_dir: Path) -> None:
+    out, calls = run_with_fake("cuda", tma_args() + TMA_LAUNCH, tma_dir)
+    assert calls_named(calls, "cuTensorMapEncodeTiled") == expected_encodes(3)
+    (launch,) = calls_named(calls, "cuLaunchKernel")
+    assert launch["name"] == SM90_TMA and launch["args"] == out["args"]
+    assert launch["second"] == expected_maps(out["q"], out["k"], out["v"])
+    assert launch["block"] == "384,1,1" and launch["grid"] == "3,6,3"
+    assert out["params"] == [2, 192, 448]
+
+
+def test_tma_launch_with_an_unaligned_stride_passes_valid_0(run_with_fake, tma_dir: Path) -> None:
+    """Batch 1 lets q_stride_batch be anything (torch leaves size-1 strides arbitrary): check_args allows
+    it, cuTensorMapEncodeTiled would not. No map is encoded and the kernel gets all-zero maps (valid =
+    0), so it loads with cp.async."""
+    out, calls = run_with_fake("cuda", tma_args(b=1, q_stride_batch="3") + TMA_LAUNCH, tma_dir)
+    assert calls_named(calls, "cuTensorMapEncodeTiled") == []
+    (launch,) = calls_named(calls, "cuLaunchKernel")
+    assert launch["args"] == out["args"] and launch["second"] == "00" * 448
+
+
+def test_plain_kernel_passes_one_parameter(run_with_fake, tma_dir: Path) -> None:
+    out, calls = run_with_fake("cuda", tma_args(SM90_BF16) + TMA_LAUNCH, tma_dir)
+    (launch,) = calls_named(calls, "cuLaunchKernel")
+    assert launch["args"] == out["args"] and "second" not in launch
+    assert calls_named(calls, "cuTensorMapEncodeTiled") == [] and out["params"] == [1, 192, 0]
+
+
+@pytest.mark.parametrize(
+    ("tma_loads", "plain_loads", "name", "env", "message"),
+    [
+        ("cp.async", "cp.async", SM90_TMA, {}, "two parameters of 192 and 448 bytes but the launch passes "
+         "one parameter of 192 bytes"),
+        ("tma", "tma", SM90_BF16, {}, "one parameter of 192 bytes but the launch passes two parameters "
+         "of 192 and 448 bytes"),
+        ("tma", "cp.async", SM90_TMA, {"FAKE_PARAM_SIZE2": "440"}, "two parameters of 192 and 440 bytes but "
+         "the launch passes two parameters of 192 and 448 bytes"),
+    ],
+)  # fmt: skip
+def test_tma_parameter_mismatch_is_an_abi_error(
+    run_with_fake, tmp_path: Path, manifest_tools, tma_loads, plain_loads, name, env, message
+) -> None:
+    """A manifest 'loads' that disagrees with the code object, or a maps size other than 448, is refused
+    before the driver reads parameter bytes that are not there."""
+    kernels = write_tma_dir(tmp_path / "k", manifest_tools, tma_rows(manifest_tools, tma_loads, plain_loads))
+    snippet = tma_args(name) + CATCH.format(call="zyfa_core.launch(spec, args, stream=0, device=0)")
+    out, calls = run_with_fake("cuda", snippet, kernels, **env)
+    assert (out["type"], out["kernel"], out["call"]) == ("ZyfaDriverError", name, "launch")
+    assert message in out["message"] and "ABI mismatch" in out["message"]
+    assert calls_named(calls, "cuLaunchKernel") == []
+
+
+def test_driver_without_cuTensorMapEncodeTiled(run_with_fake, fake_libs, tma_dir: Path) -> None:
+    """A pre-12.0 driver still runs the cp.async kernels; a TMA kernel fails naming the missing call."""
+    snippet = (
+        tma_args(SM90_BF16)
+        + "zyfa_core.launch(spec, args, stream=0, device=0)\n"
+        + tma_args()
+        + CATCH.format(call="zyfa_core.launch(spec, args, stream=0, device=0)")
+    )
+    out, calls = run_with_fake("cuda", snippet, tma_dir, ZYFA_LIBCUDA=fake_libs["cuda_no_tma"])
+    assert (out["type"], out["kernel"], out["call"]) == (
+        "ZyfaDriverError",
+        SM90_TMA,
+        "cuTensorMapEncodeTiled",
+    )
+    assert "has no cuTensorMapEncodeTiled (needs a CUDA 12 driver)" in out["message"]
+    assert [launch["name"] for launch in calls_named(calls, "cuLaunchKernel")] == [SM90_BF16]
+
+
+def test_tensor_map_encoding_error(run_with_fake, tma_dir: Path) -> None:
+    snippet = tma_args() + CATCH.format(call="zyfa_core.launch(spec, args, stream=0, device=0)")
+    out, calls = run_with_fake("cuda", snippet, tma_dir, FAKE_TMA_ERROR="1")
+    assert (out["type"], out["call"], out["error_name"]) == (
+        "ZyfaDriverError",
+        "cuTensorMapEncodeTiled",
+        "CUDA_ERROR_INVALID_VALUE",
+    )
+    assert out["message"] == (
+        f"{SM90_TMA}: cuTensorMapEncodeTiled failed with CUDA_ERROR_INVALID_VALUE (1): invalid argument"
+    )
+    assert calls_named(calls, "cuLaunchKernel") == []
+
+
+def test_encode_tensor_map_checks_its_arguments(run_with_fake, tma_dir: Path) -> None:
+    snippet = """
+drv = zyfa_core.launcher._driver()
+results = []
+for call in ('drv.encode_tensor_map("fp16", 0x1000, [64, 1, 1, 1], [128, 128, 128], [64, 1, 1, 1])',
+             'drv.encode_tensor_map("bf16", 0x1000, [64, 1, 1], [128, 128, 128], [64, 1, 1, 1])'):
+    try:
+        eval(call)
+        results.append(None)
+    except ValueError as exc:
+        results.append(str(exc))
+results.append(drv.encode_tensor_map("u8", 0x1000, [128, 7, 1, 1], [128, 896, 896], [128, 7, 1, 1]).hex())
+print(json.dumps(results))
+"""
+    out, calls = run_with_fake("cuda", snippet, tma_dir)
+    assert out[0] == "encode_tensor_map: dtype must be 'bf16' or 'u8', got 'fp16'"
+    assert out[1] == "encode_tensor_map: needs 4 dims, 3 strides and 4 box sizes; got 3, 3 and 4"
+    assert out[2] == b"".join((0x1000 + i).to_bytes(8, "little") for i in range(16)).hex()
+    (encode,) = calls_named(calls, "cuTensorMapEncodeTiled")
+    assert (encode["dtype"], encode["dims"], encode["box"]) == ("0", "128,7,1,1", "128,7,1,1")
+
+
+# zyfa-torch's C++ op, as ctypes: encode the three maps with zyfa_driver_encode_tensor_map into a 64-byte
+# aligned zyfa_tma_maps, set valid, launch with zyfa_driver_launch2 (once from an aligned buffer, once
+# from an unaligned copy, which the entry point must realign).
+NATIVE_TMA = """
+import ctypes
+from zyfa_core import abi
+native = zyfa_core.launcher.native_launch(spec, 0)
+
+class Error(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_long), ("kernel", ctypes.c_char * 128), ("call", ctypes.c_char * 128),
+                ("error_name", ctypes.c_char * 64), ("message", ctypes.c_char * 1024)]
+
+u64s, u32s = ctypes.POINTER(ctypes.c_ulonglong), ctypes.POINTER(ctypes.c_uint)
+encode = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, u64s, u64s, u32s,
+                          ctypes.POINTER(Error))(native.encode_function)
+launch2 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, u32s, u32s, ctypes.c_uint, ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
+                           ctypes.POINTER(Error))(native.launch2_function)
+storage = ctypes.create_string_buffer(448 + 128)
+maps = (ctypes.addressof(storage) + 63) // 64 * 64
+error = Error()
+rcs = []
+for i, (address, dims, strides, box) in enumerate(abi._map_geometry(spec, args)):
+    rcs.append(encode(maps + 128 * i, 1, address, (ctypes.c_ulonglong * 4)(*dims),
+                      (ctypes.c_ulonglong * 3)(*strides), (ctypes.c_uint * 4)(*box), ctypes.byref(error)))
+ctypes.c_int32.from_address(maps + 384).value = 1
+bad = Error()
+rc_unaligned_map = encode(maps + 8, 1, args.q, (ctypes.c_ulonglong * 4)(128, 1, 1, 1),
+                          (ctypes.c_ulonglong * 3)(256, 256, 256), (ctypes.c_uint * 4)(64, 1, 1, 1),
+                          ctypes.byref(bad))
+grid = (ctypes.c_uint * 3)(*zyfa_core.launch_grid(spec, args))
+block = (ctypes.c_uint * 3)(*native.block)
+raw = bytes(args)
+buffer = ctypes.create_string_buffer(raw, len(raw))
+rcs.append(launch2(native.kernel, grid, block, native.smem_bytes, 0x7000, buffer, len(raw), maps, 448,
+                   ctypes.byref(error)))
+ctypes.memmove(maps + 8, ctypes.string_at(maps, 448), 448)  # now 8 bytes off 64-byte alignment
+rcs.append(launch2(native.kernel, grid, block, native.smem_bytes, 0x7000, buffer, len(raw), maps + 8, 448,
+                   ctypes.byref(error)))
+print(json.dumps({"rcs": rcs, "message": error.message.decode(), "args": raw.hex(), "q": args.q,
+                  "k": args.k, "v": args.v, "loads": native.loads,
+                  "unaligned_map": [rc_unaligned_map, bad.message.decode()]}))
+"""
+
+
+def test_native_tma_entry_points(run_with_fake, tma_dir: Path) -> None:
+    out, calls = run_with_fake("cuda", tma_args() + NATIVE_TMA, tma_dir)
+    assert out["rcs"] == [0, 0, 0, 0, 0], out["message"]
+    assert out["loads"] == "tma"
+    assert calls_named(calls, "cuTensorMapEncodeTiled") == expected_encodes(3)
+    launches = calls_named(calls, "cuLaunchKernel")
+    assert len(launches) == 2
+    for launch in launches:
+        assert launch["args"] == out["args"] and launch["grid"] == "3,6,3" and launch["block"] == "384,1,1"
+        assert launch["second"] == expected_maps(out["q"], out["k"], out["v"])
+    rc, message = out["unaligned_map"]
+    assert rc != 0 and message == "cuTensorMapEncodeTiled failed: the map buffer must be 64-byte aligned"
+
+
+def test_native_launch2_refuses_a_second_parameter_the_kernel_lacks(run_with_fake, tma_dir: Path) -> None:
+    out, calls = run_with_fake("cuda", tma_args(SM90_BF16) + NATIVE_TMA, tma_dir)
+    assert out["rcs"][:3] == [0, 0, 0] and out["rcs"][3] != 0 and out["loads"] == "cp.async"
+    assert "takes one parameter of 192 bytes but the launch passes two" in out["message"]
+    assert calls_named(calls, "cuLaunchKernel") == []
+
+
+def test_hip_refuses_tensor_maps_and_a_second_parameter(run_with_fake, hip_dir: Path) -> None:
+    snippet = (
+        args_snippet(arch="gfx950")
+        + """
+drv = zyfa_core.launcher._driver()
+kernel = zyfa_core.launcher._kernel(spec, 0)
+errors = []
+for call in (lambda: drv.encode_tensor_map("bf16", 0x1000, [64, 1, 1, 1], [128, 128, 128], [64, 1, 1, 1]),
+             lambda: kernel.launch((1, 1, 1), (64, 1, 1), 0, 0, bytes(args), bytes(448))):
+    try:
+        call()
+        errors.append(None)
+    except zyfa_core.ZyfaDriverError as exc:
+        errors.append(str(exc))
+print(json.dumps(errors))
+"""
+    )
+    out, calls = run_with_fake("hip", snippet, hip_dir)
+    assert out[0].startswith("cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA")
+    assert (
+        out[1] == f"{GFX950_BF16}: launch failed: a second kernel parameter (TMA maps) is CUDA only; the "
+        "loaded backend is HIP"
+    )
+    assert calls_named(calls, "hipModuleLaunchKernel") == []

@@ -357,7 +357,9 @@ def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int) -> 
     _check_handles(device, stream)
     kernel = _kernel(spec, device)
     grid = launch_grid(spec, args, _multiprocessors(spec, device))
-    maps = tma_maps_bytes(spec, args, _driver().encode_tensor_map) if spec.loads == "tma" else None
+    maps = None
+    if spec.loads == "tma":  # errors of the encoding name the kernel, as every launch error does
+        maps = tma_maps_bytes(spec, args, functools.partial(_driver().encode_tensor_map, kernel=spec.name))
     kernel.launch(grid, (spec.threads, 1, 1), spec.launch_smem_bytes, stream, bytes(args), maps)
 
 
