@@ -90,6 +90,26 @@ def test_throughput_time_budget(tmp_path, fake_zyfa_mod):
     assert rows and all(r["status"] == "skipped" and "time budget" in r["reason"] for r in rows)
 
 
+def test_throughput_rounds_option(tmp_path, fake_zyfa_mod, capsys):
+    out = tmp_path / "t.json"
+    args = ["throughput", *TINY, "--seqlens", "32", "--tokens", "32", "--impl", "zyfa-bf16,sdpa-math"]
+    assert main([*args, "--repeats", "4", "--rounds", "2", "--warmup", "1", "--json", str(out)]) == 0
+    doc = load_results(out)
+    assert doc["settings"]["rounds"] == 2
+    ok = [r for r in doc["rows"] if r["status"] == "ok"]
+    assert ok and all(r["timing"]["rounds"] == 2 and r["timing"]["repeats"] == 4 for r in ok)
+    capsys.readouterr()
+    for bad in ("0", "-1", "two"):
+        with pytest.raises(SystemExit) as exc:
+            main([*args, "--rounds", bad])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --rounds" in err and ("must be an integer >= 1" in err or "not an integer" in err)
+    with pytest.raises(SystemExit):
+        main([*args, "--repeats", "0"])
+    assert "argument --repeats: must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
 def test_accuracy_on_cpu_writes_valid_json(tmp_path, fake_zyfa_mod, capsys):
     out = tmp_path / "a.json"
     rc = main(

@@ -93,6 +93,16 @@ def test_window_picks_samples_inside_or_the_nearest():
     assert s.window(10, 11)["sm_mhz_mean"] == 1004.0  # nothing inside: the nearest sample
 
 
+def test_windows_pool_several_spans():
+    s = ClockSampler(source="none")
+    s.samples = [ClockSample(t, 1000 + t) for t in (1.0, 2.0, 3.0, 4.0)]
+    w = s.windows([(0.5, 1.5), (3.5, 4.5)])  # the samples between the spans (2.0, 3.0) stay out
+    assert w["samples"] == 2 and w["sm_mhz_mean"] == pytest.approx(1002.5) and w["sm_mhz_max"] == 1004.0
+    assert s.windows([(1.5, 1.6), (3.9, 3.95)])["sm_mhz_mean"] == 1004.0  # none inside: nearest to an edge
+    assert s.windows([(1.5, 3.5)]) == s.window(1.5, 3.5)
+    assert s.windows([])["samples"] == 0
+
+
 def test_nvidia_smi_streaming(tmp_path, monkeypatch):
     # A stand-in nvidia-smi that streams one CSV line per -lms period, like the real one.
     script = tmp_path / "nvidia-smi"

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from zyfa_bench.timing import buffer_sets, host_overhead, time_calls
+from zyfa_bench.timing import buffer_sets, call_times, host_overhead, summarise_runs, time_calls
 
 
 def test_buffer_sets_defeat_l2():
@@ -37,6 +37,36 @@ def test_time_calls_rotates_sets_and_takes_the_median():
     assert t.min_ms <= t.p10_ms <= t.median_ms <= t.p90_ms <= t.max_ms
     assert t.median_ms >= 2.0  # the sleeps really were inside the timed region
     assert t.t_end >= t.t_start
+
+
+def test_timed_calls_continue_the_warm_up_cycle():
+    order: list[int] = []
+    calls = [lambda i=i: order.append(i) for i in range(2)]
+    run = call_times(calls, device=torch.device("cpu"), warmup=3, repeats=4)
+    # warm-up 0 1 0, then the timed calls go on with 1: set 0 was not just pulled into the cache.
+    assert order == [0, 1, 0, 1, 0, 1, 0] and len(run.times_ms) == 4 and run.warmup == 3
+    order.clear()
+    call_times(calls, device=torch.device("cpu"), warmup=1, repeats=2, warm_every_set=False)
+    assert order == [0, 1, 0]  # one warm-up call, not one per set
+    order.clear()
+    call_times(calls, device=torch.device("cpu"), warmup=0, repeats=2, warm_every_set=False)
+    assert order == [0, 1]
+
+
+def test_summarise_runs_pools_every_call():
+    cpu = torch.device("cpu")
+    runs = [
+        call_times([lambda: time.sleep(0.001)], device=cpu, warmup=w, repeats=r) for w, r in ((2, 3), (1, 2))
+    ]
+    t = summarise_runs(runs)
+    pooled = sorted(runs[0].times_ms + runs[1].times_ms)
+    assert t.repeats == 5 and t.rounds == 2 and t.warmup == 3 and t.sets == 1
+    assert t.median_ms == pooled[2] and t.min_ms == pooled[0] and t.max_ms == pooled[-1]
+    assert t.t_start == runs[0].t_start and t.t_end == runs[1].t_end
+    single = summarise_runs(runs[:1])
+    assert single.rounds == 1 and single.repeats == 3 and single.median_ms == sorted(runs[0].times_ms)[1]
+    with pytest.raises(ValueError):
+        summarise_runs([])
 
 
 def test_time_calls_rejects_bad_arguments():

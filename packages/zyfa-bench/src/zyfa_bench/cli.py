@@ -37,6 +37,17 @@ def _words(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of counts that must be at least 1 (--repeats, --rounds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
 def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -105,7 +116,8 @@ def _throughput_parser(sub: Any) -> None:
         "throughput",
         help="TFLOP/s and ms of every implementation on every problem",
         description="Median time of repeated calls (device events, after warm-up, input sets rotated so "
-        "caches do not flatter), TFLOP/s with causal FLOPs 2*B*H*S^2*(d_qk+d_v)/2, a float64 check of "
+        "caches do not flatter, implementations interleaved in rounds so clock swings hit all alike), "
+        "TFLOP/s with causal FLOPs 2*B*H*S^2*(d_qk+d_v)/2, a float64 check of "
         "each output slice, host overhead per call (eager and CUDA-graph replay), GPU clocks during "
         "each measurement and clock-normalised TFLOP/s, and the BF16/FP8 GEMM ceilings of the same run.",
     )
@@ -115,9 +127,26 @@ def _throughput_parser(sub: Any) -> None:
     t.add_argument(
         "--workload", default="gaussian", help="gaussian, model-like, or captured:PATH (default: %(default)s)"
     )
-    t.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default: %(default)s)")
     t.add_argument(
-        "--repeats", type=int, default=20, help="timed calls; the median is reported (default: %(default)s)"
+        "--warmup",
+        type=int,
+        default=3,
+        help="untimed calls before the first round (later rounds make one each; default: %(default)s)",
+    )
+    t.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=20,
+        help="timed calls per implementation, over all rounds; the median is reported (default: %(default)s)",
+    )
+    t.add_argument(
+        "--rounds",
+        type=_positive_int,
+        default=3,
+        help="interleaved timing rounds: every implementation of a problem is prepared, then each round "
+        "times a share of its repeats, in an order rotated every round, so that the clock swings of a "
+        "power-capped GPU hit all implementations alike (1: each one timed back to back, the old way; "
+        "at most --repeats rounds are used; default: %(default)s)",
     )
     t.add_argument(
         "--max-sets",
@@ -337,6 +366,7 @@ def cmd_throughput(args: argparse.Namespace) -> int:
     opts = SweepOptions(
         warmup=args.warmup,
         repeats=args.repeats,
+        rounds=args.rounds,
         max_sets=args.max_sets,
         graph=not args.no_graph,
         check=not args.no_check,

@@ -10,7 +10,8 @@ Sources, first that works:
   ROCm releases, so the parser walks the JSON for the first numeric clock / power / temperature field
   (tested with sample outputs; no AMD GPU is reachable here).
 `ClockSampler` is a context manager running a sampling thread; `window(t0, t1)` summarises the samples
-taken inside a timed region (times from time.monotonic(), as `zyfa_bench.timing.Timing` records them).
+taken inside a timed region (times from time.monotonic(), as `zyfa_bench.timing.Timing` records them),
+`windows([(t0, t1), ...])` those inside several (one implementation's interleaved timing rounds).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import statistics
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -285,10 +286,18 @@ class ClockSampler:
 
     def window(self, t0: float, t1: float) -> dict[str, Any]:
         """Summary of the samples with t0 <= t <= t1 (the nearest one if none fell inside)."""
+        return self.windows([(t0, t1)])
+
+    def windows(self, spans: Sequence[tuple[float, float]]) -> dict[str, Any]:
+        """Summary of the samples inside any of `spans`, (t0, t1) pairs such as one implementation's rounds.
+
+        The sample nearest to a span's edge stands in if none fell inside (as for `window`).
+        """
         with self._lock:
-            inside = [s for s in self.samples if t0 <= s.t <= t1]
-            if not inside and self.samples:
-                inside = [min(self.samples, key=lambda s: min(abs(s.t - t0), abs(s.t - t1)))]
+            inside = [s for s in self.samples if any(t0 <= s.t <= t1 for t0, t1 in spans)]
+            if not inside and self.samples and spans:
+                edges = [t for span in spans for t in span]
+                inside = [min(self.samples, key=lambda s: min(abs(s.t - t) for t in edges))]
         return summarise(inside, source=self.source, error=self.error)
 
 

@@ -1,11 +1,18 @@
 """The throughput sweep: every selected implementation on every problem, side by side, one process.
 
 For each problem (shape preset × seqlen, batch = tokens // seqlen) fresh inputs are drawn once and
-shared by all implementations (FP8 ones get the same quantised tensors).  Each implementation is then
-prepared (outside the timer: layouts, plans, JIT compiles, one validation call), timed with
-`zyfa_bench.timing.time_calls`, checked against a float64 reference on a slice of its output, and
-measured for host overhead (eager and CUDA-graph replay).  Clock samples taken during its timed region
-are attached to its row.  Any failure becomes a row with its reason; the sweep goes on.
+shared by all implementations (FP8 ones get the same quantised tensors).  Every implementation is
+prepared first (outside the timer: layouts, plans, JIT compiles, one validation call); then they are
+timed in `rounds` interleaved rounds (`zyfa_bench.timing.call_times`): each round times a share of the
+repeats of every implementation, in an order rotated by one per round (A B C, B C A, C A B), and each
+implementation's figures pool all its calls (`summarise_runs`).  A power-capped GPU's clock swings
+between states over seconds; timed back to back, each implementation could land in a different state
+and the ratios between them would be off by the clock ratio (~10% seen on an H200); interleaved, every
+implementation samples every state alike.  Then each is checked against a float64 reference on a slice
+of its output and measured for host overhead (eager and CUDA-graph replay).  Clock samples taken during
+its own timed rounds are attached to its row.  Any failure becomes a row with its reason as soon as it
+is known; the sweep goes on.  With rounds = 1 each implementation is prepared, timed (one run of all
+repeats), checked and measured in turn, before the next one is prepared.
 
 `ceilings` measures, in the same run, the BF16 and FP8 GEMM rates the attention figures are compared
 with (issue 5: "≥ 80% of the FP8 GEMM rate measured in the same run").
@@ -26,7 +33,15 @@ from zyfa_bench.flops import attention_flops
 from zyfa_bench.inputs import Inputs, make_inputs, quantize_inputs
 from zyfa_bench.peers.base import Peer, Prepared, Unsupported
 from zyfa_bench.spec import Spec
-from zyfa_bench.timing import buffer_sets, host_overhead, l2_bytes, time_calls
+from zyfa_bench.timing import (
+    CallTimes,
+    buffer_sets,
+    call_times,
+    host_overhead,
+    l2_bytes,
+    summarise_runs,
+    time_calls,
+)
 from zyfa_bench.workloads import Workload, describe
 
 __all__ = ["Problem", "SweepOptions", "ceilings", "run_sweep"]
@@ -45,7 +60,8 @@ class SweepOptions:
     """How each implementation is measured (see `zyfa-bench throughput --help`)."""
 
     warmup: int = 3
-    repeats: int = 20
+    repeats: int = 20  # timed calls per implementation in all, split over the rounds
+    rounds: int = 3  # interleaved timing rounds (at most `repeats`; 1 = each implementation back to back)
     max_sets: int = 8
     graph: bool = True
     check: bool = True
@@ -73,31 +89,101 @@ def run_sweep(
     sampler: ClockSampler | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> None:
-    """Measure every peer on every problem; each row goes to `add_row` as soon as it exists."""
+    """Measure every peer on every problem; each row goes to `add_row` as soon as it exists.
+
+    Rows of peers that are skipped, unsupported or fail to prepare come out while the others are being
+    prepared; measured rows (and timing failures) follow the timing rounds, in peer order.
+    """
+    if options.rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {options.rounds}")
+    if options.repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {options.repeats}")
     t_begin = time.monotonic()
     availability = {p.name: p.available() for p in peers}
     need_fp8 = any(p.precision == "fp8" and availability[p.name][0] for p in peers)
+    # One round: each peer on its own (prepare, time, check, host overhead, then the next peer), as before
+    # rounds existed.  Several: all peers of the problem are prepared, then timed together.
+    groups = [[p] for p in peers] if options.rounds == 1 else [peers]
     for n, problem in enumerate(problems):
         over = options.time_budget_s is not None and time.monotonic() - t_begin > options.time_budget_s
         sets: list[Inputs] = []
         if not over:
             sets = _input_sets(problem.spec, workload, device, options, n, need_fp8)
-        for peer in peers:
-            if progress:
-                progress(f"{problem.spec.label} {peer.name}")
-            row = _base_row(problem, peer, workload, options, n)
-            over = options.time_budget_s is not None and time.monotonic() - t_begin > options.time_budget_s
-            if over:
-                add_row(
-                    {
-                        **row,
-                        "status": "skipped",
-                        "reason": f"time budget of {options.time_budget_s:.0f} s spent",
-                    }
+        for group in groups:
+            ready: list[_Ready] = []
+            for peer in group:
+                if progress:
+                    progress(f"{problem.spec.label} {peer.name}")
+                row = _base_row(problem, peer, workload, options, n)
+                over = (
+                    options.time_budget_s is not None and time.monotonic() - t_begin > options.time_budget_s
                 )
-                continue
-            add_row({**row, **_measure(peer, availability[peer.name], sets, device, options, sampler)})
+                if over:
+                    add_row(
+                        {
+                            **row,
+                            "status": "skipped",
+                            "reason": f"time budget of {options.time_budget_s:.0f} s spent",
+                        }
+                    )
+                    continue
+                prepared = _prepare(peer, availability[peer.name], sets, device)
+                if isinstance(prepared, dict):  # skipped, unsupported or error: the row is complete
+                    add_row({**row, **prepared})
+                    continue
+                ready.append(_Ready(peer, row, prepared))
+            _time_rounds(ready, device, options)
+            for r in ready:
+                add_row({**r.row, **_finish(r, sets, device, options, sampler)})
+            del ready
         del sets
+
+
+@dataclass
+class _Ready:
+    """A prepared peer of the current problem, and its timing rounds so far."""
+
+    peer: Peer
+    row: dict[str, Any]
+    prepared: list[Prepared]
+    runs: list[CallTimes] = field(default_factory=list)
+    error: str | None = None
+
+
+def _round_repeats(repeats: int, rounds: int) -> list[int]:
+    """Timed calls of each round: `repeats` split as evenly as possible, earlier rounds taking the rest.
+
+    The total is exactly `repeats` (so `--repeats` keeps its meaning); more rounds than repeats are cut to
+    one call per round.
+    """
+    rounds = min(rounds, repeats)
+    return [repeats // rounds + (1 if r < repeats % rounds else 0) for r in range(rounds)]
+
+
+def _time_rounds(ready: list[_Ready], device: torch.device, options: SweepOptions) -> None:
+    """Time every ready peer in interleaved rounds, the order rotated by one each round."""
+    for r, count in enumerate(_round_repeats(options.repeats, options.rounds)):
+        shift = r % len(ready) if ready else 0
+        for item in ready[shift:] + ready[:shift]:
+            if item.error is not None:
+                continue  # failed in an earlier round: its row reports that
+            # Round 0 warms up fully (--warmup, and every input set once).  Later rounds make one untimed
+            # call: the sets are resident already, but the peer's first launch after other peers' kernels
+            # (cold instruction cache and TLB entries) would otherwise be a timed call; one call costs
+            # little next to a round, while a full warm-up per round would about double the sweep.
+            warm = options.warmup if r == 0 else min(1, options.warmup)
+            try:
+                item.runs.append(
+                    call_times(
+                        [p.call for p in item.prepared],
+                        device=device,
+                        warmup=warm,
+                        repeats=count,
+                        warm_every_set=r == 0,
+                    )
+                )
+            except Exception as exc:  # a peer's failure is a row, not the end of the sweep
+                item.error = f"timing failed: {_why(exc)}"
 
 
 def _input_sets(
@@ -138,14 +224,10 @@ def _base_row(
     }
 
 
-def _measure(
-    peer: Peer,
-    availability: tuple[bool, str],
-    sets: list[Inputs],
-    device: torch.device,
-    options: SweepOptions,
-    sampler: ClockSampler | None,
-) -> dict[str, Any]:
+def _prepare(
+    peer: Peer, availability: tuple[bool, str], sets: list[Inputs], device: torch.device
+) -> list[Prepared] | dict[str, Any]:
+    """The peer's prepared calls, one per input set, or the row fields saying why there are none."""
     ok, why = availability
     spec = sets[0].spec
     if ok:
@@ -155,17 +237,25 @@ def _measure(
     if peer.precision == "fp8" and not sets[0].has_fp8:
         return {"status": "skipped", "reason": str(sets[0].meta.get("fp8_error", "no FP8 inputs"))}
     try:
-        prepared = [peer.prepare(s) for s in sets]
+        return [peer.prepare(s) for s in sets]
     except Unsupported as exc:
         return {"status": "unsupported", "reason": str(exc)}
     except Exception as exc:  # a peer's failure is a row, not the end of the sweep
         return {"status": "error", "reason": _why(exc)}
-    try:
-        timing = time_calls(
-            [p.call for p in prepared], device=device, warmup=options.warmup, repeats=options.repeats
-        )
-    except Exception as exc:
-        return {"status": "error", "reason": f"timing failed: {_why(exc)}"}
+
+
+def _finish(
+    item: _Ready,
+    sets: list[Inputs],
+    device: torch.device,
+    options: SweepOptions,
+    sampler: ClockSampler | None,
+) -> dict[str, Any]:
+    """The row fields of a timed peer: figures over all its rounds, clocks, check and host overhead."""
+    if item.error is not None:
+        return {"status": "error", "reason": item.error}
+    prepared, spec = item.prepared, sets[0].spec
+    timing = summarise_runs(item.runs)
     flops = attention_flops(spec)
     tflops = flops / (timing.median_ms * 1e-3) / 1e12
     row: dict[str, Any] = {
@@ -177,10 +267,11 @@ def _measure(
         "timing": timing.as_dict(),
     }
     if sampler is not None:
-        row["clocks"] = sampler.window(timing.t_start, timing.t_end)
+        # Only the peer's own rounds: the other peers' rounds in between ran other kernels.
+        row["clocks"] = sampler.windows([(run.t_start, run.t_end) for run in item.runs])
         row.update(normalised_throughput(tflops, row["clocks"]["sm_mhz_mean"], sampler.max_sm_mhz))
     if options.check:
-        row["check_rel_l2"] = _check(prepared[0], sets[0], peer.precision, options.check_rows)
+        row["check_rel_l2"] = _check(prepared[0], sets[0], item.peer.precision, options.check_rows)
     # Host overhead needs few calls of a long kernel: keep this part near 0.3 s of device time per mode.
     calls = max(3, min(options.host_calls, int(300 / max(timing.median_ms, 1e-3))))
     host = host_overhead(prepared[0].call, device=device, calls=calls, graph=options.graph)

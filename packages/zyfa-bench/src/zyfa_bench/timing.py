@@ -8,6 +8,10 @@ Every throughput figure of zyfa-bench comes from `time_calls`:
   served from the L2 cache by the previous call (`buffer_sets` picks how many);
 - the median is the figure; min, max and the 10th/90th percentiles show the spread.
 
+`call_times` is the same timer returning the raw per-call times (`CallTimes`); `summarise_runs` turns one
+or several such runs into one `Timing`, so that a caller can time several implementations in interleaved
+rounds (zyfa_bench.throughput) and still summarise each one over all its calls.
+
 `host_overhead` measures what a call costs the host in eager mode and under CUDA-graph replay, where the
 launch work is done once at capture.
 """
@@ -24,12 +28,15 @@ from dataclasses import asdict, dataclass
 import torch
 
 __all__ = [
+    "CallTimes",
     "GraphUnsupported",
     "HostOverhead",
     "Timing",
     "buffer_sets",
+    "call_times",
     "host_overhead",
     "l2_bytes",
+    "summarise_runs",
     "synchronize",
     "time_calls",
 ]
@@ -50,10 +57,23 @@ class Timing:
     method: str  # "device-events" or "wall-clock"
     t_start: float  # time.monotonic() bounds of the timed region (to match clock samples)
     t_end: float
+    rounds: int = 1  # timed runs the figures pool (interleaved rounds; t_start/t_end span all of them)
 
     def as_dict(self) -> dict[str, float | int | str]:
         """Fields as a plain dict (for JSON rows)."""
         return asdict(self)
+
+
+@dataclass
+class CallTimes:
+    """Raw per-call times (milliseconds) of one timed run, before they are summarised into a Timing."""
+
+    times_ms: list[float]
+    warmup: int  # warm-up calls asked for (the per-set minimum of `call_times` may add more)
+    sets: int
+    method: str  # "device-events" or "wall-clock"
+    t_start: float  # time.monotonic() bounds of this run's timed region
+    t_end: float
 
 
 @dataclass
@@ -109,7 +129,9 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
     return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
 
 
-def _summarise(times: list[float], warmup: int, sets: int, method: str, t0: float, t1: float) -> Timing:
+def _summarise(
+    times: list[float], warmup: int, sets: int, method: str, t0: float, t1: float, rounds: int = 1
+) -> Timing:
     s = sorted(times)
     return Timing(
         median_ms=statistics.median(s),
@@ -123,7 +145,23 @@ def _summarise(times: list[float], warmup: int, sets: int, method: str, t0: floa
         method=method,
         t_start=t0,
         t_end=t1,
+        rounds=rounds,
     )
+
+
+def summarise_runs(runs: Sequence[CallTimes]) -> Timing:
+    """One Timing over every call of `runs` (e.g. the interleaved rounds of one implementation).
+
+    median/min/max/p10/p90 pool all calls; repeats is their total; warmup the sum of the warm-ups asked
+    for; t_start/t_end span the first run's start to the last run's end (the runs themselves are the
+    timed intervals: pass them to `ClockSampler.windows` for clocks); rounds is len(runs).
+    """
+    if not runs:
+        raise ValueError("summarise_runs needs at least one run")
+    times = [t for run in runs for t in run.times_ms]
+    warmup = sum(run.warmup for run in runs)
+    first, last = runs[0], runs[-1]
+    return _summarise(times, warmup, first.sets, first.method, first.t_start, last.t_end, len(runs))
 
 
 def time_calls(
@@ -137,39 +175,65 @@ def time_calls(
         warmup: untimed calls first (at least one per set is made anyway, so each set is resident).
         repeats: timed calls.
     """
+    return summarise_runs([call_times(calls, device=device, warmup=warmup, repeats=repeats)])
+
+
+def call_times(
+    calls: Sequence[Callable[[], object]],
+    *,
+    device: torch.device,
+    warmup: int = 3,
+    repeats: int = 20,
+    warm_every_set: bool = True,
+) -> CallTimes:
+    """The per-call times of `repeats` calls cycling over `calls` (what `time_calls` summarises).
+
+    Args:
+        calls: zero-argument callables, each launching exactly the work to be timed on one input set.
+        device: where the work runs: CUDA/HIP devices are timed with events, CPU with the wall clock.
+        warmup: untimed calls first.
+        repeats: timed calls.
+        warm_every_set: make at least one untimed call per set (so each set is resident) even when
+            `warmup` is smaller; False for a later run on sets that were already warmed.
+
+    The timed calls continue the warm-up's cycle over the sets, so the first timed call never reuses the
+    set the last warm-up call just pulled into L2.
+    """
     if not calls:
         raise ValueError("time_calls needs at least one callable")
     if repeats < 1:
         raise ValueError("repeats must be >= 1")
-    for i in range(max(warmup, len(calls))):
+    warm = max(warmup, len(calls)) if warm_every_set else max(warmup, 0)
+    for i in range(warm):
         calls[i % len(calls)]()
     synchronize(device)
+    order = [calls[(warm + i) % len(calls)] for i in range(repeats)]
     if _is_device(device):
-        return _time_events(calls, device, warmup, repeats)
+        return _time_events(order, device, warmup, len(calls))
     times = []
     t0 = time.monotonic()
-    for i in range(repeats):
+    for call in order:
         start = time.perf_counter()
-        calls[i % len(calls)]()
+        call()
         times.append((time.perf_counter() - start) * 1e3)
-    return _summarise(times, warmup, len(calls), "wall-clock", t0, time.monotonic())
+    return CallTimes(times, warmup, len(calls), "wall-clock", t0, time.monotonic())
 
 
 def _time_events(
-    calls: Sequence[Callable[[], object]], device: torch.device, warmup: int, repeats: int
-) -> Timing:
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    order: Sequence[Callable[[], object]], device: torch.device, warmup: int, sets: int
+) -> CallTimes:
+    starts = [torch.cuda.Event(enable_timing=True) for _ in order]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in order]
     stream = torch.cuda.current_stream(device)
     t0 = time.monotonic()
-    for i in range(repeats):
-        starts[i].record(stream)
-        calls[i % len(calls)]()
-        ends[i].record(stream)
+    for start, call, end in zip(starts, order, ends, strict=True):
+        start.record(stream)
+        call()
+        end.record(stream)
     torch.cuda.synchronize(device)
     t1 = time.monotonic()
     times = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
-    return _summarise(times, warmup, len(calls), "device-events", t0, t1)
+    return CallTimes(times, warmup, sets, "device-events", t0, t1)
 
 
 def host_overhead(
