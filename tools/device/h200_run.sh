@@ -11,6 +11,7 @@
 #     ZYFA_ACC_SEQLEN=4096       seqlen of the accuracy problems (batch 1)
 #     ZYFA_CLOCKS_SEQLEN=16384   seqlen of the clocks runs
 #     ZYFA_IMPLS=...             implementations of the throughput sweep (default: zyfa + NVIDIA peers)
+#     ZYFA_REPEATS=30 ZYFA_ROUNDS=3   timed calls per row, in interleaved rounds over the implementations
 #     ZYFA_PYTEST_PATHS=...      test directories (default: zyfa-core, zyfa-torch, zyfa-bench tests)
 #     ZYFA_PYTEST_ARGS=...       extra pytest args, e.g. "-m gpu" or "-k sm90"
 #     ZYFA_SKIP=tests,clocks     stages to skip (names as in the stage table)
@@ -57,6 +58,8 @@ SEQLENS="${ZYFA_SEQLENS:-16384,2048,4096,8192,32768}"
 TOKENS="${ZYFA_TOKENS:-32768}"
 ACC_SEQLEN="${ZYFA_ACC_SEQLEN:-4096}"
 CLOCKS_SEQLEN="${ZYFA_CLOCKS_SEQLEN:-16384}"
+REPEATS="${ZYFA_REPEATS:-30}"  # timed calls per row, split over ROUNDS interleaved rounds
+ROUNDS="${ZYFA_ROUNDS:-3}"     # (a power-capped H200 moves its clock by 10%; every peer sees every state)
 IMPLS="${ZYFA_IMPLS:-zyfa,fa4-bf16,cudnn-bf16,cudnn-fp8,sdpa-flash,sdpa-cudnn,sdpa-efficient,flashinfer-bf16,flashinfer-fp8}"
 PYTEST_PATHS="${ZYFA_PYTEST_PATHS:-packages/zyfa-core/tests packages/zyfa-torch/tests packages/zyfa-bench/tests}"
 SKIP=",${ZYFA_SKIP:-},"
@@ -184,7 +187,8 @@ do_throughput() {
     local budget=$(($1 - 45))
     ((budget < 20)) && budget=20
     zb throughput --quiet --shape gqa128,mla192 --seqlens "$SEQLENS" --tokens "$TOKENS" \
-        --precision bf16,fp8 --impl "$IMPLS" --warmup 2 --repeats 15 --time-budget "$budget" \
+        --precision bf16,fp8 --impl "$IMPLS" --warmup 2 --repeats "$REPEATS" --rounds "$ROUNDS" \
+        --time-budget "$budget" \
         --json "$OUT/throughput.json"
 }
 
@@ -211,7 +215,7 @@ do_report() {
     zb report "${files[@]}" --out "$OUT"
 }
 
-export OUT LOG PY SITE SEQLENS TOKENS ACC_SEQLEN CLOCKS_SEQLEN IMPLS PYTEST_PATHS
+export OUT LOG PY SITE SEQLENS TOKENS ACC_SEQLEN CLOCKS_SEQLEN IMPLS PYTEST_PATHS REPEATS ROUNDS
 export -f zb do_env do_wheels do_install do_tests do_throughput do_accuracy do_clocks do_report
 
 # A `git archive` snapshot (run from a carried folder) names its commit in REVISION; git would name the

@@ -288,6 +288,6 @@ fi
 cp "$dir"/cubin_*.log "$out"/ 2>/dev/null
 # tar is missing on some device images: Python's tarfile instead.
 python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1], "w:gz"); t.add(sys.argv[2], arcname="."); t.close()' \
-  "$res/sm90_wgmma_logs.tgz" "$out" || echo "could not pack the logs" | tee -a "$summary"
+  "$res/sm90_wgmma_logs.tgz" "$out" 2>>"$summary" || echo "could not pack the logs (the error is above)" | tee -a "$summary"
 echo "total $((SECONDS - t_start)) s; status $status" | tee -a "$summary"
 exit "$status"
