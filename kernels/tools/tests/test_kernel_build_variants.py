@@ -75,7 +75,7 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"grid": "persistent"}, "grid 'persistent' needs src 'sm90/fa_fwd_wgmma.cu'"),
         ({"loads": "bulk"}, "loads 'bulk' is not one of ('cp.async', 'tma')"),
         ({"loads": 1}, "loads = 1 has the wrong type"),
-        ({"loads": "tma"}, "loads 'tma' needs src 'sm90/fa_fwd_wgmma.cu' and dtype 'bf16'"),
+        ({"loads": "tma"}, "loads 'tma' needs src 'sm90/fa_fwd_wgmma.cu' (ZYFA_WS_TMA)"),
     ],
 )
 def test_bad_variants_are_named(change: dict, needle: str) -> None:
@@ -152,12 +152,10 @@ def test_loads_is_optional_and_cp_async_by_default() -> None:
     assert not any("ZYFA_WS_TMA" in flag for flag in kb.defines(cp))
 
 
-def test_tma_loads_define_ws_tma_for_bf16_wgmma_only() -> None:
-    v = variant(**WGMMA, loads="tma")
-    assert kb.variant_problems(v) == []
-    flags = kb.defines(v)
-    assert flags[-1] == "-DZYFA_WS_TMA=1"
-    assert flags[:-1] == kb.defines(variant(**WGMMA))  # everything else as the cp.async build
-    fp8 = variant(**{**WGMMA, "dtype": "e4m3fn", "p_mode": "exact"}, loads="tma")
-    needs = "loads 'tma' needs src 'sm90/fa_fwd_wgmma.cu' and dtype 'bf16' (ZYFA_WS_TMA)"
-    assert kb.variant_problems(fp8) == [f"{fp8['name']}: {needs}"]
+def test_tma_loads_define_ws_tma_for_wgmma_bf16_and_e4m3fn() -> None:
+    for extra in ({}, {"dtype": "e4m3fn", "p_mode": "exact"}):
+        v = variant(**{**WGMMA, **extra}, loads="tma")
+        assert kb.variant_problems(v) == []
+        flags = kb.defines(v)
+        assert flags[-1] == "-DZYFA_WS_TMA=1"
+        assert flags[:-1] == kb.defines(variant(**{**WGMMA, **extra}))  # else as cp.async
