@@ -8,7 +8,12 @@ product call, `zyfa.flash_attn_func`, on both kinds of input (and on a few in be
 (A B C ... A B C ...) so clock drift under the power cap hits every kind alike, and prints TFLOP/s with
 the mean SM clock seen by nvidia-smi during each timed batch.
 
-Usage (on the device, after zyfa is installed): python3 tools/device/fp8_input_probe.py [--rounds 3]
+Timing: zyfa_bench.timing.time_calls (median of device events).  The fifth session's figures
+(docs/benchmarks/2026-12-02/session5_run1) came from this script at 9139f17, whose own loop synchronised
+after every call; the medians of both are per-call device times.
+
+Usage (on the device, after zyfa and zyfa-bench are installed):
+    python3 tools/device/fp8_input_probe.py [--rounds 3]
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Callable
 import torch
 
 import zyfa
+from zyfa_bench.timing import time_calls
 
 B, S, HQ, HKV, D = 2, 16384, 32, 8, 128
 FLOPS = 2.0 * B * HQ * S * S * (D + D) / 2.0  # causal, flash-attn's convention
@@ -66,22 +72,6 @@ KINDS: dict[str, Callable[[tuple[int, ...], torch.Generator], tuple[torch.Tensor
 }
 
 
-def time_ms(fn: Callable[[], object], repeats: int) -> float:
-    """Median device time of one call (events), after two warm-up calls."""
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
-
-
 def main() -> None:
     """Time every (P mode, input kind) pair `--rounds` times, interleaved, and print one table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -105,7 +95,7 @@ def main() -> None:
                         q, k, v, causal=True, q_descale=qd, k_descale=kd, v_descale=vd, p_mode=p_mode
                     )
 
-                ms = time_ms(call, args.repeats)
+                ms = time_calls([call], device=torch.device("cuda"), warmup=2, repeats=args.repeats).median_ms
                 results.setdefault((p_mode, name), []).append((ms, sm_clock_mhz()))
     print(
         f"fp8_input_probe: zyfa.flash_attn_func FP8, b{B} s{S} hq{HQ} hkv{HKV} d{D} causal, "
