@@ -60,8 +60,8 @@
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
  * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
- * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid) (timing / accuracy experiments; see their
- * definitions).
+ * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_EXP2_POLY (timing /
+ * accuracy experiments; see their definitions).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -69,6 +69,7 @@
 #include <stdint.h>
 
 #include "abi/zyfa_abi.h"
+#include "exp2_poly.h"
 
 #if !defined(ZYFA_KERNEL_NAME) || !defined(ZYFA_DTYPE_E4M3) || !defined(ZYFA_D_QK) || \
     !defined(ZYFA_D_V) || !defined(ZYFA_TILE_M) || !defined(ZYFA_TILE_N) ||              \
@@ -108,6 +109,13 @@
 #endif
 #ifndef ZYFA_WS_LPT_PAIRS
 #define ZYFA_WS_LPT_PAIRS 32
+#endif
+#ifndef ZYFA_WS_EXP2_POLY
+// Exact P's exponentials of S tiles j with j % 4 < ZYFA_WS_EXP2_POLY (0..4 quarters of them) computed by
+// zyfa_exp2::exp2_poly on the FMA pipe instead of ex2.approx on MUFU (FlashAttention-4's balance of the
+// two units). exp2_poly's relative error is 7.5e-5 at most, so the rounded P differs from ex2's in
+// about 0.1% of e4m3 codes (kernels/tools/tests/test_exp2_poly.py). 0: off (run 14 measures 1 and 2).
+#define ZYFA_WS_EXP2_POLY 0
 #endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
@@ -756,6 +764,11 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
+// The exponential of an element of S tile j (compile-time j after unrolling): ZYFA_WS_EXP2_POLY.
+__device__ __forceinline__ float exp2_of_tile(int j, float x) {
+  return j % 4 < ZYFA_WS_EXP2_POLY ? zyfa_exp2::exp2_poly(x) : ex2(x);
+}
+
 __device__ __forceinline__ uint32_t bf16_pair(float p0, float p1) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(p0, p1);
   return *reinterpret_cast<const uint32_t*>(&h);
@@ -974,7 +987,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
           if constexpr (kLeanP) {
             v = fmaxf(fmaf(v, lean_a, lean_b), 0.0f) + 12582912.0f;
           } else {
-            v = ex2(fmaf(v, qk_scale, neg_m));
+            v = exp2_of_tile(j, fmaf(v, qk_scale, neg_m));
             lsum += v;
           }
         } else {
@@ -1052,7 +1065,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
         if constexpr (kLeanP) {
           v = fmaxf(fmaf(v, lean_a, lean_b[r]), 0.0f) + 12582912.0f;
         } else {
-          v = ex2(fmaf(v, qk_scale, neg_m[r]));
+          v = exp2_of_tile(j, fmaf(v, qk_scale, neg_m[r]));
           lsum[r] += v;
         }
       }

@@ -90,20 +90,20 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # Run 9 outcomes: neither tile change adopted. Tenth run (NOTES.md "Predictions, run 10"): BF16 Q / K / V
 # loads by TMA from one producer thread (ZYFA_WS_TMA=1; the test program encodes the tensor maps and
 # prints "bench note: tma maps valid" per timed shape), also with persistent CTAs for d128.
-_TMA = "-DZYFA_WS_TMA=1"
 # Run 10 outcomes: BF16 d128 persistent + TMA and BF16 192/128 TMA are the defaults (variants.bzl 'loads').
 # Eleventh run (NOTES.md "Predictions, run 11"): e4m3 Q and K by TMA from producer thread 0 (V keeps the
 # 128 threads' staging + transpose), on each FP8 variant's persistent default; BF16 192/128 TMA +
 # persistent CTAs (the d128 combination, unmeasured at 192/128).
-_FP8_TMA = [("tma", None, [_TMA])]
 # Runs 11 and 12 outcomes: FP8 exact 192/128 TMA is the default; the others keep cp.async. Its
 # experiment is now the cp.async build it replaced (ZYFA_WS_TMA=0), so the next run re-checks the call.
+# Fourteenth run (NOTES.md "Predictions, run 14"): exact P's exponentials of a quarter / half of the S
+# tiles by zyfa_exp2::exp2_poly on the FMA pipe instead of MUFU (ZYFA_WS_EXP2_POLY=1 / 2), on the exact
+# defaults (BF16 d128, FP8 exact d128 and 192/128); runs 11-13's TMA experiments are done.
+_POLY = [("poly1", None, ["-DZYFA_WS_EXP2_POLY=1"]), ("poly2", None, ["-DZYFA_WS_EXP2_POLY=2"])]
 EXPERIMENTS = {
-    "fa_fwd_bf16_hd192x128_causal_sm90a": [("tma_persist", 214144, ["-DZYFA_WS_PERSISTENT=1"])],
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _FP8_TMA,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _FP8_TMA,
-    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": [("cpasync", None, ["-DZYFA_WS_TMA=0"])],
-    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _FP8_TMA,
+    "fa_fwd_bf16_hd128_causal_sm90a": _POLY,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _POLY,
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _POLY,
 }
 assert _smem(True, 128, 128, 192, 2) == 181376
 debug_done = set()
