@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +23,7 @@ from rich.table import Table
 
 import zyfa
 from zyfa import reference
+from zyfa_bench.timing import time_calls
 
 # Bounds on ‖out − ref64‖ / ‖ref64‖ for Gaussian inputs at the demo's shapes. BF16: out is rounded
 # to bf16 (relative step 2^-8) and P to bf16 for P·V, so errors sit near 2^-9..2^-8 ~ 0.2-0.4%;
@@ -112,25 +111,6 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out64 - ref64).norm() / ref64.norm())
 
 
-def time_ms(fn: Callable[[], torch.Tensor], device: torch.device, repeats: int) -> float:
-    """Median wall time of fn in milliseconds after one warm-up call (CUDA events on a GPU)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def kernel_name(target: Target, q: torch.Tensor, d_v: int, p_mode: str | None) -> str:
     """The code object the call runs on a GPU, or which reference path runs on the CPU."""
     if target.arch is None:
@@ -161,7 +141,7 @@ def run_mode(
     def call() -> torch.Tensor:
         return zyfa.flash_attn_func(qd, kd, vd, causal=True, p_mode=p_mode, **descales)
 
-    ms = time_ms(call, target.device, args.repeats)
+    ms = time_calls([call], device=target.device, warmup=1, repeats=args.repeats).median_ms
     out = call()
     ref64, _ = reference.attention_dense_f64(q, k, v, causal=True, **descales)
     err_ref = None
