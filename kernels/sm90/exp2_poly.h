@@ -15,11 +15,12 @@
 // differs from the exact one only where the exact value lies within 7.5e-5 of a rounding midpoint.
 #pragma once
 
+#include <cstring>  // std::memcpy: the host bit casts (nvcc's host pass of a .cu needs it too)
+
 #ifdef __CUDACC__
 #define ZYFA_EXP2_POLY_FN __host__ __device__ __forceinline__
 #else
 #include <cmath>
-#include <cstring>
 #define ZYFA_EXP2_POLY_FN inline
 #endif
 

@@ -117,6 +117,14 @@
 // about 0.1% of e4m3 codes (kernels/tools/tests/test_exp2_poly.py). 0: off (run 14 measures 1 and 2).
 #define ZYFA_WS_EXP2_POLY 0
 #endif
+#ifndef ZYFA_WS_EPI_RCP
+// Run 15 experiment (issue 5; UNMEASURED when written): the epilogue's normalisation as one division
+// per row (scale = v_descale / l) and a multiply per element, instead of a division per element
+// ((o / l) * v_descale: 64 IEEE divisions per thread, each an MUFU.RCP, ~8 FMA-pipe instructions and
+// a slow-path check, about two KV blocks' worth of softmax instructions per item). Differs from the
+// contract's order by at most about 2 ulp of fp32 before the BF16 rounding.
+#define ZYFA_WS_EPI_RCP 0
+#endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
 // lean), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
@@ -1654,10 +1662,17 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     __nv_bfloat16* const out_row = static_cast<__nv_bfloat16*>(args.out) +
                                    static_cast<int64_t>(blk.batch) * args.out_stride_batch + row * args.out_stride_seq +
                                    static_cast<int64_t>(blk.head) * args.out_stride_head;
+    const float row_scale = l == 0.0f ? 0.0f : v_descale / l;  // ZYFA_WS_EPI_RCP
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      const float o0 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r] / l) * v_descale;
-      const float o1 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r + 1] / l) * v_descale;
+      float o0, o1;
+      if constexpr (ZYFA_WS_EPI_RCP != 0) {
+        o0 = o[4 * j + 2 * r] * row_scale;
+        o1 = o[4 * j + 2 * r + 1] * row_scale;
+      } else {
+        o0 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r] / l) * v_descale;
+        o1 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r + 1] / l) * v_descale;
+      }
       __nv_bfloat16* const dst = out_row + 8 * j + 2 * tig;
       if (out_vec_ok) {
         *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o0, o1);

@@ -16,7 +16,7 @@
 #
 #   bash tools/device/sm90_wgmma_selftest.sh [WORKDIR]
 # Env: NVCC (default nvcc); OUT (device machine) receives the summary and a .tgz of every log; ZYFA_BENCH=0 skips timing;
-# ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first bf16 and e4m3
+# ZYFA_BUILD_ONLY=1 stops after the builds (a preflight here, without a GPU); ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first bf16 and e4m3
 # variants' tests under compute-sanitizer memcheck; ZYFA_NCU=1 profiles one launch of each with ncu
 # (--clock-control none); ZYFA_BENCH_REPEAT=0 skips the second timing pass. Exit status 0 when every
 # build and test passes.
@@ -99,11 +99,18 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # Fourteenth run (NOTES.md "Predictions, run 14"): exact P's exponentials of a quarter / half of the S
 # tiles by zyfa_exp2::exp2_poly on the FMA pipe instead of MUFU (ZYFA_WS_EXP2_POLY=1 / 2), on the exact
 # defaults (BF16 d128, FP8 exact d128 and 192/128); runs 11-13's TMA experiments are done.
+# Run 14's first call never ran (the test program did not build: exp2_poly.h lacked <cstring> in nvcc's host
+# pass; ZYFA_BUILD_ONLY=1 is the preflight that would have caught it). Fifteenth run (NOTES.md
+# "Predictions, run 15") = run 14 + the epilogue's one division per row (ZYFA_WS_EPI_RCP=1) on every variant.
 _POLY = [("poly1", None, ["-DZYFA_WS_EXP2_POLY=1"]), ("poly2", None, ["-DZYFA_WS_EXP2_POLY=2"])]
+_EPI = [("epircp", None, ["-DZYFA_WS_EPI_RCP=1"])]
 EXPERIMENTS = {
-    "fa_fwd_bf16_hd128_causal_sm90a": _POLY,
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _POLY,
-    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _POLY,
+    "fa_fwd_bf16_hd128_causal_sm90a": _POLY + _EPI,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _POLY + _EPI,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _EPI,
+    "fa_fwd_bf16_hd192x128_causal_sm90a": _EPI,
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _POLY + _EPI,
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _EPI,
 }
 assert _smem(True, 128, 128, 192, 2) == 181376
 debug_done = set()
@@ -168,6 +175,16 @@ for line in "${lines[@]}"; do
   [[ -n "$cuobjdump" ]] && "$cuobjdump" --dump-sass "$dir/$name.cubin" >"$out/sass_$name.txt" 2>&1
   grep -q '0 bytes spill stores, 0 bytes spill loads' "$log" || status=1
 done
+
+if [[ "${ZYFA_BUILD_ONLY:-0}" == 1 ]]; then  # preflight without a GPU: every cubin and test program must build
+  for line in "${lines[@]}"; do
+    read -r kind name defines <<<"$line"
+    [[ -x "$dir/test_$name" ]] && continue
+    echo "TEST BUILD FAILED $name" | tee -a "$summary"; tail -30 "$dir/build_$name.log" | tee -a "$summary"; status=1
+  done
+  echo "build-only: status $status after $((SECONDS - t_start)) s" | tee -a "$summary"
+  exit "$status"
+fi
 
 echo "== correctness (probe + cases), concurrently ==" | tee -a "$summary"
 run_pids=()
