@@ -4,7 +4,7 @@
  * FP8 path"): online softmax in base 2 over KV blocks of ZYFA_TILE_N keys in increasing order;
  * BF16: P rounded to bf16 for P.V, row sum of the fp32 p; FP8: P scaled by 2^8, exact (exp2 +
  * RNE/satfinite) or lean (one FMA to the e4m3 code), row sum of the e4m3-rounded values;
- * out = acc / l * v_descale.
+ * out = acc * (v_descale / l) (ZYFA_WS_EPI_RCP; the contract's acc / l * v_descale to ~2 ulp of fp32).
  *
  * Block structure (FA3-class; grid (ceil(seqlen_q / 128), heads_q, batch), 384 threads):
  *   warpgroup 0  producer: loads Q once, then K_j and V_j for every visible KV block into a ring of
@@ -114,16 +114,20 @@
 // Exact P's exponentials of S tiles j with j % 4 < ZYFA_WS_EXP2_POLY (0..4 quarters of them) computed by
 // zyfa_exp2::exp2_poly on the FMA pipe instead of ex2.approx on MUFU (FlashAttention-4's balance of the
 // two units). exp2_poly's relative error is 7.5e-5 at most, so the rounded P differs from ex2's in
-// about 0.1% of e4m3 codes (kernels/tools/tests/test_exp2_poly.py). 0: off (run 14 measures 1 and 2).
+// about 0.1% of e4m3 codes (kernels/tools/tests/test_exp2_poly.py). 0: off (run 15: slower, see exp2_of_tile).
 #define ZYFA_WS_EXP2_POLY 0
 #endif
 #ifndef ZYFA_WS_EPI_RCP
-// Run 15 experiment (issue 5; UNMEASURED when written): the epilogue's normalisation as one division
-// per row (scale = v_descale / l) and a multiply per element, instead of a division per element
-// ((o / l) * v_descale: 64 IEEE divisions per thread, each an MUFU.RCP, ~8 FMA-pipe instructions and
-// a slow-path check, about two KV blocks' worth of softmax instructions per item). Differs from the
-// contract's order by at most about 2 ulp of fp32 before the BF16 rounding.
-#define ZYFA_WS_EPI_RCP 0
+// The epilogue's normalisation as one division per row (scale = v_descale / l) and a multiply per
+// element, instead of a division per element ((o / l) * v_descale: 64 IEEE divisions per thread, each
+// an MUFU.RCP, ~8 FMA-pipe instructions and a slow-path check, about two KV blocks' worth of softmax
+// instructions per item). Differs from the contract's order by at most about 2 ulp of fp32 before the
+// BF16 rounding; the contract errors printed by the selftest did not move. Run 15 (H200, 2026-12-02),
+// ratio to the division build at 2K / 4K / 8K / 16K: FP8 exact d128 1.087 / 1.055 / 1.030 / 1.039,
+// lean d128 1.090 / 1.052 / 1.030 / 1.029, BF16 d128 1.050 / 1.027 / 1.015 / 0.977 (16K: within that
+// column's pass-to-pass spread); 192/128 (2K / 4K / b1 8K / 16K) BF16 1.065 / 1.033 / 1.021 / 1.091,
+// FP8 exact 1.090 / 1.057 / 1.037 / 1.009, lean 1.099 / 1.054 / 1.031 / 1.024. The default since.
+#define ZYFA_WS_EPI_RCP 1
 #endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
@@ -773,6 +777,10 @@ __device__ __forceinline__ float ex2(float x) {
 }
 
 // The exponential of an element of S tile j (compile-time j after unrolling): ZYFA_WS_EXP2_POLY.
+// Run 15 (H200): slower everywhere (FP8 poly1 0.96..0.98, poly2 0.86..0.95; BF16 0.86..0.94), so off.
+// e4m3 only: BF16 P enters the fp32 row sum directly, and exp2_poly's 2^-64 for masked keys (-inf)
+// made fully masked rows nonzero (run 15's BF16 poly builds failed the empty-row cases).
+static_assert(ZYFA_WS_EXP2_POLY == 0 || ZYFA_DTYPE_E4M3 == 1, "ZYFA_WS_EXP2_POLY is an e4m3-only experiment");
 __device__ __forceinline__ float exp2_of_tile(int j, float x) {
   return j % 4 < ZYFA_WS_EXP2_POLY ? zyfa_exp2::exp2_poly(x) : ex2(x);
 }
