@@ -129,6 +129,13 @@
 // FP8 exact 1.090 / 1.057 / 1.037 / 1.009, lean 1.099 / 1.054 / 1.031 / 1.024. The default since.
 #define ZYFA_WS_EPI_RCP 1
 #endif
+#ifndef ZYFA_WS_FRESH_O
+// Run 16 experiment (issue 5; UNMEASURED when written): no per-item zeroing of the O and S accumulators
+// (128 register moves per thread and item): S is always written fresh by its first k-step (scale-d 0),
+// and with this the item's first P.V (block 0's) is issued fresh too, so O's old contents are never
+// read (the O rescale first runs after that P.V has completed). Same arithmetic: bitwise the same output.
+#define ZYFA_WS_FRESH_O 0
+#endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
 // lean), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
@@ -1490,12 +1497,14 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   float ob[kOAcc];  // kOPromote: this block's P.V (fresh wgmma accumulator), added to o after the block
   float sacc[kSAcc];
   uint32_t p[kPRegs];
+  if constexpr (ZYFA_WS_FRESH_O == 0) {
 #pragma unroll
-  for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
+    for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kOAcc; ++i) ob[i] = 0.0f;
+    for (int i = 0; i < kOAcc; ++i) ob[i] = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kSAcc; ++i) sacc[i] = 0.0f;
+    for (int i = 0; i < kSAcc; ++i) sacc[i] = 0.0f;
+  }
 #pragma unroll
   for (int i = 0; i < kPRegs; ++i) p[i] = 0u;
   float m_run[2] = {-INFINITY, -INFINITY};
@@ -1507,8 +1516,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint64_t dk0 = make_desc(k_s, 16, 1024);
   const uint64_t dv0 = v_desc(v_s);
   auto issue_s_block = [&](int st) { issue_s_desc(sacc, dq, dk0 + static_cast<uint32_t>(st * (kKStageBytes >> 4))); };
-  auto issue_pv_block = [&](int st) {
-    issue_pv_desc(opv, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote);
+  auto issue_pv_block = [&](int st, bool first) {  // first: block 0's P.V (ZYFA_WS_FRESH_O: overwrites O)
+    issue_pv_desc(opv, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)),
+                  kOPromote || (ZYFA_WS_FRESH_O != 0 && first));
   };
   // FP8, contract order: l = l * alpha_j + sum(P_j), alpha_j the rescale of block j's max. The sums
   // of P_j are taken from the P registers while P_j V_j (which reads them) and S_{j+1} run (kLSum
@@ -1587,7 +1597,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       fence_regs(opv);
       fence_regs(p);
       wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
-      issue_pv_block(sp);
+      issue_pv_block(sp, j == 1);
       pp_arrive(false);
       add_block_sums(true);  // P_{j-1}
       wgmma_wait<1>();
@@ -1634,7 +1644,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     fence_regs(opv);
     fence_regs(p);
     wgmma_fence();
-    issue_pv_block(sl);
+    issue_pv_block(sl, n == 1);
     pp_arrive(true);
     add_block_sums(true);  // P_{n-1}
     wgmma_wait<0>();
