@@ -17,7 +17,7 @@
 #   bash tools/device/sm90_wgmma_selftest.sh [WORKDIR]
 # Env: NVCC (default nvcc); OUT (device machine) receives the summary and a .tgz of every log; ZYFA_BENCH=0 skips timing;
 # ZYFA_BUILD_ONLY=1 stops after the builds (a preflight here, without a GPU); ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first bf16 and e4m3
-# variants' tests under compute-sanitizer memcheck; ZYFA_NCU=1 profiles one launch of each with ncu
+# variants' tests under compute-sanitizer memcheck; ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu
 # (--clock-control none); ZYFA_BENCH_REPEAT=0 skips the second timing pass. Exit status 0 when every
 # build and test passes.
 set -uo pipefail
@@ -107,7 +107,7 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # Run 17 (NOTES.md "Predictions, run 17"): no per-item zeroing of O / S (ZYFA_WS_FRESH_O=1) on every variant.
 _FRESH = [("fresho", None, ["-DZYFA_WS_FRESH_O=1"])]
 EXPERIMENTS = {
-    "fa_fwd_bf16_hd128_causal_sm90a": [("epidiv", None, ["-DZYFA_WS_EPI_RCP=0"])] + _FRESH,
+    "fa_fwd_bf16_hd128_causal_sm90a": _FRESH,  # run 16 re-checked "epidiv" (-DZYFA_WS_EPI_RCP=0): 0.94..1.00
     "fa_fwd_e4m3fn_hd128_causal_sm90a": _FRESH,
     "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _FRESH,
     "fa_fwd_bf16_hd192x128_causal_sm90a": _FRESH,
@@ -236,9 +236,12 @@ if [[ "${ZYFA_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null 2
     fi
   done
 fi
-if [[ "${ZYFA_NCU:-0}" == 1 ]] && command -v ncu >/dev/null 2>&1; then
-  # One launch at seqlen 8K per dtype (first bf16 and first e4m3 variant), clocks left alone.
-  for name in $(awk '$1 == "main" {print $2}' <<<"$(printf '%s\n' "${lines[@]}")" | awk -F_ '!seen[$3]++'); do
+if [[ "${ZYFA_NCU:-0}" == 1 || "${ZYFA_NCU:-0}" == all ]] && command -v ncu >/dev/null 2>&1; then
+  # One launch at seqlen 8K per dtype (first bf16 and first e4m3 variant; ZYFA_NCU=all: every variant's
+  # main build), clocks left alone.
+  ncu_names="$(awk '$1 == "main" {print $2}' <<<"$(printf '%s\n' "${lines[@]}")")"
+  [[ "${ZYFA_NCU}" == all ]] || ncu_names="$(awk -F_ '!seen[$3]++' <<<"$ncu_names")"
+  for name in $ncu_names; do
     sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats
               --section MemoryWorkloadAnalysis)
     timeout 90 ncu --clock-control none -k "regex:^$name\$" -c 1 "${sections[@]}" --print-details all \
