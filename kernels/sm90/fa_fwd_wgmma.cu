@@ -130,11 +130,15 @@
 #define ZYFA_WS_EPI_RCP 1
 #endif
 #ifndef ZYFA_WS_FRESH_O
-// Run 16 experiment (issue 5; UNMEASURED when written): no per-item zeroing of the O and S accumulators
-// (128 register moves per thread and item): S is always written fresh by its first k-step (scale-d 0),
-// and with this the item's first P.V (block 0's) is issued fresh too, so O's old contents are never
-// read (the O rescale first runs after that P.V has completed). Same arithmetic: bitwise the same output.
-#define ZYFA_WS_FRESH_O 0
+// No per-item zeroing of the O and S accumulators (128 register moves per thread and item): S is always
+// written fresh by its first k-step (scale-d 0), and the item's first P.V (block 0's) is issued fresh
+// too, so O's old contents are never read (the O rescale first runs after that P.V has completed);
+// an item without blocks zeroes O. Same arithmetic: bitwise the same output. Run 17 (H200, one pass),
+// ratio at 2K / 4K / 8K / 16K: FP8 exact d128 1.031 / 1.016 / 1.020 / 0.982, lean d128 1.014 / 1.013 /
+// 1.014 / 0.994, BF16 d128 1.005 / 1.004 / 0.996 / 1.012; its empty-row case then differed between
+// launches (an item without blocks stored the stale O times 0: NaN from uninitialised registers), fixed
+// by the zeroing above. The default since; run 18 re-checks it against the zeroing build ("zeroo").
+#define ZYFA_WS_FRESH_O 1
 #endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
@@ -1666,9 +1670,15 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     }
     q_phase ^= 1u;
 #endif
+  } else if constexpr (ZYFA_WS_FRESH_O != 0) {
+    // No block: no P.V ever wrote O. Its registers hold the previous item's O (or, first item,
+    // whatever they held: NaN * 0 is NaN), so zero it for the epilogue's l == 0 rows (run 17's
+    // empty-row case differed between launches without this).
+#pragma unroll
+    for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
   }
 
-  // ---- epilogue: out = acc / l * v_descale -> bf16 (l == 0 -> 0); lse (l == 0 -> +inf)
+  // ---- epilogue: out = acc * (v_descale / l) -> bf16 (l == 0 -> 0); lse (l == 0 -> +inf)
   const bool out_vec_ok = (reinterpret_cast<uintptr_t>(args.out) & 3u) == 0u &&
                           ((args.out_stride_batch | args.out_stride_seq | args.out_stride_head) & 1) == 0;
   const bool write_lse = (args.flags & ZYFA_FLAG_LSE) != 0u && args.lse != nullptr;
