@@ -17,7 +17,7 @@
 #   bash tools/device/sm90_wgmma_selftest.sh [WORKDIR]
 # Env: NVCC (default nvcc); OUT (device machine) receives the summary and a .tgz of every log; ZYFA_BENCH=0 skips timing;
 # ZYFA_BUILD_ONLY=1 stops after the builds (a preflight here, without a GPU); ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first bf16 and e4m3
-# variants' tests under compute-sanitizer memcheck; ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu
+# variants' tests under compute-sanitizer memcheck; ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu (ZYFA_NCU_ARG=--profile-2k: at 2K instead of 8K)
 # (--clock-control none); ZYFA_BENCH_REPEAT=0 skips the second timing pass. Exit status 0 when every
 # build and test passes.
 set -uo pipefail
@@ -238,13 +238,13 @@ if [[ "${ZYFA_NCU:-0}" == 1 || "${ZYFA_NCU:-0}" == all ]] && command -v ncu >/de
     sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats
               --section MemoryWorkloadAnalysis)
     timeout 90 ncu --clock-control none -k "regex:^$name\$" -c 1 "${sections[@]}" --print-details all \
-      "$dir/test_$name" --profile >"$out/ncu_$name.log" 2>&1 ||
+      "$dir/test_$name" "${ZYFA_NCU_ARG:---profile}" >"$out/ncu_$name.log" 2>&1 ||
       timeout 90 ncu --clock-control none -k "regex:^$name\$" -c 1 "${sections[@]}" \
-        "$dir/test_$name" --profile >"$out/ncu_$name.log" 2>&1 || echo "ncu failed for $name (see log)" | tee -a "$summary"
+        "$dir/test_$name" "${ZYFA_NCU_ARG:---profile}" >"$out/ncu_$name.log" 2>&1 || echo "ncu failed for $name (see log)" | tee -a "$summary"
     if [[ "${ZYFA_NCU_SOURCE:-1}" == 1 ]]; then
       # Per-SASS-instruction warp-stall samples (where the warps wait), as CSV.
       timeout 90 ncu --clock-control none -k "regex:^$name\$" -c 1 --section WarpStateStats --section SourceCounters \
-        -f -o "$dir/ncu_src_$name" "$dir/test_$name" --profile >"$out/ncu_src_run_$name.log" 2>&1 &&
+        -f -o "$dir/ncu_src_$name" "$dir/test_$name" "${ZYFA_NCU_ARG:---profile}" >"$out/ncu_src_run_$name.log" 2>&1 &&
         ncu -i "$dir/ncu_src_$name.ncu-rep" --page source --csv --print-source sass >"$out/ncu_src_$name.csv" 2>&1
     fi
     echo "-- ncu $name" | tee -a "$summary"
