@@ -1201,7 +1201,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint32_t q_s = base;
   const uint32_t k_s = q_s + kQBytes;
   const uint32_t v_s = k_s + kStages * kKStageBytes;
-  const uint32_t bars = v_s + kStages * kVStageBytes;
+  // The mbarriers follow the e4m3 V staging buffers (kStagingBytes; 0 for bf16), as kSmemBytes counts them.
+  // Until the sixth session they started AT the staging buffers: V row 0 of every even block was
+  // cp.async-written over the mbarrier objects (undefined behaviour by the PTX ISA; nvdisasm showed
+  // SYNCS.EXCH.64 [UR4+0x20000] and LDGSTS [R3+0x20000] on the same bytes), which no test caught.
+  const uint32_t bars = v_s + kStages * kVStageBytes + kStagingBytes;
   const uint32_t bar_q = bars;
   auto bar_full_k = [&](int s) { return bars + 8u * (1 + s); };
   auto bar_full_v = [&](int s) { return bars + 8u * (1 + kStages + s); };
@@ -1375,7 +1379,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         signal(bar_q);
       }
     }
-    const uint32_t stg = v_s + kStages * kVStageBytes;  // kVStaged: two staging buffers
+    const uint32_t stg = v_s + kStages * kVStageBytes;  // kVStaged: two staging buffers (the mbarriers after them)
     if constexpr (kVStaged) {
       if (blk.n_blocks > 0) load_v_staging(stg, v_base, args.v_stride_seq, 0, seqlen_k, vec_ok, t);
       cp_async_commit();
