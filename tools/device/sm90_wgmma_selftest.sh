@@ -105,15 +105,25 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # 2-10% at 2K-8K on every variant and is the default. Its experiment is now the old division build
 # ("epidiv", BF16 d128, whose 16K ratio was 0.977), so the next run re-checks the call there.
 # Run 17: FRESH_O +0.5..3% at 2K-8K, but items without blocks stored stale O (fixed). Run 18 (the fix in, all
-# six variants): it lost 1-9% at 16K and at 2K-8K for 192/128, so it is off again. No experiment pending.
-EXPERIMENTS: dict = {}
+# six variants): it lost 1-9% at 16K and at 2K-8K for 192/128, so it is off again.
+# Run 19 (NOTES.md "Predictions, run 19"; not yet run): the epilogue through shared memory (ZYFA_WS_OSTAGE,
+# 32 KiB more: the d128 variants only). The defaults themselves carry the mbarrier layout fix (682a24b),
+# never run on the GPU: run 19's correctness section is its first check.
+_OSTAGE = [("ostage", "+32768", ["-DZYFA_WS_OSTAGE=1"])]
+EXPERIMENTS = {
+    "fa_fwd_bf16_hd128_causal_sm90a": _OSTAGE,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _OSTAGE,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _OSTAGE,
+}
 assert _smem(True, 128, 128, 192, 2) == 181376
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
     print("main", v["name"], " ".join(d))
     for suffix, smem, extra in EXPERIMENTS.get(v["name"], []):
-        # The experiment's defines replace the variant's (smem None: the variant's own).
+        # The experiment's defines replace the variant's (smem None: the variant's own; "+N": N bytes more).
+        if isinstance(smem, str):
+            smem = v["smem_bytes"] + int(smem)
         keys = {x.split("=")[0] for x in extra} | ({"-DZYFA_SMEM_BYTES"} if smem else set())
         dx = [x for x in d if x.split("=")[0] not in keys] + ([f"-DZYFA_SMEM_BYTES={smem}"] if smem else []) + extra
         print("exp", v["name"] + "_" + suffix, " ".join(dx))
