@@ -142,6 +142,13 @@
 // at 16K. It fails the rule (>= 0.99 everywhere in two runs), so it is off.
 #define ZYFA_WS_FRESH_O 0
 #endif
+#ifndef ZYFA_WS_EPI_BRANCH
+// Next-run experiment (UNMEASURED): the epilogue's aligned (bf16 pair) and unaligned (scalar) stores as
+// two loops behind one uniform branch. In the default form ptxas if-converts the per-element branch:
+// ncu at 2K counted the 64 scalar STG.E.U16 per thread as executed with no thread predicated on (4.2M
+// warp instructions, twice the real stores), so they cost issue slots in every item's epilogue.
+#define ZYFA_WS_EPI_BRANCH 0
+#endif
 #ifndef ZYFA_WS_OSTAGE
 // Next-run experiment (issue 5; UNMEASURED, built here only): the epilogue through shared memory. Each
 // consumer warp writes its 16 x kDV bf16 rows of O with stmatrix (8 x4 instructions instead of 32
@@ -1770,8 +1777,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     const float row_scale = l == 0.0f ? 0.0f : v_descale / l;  // ZYFA_WS_EPI_RCP
     const bool staged = ZYFA_WS_OSTAGE != 0 && out_vec16_ok;     // out already stored by store_o_staged
 #pragma unroll
-    for (int j = 0; j < (staged ? 0 : 16); ++j) {
-      float o0, o1;
+    auto out_pair = [&](int j, float& o0, float& o1) {
       if constexpr (ZYFA_WS_EPI_RCP != 0) {
         o0 = o[4 * j + 2 * r] * row_scale;
         o1 = o[4 * j + 2 * r + 1] * row_scale;
@@ -1779,6 +1785,31 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         o0 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r] / l) * v_descale;
         o1 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r + 1] / l) * v_descale;
       }
+    };
+    if (ZYFA_WS_EPI_BRANCH != 0 && !staged) {
+      // One loop per path behind a uniform branch: ptxas if-converted the per-element form, so every
+      // thread issued the 32 scalar stores predicated off beside its 16 pair stores (ncu, call 6).
+      if (out_vec_ok) {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          float o0, o1;
+          out_pair(j, o0, o1);
+          *reinterpret_cast<__nv_bfloat162*>(out_row + 8 * j + 2 * tig) = __floats2bfloat162_rn(o0, o1);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          float o0, o1;
+          out_pair(j, o0, o1);
+          out_row[8 * j + 2 * tig] = __float2bfloat16_rn(o0);
+          out_row[8 * j + 2 * tig + 1] = __float2bfloat16_rn(o1);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < ((staged || ZYFA_WS_EPI_BRANCH != 0) ? 0 : 16); ++j) {
+      float o0, o1;
+      out_pair(j, o0, o1);
       __nv_bfloat16* const dst = out_row + 8 * j + 2 * tig;
       if (out_vec_ok) {
         *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o0, o1);

@@ -109,11 +109,16 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # Run 19 (NOTES.md "Predictions, run 19"; not yet run): the epilogue through shared memory (ZYFA_WS_OSTAGE,
 # 32 KiB more: the d128 variants only). The defaults themselves carry the mbarrier layout fix (682a24b),
 # never run on the GPU: run 19's correctness section is its first check.
+# Also the epilogue's two store paths behind one uniform branch (ZYFA_WS_EPI_BRANCH), on every variant.
 _OSTAGE = [("ostage", "+32768", ["-DZYFA_WS_OSTAGE=1"])]
+_EPIBR = [("epibr", None, ["-DZYFA_WS_EPI_BRANCH=1"])]
 EXPERIMENTS = {
-    "fa_fwd_bf16_hd128_causal_sm90a": _OSTAGE,
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _OSTAGE,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _OSTAGE,
+    "fa_fwd_bf16_hd128_causal_sm90a": _OSTAGE + _EPIBR,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _OSTAGE + _EPIBR,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _OSTAGE + _EPIBR,
+    "fa_fwd_bf16_hd192x128_causal_sm90a": _EPIBR,
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _EPIBR,
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _EPIBR,
 }
 assert _smem(True, 128, 128, 192, 2) == 181376
 debug_done = set()
