@@ -1776,7 +1776,6 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
                                    static_cast<int64_t>(blk.head) * args.out_stride_head;
     const float row_scale = l == 0.0f ? 0.0f : v_descale / l;  // ZYFA_WS_EPI_RCP
     const bool staged = ZYFA_WS_OSTAGE != 0 && out_vec16_ok;     // out already stored by store_o_staged
-#pragma unroll
     auto out_pair = [&](int j, float& o0, float& o1) {
       if constexpr (ZYFA_WS_EPI_RCP != 0) {
         o0 = o[4 * j + 2 * r] * row_scale;
