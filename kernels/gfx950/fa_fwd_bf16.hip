@@ -3,7 +3,7 @@
 // Computes out = softmax(scale * q k^T, causal) v for flash-attn's layouts (q [b, sq, hq, d_qk],
 // k [b, sk, hkv, d_qk], v [b, sk, hkv, d_v], out [b, sq, hq, d_v] bf16; optional lse float32
 // [b, hq, sq]) with exactly the ZYFA BF16 numerics: online softmax in base 2 over key blocks of
-// ZYFA_TILE_N keys, P rounded to bf16 for P.V, row sum l of the unrounded fp32 P, final acc / l.
+// ZYFA_TILE_N keys, P rounded to bf16 for P.V, row sum l of the unrounded fp32 P, final acc * (vd / l).
 //
 // Configuration: one wave64 per workgroup, ZYFA_TILE_M = 32 query rows, ZYFA_TILE_N = 32 keys per
 // block, no LDS (ZYFA_SMEM_BYTES = 0). Grid = (ceil(sq / 32), hq, b).
@@ -206,21 +206,23 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   }
 
   if (!row_ok) return;
-  // out = (acc / l) * v_descale, bf16 RNE; a row that saw no key (l == 0) writes 0.
+  // out = acc * (v_descale / l), bf16 RNE; a row that saw no key (l == 0) writes 0.
   const float vd = a.v_descale;
   __bf16 *out_row = static_cast<__bf16 *>(a.out) + bz * a.out_stride_batch +
                     static_cast<long long>(row) * a.out_stride_seq + hq * a.out_stride_head;
   // A row that saw a key has l >= 1 (its max key adds exp2(0) = 1, and rescaling never takes that
-  // away), a row that saw none has l == 0 and acc == 0: dividing by max(l, 1) writes 0 for it with
-  // no select (a select would make the compiler branch around each of the 64 divisions).
-  const float l_div = fmax_(l, 1.0f);
+  // away), a row that saw none has l == 0 and acc == 0: scaling by vd / max(l, 1) writes 0 for it with
+  // no select. One IEEE division per row, then a multiply per element (as the sm90 ws kernels do since
+  // their run 15, where 64 divisions per thread cost 2-10% at 2K-8K); within ~2 ulp of fp32 of
+  // (acc / l) * vd before the bf16 rounding.
+  const float scale = vd / fmax_(l, 1.0f);
   #pragma unroll
   for (int t = 0; t < kDvTiles; ++t) {
     #pragma unroll
     for (int g = 0; g < 4; ++g) {
       bf16x4 o;
       #pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = static_cast<__bf16>((acc[t][4 * g + e] / l_div) * vd);
+      for (int e = 0; e < 4; ++e) o[e] = static_cast<__bf16>(acc[t][4 * g + e] * scale);
       *reinterpret_cast<bf16x4 *>(out_row + 32 * t + d_row(4 * g, h)) = o;
     }
   }
