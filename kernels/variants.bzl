@@ -34,11 +34,12 @@ Fields:
 
 VARIANTS = [
     # ---- NVIDIA Hopper (sm_90a): warp-specialised wgmma kernels (kernels/sm90/fa_fwd_wgmma.cu), the default.
-    # smem_bytes = Q + stages x (K + V) + 128 B of mbarriers + 1 KiB of alignment slack (the kernel
-    # static_asserts it); e4m3 V stages hold V^T, and e4m3 adds 2 x 16 KiB of V staging.
+    # smem_bytes = Q + stages x (K + V) + 128 B of mbarriers + 1 KiB of alignment slack + the epilogue's
+    # O staging (the kernel static_asserts it); e4m3 V stages hold V^T, and e4m3 adds 2 x 16 KiB of V
+    # staging. O staging: 32 KiB (d128: whole rows; run 19, +1..6% at 2K-8K) or none (192/128).
     {"name": "fa_fwd_bf16_hd128_causal_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 164992, "tag": "",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197760, "tag": "",
      "grid": "persistent", "loads": "tma"},
     # tile_n 192 (2 K/V stages): run 6 on the H200, +5% at 16K, +3% at 8K, -4% at 2K against tile_n 128.
     # grid "persistent" for the four FP8 kernels: run 8 (kernels/sm90/NOTES.md), 2K +9..12%, 16K 1.00..1.02;
@@ -47,10 +48,10 @@ VARIANTS = [
     # TMA unmeasured there).
     {"name": "fa_fwd_e4m3fn_hd128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 192, "threads": 384, "smem_bytes": 181376, "tag": "", "grid": "persistent"},
+     "tile_m": 128, "tile_n": 192, "threads": 384, "smem_bytes": 214144, "tag": "", "grid": "persistent"},
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 148608, "tag": "", "grid": "persistent"},
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 181376, "tag": "", "grid": "persistent"},
     {"name": "fa_fwd_bf16_hd192x128_causal_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 214144, "tag": "", "loads": "tma"},

@@ -142,23 +142,19 @@
 // at 16K. It fails the rule (>= 0.99 everywhere in two runs), so it is off.
 #define ZYFA_WS_FRESH_O 0
 #endif
-#ifndef ZYFA_WS_EPI_BRANCH
-// Next-run experiment (UNMEASURED): the epilogue's aligned (bf16 pair) and unaligned (scalar) stores as
-// two loops behind one uniform branch. In the default form ptxas if-converts the per-element branch:
-// ncu at 2K counted the 64 scalar STG.E.U16 per thread as executed with no thread predicated on (4.2M
-// warp instructions, twice the real stores), so they cost issue slots in every item's epilogue.
-#define ZYFA_WS_EPI_BRANCH 0
-#endif
-#ifndef ZYFA_WS_OSTAGE
-// Next-run experiment (issue 5; UNMEASURED, built here only): the epilogue through shared memory. Each
-// consumer warp writes its 16 x kDV bf16 rows of O with stmatrix (8 x4 instructions instead of 32
-// four-byte global stores, whose LSU throttle and long-scoreboard stalls took 16-17% of the consumer's
-// samples at 2K, sixth session call 6) into its own 4 KiB XOR-swizzled region after the mbarriers,
-// then stores whole 256-byte rows with 16-byte stores (8 per lane). Needs 32 KiB more shared memory
-// (ZYFA_SMEM_BYTES + 32768: the d128 variants fit, 192/128 does not) and 16-byte aligned output rows
-// (else the old path). Same values: bitwise the same output.
-#define ZYFA_WS_OSTAGE 0
-#endif
+// The epilogue through shared memory (kOStageCols; the ZYFA_WS_OSTAGE experiment of run 19, H200). Each
+// consumer warp writes its 16 rows of O with stmatrix into its own XOR-swizzled region after the
+// mbarriers (8 stmatrix.x4 per full row width instead of 32 four-byte global stores, whose LSU throttle
+// and long-scoreboard stalls took 16-17% of the consumer's samples at 2K, sixth session call 6), then
+// stores whole rows with 16-byte stores. Outputs
+// whose rows are not 16-byte aligned keep the register path. Same values: bitwise the same output.
+// The width of one pass comes from the shared memory the build gives beyond the rest of the layout
+// (variants.bzl smem_bytes): 8 warps x 16 rows x kDV bf16 = 32 KiB for whole rows, half of it for two
+// passes of kDV / 2 columns (192/128, whose layout leaves 18 KiB), none for the register path.
+// Run 19 (two passes, ratio to the register path at 2K / 4K / 8K / 16K): BF16 d128 1.062 / 1.025 /
+// 1.018 / 1.023, FP8 exact 1.036 / 1.024 / 1.012 / 0.997, lean 1.058 / 1.033 / 1.019 / 0.987.
+// The aligned and unaligned register stores as two loops behind one uniform branch (EPI_BRANCH) were
+// measured in the same run at 0.99..1.005 of the if-converted loop and removed.
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
 // lean), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
@@ -291,9 +287,15 @@ constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (128 keys x 128 B) that cp.async fills one block
 // ahead of the transpose.
 constexpr int kStagingBytes = kVStaged ? 2 * kTileN * kVRowBytes : 0;
-constexpr int kOStageBytes = ZYFA_WS_OSTAGE ? 8 * 16 * kDV * 2 : 0;  // 8 consumer warps x 16 bf16 rows of O
-constexpr int kSmemBytes = kQBytes + kStages * (kKStageBytes + kVStageBytes) + kStagingBytes + kBarrierBytes +
-                           kOStageBytes + kAlignSlack;
+constexpr int kSmemNoOStage = kQBytes + kStages * (kKStageBytes + kVStageBytes) + kStagingBytes + kBarrierBytes +
+                               kAlignSlack;
+// The epilogue staging (comment above the ZYFA_WS_SMX2 macro): kOStageCols columns of the warp's 16 rows
+// per pass, from the build's shared memory.
+constexpr int kOStageCols = ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * kDV * 2   ? kDV
+                            : ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * kDV      ? kDV / 2
+                                                                                   : 0;
+constexpr int kOStageBytes = 8 * 16 * kOStageCols * 2;  // 8 consumer warps x 16 bf16 rows x kOStageCols
+constexpr int kSmemBytes = kSmemNoOStage + kOStageBytes;
 // setmaxnreg budgets: 128 x P + 256 x C <= 168 x 384 (the launch allocation). ZYFA_WS_PREGS /
 // ZYFA_WS_CREGS override them (experiments). FP8 (staged V transpose) 72 / 216: with the row sums
 // after the P.V wait, 40 / 232 was 2.5% slower on the H200 (b2 s16K hq32/8 exact: 677 vs 694
@@ -1197,54 +1199,58 @@ __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kP
 }
 
 
-// ZYFA_WS_OSTAGE: one consumer warp's 16 rows of out (rows row0 .. row0 + 15 of the block; this thread
-// holds rows g, g + 8 at columns 8 j + 2 tig, + 1) through its 4 KiB region ost: stmatrix.x4 puts the
-// accumulator fragments of columns 8 j .. 8 j + 15 of both row halves into rows of 256 B (16-byte chunk
-// c of local row lr at chunk c ^ (lr & 7): conflict-free for the stmatrix rows and the 16-byte reads),
-// then each half-warp stores one whole row per step with 16-byte global stores.
+// The staged epilogue (kOStageCols != 0): one consumer warp's 16 rows of out (rows row0 .. row0 + 15 of the
+// block; this thread holds rows g, g + 8 at columns 8 j + 2 tig, + 1) through its region ost of 16 rows x
+// kOStageCols bf16, in kDV / kOStageCols passes: stmatrix.x4 puts the accumulator fragments of columns
+// 8 j .. 8 j + 15 of both row halves into the region (16-byte chunk c of local row lr at chunk
+// c ^ (lr & 7): conflict-free for the stmatrix rows and the 16-byte reads), then each group of
+// kOStageCols / 8 lanes stores one row's pass-columns per step with 16-byte global stores.
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
                "r"(r2), "r"(r3)
                : "memory");
 }
 
-__device__ __forceinline__ void store_o_staged(const float (&o)[kOAcc], const float (&l_run)[2], const zyfa_fwd_args& args,
-                                               const Block& blk, uint32_t ost, int64_t row0, int seqlen_q,
-                                               float v_descale, int lane) {
-  static_assert(kDV == 128, "a staged row is 256 bytes: 16 chunks");
-  float scale[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = (kFp8 && kLSumWhole) ? l_run[r] : quad_sum(l_run[r]);
-    scale[r] = l == 0.0f ? 0.0f : v_descale / l;
-  }
-  __syncwarp();  // the previous item's reads of this region are done
+template <int kCols>  // kOStageCols (a template: the kernels without staging never instantiate it)
+__device__ __forceinline__ void store_o_staged(const float (&o)[kOAcc], const float (&row_scale)[2],
+                                               const zyfa_fwd_args& args, const Block& blk, uint32_t ost,
+                                               int64_t row0, int seqlen_q, int lane) {
+  static_assert(kCols == 64 || kCols == 128, "a staged pass is 8 or 16 chunks of 16 bytes");
+  constexpr int kRowBytes = kCols * 2;
+  constexpr int kChunks = kCols / 8;     // 16-byte chunks per staged row = lanes per row in the stores
+  constexpr int kRowsPerStep = 32 / kChunks;   // rows one warp-wide 16-byte store covers
   // Matrix m of an x4: rows (m & 1) * 8 .. + 7, columns 8 (j + (m >> 1)) .. + 7; lane L gives the address
   // of row L & 7 of matrix L >> 3.
   const int m = lane >> 3;
   const int lr = (lane & 7) + 8 * (m & 1);
+  const int c = lane % kChunks;
 #pragma unroll
-  for (int j = 0; j < 16; j += 2) {
-    const int c = j + (m >> 1);
-    stmatrix_x4(ost + lr * 256 + ((c ^ (lr & 7)) << 4),
-                bf16_pair(o[4 * j] * scale[0], o[4 * j + 1] * scale[0]),
-                bf16_pair(o[4 * j + 2] * scale[1], o[4 * j + 3] * scale[1]),
-                bf16_pair(o[4 * (j + 1)] * scale[0], o[4 * (j + 1) + 1] * scale[0]),
-                bf16_pair(o[4 * (j + 1) + 2] * scale[1], o[4 * (j + 1) + 3] * scale[1]));
-  }
-  __syncwarp();
-  const int c = lane & 15;
+  for (int pass = 0; pass < kDV / kCols; ++pass) {
+    __syncwarp();  // the previous pass's (or item's) reads of this region are done
 #pragma unroll
-  for (int it = 0; it < 8; ++it) {
-    const int r = 2 * it + (lane >> 4);
-    const int64_t row = row0 + r;
-    const uint4 v = ld_shared_v4(ost + r * 256 + ((c ^ (r & 7)) << 4));
-    if (row < seqlen_q) {
-      __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(args.out) +
-                                 static_cast<int64_t>(blk.batch) * args.out_stride_batch + row * args.out_stride_seq +
-                                 static_cast<int64_t>(blk.head) * args.out_stride_head + 8 * c;
-      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                   : "memory");  // one 16-byte store (a uint4 assignment became four 4-byte stores)
+    for (int jl = 0; jl < kChunks; jl += 2) {
+      const int j = pass * kChunks + jl;
+      const int cs = jl + (m >> 1);
+      stmatrix_x4(ost + lr * kRowBytes + ((cs ^ (lr & 7)) << 4),
+                  bf16_pair(o[4 * j] * row_scale[0], o[4 * j + 1] * row_scale[0]),
+                  bf16_pair(o[4 * j + 2] * row_scale[1], o[4 * j + 3] * row_scale[1]),
+                  bf16_pair(o[4 * (j + 1)] * row_scale[0], o[4 * (j + 1) + 1] * row_scale[0]),
+                  bf16_pair(o[4 * (j + 1) + 2] * row_scale[1], o[4 * (j + 1) + 3] * row_scale[1]));
+    }
+    __syncwarp();
+#pragma unroll
+    for (int it = 0; it < 16 / kRowsPerStep; ++it) {
+      const int r = kRowsPerStep * it + lane / kChunks;
+      const int64_t row = row0 + r;
+      const uint4 v = ld_shared_v4(ost + r * kRowBytes + ((c ^ (r & 7)) << 4));
+      if (row < seqlen_q) {
+        __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(args.out) +
+                                   static_cast<int64_t>(blk.batch) * args.out_stride_batch +
+                                   row * args.out_stride_seq + static_cast<int64_t>(blk.head) * args.out_stride_head +
+                                   pass * kCols + 8 * c;
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                     : "memory");  // one 16-byte store (a uint4 assignment became four 4-byte stores)
+      }
     }
   }
 }
@@ -1759,56 +1765,39 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const bool out_vec_ok = (reinterpret_cast<uintptr_t>(args.out) & 3u) == 0u &&
                           ((args.out_stride_batch | args.out_stride_seq | args.out_stride_head) & 1) == 0;
   const bool write_lse = (args.flags & ZYFA_FLAG_LSE) != 0u && args.lse != nullptr;
-  // ZYFA_WS_OSTAGE: rows 16-byte aligned (base and every stride a multiple of 8 elements).
-  const bool out_vec16_ok = (reinterpret_cast<uintptr_t>(args.out) & 15u) == 0u &&
-                            ((args.out_stride_batch | args.out_stride_seq | args.out_stride_head) & 7) == 0;
-  if (ZYFA_WS_OSTAGE != 0 && out_vec16_ok) {
-    store_o_staged(o, l_run, args, blk, bars + kBarrierBytes + static_cast<uint32_t>(cw * 4 + warp) * 16 * kDV * 2,
-                   wg_row0 + 16 * warp, seqlen_q, v_descale, lane);
+  // The staged epilogue needs 16-byte aligned rows (base and every stride a multiple of 8 elements).
+  const bool staged = kOStageCols != 0 && (reinterpret_cast<uintptr_t>(args.out) & 15u) == 0u &&
+                      ((args.out_stride_batch | args.out_stride_seq | args.out_stride_head) & 7) == 0;
+  float l_row[2], row_scale[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_row[r] = (kFp8 && kLSumWhole) ? l_run[r] : quad_sum(l_run[r]);  // FP8 HMMA sums: whole rows already
+    row_scale[r] = l_row[r] == 0.0f ? 0.0f : v_descale / l_row[r];    // ZYFA_WS_EPI_RCP
+  }
+  if constexpr (kOStageCols != 0) {
+    if (staged)
+      store_o_staged<kOStageCols>(o, row_scale, args, blk,
+                                  bars + kBarrierBytes + static_cast<uint32_t>(cw * 4 + warp) * 16 * kOStageCols * 2,
+                                  wg_row0 + 16 * warp, seqlen_q, lane);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float l = (kFp8 && kLSumWhole) ? l_run[r] : quad_sum(l_run[r]);  // FP8 HMMA sums: whole rows already
+    const float l = l_row[r];
     const int64_t row = row_a + 8 * r;
     if (row >= seqlen_q) continue;
     __nv_bfloat16* const out_row = static_cast<__nv_bfloat16*>(args.out) +
                                    static_cast<int64_t>(blk.batch) * args.out_stride_batch + row * args.out_stride_seq +
                                    static_cast<int64_t>(blk.head) * args.out_stride_head;
-    const float row_scale = l == 0.0f ? 0.0f : v_descale / l;  // ZYFA_WS_EPI_RCP
-    const bool staged = ZYFA_WS_OSTAGE != 0 && out_vec16_ok;     // out already stored by store_o_staged
-    auto out_pair = [&](int j, float& o0, float& o1) {
+#pragma unroll
+    for (int j = 0; j < (staged ? 0 : 16); ++j) {  // the register path (out not 16-byte aligned, or no staging)
+      float o0, o1;
       if constexpr (ZYFA_WS_EPI_RCP != 0) {
-        o0 = o[4 * j + 2 * r] * row_scale;
-        o1 = o[4 * j + 2 * r + 1] * row_scale;
+        o0 = o[4 * j + 2 * r] * row_scale[r];
+        o1 = o[4 * j + 2 * r + 1] * row_scale[r];
       } else {
         o0 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r] / l) * v_descale;
         o1 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r + 1] / l) * v_descale;
       }
-    };
-    if (ZYFA_WS_EPI_BRANCH != 0 && !staged) {
-      // One loop per path behind a uniform branch: ptxas if-converted the per-element form, so every
-      // thread issued the 32 scalar stores predicated off beside its 16 pair stores (ncu, call 6).
-      if (out_vec_ok) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          float o0, o1;
-          out_pair(j, o0, o1);
-          *reinterpret_cast<__nv_bfloat162*>(out_row + 8 * j + 2 * tig) = __floats2bfloat162_rn(o0, o1);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          float o0, o1;
-          out_pair(j, o0, o1);
-          out_row[8 * j + 2 * tig] = __float2bfloat16_rn(o0);
-          out_row[8 * j + 2 * tig + 1] = __float2bfloat16_rn(o1);
-        }
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < ((staged || ZYFA_WS_EPI_BRANCH != 0) ? 0 : 16); ++j) {
-      float o0, o1;
-      out_pair(j, o0, o1);
       __nv_bfloat16* const dst = out_row + 8 * j + 2 * tig;
       if (out_vec_ok) {
         *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o0, o1);

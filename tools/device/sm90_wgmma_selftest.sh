@@ -106,19 +106,21 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # ("epidiv", BF16 d128, whose 16K ratio was 0.977), so the next run re-checks the call there.
 # Run 17: FRESH_O +0.5..3% at 2K-8K, but items without blocks stored stale O (fixed). Run 18 (the fix in, all
 # six variants): it lost 1-9% at 16K and at 2K-8K for 192/128, so it is off again.
-# Run 19 (NOTES.md "Predictions, run 19"; not yet run): the epilogue through shared memory (ZYFA_WS_OSTAGE,
-# 32 KiB more: the d128 variants only). The defaults themselves carry the mbarrier layout fix (682a24b),
-# never run on the GPU: run 19's correctness section is its first check.
-# Also the epilogue's two store paths behind one uniform branch (ZYFA_WS_EPI_BRANCH), on every variant.
-_OSTAGE = [("ostage", "+32768", ["-DZYFA_WS_OSTAGE=1"])]
-_EPIBR = [("epibr", None, ["-DZYFA_WS_EPI_BRANCH=1"])]
+# Run 19 (NOTES.md "Outcomes, run 19"): the mbarrier layout fix passed every case; the epilogue through
+# shared memory (ZYFA_WS_OSTAGE, +32 KiB) won 1..6% at 2K-8K on the d128 variants and is their default
+# (kOStageCols from smem_bytes); the two-loop register stores (EPI_BRANCH) were even and are gone.
+# Twentieth run (NOTES.md "Predictions, run 20"): "regout" (32 KiB less: the register-path epilogue)
+# re-checks that call on the d128 variants (the rule wants two runs; lean's 16K was 0.987); 192/128
+# gets the staged epilogue in two passes of 64 columns ("ostage", 16 KiB more: its layout leaves 18 KiB).
+_REGOUT = [("regout", "-32768", [])]
+_OSTAGE2 = [("ostage", "+16384", [])]
 EXPERIMENTS = {
-    "fa_fwd_bf16_hd128_causal_sm90a": _OSTAGE + _EPIBR,
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _OSTAGE + _EPIBR,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _OSTAGE + _EPIBR,
-    "fa_fwd_bf16_hd192x128_causal_sm90a": _EPIBR,
-    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _EPIBR,
-    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _EPIBR,
+    "fa_fwd_bf16_hd128_causal_sm90a": _REGOUT,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _REGOUT,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _REGOUT,
+    "fa_fwd_bf16_hd192x128_causal_sm90a": _OSTAGE2,
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _OSTAGE2,
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _OSTAGE2,
 }
 assert _smem(True, 128, 128, 192, 2) == 181376
 debug_done = set()
