@@ -152,7 +152,10 @@
 // (variants.bzl smem_bytes): 8 warps x 16 rows x kDV bf16 = 32 KiB for whole rows, half of it for two
 // passes of kDV / 2 columns (192/128, whose layout leaves 18 KiB), none for the register path.
 // Run 19 (two passes, ratio to the register path at 2K / 4K / 8K / 16K): BF16 d128 1.062 / 1.025 /
-// 1.018 / 1.023, FP8 exact 1.036 / 1.024 / 1.012 / 0.997, lean 1.058 / 1.033 / 1.019 / 0.987.
+// 1.018 / 1.023, FP8 exact 1.036 / 1.024 / 1.012 / 0.997, lean 1.058 / 1.033 / 1.019 / 0.987; run 20
+// (the inverse, re-checked): d128 1.04..1.06 at 2K, 0.99..1.01 at 16K (lean's 16K about 0.98, noisy).
+// Run 20, 192/128 in two passes: BF16 1.030 / 1.011 / 1.001 / 1.034, FP8 exact 1.068 / 1.033 / 1.016 /
+// 1.019, lean 1.071 / 1.037 / 1.022 / 0.999.
 // The aligned and unaligned register stores as two loops behind one uniform branch (EPI_BRANCH) were
 // measured in the same run at 0.99..1.005 of the if-converted loop and removed.
 #ifndef ZYFA_WS_SMX2
