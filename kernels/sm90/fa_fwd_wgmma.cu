@@ -102,13 +102,19 @@
 // Same grid, no atomics, deterministic; the kernel only reinterprets blockIdx.
 // Run 5 (H200): ORDER 1 BF16 / FP8 2K -4 / -1%, 4K -5 / 0%, 8K (b1, 16 pairs) +8 / +9%, 16K (64 pairs)
 // -2.4%; ORDER 2 about the same. 3 (run 6 experiment): ORDER 1 when heads * batch <= ZYFA_WS_LPT_PAIRS
-// (default 32, uniform per launch), else ORDER 0: the 8K gain without the losses.
+// (32 then, 16 since run 21; uniform per launch), else ORDER 0: the 8K gain without the losses.
 // Run 6 (H200): ORDER 3 FP8 exact d128 2K / 4K / 8K / 16K 0.991 / 0.998 / 1.088 / 1.007: the default
 // since then, for BF16 too (where it is ORDER 1 exactly at run 5's +8% 8K shape and ORDER 0 elsewhere).
 #define ZYFA_WS_ORDER 3
 #endif
 #ifndef ZYFA_WS_LPT_PAIRS
-#define ZYFA_WS_LPT_PAIRS 32
+// At most this many (head, batch) pairs: ORDER 1 / rank-major persistent items (LPT across pairs); more:
+// ORDER 0 / pair-major (L2 reuse of one head's K and V). 32 until run 21 (H200, seventh session), where
+// 16 moved only b2 s16K h16 (32 pairs) at 192/128 and won there: BF16 1.125, FP8 lean 1.078, FP8 exact
+// 0.998 (its default's two passes 823 / 871 TFLOP/s, 16's 865 / 870), the other shapes 0.992..1.010.
+// Rank-major streams every pair's K and V at once (168 MB at that shape against 50 MB of L2).
+// b1 s8K h16 (16 pairs, run 5's +8% shape) keeps ORDER 1.
+#define ZYFA_WS_LPT_PAIRS 16
 #endif
 #ifndef ZYFA_WS_EXP2_POLY
 // Exact P's exponentials of S tiles j with j % 4 < ZYFA_WS_EXP2_POLY (0..4 quarters of them) computed by
