@@ -4,7 +4,7 @@
  * FP8 path"): online softmax in base 2 over KV blocks of ZYFA_TILE_N keys in increasing order;
  * BF16: P rounded to bf16 for P.V, row sum of the fp32 p; FP8: P scaled by 2^8, exact (exp2 +
  * RNE/satfinite) or lean (one FMA to the e4m3 code), row sum of the e4m3-rounded values;
- * out = acc * (v_descale / l) (ZYFA_WS_EPI_RCP; the contract's acc / l * v_descale to ~2 ulp of fp32).
+ * out = acc * (v_descale / l) (the contract's acc / l * v_descale to ~2 ulp of fp32).
  *
  * Block structure (FA3-class; grid (ceil(seqlen_q / 128), heads_q, batch), 384 threads):
  *   warpgroup 0  producer: loads Q once, then K_j and V_j for every visible KV block into a ring of
@@ -60,8 +60,8 @@
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
  * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
- * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_EXP2_POLY (timing /
- * accuracy experiments; see their definitions).
+ * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_LPT_PAIRS,
+ * ZYFA_WS_PSCHED, ZYFA_WS_TMA (timing experiments and schedule switches; see their definitions).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -69,7 +69,6 @@
 #include <stdint.h>
 
 #include "abi/zyfa_abi.h"
-#include "exp2_poly.h"
 
 #if !defined(ZYFA_KERNEL_NAME) || !defined(ZYFA_DTYPE_E4M3) || !defined(ZYFA_D_QK) || \
     !defined(ZYFA_D_V) || !defined(ZYFA_TILE_M) || !defined(ZYFA_TILE_N) ||              \
@@ -116,15 +115,8 @@
 // b1 s8K h16 (16 pairs, run 5's +8% shape) keeps ORDER 1.
 #define ZYFA_WS_LPT_PAIRS 16
 #endif
-#ifndef ZYFA_WS_EXP2_POLY
-// Exact P's exponentials of S tiles j with j % 4 < ZYFA_WS_EXP2_POLY (0..4 quarters of them) computed by
-// zyfa_exp2::exp2_poly on the FMA pipe instead of ex2.approx on MUFU (FlashAttention-4's balance of the
-// two units). exp2_poly's relative error is 7.5e-5 at most, so the rounded P differs from ex2's in
-// about 0.1% of e4m3 codes (kernels/tools/tests/test_exp2_poly.py). 0: off (run 15: slower, see exp2_of_tile).
-#define ZYFA_WS_EXP2_POLY 0
-#endif
-#ifndef ZYFA_WS_EPI_RCP
-// The epilogue's normalisation as one division per row (scale = v_descale / l) and a multiply per
+// The epilogue's normalisation (ZYFA_WS_EPI_RCP until the seventh session, when its off state was removed)
+// as one division per row (scale = v_descale / l) and a multiply per
 // element, instead of a division per element ((o / l) * v_descale: 64 IEEE divisions per thread, each
 // an MUFU.RCP, ~8 FMA-pipe instructions and a slow-path check, about two KV blocks' worth of softmax
 // instructions per item). Differs from the contract's order by at most about 2 ulp of fp32 before the
@@ -132,22 +124,10 @@
 // ratio to the division build at 2K / 4K / 8K / 16K: FP8 exact d128 1.087 / 1.055 / 1.030 / 1.039,
 // lean d128 1.090 / 1.052 / 1.030 / 1.029, BF16 d128 1.050 / 1.027 / 1.015 / 0.977 (16K: within that
 // column's pass-to-pass spread); 192/128 (2K / 4K / b1 8K / 16K) BF16 1.065 / 1.033 / 1.021 / 1.091,
-// FP8 exact 1.090 / 1.057 / 1.037 / 1.009, lean 1.099 / 1.054 / 1.031 / 1.024. The default since.
-#define ZYFA_WS_EPI_RCP 1
-#endif
-#ifndef ZYFA_WS_FRESH_O
-// No per-item zeroing of the O and S accumulators (128 register moves per thread and item): S is always
-// written fresh by its first k-step (scale-d 0), and the item's first P.V (block 0's) is issued fresh
-// too, so O's old contents are never read (the O rescale first runs after that P.V has completed);
-// an item without blocks zeroes O. Same arithmetic: bitwise the same output. Run 17 (H200, one pass),
-// ratio at 2K / 4K / 8K / 16K: FP8 exact d128 1.031 / 1.016 / 1.020 / 0.982, lean d128 1.014 / 1.013 /
-// 1.014 / 0.994, BF16 d128 1.005 / 1.004 / 0.996 / 1.012; its empty-row case then differed between
-// launches (an item without blocks stored the stale O times 0: NaN from uninitialised registers), fixed
-// by the zeroing above. Run 18 (two passes, all six variants, the fix in): d128 +0.2..1.0% at 2K-8K
-// but 16K 0.978 (FP8 exact) / 0.989 (lean) / 0.992 (BF16); 192/128 0.984..1.005 at 2K-8K and 0.91..0.97
-// at 16K. It fails the rule (>= 0.99 everywhere in two runs), so it is off.
-#define ZYFA_WS_FRESH_O 0
-#endif
+// FP8 exact 1.090 / 1.057 / 1.037 / 1.009, lean 1.099 / 1.054 / 1.031 / 1.024. The only form since.
+// Measured and removed (seventh session; kernels/sm90/NOTES.md has the runs): ZYFA_WS_EXP2_POLY (part of
+// exact P's exp2 on the FMA pipe, run 15: slower everywhere) and ZYFA_WS_FRESH_O (no per-item accumulator
+// zeroing, runs 17-18: lost at 16K and for 192/128).
 // The epilogue through shared memory (kOStageCols; the ZYFA_WS_OSTAGE experiment of run 19, H200). Each
 // consumer warp writes its 16 rows of O with stmatrix into its own XOR-swizzled region after the
 // mbarriers (8 stmatrix.x4 per full row width instead of 32 four-byte global stores, whose LSU throttle
@@ -818,14 +798,6 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-// The exponential of an element of S tile j (compile-time j after unrolling): ZYFA_WS_EXP2_POLY.
-// Run 15 (H200): slower everywhere (FP8 poly1 0.96..0.98, poly2 0.86..0.95; BF16 0.86..0.94), so off.
-// e4m3 only: BF16 P enters the fp32 row sum directly, and exp2_poly's 2^-64 for masked keys (-inf)
-// made fully masked rows nonzero (run 15's BF16 poly builds failed the empty-row cases).
-static_assert(ZYFA_WS_EXP2_POLY == 0 || ZYFA_DTYPE_E4M3 == 1, "ZYFA_WS_EXP2_POLY is an e4m3-only experiment");
-__device__ __forceinline__ float exp2_of_tile(int j, float x) {
-  return j % 4 < ZYFA_WS_EXP2_POLY ? zyfa_exp2::exp2_poly(x) : ex2(x);
-}
 
 __device__ __forceinline__ uint32_t bf16_pair(float p0, float p1) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(p0, p1);
@@ -1045,7 +1017,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
           if constexpr (kLeanP) {
             v = fmaxf(fmaf(v, lean_a, lean_b), 0.0f) + 12582912.0f;
           } else {
-            v = exp2_of_tile(j, fmaf(v, qk_scale, neg_m));
+            v = ex2(fmaf(v, qk_scale, neg_m));
             lsum += v;
           }
         } else {
@@ -1123,7 +1095,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
         if constexpr (kLeanP) {
           v = fmaxf(fmaf(v, lean_a, lean_b[r]), 0.0f) + 12582912.0f;
         } else {
-          v = exp2_of_tile(j, fmaf(v, qk_scale, neg_m[r]));
+          v = ex2(fmaf(v, qk_scale, neg_m[r]));
           lsum[r] += v;
         }
       }
@@ -1593,14 +1565,12 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   float ob[kOAcc];  // kOPromote: this block's P.V (fresh wgmma accumulator), added to o after the block
   float sacc[kSAcc];
   uint32_t p[kPRegs];
-  if constexpr (ZYFA_WS_FRESH_O == 0) {
 #pragma unroll
-    for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
+  for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kOAcc; ++i) ob[i] = 0.0f;
+  for (int i = 0; i < kOAcc; ++i) ob[i] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kSAcc; ++i) sacc[i] = 0.0f;
-  }
+  for (int i = 0; i < kSAcc; ++i) sacc[i] = 0.0f;
 #pragma unroll
   for (int i = 0; i < kPRegs; ++i) p[i] = 0u;
   float m_run[2] = {-INFINITY, -INFINITY};
@@ -1612,9 +1582,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint64_t dk0 = make_desc(k_s, 16, 1024);
   const uint64_t dv0 = v_desc(v_s);
   auto issue_s_block = [&](int st) { issue_s_desc(sacc, dq, dk0 + static_cast<uint32_t>(st * (kKStageBytes >> 4))); };
-  auto issue_pv_block = [&](int st, bool first) {  // first: block 0's P.V (ZYFA_WS_FRESH_O: overwrites O)
-    issue_pv_desc(opv, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)),
-                  kOPromote || (ZYFA_WS_FRESH_O != 0 && first));
+  auto issue_pv_block = [&](int st) {
+    issue_pv_desc(opv, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote);
   };
   // FP8, contract order: l = l * alpha_j + sum(P_j), alpha_j the rescale of block j's max. The sums
   // of P_j are taken from the P registers while P_j V_j (which reads them) and S_{j+1} run (kLSum
@@ -1693,7 +1662,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       fence_regs(opv);
       fence_regs(p);
       wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
-      issue_pv_block(sp, j == 1);
+      issue_pv_block(sp);
       pp_arrive(false);
       add_block_sums(true);  // P_{j-1}
       wgmma_wait<1>();
@@ -1740,7 +1709,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     fence_regs(opv);
     fence_regs(p);
     wgmma_fence();
-    issue_pv_block(sl, n == 1);
+    issue_pv_block(sl);
     pp_arrive(true);
     add_block_sums(true);  // P_{n-1}
     wgmma_wait<0>();
@@ -1762,12 +1731,6 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     }
     q_phase ^= 1u;
 #endif
-  } else if constexpr (ZYFA_WS_FRESH_O != 0) {
-    // No block: no P.V ever wrote O. Its registers hold the previous item's O (or, first item,
-    // whatever they held: NaN * 0 is NaN), so zero it for the epilogue's l == 0 rows (run 17's
-    // empty-row case differed between launches without this).
-#pragma unroll
-    for (int i = 0; i < kOAcc; ++i) o[i] = 0.0f;
   }
 
   // ---- epilogue: out = acc * (v_descale / l) -> bf16 (l == 0 -> 0); lse (l == 0 -> +inf)
@@ -1781,7 +1744,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l_row[r] = (kFp8 && kLSumWhole) ? l_run[r] : quad_sum(l_run[r]);  // FP8 HMMA sums: whole rows already
-    row_scale[r] = l_row[r] == 0.0f ? 0.0f : v_descale / l_row[r];    // ZYFA_WS_EPI_RCP
+    row_scale[r] = l_row[r] == 0.0f ? 0.0f : v_descale / l_row[r];    // one division per row
   }
   if constexpr (kOStageCols != 0) {
     if (staged)
@@ -1799,14 +1762,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
                                    static_cast<int64_t>(blk.head) * args.out_stride_head;
 #pragma unroll
     for (int j = 0; j < (staged ? 0 : 16); ++j) {  // the register path (out not 16-byte aligned, or no staging)
-      float o0, o1;
-      if constexpr (ZYFA_WS_EPI_RCP != 0) {
-        o0 = o[4 * j + 2 * r] * row_scale[r];
-        o1 = o[4 * j + 2 * r + 1] * row_scale[r];
-      } else {
-        o0 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r] / l) * v_descale;
-        o1 = l == 0.0f ? 0.0f : (o[4 * j + 2 * r + 1] / l) * v_descale;
-      }
+      const float o0 = o[4 * j + 2 * r] * row_scale[r];
+      const float o1 = o[4 * j + 2 * r + 1] * row_scale[r];
       __nv_bfloat16* const dst = out_row + 8 * j + 2 * tig;
       if (out_vec_ok) {
         *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(o0, o1);
