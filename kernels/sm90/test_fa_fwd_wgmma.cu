@@ -18,7 +18,7 @@
  *     plus the relative L2 difference between the two kernels' outputs (information only: they use
  *     different KV block sizes, so the contract's per-block P rounding differs).
  *     The bench also checks the ws output bitwise against one more launch at each size.
- * Usage: test [--bench | --bench-only | --profile | --profile-2k | --refs-only] (--profile: one ws launch at seqlen
+ * Usage: test [--bench | --bench-only | --profile | --profile-2k | --refs-only | --bench-shape B S HQ HKV] (--profile: one ws launch at seqlen
  * 8K, for ncu). Exit status 0 when every check passes, 1 when
  * one fails, 2 on a CUDA or setup error.
  */
@@ -594,6 +594,19 @@ int main(int argc, char** argv) {
   }
   if (mode == "--profile-2k") {  // the same at the timing's 2K shape (short items: prologue / epilogue weigh more)
     bench(BenchShape{16, 2048, kHq, kHkv}, true);
+    return 0;
+  }
+  if (mode == "--bench-shape") {  // timing of one given shape only: --bench-shape BATCH SEQLEN HEADS_Q HEADS_KV
+    if (argc != 6) {
+      std::fprintf(stderr, "--bench-shape needs BATCH SEQLEN HEADS_Q HEADS_KV\n");
+      return 2;
+    }
+    const BenchShape sh{std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5])};
+    if (sh.batch < 1 || sh.seq < 1 || sh.hq < 1 || sh.hkv < 1 || sh.hq % sh.hkv != 0) {
+      std::fprintf(stderr, "--bench-shape: positive sizes with HEADS_Q a multiple of HEADS_KV\n");
+      return 2;
+    }
+    bench(sh);
     return 0;
   }
   int passed = 0, failed = 0;

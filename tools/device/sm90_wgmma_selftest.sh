@@ -18,7 +18,8 @@
 # Env: NVCC (default nvcc); OUT (device machine) receives the summary and a .tgz of every log; ZYFA_BENCH=0 skips timing;
 # ZYFA_BUILD_ONLY=1 stops after the builds (a preflight here, without a GPU); ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first bf16 and e4m3
 # variants' tests under compute-sanitizer memcheck; ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu (ZYFA_NCU_ARG=--profile-2k: at 2K instead of 8K)
-# (--clock-control none); ZYFA_BENCH_REPEAT=0 skips the second timing pass. Exit status 0 when every
+# (--clock-control none); ZYFA_BENCH_REPEAT=0 skips the second timing pass; ZYFA_BENCH_SHAPE="B S HQ HKV" times
+# that one shape instead of the four. Exit status 0 when every
 # build and test passes.
 set -uo pipefail
 
@@ -113,8 +114,16 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # and adopted for 192/128 in two 64-column passes (+1..7% at 2K-8K).
 # Run 21 (NOTES.md "Outcomes, run 21"): ZYFA_WS_LPT_PAIRS 16 is the default (192/128 at b2 s16K h16: BF16
 # +12.5%, lean +7.8%, exact even); FP8 exact d128 at tile_n 128 was +6.4% at 2K and -3.9% at 16K (a
-# per-seqlen tile choice, not built). No experiment is pending.
-EXPERIMENTS: dict[str, list] = {}
+# per-seqlen tile choice, not built).
+# Twenty-second run (NOTES.md "Predictions, run 22"): the old threshold (ZYFA_WS_LPT_PAIRS=32, "lpt32") on the
+# d128 variants at the one shape the new default moves there, the product's 32K row:
+# ZYFA_BENCH_SHAPE="1 32768 32 8".
+_LPT32 = [("lpt32", None, ["-DZYFA_WS_LPT_PAIRS=32"])]
+EXPERIMENTS = {
+    "fa_fwd_bf16_hd128_causal_sm90a": _LPT32,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _LPT32,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _LPT32,
+}
 assert _smem(True, 128, 128, 192, 2) == 181376
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
@@ -218,6 +227,9 @@ for i in "${!run_pids[@]}"; do
 done
 echo "correctness done after $((SECONDS - t_start)) s"
 
+bench_args=(--bench-only)
+# shellcheck disable=SC2206  # the shape is four words on purpose
+[[ -n "${ZYFA_BENCH_SHAPE:-}" ]] && bench_args=(--bench-shape $ZYFA_BENCH_SHAPE)
 if [[ "${ZYFA_BENCH:-1}" == 1 ]]; then
   echo "== timing (ws vs simple, causal, median of 20) ==" | tee -a "$summary"
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv,noheader \
@@ -225,7 +237,7 @@ if [[ "${ZYFA_BENCH:-1}" == 1 ]]; then
   for line in "${lines[@]}"; do
     read -r kind name defines <<<"$line"
     [[ $kind != debug && -x "$dir/test_$name" ]] || continue
-    timeout 60 "$dir/test_$name" --bench-only >"$out/bench_$name.log" 2>&1 || status=1
+    timeout 60 "$dir/test_$name" "${bench_args[@]}" >"$out/bench_$name.log" 2>&1 || status=1
     grep -E '^bench|CUDA error' "$out/bench_$name.log" | sed "s/^/$name: /" | tee -a "$summary"
   done
 fi
@@ -268,7 +280,7 @@ if [[ "${ZYFA_BENCH:-1}" == 1 && "${ZYFA_BENCH_REPEAT:-1}" == 1 ]]; then
   for line in "${lines[@]}"; do
     read -r kind name defines <<<"$line"
     [[ $kind != debug && -x "$dir/test_$name" ]] || continue
-    timeout 60 "$dir/test_$name" --bench-only >"$out/bench2_$name.log" 2>&1 || status=1
+    timeout 60 "$dir/test_$name" "${bench_args[@]}" >"$out/bench2_$name.log" 2>&1 || status=1
     grep -E '^bench|CUDA error' "$out/bench2_$name.log" | sed "s/^/$name: /" | cut -c1-150 | tee -a "$summary"
   done
 fi
