@@ -144,6 +144,15 @@
 // 1.019, lean 1.071 / 1.037 / 1.022 / 0.999.
 // The aligned and unaligned register stores as two loops behind one uniform branch (EPI_BRANCH) were
 // measured in the same run at 0.99..1.005 of the if-converted loop and removed.
+#ifndef ZYFA_WS_LEAN_SAT
+// Next-run experiment (UNMEASURED; built here only): lean P's code in 2 FMA-pipe instructions instead of 3.
+// The default computes t = fma(S, A, B), max(t, 0), + 1.5 * 2^23 (FFMA, FMNMX, FADD per element); this one
+// computes u = fma.sat(S, A / 128, B / 128) (clamped to [0, 1], NaN -> 0) and then fma(u, 128, 1.5 * 2^23).
+// Scaling by 2^-7 commutes with the rounding, so u = clamp(t, 0, 128) / 128 exactly, and the code is
+// bitwise the same whenever t <= 128: always in the fast softmax, where m is this block's true running
+// max and so t <= 120 (+ rounding). Lean's softmax is ALU-bound (run 17: ALU 47%, tensor 43%).
+#define ZYFA_WS_LEAN_SAT 0
+#endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
 // lean), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
@@ -967,6 +976,19 @@ __device__ __forceinline__ float row_max3(const float (&s)[kSAcc]) {
 // One block of the online softmax for this thread's two rows (r = 0: row g, r = 1: row g + 8 of the
 // warp's 16), first half: masks S, updates m, (bf16) rescales l and adds the block's p, returns
 // alpha (the O rescale) and leaves in s what pack_p turns into the P operand: bf16: p = exp2(t - m);
+// Lean P's e4m3 code in the low byte of a float: max(S A + B, 0) + 1.5 * 2^23, rounded to an integer
+// by the add (ZYFA_WS_LEAN_SAT: the same value from a saturating FMA and one more FMA; valid for
+// S A + B <= 128, which the fast softmax guarantees).
+__device__ __forceinline__ float lean_code(float v, float a, float b) {
+  if constexpr (ZYFA_WS_LEAN_SAT != 0) {
+    float u;
+    asm("fma.rn.sat.f32 %0, %1, %2, %3;\n" : "=f"(u) : "f"(v), "f"(a * 0.0078125f), "f"(b * 0.0078125f));
+    return fmaf(u, 128.0f, 12582912.0f);
+  } else {
+    return fmaxf(fmaf(v, a, b), 0.0f) + 12582912.0f;
+  }
+}
+
 // FP8 exact: exp2(t - m + 8); FP8 lean: max(S A + B, 0) + 1.5 * 2^23 (the code sits in the low byte).
 // It only touches s, m, l: it runs while the previous block's P.V wgmma still reads P.
 // key0: first key of the block; row_lim[r]: the last key row r sees (-1: none).
@@ -1015,7 +1037,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
         float& v = s[4 * j + 2 * r + x];
         if constexpr (kFast) {
           if constexpr (kLeanP) {
-            v = fmaxf(fmaf(v, lean_a, lean_b), 0.0f) + 12582912.0f;
+            v = lean_code(v, lean_a, lean_b);
           } else {
             v = ex2(fmaf(v, qk_scale, neg_m));
             lsum += v;
@@ -1093,7 +1115,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
       for (int x = 0; x < 2; ++x) {
         float& v = s[4 * j + 2 * r + x];
         if constexpr (kLeanP) {
-          v = fmaxf(fmaf(v, lean_a, lean_b[r]), 0.0f) + 12582912.0f;
+          v = lean_code(v, lean_a, lean_b[r]);
         } else {
           v = ex2(fmaf(v, qk_scale, neg_m[r]));
           lsum[r] += v;
