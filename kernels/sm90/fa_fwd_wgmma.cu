@@ -69,6 +69,7 @@
 #include <stdint.h>
 
 #include "abi/zyfa_abi.h"
+#include "sm90/persistent_schedule.h"
 
 #if !defined(ZYFA_KERNEL_NAME) || !defined(ZYFA_DTYPE_E4M3) || !defined(ZYFA_D_QK) || \
     !defined(ZYFA_D_V) || !defined(ZYFA_TILE_M) || !defined(ZYFA_TILE_N) ||              \
@@ -234,7 +235,9 @@
 // -7.6 / -5.2% (static round-robin: CTA 0 takes every round's longest item, ~11% above the mean at
 // that shape), 16K (64 pairs) -1 / -2% (global rank-major order loses ORDER 0's L2 reuse, as ORDER 1
 // did in run 5). 1: boustrophedon rounds (cta_item). 2: 1 + pair-major items when heads * batch >
-// ZYFA_WS_LPT_PAIRS.
+// ZYFA_WS_LPT_PAIRS. 3 (experiment, UNMEASURED): 2 with each window of 2G pair-major items sorted
+// longest first (sm90/persistent_schedule.h): the CTAs' modelled work max / mean falls from about 1.03
+// to 1.0003..1.009 at the product shapes (kernels/tools/tests/test_persistent_schedule.py).
 #define ZYFA_WS_PSCHED 2
 #endif
 
@@ -1305,8 +1308,13 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const int group_ratio = args.heads_q / args.heads_kv;
   // ZYFA_WS_PSCHED 2: with many (head, batch) pairs the items go pair-major (each pair's q tiles
   // longest first, pairs one after another: ORDER 3's L2 reuse of one head's K / V at a time).
-  const bool pair_major = ZYFA_WS_PSCHED == 2 && n_pairs > ZYFA_WS_LPT_PAIRS;
-  auto item_block = [&](uint32_t item) {
+  // ZYFA_WS_PSCHED 3: the same, each window of 2G pair-major items taken longest first
+  // (persistent_schedule.h), so the boustrophedon rounds balance the CTAs' work.
+  const bool pair_major = ZYFA_WS_PSCHED >= 2 && n_pairs > ZYFA_WS_LPT_PAIRS;
+  auto item_block = [&](uint32_t pos) {
+    const uint32_t item = (ZYFA_WS_PSCHED == 3 && pair_major)
+                              ? zyfa_sched::window_sorted_item(pos, n_items, n_qtiles, gridDim.x)
+                              : pos;
     Block b;
     const uint32_t rank = pair_major ? item % n_qtiles : item / n_pairs;
     const uint32_t hb = pair_major ? item / n_qtiles : item - rank * n_pairs;

@@ -118,15 +118,18 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # Twenty-second run (NOTES.md "Predictions, run 22"): the old threshold (ZYFA_WS_LPT_PAIRS=32, "lpt32") on the
 # d128 variants at the one shape the new default moves there, the product's 32K row:
 # ZYFA_BENCH_SHAPE="1 32768 32 8".
-# Also (NOTES.md "Predictions, run 23", the standard shapes: ZYFA_ONLY=leanp): lean P's code from a
-# saturating FMA and one more FMA instead of FFMA + FMNMX + FADD (ZYFA_WS_LEAN_SAT=1, "leansat").
+# Run 23 (NOTES.md "Predictions, run 23", the standard shapes, every variant): lean P's code from a
+# saturating FMA and one more FMA instead of FFMA + FMNMX + FADD (ZYFA_WS_LEAN_SAT=1, "leansat"), and the
+# persistent kernels' pair-major windows taken longest first (ZYFA_WS_PSCHED=3, "psched3").
 _LPT32 = [("lpt32", None, ["-DZYFA_WS_LPT_PAIRS=32"])]
 _LEANSAT = [("leansat", None, ["-DZYFA_WS_LEAN_SAT=1"])]
+_PSCHED3 = [("psched3", None, ["-DZYFA_WS_PSCHED=3"])]
 EXPERIMENTS = {
-    "fa_fwd_bf16_hd128_causal_sm90a": _LPT32,
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _LPT32,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _LPT32 + _LEANSAT,
-    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _LEANSAT,
+    "fa_fwd_bf16_hd128_causal_sm90a": _LPT32 + _PSCHED3,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _LPT32 + _PSCHED3,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _LPT32 + _LEANSAT + _PSCHED3,
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _PSCHED3,
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _LEANSAT + _PSCHED3,
 }
 assert _smem(True, 128, 128, 192, 2) == 181376
 debug_done = set()
