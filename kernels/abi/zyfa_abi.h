@@ -35,7 +35,16 @@ typedef __UINT64_TYPE__ uint64_t;
 #define ZYFA_FLAG_CAUSAL 0x1u /* apply the causal mask */
 #define ZYFA_FLAG_LSE 0x2u    /* write log-sum-exp to `lse` */
 
+/* Packing: every field sits at its natural alignment, so pack 1 and pack 8 give the same layout (the
+ * static_asserts below and tests/test_abi.py check it). With pack 1, nvcc also gives the struct
+ * alignment 1 and reads each kernel-parameter field byte by byte (the sm90 FP8 kernel: 173 LDC.U8 and
+ * 272 more instructions than with pack 8, at kernel start and per persistent item).
+ * ZYFA_ABI_NATURAL_ALIGN=1 selects pack 8: a kernel-timing experiment (kernels/sm90/NOTES.md, run 23). */
+#if defined(ZYFA_ABI_NATURAL_ALIGN) && ZYFA_ABI_NATURAL_ALIGN
+#pragma pack(push, 8)
+#else
 #pragma pack(push, 1)
+#endif
 typedef struct zyfa_fwd_args {
   const void *q;             /*   0 */
   const void *k;             /*   8 */
@@ -71,10 +80,20 @@ typedef struct zyfa_fwd_args {
 #pragma pack(pop)
 
 #ifdef __cplusplus
-static_assert(sizeof(zyfa_fwd_args) == 192, "zyfa_fwd_args must be 192 bytes");
+#define ZYFA_ABI_ASSERT static_assert
 #else
-_Static_assert(sizeof(zyfa_fwd_args) == 192, "zyfa_fwd_args must be 192 bytes");
+#define ZYFA_ABI_ASSERT _Static_assert
 #endif
+ZYFA_ABI_ASSERT(sizeof(zyfa_fwd_args) == 192, "zyfa_fwd_args must be 192 bytes");
+/* The layout is the same under either packing: fields at their documented offsets. */
+#define ZYFA_ABI_AT(field, offset) (__builtin_offsetof(zyfa_fwd_args, field) == (offset))
+ZYFA_ABI_ASSERT(ZYFA_ABI_AT(lse, 32) && ZYFA_ABI_AT(q_stride_batch, 40) &&
+                    ZYFA_ABI_AT(out_stride_head, 128) && ZYFA_ABI_AT(batch, 136) &&
+                    ZYFA_ABI_AT(seqlen_q, 148) && ZYFA_ABI_AT(flags, 164) && ZYFA_ABI_AT(v_descale, 180) &&
+                    ZYFA_ABI_AT(reserved, 184),
+                "zyfa_fwd_args field offsets");
+#undef ZYFA_ABI_AT
+#undef ZYFA_ABI_ASSERT
 
 /* TMA tensor maps: the SECOND parameter of kernels whose manifest row says "loads": "tma" (sm90a), right
  * after zyfa_fwd_args (parameter offset 192, 64-byte aligned; 640 parameter bytes in all). Each map is

@@ -19,7 +19,7 @@
 # ZYFA_BUILD_ONLY=1 stops after the builds (a preflight here, without a GPU); ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first bf16 and e4m3
 # variants' tests under compute-sanitizer memcheck; ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu (ZYFA_NCU_ARG=--profile-2k: at 2K instead of 8K)
 # (--clock-control none); ZYFA_BENCH_REPEAT=0 skips the second timing pass; ZYFA_BENCH_SHAPE="B S HQ HKV" times
-# that one shape instead of the four. Exit status 0 when every
+# that one shape instead of the four; ZYFA_EXP=REGEX builds only the experiments whose suffix matches. Exit status 0 when every
 # build and test passes.
 set -uo pipefail
 
@@ -34,7 +34,8 @@ summary="$res/sm90_wgmma_summary.txt"
 t_start=$SECONDS
 
 # One line per variant: name and its -D defines (+ debug builds, named NAME_serial).
-mapfile -t lines < <(python3 - "$repo/kernels/tools" "${ZYFA_ONLY:-.}" <<'EOF'
+mapfile -t lines < <(python3 - "$repo/kernels/tools" "${ZYFA_ONLY:-.}" "${ZYFA_EXP:-.}" <<'EOF'
+import re
 import sys
 sys.path.insert(0, sys.argv[1])
 from variant_defines import selected_variants  # the variants and their -D defines, as the kernel build has them
@@ -123,13 +124,20 @@ assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2
 # persistent kernels' pair-major windows taken longest first (ZYFA_WS_PSCHED=3, "psched3").
 _LPT32 = [("lpt32", None, ["-DZYFA_WS_LPT_PAIRS=32"])]
 _LEANSAT = [("leansat", None, ["-DZYFA_WS_LEAN_SAT=1"])]
+# And the kernel parameter struct at natural alignment (ZYFA_ABI_NATURAL_ALIGN=1, "natalign": the same
+# layout, word loads instead of nvcc's byte loads of a pack(1) struct) on every variant.
 _PSCHED3 = [("psched3", None, ["-DZYFA_WS_PSCHED=3"])]
+_NATALIGN = [("natalign", None, ["-DZYFA_ABI_NATURAL_ALIGN=1"])]
+# psched3 spills 8 / 16 B in BF16 and FP8 exact d128 with the pack(1) struct and none with natural
+# alignment, so there it runs with natalign ("p3na", against "natalign"):
+_P3NA = [("p3na", None, ["-DZYFA_WS_PSCHED=3", "-DZYFA_ABI_NATURAL_ALIGN=1"])]
 EXPERIMENTS = {
-    "fa_fwd_bf16_hd128_causal_sm90a": _LPT32 + _PSCHED3,
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _LPT32 + _PSCHED3,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _LPT32 + _LEANSAT + _PSCHED3,
-    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _PSCHED3,
-    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _LEANSAT + _PSCHED3,
+    "fa_fwd_bf16_hd128_causal_sm90a": _LPT32 + _NATALIGN + _P3NA,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _LPT32 + _NATALIGN + _P3NA,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _LPT32 + _LEANSAT + _PSCHED3 + _NATALIGN,
+    "fa_fwd_bf16_hd192x128_causal_sm90a": _NATALIGN,
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _PSCHED3 + _NATALIGN,
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _LEANSAT + _PSCHED3 + _NATALIGN,
 }
 assert _smem(True, 128, 128, 192, 2) == 181376
 debug_done = set()
@@ -137,6 +145,8 @@ for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
     print("main", v["name"], " ".join(d))
     for suffix, smem, extra in EXPERIMENTS.get(v["name"], []):
+        if not re.search(sys.argv[3], suffix):
+            continue  # ZYFA_EXP: only the experiments whose suffix matches
         # The experiment's defines replace the variant's (smem None: the variant's own; "+N": N bytes more).
         if isinstance(smem, str):
             smem = v["smem_bytes"] + int(smem)
