@@ -131,12 +131,15 @@ _NATALIGN = [("natalign", None, ["-DZYFA_ABI_NATURAL_ALIGN=1"])]
 # psched3 spills 8 / 16 B in BF16 and FP8 exact d128 with the pack(1) struct and none with natural
 # alignment, so there it runs with natalign ("p3na", against "natalign"):
 _P3NA = [("p3na", None, ["-DZYFA_WS_PSCHED=3", "-DZYFA_ABI_NATURAL_ALIGN=1"])]
+# Run 7's 3-input integer row max re-checked on exact P (0.979..1.020 then, at tile_n 128 and before
+# the persistent grid, the staged epilogue and LPT 16):
+_MAX3 = [("max3", None, ["-DZYFA_WS_MAX3=1"])]
 EXPERIMENTS = {
     "fa_fwd_bf16_hd128_causal_sm90a": _LPT32 + _NATALIGN + _P3NA,
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _LPT32 + _NATALIGN + _P3NA,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _LPT32 + _NATALIGN + _P3NA + _MAX3,
     "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _LPT32 + _LEANSAT + _PSCHED3 + _NATALIGN,
     "fa_fwd_bf16_hd192x128_causal_sm90a": _NATALIGN,
-    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _PSCHED3 + _NATALIGN,
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _PSCHED3 + _NATALIGN + _MAX3,
     "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _LEANSAT + _PSCHED3 + _NATALIGN,
 }
 assert _smem(True, 128, 128, 192, 2) == 181376
