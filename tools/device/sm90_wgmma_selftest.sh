@@ -66,7 +66,8 @@ _E4 = 16384 + 1152 + 3 * 32768 + 32768
 # 160 keys (2 stages). Each build passes its own ZYFA_TILE_N / ZYFA_WS_STAGES / ZYFA_SMEM_BYTES.
 # ZYFA_WS_ORDER=3: longest-first order only when heads * batch <= 32 (FP8 exact).
 def _smem(fp8, d_qk, d_v, tile_n, stages):
-    """The kernel's kSmemBytes (fa_fwd_wgmma.cu): Q + stages x (K + V) + e4m3 V staging + barriers + slack."""
+    """fa_fwd_wgmma.cu's kSmemNoOStage: Q + stages x (K + V) + e4m3 V staging + barriers + slack. Add 32768
+    (d128) or 16384 (192/128) for the staged epilogue; without it the build takes the register path."""
     es = 1 if fp8 else 2
     regions = (d_qk * es + 127) // 128
     v = d_v * 128 * ((tile_n + 127) // 128) if fp8 else d_v * tile_n * 2
