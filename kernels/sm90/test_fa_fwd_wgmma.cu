@@ -18,8 +18,8 @@
  *     plus the relative L2 difference between the two kernels' outputs (information only: they use
  *     different KV block sizes, so the contract's per-block P rounding differs).
  *     The bench also checks the ws output bitwise against one more launch at each size.
- * Usage: test [--bench | --bench-only | --profile | --profile-2k | --refs-only | --bench-shape B S HQ HKV] (--profile: one ws launch at seqlen
- * 8K, for ncu). Exit status 0 when every check passes, 1 when
+ * Usage: test [--bench | --bench-only | --profile | --profile-2k | --refs-only | --bench-shape B S HQ HKV]
+ * (--profile: one ws launch at seqlen 8K, for ncu; --bench-shape: the timing of that one shape). Exit status 0 when every check passes, 1 when
  * one fails, 2 on a CUDA or setup error.
  */
 

@@ -65,17 +65,6 @@ _E4 = 16384 + 1152 + 3 * 32768 + 32768
 # m64nN wgmma): FP8 192 keys (2 stages: 3 do not fit in 227 KiB) and 160 keys (3 stages), BF16 176 /
 # 160 keys (2 stages). Each build passes its own ZYFA_TILE_N / ZYFA_WS_STAGES / ZYFA_SMEM_BYTES.
 # ZYFA_WS_ORDER=3: longest-first order only when heads * batch <= 32 (FP8 exact).
-def _smem(fp8, d_qk, d_v, tile_n, stages):
-    """fa_fwd_wgmma.cu's kSmemNoOStage: Q + stages x (K + V) + e4m3 V staging + barriers + slack. Add 32768
-    (d128) or 16384 (192/128) for the staged epilogue; without it the build takes the register path."""
-    es = 1 if fp8 else 2
-    regions = (d_qk * es + 127) // 128
-    v = d_v * 128 * ((tile_n + 127) // 128) if fp8 else d_v * tile_n * 2
-    staging = 2 * tile_n * d_v * es if fp8 else 0
-    return regions * 128 * 128 + stages * (regions * tile_n * 128 + v) + staging + (128 if stages <= 3 else 256) + 1024
-def _tile(fp8, tile_n, stages, extra=()):
-    return _smem(fp8, 128, 128, tile_n, stages), [f"-DZYFA_TILE_N={tile_n}", f"-DZYFA_WS_STAGES={stages}", *extra]
-assert _smem(True, 128, 128, 128, 3) == 148608 and _smem(False, 128, 128, 128, 2) == 164992
 # Run 6 outcomes: FP8 exact d128 tile_n 192 (now in variants.bzl), ORDER 3 default, SMX2 exact only; the
 # BF16 tiles and FP8 n160 dropped. Seventh run (kernels/sm90/NOTES.md "Predictions, run 7"), not yet
 # measured: row max by 3-input integer max on the float bits (ZYFA_WS_MAX3, exact), FA3's O rescale
@@ -143,7 +132,6 @@ EXPERIMENTS = {
     "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _PSCHED3 + _NATALIGN + _MAX3,
     "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _LEANSAT + _PSCHED3 + _NATALIGN,
 }
-assert _smem(True, 128, 128, 192, 2) == 181376
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
