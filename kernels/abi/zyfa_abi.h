@@ -38,13 +38,9 @@ typedef __UINT64_TYPE__ uint64_t;
 /* Packing: every field sits at its natural alignment, so pack 1 and pack 8 give the same layout (the
  * static_asserts below and tests/test_abi.py check it). With pack 1, nvcc also gives the struct
  * alignment 1 and reads each kernel-parameter field byte by byte (the sm90 FP8 kernel: 173 LDC.U8 and
- * 272 more instructions than with pack 8, at kernel start and per persistent item).
- * ZYFA_ABI_NATURAL_ALIGN=1 selects pack 8: a kernel-timing experiment (kernels/sm90/NOTES.md, run 23). */
-#if defined(ZYFA_ABI_NATURAL_ALIGN) && ZYFA_ABI_NATURAL_ALIGN
-#pragma pack(push, 8)
-#else
+ * 272 more instructions than with pack 8, at kernel start and per persistent item), yet pack 8 timed
+ * 0.965..1.014 of pack 1 on the H200 (run 23, kernels/sm90/NOTES.md): not worth an ABI change. */
 #pragma pack(push, 1)
-#endif
 typedef struct zyfa_fwd_args {
   const void *q;             /*   0 */
   const void *k;             /*   8 */

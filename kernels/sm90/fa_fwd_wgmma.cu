@@ -69,7 +69,6 @@
 #include <stdint.h>
 
 #include "abi/zyfa_abi.h"
-#include "sm90/persistent_schedule.h"
 
 #if !defined(ZYFA_KERNEL_NAME) || !defined(ZYFA_DTYPE_E4M3) || !defined(ZYFA_D_QK) || \
     !defined(ZYFA_D_V) || !defined(ZYFA_TILE_M) || !defined(ZYFA_TILE_N) ||              \
@@ -146,13 +145,15 @@
 // The aligned and unaligned register stores as two loops behind one uniform branch (EPI_BRANCH) were
 // measured in the same run at 0.99..1.005 of the if-converted loop and removed.
 #ifndef ZYFA_WS_LEAN_SAT
-// Next-run experiment (UNMEASURED; built here only): lean P's code in 2 FMA-pipe instructions instead of 3.
-// The default computes t = fma(S, A, B), max(t, 0), + 1.5 * 2^23 (FFMA, FMNMX, FADD per element); this one
-// computes u = fma.sat(S, A / 128, B / 128) (clamped to [0, 1], NaN -> 0) and then fma(u, 128, 1.5 * 2^23).
+// Lean P's code in 2 FMA-pipe instructions instead of 3 (default). The literal form (0) computes
+// t = fma(S, A, B), max(t, 0), + 1.5 * 2^23 (FFMA, FMNMX, FADD per element); this one computes
+// u = fma.sat(S, A / 128, B / 128) (clamped to [0, 1], NaN -> 0) and then fma(u, 128, 1.5 * 2^23).
 // Scaling by 2^-7 commutes with the rounding, so u = clamp(t, 0, 128) / 128 exactly, and the code is
 // bitwise the same whenever t <= 128: always in the fast softmax, where m is this block's true running
-// max and so t <= 120 (+ rounding). Lean's softmax is ALU-bound (run 17: ALU 47%, tensor 43%).
-#define ZYFA_WS_LEAN_SAT 0
+// max and so t <= 120 (+ rounding); kernels/tools/tests/test_lean_code_sat.py checks it exactly.
+// Run 23 (H200, 2026-12-02, ratio to the literal form at 2K / 4K / 8K / 16K): lean d128 1.058 / 1.061 /
+// 1.064 / 1.039, lean 192/128 1.048 / 1.061 / 1.071 / 1.077 (lean's softmax is ALU-bound).
+#define ZYFA_WS_LEAN_SAT 1
 #endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
@@ -235,9 +236,9 @@
 // -7.6 / -5.2% (static round-robin: CTA 0 takes every round's longest item, ~11% above the mean at
 // that shape), 16K (64 pairs) -1 / -2% (global rank-major order loses ORDER 0's L2 reuse, as ORDER 1
 // did in run 5). 1: boustrophedon rounds (cta_item). 2: 1 + pair-major items when heads * batch >
-// ZYFA_WS_LPT_PAIRS. 3 (experiment, UNMEASURED): 2 with each window of 2G pair-major items sorted
-// longest first (sm90/persistent_schedule.h): the CTAs' modelled work max / mean falls from about 1.03
-// to 1.0003..1.009 at the product shapes (kernels/tools/tests/test_persistent_schedule.py).
+// ZYFA_WS_LPT_PAIRS. Run 23: 2 with each window of 2G pair-major items sorted longest first (3, which
+// the CTAs' modelled work max / mean put at 1.0003..1.009 instead of about 1.03) measured 0.97..1.035 of
+// 2 and was removed (kernels/sm90/NOTES.md, "Outcomes, run 23").
 #define ZYFA_WS_PSCHED 2
 #endif
 
@@ -1308,13 +1309,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const int group_ratio = args.heads_q / args.heads_kv;
   // ZYFA_WS_PSCHED 2: with many (head, batch) pairs the items go pair-major (each pair's q tiles
   // longest first, pairs one after another: ORDER 3's L2 reuse of one head's K / V at a time).
-  // ZYFA_WS_PSCHED 3: the same, each window of 2G pair-major items taken longest first
-  // (persistent_schedule.h), so the boustrophedon rounds balance the CTAs' work.
   const bool pair_major = ZYFA_WS_PSCHED >= 2 && n_pairs > ZYFA_WS_LPT_PAIRS;
-  auto item_block = [&](uint32_t pos) {
-    const uint32_t item = (ZYFA_WS_PSCHED == 3 && pair_major)
-                              ? zyfa_sched::window_sorted_item(pos, n_items, n_qtiles, gridDim.x)
-                              : pos;
+  auto item_block = [&](uint32_t item) {
     Block b;
     const uint32_t rank = pair_major ? item % n_qtiles : item / n_pairs;
     const uint32_t hb = pair_major ? item / n_qtiles : item - rank * n_pairs;
