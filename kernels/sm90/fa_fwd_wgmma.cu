@@ -155,6 +155,15 @@
 // 1.064 / 1.039, lean 192/128 1.048 / 1.061 / 1.071 / 1.077 (lean's softmax is ALU-bound).
 #define ZYFA_WS_LEAN_SAT 1
 #endif
+#ifndef ZYFA_WS_PV_F16
+// FP8 exact with P.V in f16 (experiment, run 24, UNMEASURED): S = Q K^T stays on the FP8 tensor core,
+// P = exp2(t - m + 8) is rounded to f16 (11 significant bits instead of e4m3's 4) and V is converted
+// e4m3 -> f16 (exact) by the producer, so P.V runs as an f16 wgmma (half the FP8 rate) with P straight
+// from the S accumulators (no e4m3 pack, no key permutation) and l the fp32 sum of the f16-rounded P
+// (HMMA with ones on the P registers, no decode). Aims at FP8's accuracy floor (P's e4m3 rounding) and
+// its consumer chain (kernels/sm90/NOTES.md, "P.V in f16").
+#define ZYFA_WS_PV_F16 0
+#endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
 // lean), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
@@ -251,6 +260,8 @@ constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
 constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
 constexpr bool kVStaged = kFp8 && ZYFA_WS_VSTAGE != 0;
+constexpr bool kPvF16 = kFp8 && ZYFA_WS_PV_F16 != 0;  // FP8 with P.V in f16 (see the macro)
+constexpr bool kPv16 = !kFp8 || kPvF16;                 // P.V on 16-bit operands (bf16 or f16)
 constexpr int kDQk = ZYFA_D_QK;
 constexpr int kDV = ZYFA_D_V;
 constexpr int kTileM = ZYFA_TILE_M;
@@ -264,7 +275,7 @@ constexpr int kVChunks = kVRowBytes / 16;
 constexpr int kQkRegions = (kQkRowBytes + 127) / 128;  // 128-byte column regions per q/k row
 [[maybe_unused]] constexpr int kBoxElems = 128 / kESize;           // elements of one TMA box row (128 bytes, the swizzle span)
 constexpr int kQkSteps = kQkRowBytes / 32;        // wgmma k-steps of S (32 bytes: k16 bf16 / k32 e4m3)
-constexpr int kPvSteps = kTileN * kESize / 32;    // wgmma k-steps of O (keys)
+constexpr int kPvSteps = kTileN / (kPv16 ? 16 : 32);  // wgmma k-steps of O (keys)
 // K and V ring depth: e4m3 3 (2 above 160 keys per tile: 3 stages of 192 keys do not fit in 227 KiB), bf16 2.
 constexpr int kStages = ZYFA_WS_STAGES > 0 ? ZYFA_WS_STAGES : ((kFp8 && kTileN <= 160) ? 3 : 2);
 // FP8 row sums (contract: l = fp32 sum of the e4m3-rounded P fed to P.V). NOT on the FP8 tensor
@@ -279,11 +290,11 @@ constexpr int kOTiles = kDV / 8;
 constexpr int kOAcc = 4 * kOTiles;                // O accumulator floats per thread
 constexpr int kQBytes = kQkRegions * kTileM * 128;
 constexpr int kKStageBytes = kQkRegions * kTileN * 128;
-// bf16: 2 regions x kTileN keys x 128 B; e4m3: kVtRegions regions of kDV d rows x 128 key bytes (key
+// bf16 (and f16 for kPvF16): 2 regions x kTileN keys x 128 B; e4m3: kVtRegions regions of kDV d rows x 128 key bytes (key
 // positions 128 r .. 128 r + 127 in region r; a last region of a kTileN that is not a multiple of 128
 // is only partly used).
 constexpr int kVtRegions = (kTileN + 127) / 128;
-constexpr int kVStageBytes = kFp8 ? kDV * 128 * kVtRegions : kDV * kTileN * 2;
+constexpr int kVStageBytes = kPv16 ? kDV * kTileN * 2 : kDV * 128 * kVtRegions;
 constexpr int kBarrierBytes = kStages > 3 ? 256 : 128;  // (1 + 4 stages) mbarriers of 8 B
 constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (128 keys x 128 B) that cp.async fills one block
@@ -355,7 +366,7 @@ constexpr bool kLSumInFlight = kLSum != 1;
 #endif
 constexpr int kSAcc = kTileN / 2;                 // S accumulator floats per thread (m64 x kTileN)
 constexpr int kSTiles = kTileN / 8;               // 8-column tiles of S per thread row
-constexpr int kPRegs = kFp8 ? kTileN / 8 : kTileN / 4;  // packed P of one 64 x kTileN block per thread
+constexpr int kPRegs = kPv16 ? kTileN / 4 : kTileN / 8;  // packed P of one 64 x kTileN block per thread
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kPShift = kFp8 ? 8.0f : 0.0f;     // FP8: row max lands at 2^8 (contract SHIFT)
@@ -363,6 +374,8 @@ constexpr float kPShift = kFp8 ? 8.0f : 0.0f;     // FP8: row max lands at 2^8 (
 static_assert(ZYFA_DTYPE_E4M3 == 0 || ZYFA_DTYPE_E4M3 == 1, "ZYFA_DTYPE_E4M3 must be 0 or 1");
 static_assert(ZYFA_LEAN_P == 0 || ZYFA_LEAN_P == 1, "ZYFA_LEAN_P must be 0 or 1");
 static_assert(!kLeanP || kFp8, "lean P is an FP8-only mode");
+static_assert(!kPvF16 || (!kLeanP && kVStaged && ZYFA_WS_LSUM <= 1 && !ZYFA_WS_OPROMOTE),
+              "P.V in f16: exact P, V through the staging buffers, whole-row HMMA sums, no O promotion");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");
 // ZYFA_TILE_N (experiments, ZYFA_TILE_N != 128; kernels/sm90/NOTES.md "run 6"): S is one m64nN wgmma
 // accumulator, N one of the instantiated shapes (wgmma_ss); a P.V k-step is 16 bf16 / 32 e4m3 keys.
@@ -562,7 +575,13 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[kSAcc], uint64_t desc_a, uin
 // flag set), e4m3 K-major (8-bit B has no transpose); scale_d = 0 overwrites D.
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t desc_b, uint32_t scale_d) {
-  if constexpr (kFp8) {
+  if constexpr (kPvF16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : ZYFA_ACC64
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+  } else if constexpr (kFp8) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
@@ -786,6 +805,34 @@ __device__ __forceinline__ void transpose_staging(uint32_t vt, uint32_t stg, int
   }
 }
 
+// Decodes the 4 e4m3 bytes of w into two f16 pairs (exact): lo = bytes 0, 1; hi = bytes 2, 3.
+__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n.reg .b16 l16, h16;\nmov.b32 {l16, h16}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l16;\ncvt.rn.f16x2.e4m3x2 %1, h16;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+}
+
+// kPvF16: staging -> the f16 V stage in the bf16 kernel's layout (keys as rows, d in 2 swizzled 128-byte
+// regions of 64 columns; swz_offset). Thread t converts chunk c8 = t % 8 (16 e4m3 = d 16 c8 .. + 15) of
+// rows t / 8 + 16 i into f16 chunks 2 c8, 2 c8 + 1 (exact: e4m3 values are f16 values). A warp's reads
+// cover 8 chunks of 4 rows (stg_swz keeps them on distinct positions) and its 16-byte stores hit each
+// bank group 4 times: the minimum for 512 bytes.
+__device__ __forceinline__ void convert_staging(uint32_t v, uint32_t stg, int t128) {
+  const int c8 = t128 & 7;
+#pragma unroll 4
+  for (int i = 0; i < kTileN / 16; ++i) {
+    const int r = (t128 >> 3) + 16 * i;
+    const uint4 w = ld_shared_v4(stg + r * 128 + ((c8 ^ stg_swz(r)) << 4));
+    uint4 lo, hi;
+    e4m3x4_to_f16x2x2(w.x, lo.x, lo.y);
+    e4m3x4_to_f16x2x2(w.y, lo.z, lo.w);
+    e4m3x4_to_f16x2x2(w.z, hi.x, hi.y);
+    e4m3x4_to_f16x2x2(w.w, hi.z, hi.w);
+    st_shared_v4(v + swz_offset(kTileN, r, 2 * c8), lo);
+    st_shared_v4(v + swz_offset(kTileN, r, 2 * c8 + 1), hi);
+  }
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait_group() {
@@ -817,6 +864,20 @@ __device__ __forceinline__ uint32_t bf16_pair(float p0, float p1) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
+__device__ __forceinline__ uint32_t f16_pair(float p0, float p1) {
+  const __half2 h = __floats2half2_rn(p0, p1);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// The 16-bit P operand pair of P.V: bf16, or f16 for kPvF16.
+__device__ __forceinline__ uint32_t p16_pair(float p0, float p1) {
+  if constexpr (kPvF16) {
+    return f16_pair(p0, p1);
+  } else {
+    return bf16_pair(p0, p1);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The two GEMMs of one KV block for one consumer warpgroup (64 rows), each one committed group.
 
@@ -842,7 +903,7 @@ __device__ __forceinline__ void issue_s(float (&sacc)[kSAcc], uint32_t q_tile, u
 
 // The V-stage descriptor of issue_pv (LBO / SBO per dtype).
 __device__ __forceinline__ uint64_t v_desc(uint32_t v_tile) {
-  return kFp8 ? make_desc(v_tile, 16, 1024) : make_desc(v_tile, kTileN * 128, 1024);
+  return kPv16 ? make_desc(v_tile, kTileN * 128, 1024) : make_desc(v_tile, 16, 1024);
 }
 
 // O (+)= P V. v_tile: one V stage. bf16: V [key][d] is MN-major (d regions of 64 at LBO = kTileN x
@@ -852,7 +913,7 @@ __device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], const uint32_t 
 #pragma unroll
   for (int kk = 0; kk < kPvSteps; ++kk) {
     // e4m3: k-step kk in Vt region kk / 4 (kDV rows of 128 B), bytes 32 (kk % 4) of each row.
-    const uint64_t desc = dv + ((kFp8 ? (kk >> 2) * kDV * 128 + (kk & 3) * 32 : kk * 16 * 128) >> 4);
+    const uint64_t desc = dv + ((kPv16 ? kk * 16 * 128 : (kk >> 2) * kDV * 128 + (kk & 3) * 32) >> 4);
     wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc, (fresh && kk == 0) ? 0u : 1u);
   }
   wgmma_commit();
@@ -860,13 +921,6 @@ __device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], const uint32_t 
 
 __device__ __forceinline__ void issue_pv(float (&o)[kOAcc], const uint32_t (&p)[kPRegs], uint32_t v_tile, bool fresh) {
   issue_pv_desc(o, p, v_desc(v_tile), fresh);
-}
-
-// Decodes the 4 e4m3 bytes of w into two f16 pairs (exact): lo = bytes 0, 1; hi = bytes 2, 3.
-__device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  asm("{\n.reg .b16 l16, h16;\nmov.b32 {l16, h16}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l16;\ncvt.rn.f16x2.e4m3x2 %1, h16;\n}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(w));
 }
 
 // d (+)= A x ones, mma.sync m16n8k16 f16 -> f32 (A fragment: a0 / a2 row g, a1 / a3 row g + 8).
@@ -944,6 +998,16 @@ __device__ __forceinline__ void row_sums_e4m3(const uint32_t (&p)[kPRegs], float
       }
     }
   }
+}
+
+// kPvF16: the same whole-row sums straight from the f16 P operand (k-step kk = p[4 kk .. 4 kk + 3] is
+// already the m16n8k16 A fragment: rows g, g + 8, keys 16 kk + 2 tig, + 1, + 8, + 9), no decode.
+__device__ __forceinline__ void row_sums_f16(const uint32_t (&p)[kPRegs], float (&lsum)[2]) {
+  float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+  for (int kk = 0; kk < kPvSteps; ++kk) hmma_ones(d[kk & 1], p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]);
+  lsum[0] = d[0][0] + d[1][0];
+  lsum[1] = d[0][2] + d[1][2];
 }
 
 // Everything one consumer warpgroup needs to know about its block.
@@ -1186,10 +1250,10 @@ __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kP
       // Tiles j, j + 1 of row r: values s[4 j + 2 r + {0, 1}] and s[4 (j + 1) + 2 r + {0, 1}].
       const float a0 = s[4 * j + 2 * r], a1 = s[4 * j + 2 * r + 1];
       const float b0 = s[4 * (j + 1) + 2 * r], b1 = s[4 * (j + 1) + 2 * r + 1];
-      if constexpr (!kFp8) {
+      if constexpr (kPv16) {
         // k-step kk = j / 2 of P.V: a = {P[j][r0], P[j][r1], P[j+1][r0], P[j+1][r1]}
-        p[2 * j + r] = bf16_pair(a0, a1);
-        p[2 * (j + 1) + r] = bf16_pair(b0, b1);
+        p[2 * j + r] = p16_pair(a0, a1);
+        p[2 * (j + 1) + r] = p16_pair(b0, b1);
       } else {
         // k-step kc = j / 4: a0/a1 (rows g, g+8) = tiles 4kc, 4kc+1; a2/a3 = tiles 4kc+2, 4kc+3.
         uint32_t w;
@@ -1509,7 +1573,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         cp_async_wait_group<2>();     // V_j staging has landed (this thread's copies)
         named_bar_sync(3, 128);       // ... and every producer thread's
         mbar_wait(bar_empty_v(s), parity);
-        transpose_staging(v_s + s * kVStageBytes, stg + (j & 1) * kTileN * 128, t);
+        if constexpr (kPvF16) {
+          convert_staging(v_s + s * kVStageBytes, stg + (j & 1) * kTileN * 128, t);
+        } else {
+          transpose_staging(v_s + s * kVStageBytes, stg + (j & 1) * kTileN * 128, t);
+        }
         fence_proxy_async();
         mbar_arrive(bar_full_v(s));
         named_bar_sync(3, 128);       // staging buffer j & 1 is free for V_{j+2}
@@ -1618,7 +1686,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   auto add_block_sums = [&](bool in_flight) {
     if constexpr (kFp8) {
       if (in_flight == kLSumInFlight) {
-        row_sums_e4m3(p, lblk);
+        if constexpr (kPvF16) {
+          row_sums_f16(p, lblk);
+        } else {
+          row_sums_e4m3(p, lblk);
+        }
 #pragma unroll
         for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha_prev[r] + lblk[r];
       }

@@ -129,7 +129,13 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
   const int t = static_cast<int>(threadIdx.x);
   load_tile<kTileM, kQkChunks>(q_s, q, kQkRowBytes, 0, kTileM, true, t);
   load_tile<kTileN, kQkChunks>(k_s, k, kQkRowBytes, 0, kTileN, true, t);
-  if constexpr (kFp8) {
+  if constexpr (kPvF16) {  // the producer's path: e4m3 rows into staging, then converted to the f16 stage
+    const uint32_t stg = v_s + kVStageBytes;
+    load_v_staging(stg, v, kVRowBytes, 0, kTileN, true, t);
+    cp_async_wait_all();
+    __syncthreads();
+    convert_staging(v_s, stg, t);
+  } else if constexpr (kFp8) {
     load_vt_e4m3(v_s, v, kVRowBytes, 0, kTileN, true, t);
   } else {
     load_tile<kTileN, kVChunks>(v_s, v, kVRowBytes, 0, kTileN, true, t);
@@ -175,7 +181,11 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
   fence_regs(p);
   if constexpr (kFp8) {  // the kernel's row sums of the packed P (every lane of a quad holds its rows' sums)
     float lsum[2];
-    row_sums_e4m3(p, lsum);
+    if constexpr (kPvF16) {
+      row_sums_f16(p, lsum);
+    } else {
+      row_sums_e4m3(p, lsum);
+    }
     if constexpr (!kLSumWhole) {  // per-thread partial sums: whole rows as in the epilogue
       lsum[0] = quad_sum(lsum[0]);
       lsum[1] = quad_sum(lsum[1]);
@@ -253,7 +263,7 @@ bool run_probe() {
   CHECK_CUDA(cudaMalloc(&dout, sizeof(float) * 64 * kOTiles * 8));
   CHECK_CUDA(cudaMemset(ds, 0xff, sizeof(float) * kTileM * kTileN));
   CHECK_CUDA(cudaMemset(dout, 0xff, sizeof(float) * 64 * kOTiles * 8));
-  const int smem = kQBytes + kKStageBytes + kVStageBytes + 1024;  // one stage of each
+  const int smem = kQBytes + kKStageBytes + kVStageBytes + (kPvF16 ? kTileN * 128 : 0) + 1024;  // one stage of each
   CHECK_CUDA(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   probe_kernel<<<1, 128, smem>>>(dq, dk, dv, dp, ds, dout, dl);
   CHECK_CUDA(cudaGetLastError());

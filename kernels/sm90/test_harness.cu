@@ -20,6 +20,7 @@
 
 #include <cuda_runtime.h>
 #if defined(ZYFA_WS_TMA) && ZYFA_WS_TMA
+#include <cuda_fp16.h>  // host f16 rounding (the P.V-in-f16 contract)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, CUtensorMap
 #endif
 
@@ -54,6 +55,10 @@
 namespace {
 
 using namespace ZYFA_TEST_KERNEL_NS;
+#ifndef ZYFA_WS_PV_F16
+#define ZYFA_WS_PV_F16 0  // the wgmma kernel's FP8 P.V-in-f16 mode; other kernels do not have it
+#endif
+constexpr bool kContractPvF16 = kFp8 && !kLeanP && ZYFA_WS_PV_F16 != 0;
 
 // ---- kernel launch parameters -------------------------------------------------------------------
 // ZYFA_LAUNCH_ARGS(args): the kernel's parameter list. TMA builds of the wgmma kernel (ZYFA_WS_TMA=1)
@@ -128,6 +133,8 @@ uint16_t float_to_bf16(float f) {  // round to nearest even (inputs here are fin
 }
 
 float bf16_round(float f) { return bf16_to_float(float_to_bf16(f)); }
+
+float f16_round(float f) { return __half2float(__float2half_rn(f)); }  // RNE, subnormals kept
 
 // e4m3fn: code 8e + f (e = 0..15, f = 0..7) is 2^(e-7) (1 + f/8), e = 0: f * 2^-9; 0x7f is NaN.
 double e4m3_decode(uint8_t c) {
@@ -295,6 +302,8 @@ void contract_p(float s, float t, float m, float c, float* p_sum, float* p_pv) {
     const float b = 120.0f - 8.0f * m;
     const float code = std::min(std::max(::nearbyintf(::fmaf(s, a, b)), 0.0f), 126.0f);
     p = static_cast<float>(e4m3_decode(static_cast<uint8_t>(code)));
+  } else if (kContractPvF16) {
+    p = f16_round(::exp2f((t - m) + 8.0f));  // P.V in f16: l sums the same f16-rounded p
   } else {
     p = static_cast<float>(e4m3_decode(e4m3_encode(::exp2f((t - m) + 8.0f))));
   }
