@@ -85,13 +85,20 @@ GFX950_MAX_LDS = 160 * 1024
 SM90_MAX_SMEM = 227 * 1024  # opt-in dynamic + static shared memory per block
 
 
+# FP8 P modes and the name part each adds ("exact" adds none). "f16" (P.V in f16: P rounded to f16, V
+# converted e4m3 -> f16 in the kernel) exists only in the sm90 wgmma kernel (its ZYFA_WS_PV_F16).
+FP8_P_MODES = ("exact", "lean", "f16")
+P_MODE_SUFFIX = {"lean": "_leanp", "f16": "_pf16"}
+PV_F16_SRCS = ("sm90/fa_fwd_wgmma.cu",)
+
+
 def expected_name(v: dict[str, Any]) -> str:
     """The kernel key the naming rule gives a variant, e.g. fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a."""
     hd = f"{v['d_qk']}" if v["d_qk"] == v["d_v"] else f"{v['d_qk']}x{v['d_v']}"
     causal = "_causal" if v["causal"] else ""
-    lean = "_leanp" if v["p_mode"] == "lean" else ""
+    mode = P_MODE_SUFFIX.get(v["p_mode"], "")
     tag = f"_{v['tag']}" if v.get("tag") else ""
-    return f"fa_fwd_{v['dtype']}_hd{hd}{causal}{lean}{tag}_{v['arch']}"
+    return f"fa_fwd_{v['dtype']}_hd{hd}{causal}{mode}{tag}_{v['arch']}"
 
 
 def variant_problems(v: Any) -> list[str]:
@@ -118,9 +125,11 @@ def variant_problems(v: Any) -> list[str]:
         problems.append(f"{label}: kind {v['kind']!r} is not built for arch {v['arch']!r} ({ARCH_KINDS})")
     if v["dtype"] not in DTYPES:
         problems.append(f"{label}: dtype {v['dtype']!r} is not one of {DTYPES}")
-    modes = (None,) if v["dtype"] == "bf16" else ("exact", "lean")
+    modes = (None,) if v["dtype"] == "bf16" else FP8_P_MODES
     if v["p_mode"] not in modes:
         problems.append(f"{label}: p_mode {v['p_mode']!r} with dtype {v['dtype']} must be one of {modes}")
+    if v["p_mode"] == "f16" and v["src"] not in PV_F16_SRCS:
+        problems.append(f"{label}: p_mode 'f16' is built only from {PV_F16_SRCS}, not {v['src']!r}")
     for key in ("d_qk", "d_v", "tile_m", "tile_n", "threads"):
         if v[key] <= 0:
             problems.append(f"{label}: {key} = {v[key]} must be positive")
@@ -204,6 +213,8 @@ def defines(v: dict[str, Any]) -> list[str]:
         "ZYFA_SMEM_BYTES": v["smem_bytes"],
         "ZYFA_LEAN_P": int(v["p_mode"] == "lean"),
     }
+    if v["p_mode"] == "f16":  # only then, so the other builds keep exactly their defines
+        values["ZYFA_WS_PV_F16"] = 1
     if grid_mode(v) == "persistent":
         # Only then: the tile-grid builds keep exactly the defines (and PTX) they had before the field.
         values["ZYFA_WS_PERSISTENT"] = 1

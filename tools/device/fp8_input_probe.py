@@ -87,7 +87,7 @@ def main() -> None:
         inputs[name] = (q, k, v, qd, kd, vd)
     results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for _ in range(args.rounds):
-        for p_mode in ("exact", "lean"):
+        for p_mode in ("exact", "lean", "f16"):
             for name, (q, k, v, qd, kd, vd) in inputs.items():
 
                 def call(q=q, k=k, v=v, qd=qd, kd=kd, vd=vd, p_mode=p_mode) -> object:

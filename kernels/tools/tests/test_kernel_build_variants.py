@@ -39,11 +39,25 @@ def test_the_real_variant_list_is_valid() -> None:
             dict(dtype="e4m3fn", d_qk=128, d_v=128, p_mode="lean", arch="sm90a", tag="simple"),
             "fa_fwd_e4m3fn_hd128_causal_leanp_simple_sm90a",
         ),
+        (
+            dict(dtype="e4m3fn", d_qk=128, d_v=128, p_mode="f16", arch="sm90a"),
+            "fa_fwd_e4m3fn_hd128_causal_pf16_sm90a",
+        ),
     ],
 )
 def test_naming_rule_spelled_out(fields: dict, name: str) -> None:
     # Names written out by hand (the contract's examples), not derived from expected_name.
     assert kb.expected_name({"causal": True, **fields}) == name
+
+
+def test_f16_p_needs_the_wgmma_kernel_and_sets_its_define() -> None:
+    good = variant(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", dtype="e4m3fn", p_mode="f16")
+    good["name"] = kb.expected_name(good)
+    assert kb.variant_problems(good) == []
+    assert "-DZYFA_WS_PV_F16=1" in kb.defines(good)
+    assert not any("ZYFA_WS_PV_F16" in d for d in kb.defines(dict(good, p_mode="exact")))
+    simple = dict(good, src="sm90/fa_fwd_simple.cu")
+    assert any("p_mode 'f16' is built only from" in p for p in kb.variant_problems(simple))
 
 
 def test_random_valid_variants_have_no_problems() -> None:

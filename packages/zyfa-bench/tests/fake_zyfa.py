@@ -90,7 +90,7 @@ def build() -> types.ModuleType:
         if q.dtype == torch.float8_e4m3fn:
             if None in (q_descale, k_descale, v_descale):
                 raise ValueError("FP8 inputs need q_descale, k_descale and v_descale")
-            if p_mode not in (None, "exact", "lean"):
+            if p_mode not in (None, "exact", "lean", "f16"):
                 raise ValueError(f"bad p_mode {p_mode}")
             qf, kf, vf = (
                 q.float() * float(q_descale),

@@ -81,8 +81,8 @@ def test_run_accuracy_rows(fake_zyfa_mod):
     by = {(r["workload"], r["impl"], r["rotate"]): r for r in rows}
     # BF16 peers once per problem; FP8 peers and the floor once per rotation setting.
     assert len(rows) == 2 * (
-        2 + 2 * 3 + 2 * 1
-    )  # 2 workloads x (2 bf16 + 2 rot x (2 fp8 zyfa + cudnn) + floors)
+        2 + 2 * 4 + 2 * 1
+    )  # 2 workloads x (2 bf16 + 2 rot x (3 fp8 zyfa + cudnn) + floors)
     for wl in ("gaussian", "model-like"):
         assert by[(wl, "cudnn-fp8", False)]["status"] == "skipped"
         # Skipped for lack of the package, or (where it is installed) for lack of a GPU.
@@ -98,9 +98,9 @@ def test_run_accuracy_rows(fake_zyfa_mod):
             assert fp8["rel_l2_vs_dequant"] < 1e-2
             assert fp8["rel_l2_vs_bf16"] == pytest.approx(floor, rel=0.2)
             assert 1e-3 < floor < 0.5
-    # The fake saw the right calls: FP8 with float descales and both p_modes.
+    # The fake saw the right calls: FP8 with float descales and every p_mode.
     fp8_calls = [c for c in fake_zyfa_mod.calls if c["dtype"] == torch.float8_e4m3fn]
-    assert {c["p_mode"] for c in fp8_calls} == {"exact", "lean"}
+    assert {c["p_mode"] for c in fp8_calls} == {"exact", "lean", "f16"}
     assert all(isinstance(d, float) for c in fp8_calls for d in c["descales"])
     assert all(c["causal"] is True for c in fake_zyfa_mod.calls)
 

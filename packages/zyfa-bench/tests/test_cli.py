@@ -43,14 +43,16 @@ def test_throughput_on_cpu_writes_valid_json(tmp_path, fake_zyfa_mod, capsys):
         "zyfa-bf16",
         "zyfa-fp8-exact",
         "zyfa-fp8-lean",
+        "zyfa-fp8-f16",
         "sdpa-math",
         "cudnn-fp8",
         "fa4-bf16",
     }
     rows = doc["rows"]
-    assert len(rows) == 2 * 2 * 6  # 2 shapes x 2 seqlens x 6 implementations
+    assert len(rows) == 2 * 2 * 7  # 2 shapes x 2 seqlens x 7 implementations
     ok = [r for r in rows if r["status"] == "ok"]
-    assert {r["impl"] for r in ok} == {"zyfa-bf16", "zyfa-fp8-exact", "zyfa-fp8-lean", "sdpa-math"}
+    zyfa_impls = {"zyfa-bf16", "zyfa-fp8-exact", "zyfa-fp8-lean", "zyfa-fp8-f16"}
+    assert {r["impl"] for r in ok} == zyfa_impls | {"sdpa-math"}
     for r in ok:
         spec = Spec(
             r["batch"], r["seqlen_q"], r["seqlen_k"], r["heads_q"], r["heads_kv"], r["d_qk"], r["d_v"]
@@ -135,8 +137,8 @@ def test_accuracy_on_cpu_writes_valid_json(tmp_path, fake_zyfa_mod, capsys):
     assert rc == 0
     doc = load_results(out)
     assert doc["kind"] == "accuracy" and doc["seeds"]["list"] == [0, 1]
-    # 2 workloads x 2 seeds x (1 bf16 + 2 rotations x (2 fp8 + floor))
-    assert len(doc["rows"]) == 2 * 2 * (1 + 2 * 3)
+    # 2 workloads x 2 seeds x (1 bf16 + 2 rotations x (3 fp8 p_modes + floor))
+    assert len(doc["rows"]) == 2 * 2 * (1 + 2 * 4)
     assert all(r["status"] == "ok" for r in doc["rows"])
     assert "rel L2 vs dequant" in capsys.readouterr().out
 

@@ -87,7 +87,7 @@ def test_available_without_a_gpu(monkeypatch, fake_zyfa_mod):
 
 def test_select():
     names = [p.name for p in select(["zyfa"])]
-    assert names == ["zyfa-bf16", "zyfa-fp8-exact", "zyfa-fp8-lean"]
+    assert names == ["zyfa-bf16", "zyfa-fp8-exact", "zyfa-fp8-lean", "zyfa-fp8-f16"]
     assert [p.name for p in select(["torch-sdpa"], precisions=("bf16",))] == [
         "sdpa-flash",
         "sdpa-cudnn",

@@ -168,7 +168,7 @@ def write_manifest(
 
 def kernel_row(name: str, **overrides: Any) -> dict[str, Any]:
     """A valid manifest row for kernel `name`, parsed from the naming convention; overrides win."""
-    parts = name.split("_")  # fa_fwd_<dtype>_hd<dims>_causal[_leanp]_<arch>
+    parts = name.split("_")  # fa_fwd_<dtype>_hd<dims>_causal[_leanp|_pf16]_<arch>
     arch, dtype = parts[-1], parts[2]
     dims = parts[3][2:].split("x")
     cuda = arch.startswith("sm")
@@ -180,7 +180,9 @@ def kernel_row(name: str, **overrides: Any) -> dict[str, Any]:
         "d_qk": int(dims[0]),
         "d_v": int(dims[-1]),
         "causal": True,
-        "p_mode": None if dtype == "bf16" else ("lean" if "leanp" in parts else "exact"),
+        "p_mode": None
+        if dtype == "bf16"
+        else ("lean" if "leanp" in parts else "f16" if "pf16" in parts else "exact"),
         "kind": "cuda" if cuda else "hip",
         "tile_m": 64,
         "tile_n": 64,

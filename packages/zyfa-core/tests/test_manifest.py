@@ -17,6 +17,7 @@ SM90 = [
     "fa_fwd_e4m3fn_hd128_causal_sm90a",
     "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a",
     "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a",
+    "fa_fwd_e4m3fn_hd128_causal_pf16_sm90a",
 ]
 GFX950 = ["fa_fwd_bf16_hd128_causal_gfx950"]
 SKIPPED = [
@@ -179,6 +180,11 @@ def test_select_p_mode(kernel_dir: Path) -> None:
     assert m.select("sm90a", "float8_e4m3fn", 192, 128, True).name == SM90[4]
     with pytest.raises(KernelNotFoundError):
         m.select("sm90a", "e4m3fn", 192, 128, True, p_mode="exact")
+    # f16 P is served only when asked for (None keeps preferring exact, then lean) ...
+    assert m.select("sm90a", "e4m3fn", 128, 128, True, p_mode="f16").name == SM90[5]
+    # ... and a p_mode without a kernel for the key says so.
+    with pytest.raises(KernelNotFoundError, match="p_mode=f16"):
+        m.select("sm90a", "e4m3fn", 192, 128, True, p_mode="f16")
 
 
 def test_select_tag_picks_another_implementation(tmp_path: Path, manifest_tools) -> None:

@@ -209,14 +209,18 @@ Dims check_tensors(const Tensor &q, const Tensor &k, const Tensor &v) {
   return dims;
 }
 
-// 0: None, 1: "exact", 2: "lean".
+// The FP8 P modes by index (0: None); the Python side's _validate.P_MODES in the same order.
+const char *const kPModes[4] = {nullptr, "exact", "lean", "f16"};
+
 int check_p_mode(const Tensor &q, const OptionalStr &p_mode) {
   if (!p_mode.has_value()) return 0;
   const std::string mode(p_mode->data(), p_mode->size());
   TORCH_CHECK_VALUE(is_fp8(q), "zyfa: p_mode='", mode, "' applies to float8_e4m3fn inputs only; bf16 takes p_mode=None");
-  TORCH_CHECK_VALUE(mode == "exact" || mode == "lean", "zyfa: p_mode='", mode,
-                    "' is not supported; supported: 'exact', 'lean' or None");
-  return mode == "exact" ? 1 : 2;
+  for (int i = 1; i < 4; ++i) {
+    if (mode == kPModes[i]) return i;
+  }
+  TORCH_CHECK_VALUE(false, "zyfa: p_mode='", mode, "' is not supported; supported: 'exact', 'lean', 'f16' or None");
+  return 0;
 }
 
 void check_scalars(const Tensor &q, double softmax_scale, const double (&descales)[3]) {
@@ -396,8 +400,7 @@ KernelEntry lookup(int device, const Tensor &q, const Dims &d, bool causal, int 
       if (k == key) return e;
     }
   }
-  static const char *modes[3] = {nullptr, "exact", "lean"};
-  KernelEntry e = resolve(key, modes[p_mode]);  // without the lock: the resolver may take a while
+  KernelEntry e = resolve(key, kPModes[p_mode]);  // without the lock: the resolver may take a while
   std::lock_guard<std::mutex> lock(g_mutex);
   g_kernels.emplace_back(key, e);
   return e;

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 # (batch, seqlen, heads_q, heads_kv): GQA, seqlen not a multiple of any tile.
 SHAPE = (2, 320, 8, 2)
-MODES = ["bf16", "fp8-exact", "fp8-lean"]
+MODES = ["bf16", "fp8-exact", "fp8-lean", "fp8-f16"]
 
 
 @pytest.fixture(autouse=True)

@@ -234,7 +234,7 @@ def test_p_mode_and_scale_rules():
     with pytest.raises(ValueError, match="float8_e4m3fn inputs only"):
         zyfa.flash_attn_func(q, k, v, causal=True, p_mode="lean")
     q8, k8, v8, ds = quantize3(q, k, v)
-    with pytest.raises(ValueError, match="'exact', 'lean' or None"):
+    with pytest.raises(ValueError, match="'exact', 'lean', 'f16' or None"):
         zyfa.flash_attn_func(
             q8, k8, v8, causal=True, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], p_mode="fast"
         )

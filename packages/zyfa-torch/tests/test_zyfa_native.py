@@ -76,7 +76,7 @@ def problems(draw):
     d_qk, d_v = draw(st.sampled_from([(128, 128), (192, 128)]))
     fp8 = draw(st.booleans())
     layouts = [draw(st.sampled_from(["dense", "bhsd", "slice", "odd-size1"])) for _ in range(3)]
-    p_mode = draw(st.sampled_from([None, "exact", "lean"])) if fp8 else None
+    p_mode = draw(st.sampled_from([None, "exact", "lean", "f16"])) if fp8 else None
     descales = tuple(draw(st.sampled_from([0.5, 0.25, 2.0, 1 / 3])) for _ in range(3)) if fp8 else (1.0,) * 3
     scale = draw(st.floats(1e-3, 4.0))
     return {

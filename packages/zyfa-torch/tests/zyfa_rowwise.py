@@ -49,6 +49,9 @@ def _row(q_row, k_rows, v_rows, c, i, seqlen_q, causal, fp8, p_mode, block_n, v_
         elif p_mode == "exact":
             p_used = _e4m3(np.exp2((t - m) + shift).astype(F32))
             p_sum = p_used
+        elif p_mode == "f16":  # P.V in f16: numpy's own float16 rounding (RNE, subnormals kept)
+            p_used = np.exp2((t - m) + shift).astype(F32).astype(np.float16).astype(F32)
+            p_sum = p_used
         else:
             a, b = F32(8) * c, F32(F32(120) - F32(8) * m)
             fused = (s.astype(np.float64) * np.float64(a) + np.float64(b)).astype(F32)  # one FMA

@@ -36,8 +36,10 @@ __all__ = [
 
 ENV_KERNEL_DIR = "ZYFA_KERNEL_DIR"
 MANIFEST_NAME = "manifest.json"
-P_MODES = ("exact", "lean")
-"""FP8 probability modes, in the order `select` prefers them when p_mode is None."""
+P_MODES = ("exact", "lean", "f16")
+"""FP8 probability modes, in the order `select` prefers them when p_mode is None: "exact" (P =
+e4m3(exp2)), "lean" (P's e4m3 code from one FMA), "f16" (P.V in f16: P = f16(exp2), V converted
+e4m3 -> f16 in the kernel; sm90a only)."""
 GRID_MODES = ("tiles", "persistent")
 """Launch grids (`zyfa_core.launch_grid`): "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch);
 "persistent" = (min(SMs, work items), 1, 1), the kernel walking its items. A row without "grid" (a
@@ -305,10 +307,10 @@ class Manifest:
         """The kernel serving (arch, dtype, d_qk, d_v, causal, p_mode, tag).
 
         `dtype` is the input dtype ("bf16" or "e4m3fn"; aliases such as "fp8_e4m3" or a torch dtype
-        are accepted). `p_mode` applies to FP8 only: "exact" or "lean"; None prefers "exact", then
-        "lean". `tag` "" picks the default implementation of that key; another tag (e.g. "simple" for
-        the first mma.sync kernels on sm90a) picks that one. Among equal matches the first in
-        manifest order wins.
+        are accepted). `p_mode` applies to FP8 only: "exact", "lean" or "f16" (P.V in f16, sm90a);
+        None prefers "exact", then "lean", then "f16". `tag` "" picks the default implementation of
+        that key; another tag (e.g. "simple" for the first mma.sync kernels on sm90a) picks that one.
+        Among equal matches the first in manifest order wins.
 
         Raises:
             ValueError: an unknown dtype or p_mode, or a p_mode with bf16.

@@ -16,7 +16,8 @@ from torch import Tensor
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
 # (d_qk, d_v) pairs the kernels serve.
 SUPPORTED_HEAD_DIMS = ((128, 128), (192, 128))
-P_MODES = ("exact", "lean")
+# FP8 P modes (zyfa.reference has the numerics of each; the C++ op's kPModes keeps this order).
+P_MODES = ("exact", "lean", "f16")
 # Kernels load q/k/v with 16-byte vector loads: pointers and the batch/seq/head strides must keep
 # every row 16-byte aligned.
 ALIGN_BYTES = 16
@@ -219,7 +220,7 @@ def check_scalars(dtype: torch.dtype, softmax_scale: float, descales: tuple[floa
 
 
 def check_p_mode(dtype: torch.dtype, p_mode: str | None) -> None:
-    """p_mode selects the FP8 P path: "exact", "lean" or None (the default kernel); bf16 takes None."""
+    """p_mode selects the FP8 P path: "exact", "lean", "f16" or None (the default kernel); bf16 takes None."""
     if p_mode is None:
         return
     if dtype != torch.float8_e4m3fn:
@@ -227,4 +228,6 @@ def check_p_mode(dtype: torch.dtype, p_mode: str | None) -> None:
             f"zyfa: p_mode={p_mode!r} applies to float8_e4m3fn inputs only; bf16 takes p_mode=None"
         )
     if p_mode not in P_MODES:
-        raise ValueError(f"zyfa: p_mode={p_mode!r} is not supported; supported: 'exact', 'lean' or None")
+        raise ValueError(
+            f"zyfa: p_mode={p_mode!r} is not supported; supported: 'exact', 'lean', 'f16' or None"
+        )

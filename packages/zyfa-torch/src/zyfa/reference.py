@@ -11,6 +11,9 @@ accumulator per query row, and implements both modes of the contract:
   "lean" P computes the e4m3 code with one fp32 FMA, ``code = clamp(rint(S*A + B), 0, 126)`` -- and
   the row sum ``l`` adds the ROUNDED values actually fed to P·V ("normalisation by the rounded row
   sum"). ``v_descale`` multiplies the output once, at the end.
+* FP8 "f16" mode (sm90 only): S as in FP8 mode, but P·V runs in f16 -- ``p = exp2(t - m + 8)``
+  rounded to f16 (RNE, subnormals kept) and V's e4m3 values (exact in f16) -- and ``l`` adds those
+  f16 values. P's rounding error drops from e4m3's 2^-4 to f16's 2^-11.
 
 Everything is vectorised over batch, heads and query rows; only the KV blocks are a Python loop.
 Products of bf16 or e4m3 values are exact in fp32, so ``S`` differs from a kernel's only by fp32
@@ -50,7 +53,7 @@ E4M3_MAX = 448.0
 _LEAN_MAX_CODE = 126  # code 127 is NaN in e4m3fn
 _LOG2E = math.log2(math.e)
 _LN2 = math.log(2.0)
-P_MODES = ("exact", "lean")
+P_MODES = ("exact", "lean", "f16")
 ROW_SUMS = ("rounded", "unrounded")
 
 
@@ -158,7 +161,8 @@ def attention(
         causal: bottom-right aligned causal mask (flash-attn).
         q_descale, k_descale, v_descale: FP8 dequantisation factors (x ~= x8 * descale); must be 1 in
             BF16 mode.
-        p_mode: FP8 only: "exact" (e4m3 rounding of exp2) or "lean" (one FMA to the e4m3 code).
+        p_mode: FP8 only: "exact" (e4m3 rounding of exp2), "lean" (one FMA to the e4m3 code) or "f16"
+            (f16 rounding of exp2: P.V in f16).
         block_n: keys per block = the kernel's tile_n (the P-scaling block of the FP8 numerics).
         row_sum: FP8 only, for experiments: "rounded" (the contract: l sums the e4m3 P fed to P·V) or
             "unrounded" (l sums the exp2 values before rounding).
@@ -226,10 +230,12 @@ def attention(
 def _fp8_p(
     s: Tensor, t: Tensor, c: Tensor, m_ref: Tensor, mask: Tensor | None, p_mode: str, shift: float
 ) -> tuple[Tensor, Tensor]:
-    """(P fed to P·V as float32 e4m3 values, the unrounded exp2 values) of one block in FP8 mode."""
+    """(P fed to P·V as float32 values, the unrounded exp2 values) of one block in FP8 mode."""
     unrounded = torch.exp2(t - m_ref + shift)
     if p_mode == "exact":
         return round_to_e4m3fn(unrounded), unrounded
+    if p_mode == "f16":
+        return unrounded.half().float(), unrounded
     # Lean P: code ~= 8*(x + 7) with x = t - m + shift = S*C - m + shift, i.e. S*A + B with A = 8C,
     # B = 8*(shift + 7) - 8m = 120 - 8m for shift 8 (all fp32).
     a = 8.0 * c

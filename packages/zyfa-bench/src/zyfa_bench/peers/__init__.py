@@ -24,6 +24,7 @@ def all_peers() -> list[Peer]:
         ZyfaBF16(),
         ZyfaFP8("exact"),
         ZyfaFP8("lean"),
+        ZyfaFP8("f16"),
         FA4BF16(),
         CudnnBF16(),
         CudnnFP8(),

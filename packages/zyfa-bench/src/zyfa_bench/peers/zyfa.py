@@ -53,16 +53,21 @@ class ZyfaBF16(_Zyfa):
 
 
 class ZyfaFP8(_Zyfa):
-    """zyfa.flash_attn_func on e4m3fn inputs with per-tensor descales, BF16 output; exact or lean P."""
+    """zyfa.flash_attn_func on e4m3fn inputs with per-tensor descales, BF16 output; exact, lean or f16 P."""
 
     precision = "fp8"
+    NOTES = {
+        "exact": "exact P: e4m3(exp2)",
+        "lean": "lean P: e4m3 code of P from one FMA",
+        "f16": "f16 P: P.V in f16 (P = f16(exp2), V e4m3 -> f16 in the kernel; sm90 only)",
+    }
 
     def __init__(self, p_mode: str) -> None:
-        if p_mode not in ("exact", "lean"):
-            raise ValueError(f"p_mode must be 'exact' or 'lean', got {p_mode!r}")
+        if p_mode not in self.NOTES:
+            raise ValueError(f"p_mode must be one of {tuple(self.NOTES)}, got {p_mode!r}")
         self.p_mode = p_mode
         self.name = f"zyfa-fp8-{p_mode}"
-        self.note = "lean P: e4m3 code of P from one FMA" if p_mode == "lean" else "exact P: e4m3(exp2)"
+        self.note = self.NOTES[p_mode]
 
     def _prepare(self, inputs: Inputs) -> Prepared:
         import zyfa
