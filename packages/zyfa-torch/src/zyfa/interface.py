@@ -49,8 +49,9 @@ def flash_attn_func(
             host sync, capturable in CUDA graphs. 1-element float tensors (e.g. `zyfa.fp8_quantize(x)`)
             are read on the host inside the op, which waits for the device: fine eagerly and under
             torch.compile (no graph break), refused inside a CUDA graph capture.
-        p_mode: FP8 only: "exact" (P = e4m3(exp2(.))), "lean" (P's e4m3 code from one FMA) or None
-            (the default kernel; "exact" where both exist). Must be None for bf16.
+        p_mode: FP8 only: "exact" (P = e4m3(exp2(.))), "lean" (P's e4m3 code from one FMA), "f16"
+            (P.V in f16: P = f16(exp2(.)), about 10x less error; sm90a kernels only) or None (the
+            default kernel; "exact" where it exists). Must be None for bf16.
 
     Returns:
         out: torch.bfloat16 [batch, seqlen_q, heads_q, d_v]; with return_attn_probs=True the tuple

@@ -46,7 +46,7 @@ class ZyfaAttentionOptions:
     """How a registered name runs attention: BF16, or FP8 with per-call quantisation."""
 
     fp8: bool = False
-    p_mode: str | None = None  # FP8 only: "exact", "lean" or None (the default kernel)
+    p_mode: str | None = None  # FP8 only: "exact", "lean", "f16" or None (the default kernel)
     rotate: bool = False  # FP8 only: rotate q and k (random Hadamard, `seed`) before quantising
     seed: int = 0
 
@@ -80,7 +80,8 @@ def register(
         name: the attn_implementation string.
         fp8: quantise q, k, v to float8_e4m3fn per tensor at every call (any floating model dtype;
             the output is cast back to the query's dtype). False: BF16, the model must run in bfloat16.
-        p_mode: FP8 probability mode, "exact", "lean" or None (the default kernel).
+        p_mode: FP8 probability mode, "exact", "lean", "f16" (P.V in f16, sm90a) or None (the default
+            kernel).
         rotate: FP8 only: rotate q and k by the same random Hadamard rotation before quantising.
         seed: the rotation's sign seed.
     """
