@@ -166,6 +166,22 @@
 // 0.86..1.00 of FP8 exact's speed at d128 (tile_n 128, 3 stages) and 0.85..0.90 at 192/128.
 #define ZYFA_WS_PV_F16 0
 #endif
+#ifndef ZYFA_WS_SPLITMAX
+// Experiment (run 26, UNMEASURED): the fast softmax of exp2 P (BF16, FP8 exact, f16 P) with the block's
+// row max in two halves of the block's tiles. Half A's exponentials use m_A = max(m_run, max of half A)
+// and run while half B's max is taken (independent instructions: the max's FMNMX / shuffles can issue
+// in the MUFU phase's shadow instead of before it; ncu put the max at ~15% of the FP8 consumer's
+// samples, the MUFU phase at ~30%). Then m_new = max(m_A, max of half B); half B's exponentials use it,
+// and where m_new > m_A half A's p are multiplied by exp2(m_A - m_new) (a warp-uniform branch; no
+// overflow: p_A <= 2^shift). The contract is unchanged: p = exp2(t - m_new + shift) up to the fp32
+// rounding of that product (an ulp, far below bf16 / e4m3 rounding); lean P cannot use it (its code is
+// a rounded log, so a correction would move codes). ptxas hoists half B's max above half A's
+// exponentials (it is the longer dependency chain), and a warp issues in order, so 1 alone need not
+// overlap anything; 2 ties each of half B's max steps to one of half A's exponentials by a data
+// dependency, max(c, fma(p_A, 0, S_B)) = max(c, S_B) exactly (p_A finite), one extra FFMA per element
+// of half B, which forces the two streams to interleave in the SASS.
+#define ZYFA_WS_SPLITMAX 0
+#endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
 // lean), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
@@ -1201,6 +1217,125 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
   }
 }
 
+// ZYFA_WS_SPLITMAX: this thread's two rows' max over tiles [J0, J1) of s (raw S), quad-reduced.
+template <int J0, int J1>
+__device__ __forceinline__ void half_row_max(const float (&s)[kSAcc], float (&mx)[2]) {
+  float c[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // [row][chain]
+#pragma unroll
+  for (int j = J0; j < J1; ++j) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) c[r][x] = fmaxf(c[r][x], s[4 * j + 2 * r + x]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) mx[r] = fmaxf(c[r][0], c[r][1]);
+#pragma unroll
+  for (int k = 1; k <= 2; k <<= 1) {
+    const float o0 = __shfl_xor_sync(0xffffffffu, mx[0], k);
+    const float o1 = __shfl_xor_sync(0xffffffffu, mx[1], k);
+    mx[0] = fmaxf(mx[0], o0);
+    mx[1] = fmaxf(mx[1], o1);
+  }
+}
+
+// ZYFA_WS_SPLITMAX (see the macro): the fast softmax of exp2 P with the row max in two halves.
+__device__ __forceinline__ void softmax_rows_split(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2],
+                                                   float (&alpha)[2], float qk_scale) {
+  constexpr int kHalf = kSTiles / 2;
+  float mx_a[2], mx_b[2], m_a[2], neg_a[2], ls_a[2] = {0.0f, 0.0f}, ls_b[2] = {0.0f, 0.0f};
+  half_row_max<0, kHalf>(s, mx_a);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    m_a[r] = fmaxf(m_run[r], mx_a[r] * qk_scale);
+    neg_a[r] = kPShift - (m_a[r] == -INFINITY ? 0.0f : m_a[r]);  // -inf: half A is all masked, p = 0
+  }
+  if constexpr (ZYFA_WS_SPLITMAX == 2) {  // half B's max steps tied to half A's exponentials
+    float c[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
+#pragma unroll
+    for (int j = 0; j < kHalf; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          float& v = s[4 * j + 2 * r + x];
+          v = ex2(fmaf(v, qk_scale, neg_a[r]));
+          ls_a[r] += v;
+          c[r][x] = fmaxf(c[r][x], fmaf(v, 0.0f, s[4 * (j + kHalf) + 2 * r + x]));
+        }
+      }
+    }
+    if constexpr (kSTiles % 2 != 0) {  // an odd tile count leaves the last tile of half B untied
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int x = 0; x < 2; ++x) c[r][x] = fmaxf(c[r][x], s[4 * (kSTiles - 1) + 2 * r + x]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) mx_b[r] = fmaxf(c[r][0], c[r][1]);
+#pragma unroll
+    for (int k = 1; k <= 2; k <<= 1) {
+      const float o0 = __shfl_xor_sync(0xffffffffu, mx_b[0], k);
+      const float o1 = __shfl_xor_sync(0xffffffffu, mx_b[1], k);
+      mx_b[0] = fmaxf(mx_b[0], o0);
+      mx_b[1] = fmaxf(mx_b[1], o1);
+    }
+  } else {
+    half_row_max<kHalf, kSTiles>(s, mx_b);  // independent of half A's exponentials below
+#pragma unroll
+    for (int j = 0; j < kHalf; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          float& v = s[4 * j + 2 * r + x];
+          v = ex2(fmaf(v, qk_scale, neg_a[r]));
+          ls_a[r] += v;
+        }
+      }
+    }
+  }
+  float neg_b[2], corr[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(m_a[r], mx_b[r] * qk_scale);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
+    // Half A in the scale of m_new: 1 unless half B raised the max over a finite m_A.
+    corr[r] = (m_a[r] == m_new || m_a[r] == -INFINITY) ? 1.0f : ex2(m_a[r] - m_new);
+    m_run[r] = m_new;
+    neg_b[r] = kPShift - m_use;
+  }
+#pragma unroll
+  for (int j = kHalf; j < kSTiles; ++j) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int x = 0; x < 2; ++x) {
+        float& v = s[4 * j + 2 * r + x];
+        v = ex2(fmaf(v, qk_scale, neg_b[r]));
+        ls_b[r] += v;
+      }
+    }
+  }
+  if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {  // warp-uniform
+#pragma unroll
+    for (int j = 0; j < kHalf; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+#pragma unroll
+        for (int x = 0; x < 2; ++x) s[4 * j + 2 * r + x] *= corr[r];
+      }
+    }
+  }
+  if constexpr (!kFp8) {  // FP8 takes l from the packed P
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + (ls_a[r] * corr[r] + ls_b[r]);
+  }
+}
+
 __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                               int key0, bool need_mask, const int (&row_lim)[2], float qk_scale,
                                               float lean_a, int tig) {
@@ -1223,7 +1358,9 @@ __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[
     }
   }
   if (fast) {
-    if constexpr (ZYFA_WS_SMX2 != 0) {
+    if constexpr (ZYFA_WS_SPLITMAX != 0 && !kLeanP) {
+      softmax_rows_split(s, m_run, l_run, alpha, qk_scale);
+    } else if constexpr (ZYFA_WS_SMX2 != 0) {
       softmax_rows_x2(s, m_run, l_run, alpha, qk_scale, lean_a);
     } else {
       softmax_rows<true>(s, m_run, l_run, alpha, qk_scale, lean_a);

@@ -115,12 +115,21 @@ _E4 = 16384 + 1152 + 3 * 32768 + 32768
 # exact P at 0.85..1.00 of its speed; it is p_mode "f16" (the _pf16 variants: d128 tile_n 128 with 3 stages,
 # 192/128 with 2; tile_n 192 spills). Run 25 (NOTES.md "Predictions, run 25"), on the d128 f16 variant:
 # tile_n 160 with 2 stages ("n160"), Q / K by TMA ("tma") and the 3-input integer row max ("max3").
+# Run 26 (NOTES.md "Predictions, run 26"): the row max in two halves, half A's exponentials overlapping
+# half B's max (ZYFA_WS_SPLITMAX=1, "splitmax"; =2 "splitmax2" ties the two streams together so that
+# they interleave in the SASS), on every exp2-P variant.
+_SPLIT = [("splitmax", None, ["-DZYFA_WS_SPLITMAX=1"]), ("splitmax2", None, ["-DZYFA_WS_SPLITMAX=2"])]
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
+    "fa_fwd_bf16_hd128_causal_sm90a": _SPLIT,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _SPLIT,
     "fa_fwd_e4m3fn_hd128_causal_pf16_sm90a": [
         ("n160", 214144, ["-DZYFA_TILE_N=160", "-DZYFA_WS_STAGES=2"]),
         ("tma", None, ["-DZYFA_WS_TMA=1"]),
         ("max3", None, ["-DZYFA_WS_MAX3=1"]),
+        *_SPLIT,
     ],
+    "fa_fwd_bf16_hd192x128_causal_sm90a": _SPLIT,
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _SPLIT,
 }
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
