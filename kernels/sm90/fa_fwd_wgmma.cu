@@ -56,12 +56,14 @@
  *   here (2 cores) would have cost more time than it saved; CuTe atoms remain an option.
  *
  * Build macros: ZYFA_KERNEL_NAME, ZYFA_DTYPE_E4M3, ZYFA_D_QK, ZYFA_D_V, ZYFA_TILE_M (128),
- * ZYFA_TILE_N (128 in every variant; 160 / 192, bf16 also 176, as experiments: see kSAcc), ZYFA_THREADS (384), ZYFA_SMEM_BYTES, ZYFA_LEAN_P; optional ZYFA_WS_OVERLAP,
+ * ZYFA_TILE_N (128 or 192 in the variants; 160, bf16 also 176, as experiments: see kSAcc), ZYFA_THREADS (384),
+ * ZYFA_SMEM_BYTES, ZYFA_LEAN_P, ZYFA_WS_PV_F16 (p_mode "f16": P.V in f16); optional ZYFA_WS_OVERLAP,
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
  * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
  * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_LPT_PAIRS,
- * ZYFA_WS_PSCHED, ZYFA_WS_TMA (timing experiments and schedule switches; see their definitions).
+ * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_SPLITMAX (timing experiments and schedule
+ * switches; see their definitions).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
