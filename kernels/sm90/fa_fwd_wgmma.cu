@@ -184,6 +184,16 @@
 // of half B, which forces the two streams to interleave in the SASS.
 #define ZYFA_WS_SPLITMAX 0
 #endif
+#ifndef ZYFA_WS_OBULK
+// Experiment (run 26, UNMEASURED): the staged epilogue's global stores as bulk copies. Each warp's
+// staged rows are linear (16 bytes of padding per row instead of the XOR swizzle keep the stmatrix
+// conflict-free: rows 272 or 144 bytes apart start 16 bytes further along the banks), and lanes 0-15
+// each copy one row to out with cp.async.bulk (the TMA unit's 1-d copy: no tensor map, so no ABI change),
+// instead of every lane's 16-byte loads from shared memory and 16-byte global stores. A region is
+// rewritten only after its copies have read it (cp.async.bulk.wait_group.read). Needs 16 bytes per row
+// more shared memory: 8 warps x 16 rows x 16 B = 2 KiB (smem_bytes + 2048).
+#define ZYFA_WS_OBULK 0
+#endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
 // lean), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
@@ -326,10 +336,13 @@ constexpr int kSmemNoOStage = kQBytes + kStages * (kKStageBytes + kVStageBytes) 
                                kAlignSlack;
 // The epilogue staging (comment above the ZYFA_WS_SMX2 macro): kOStageCols columns of the warp's 16 rows
 // per pass, from the build's shared memory.
-constexpr int kOStageCols = ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * kDV * 2   ? kDV
-                            : ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * kDV      ? kDV / 2
-                                                                                   : 0;
-constexpr int kOStageBytes = 8 * 16 * kOStageCols * 2;  // 8 consumer warps x 16 bf16 rows x kOStageCols
+constexpr int kORowPad = ZYFA_WS_OBULK != 0 ? 16 : 0;  // ZYFA_WS_OBULK: linear rows, 16 bytes apart in banks
+constexpr int kOStageCols = ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * (kDV * 2 + kORowPad) ? kDV
+                            : ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * (kDV + kORowPad) ? kDV / 2
+                                                                                             : 0;
+constexpr int kORowStride = kOStageCols * 2 + kORowPad;  // bytes from one staged row to the next
+// 8 consumer warps x 16 bf16 rows x kOStageCols (+ padding)
+constexpr int kOStageBytes = kOStageCols != 0 ? 8 * 16 * kORowStride : 0;
 constexpr int kSmemBytes = kSmemNoOStage + kOStageBytes;
 // setmaxnreg budgets: 128 x P + 256 x C <= 168 x 384 (the launch allocation). ZYFA_WS_PREGS /
 // ZYFA_WS_CREGS override them (experiments). FP8 (staged V transpose) 72 / 216: with the row sums
@@ -1425,6 +1438,45 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                : "memory");
 }
 
+// ZYFA_WS_OBULK: the staged rows are linear (kORowStride apart) and go to out by cp.async.bulk, one row
+// per lane 0-15; the lanes that copy wait until their previous copies have read the region.
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+
+template <int kCols>
+__device__ __forceinline__ void store_o_bulk(const float (&o)[kOAcc], const float (&row_scale)[2],
+                                             const zyfa_fwd_args& args, const Block& blk, uint32_t ost,
+                                             int64_t row0, int seqlen_q, int lane, int m, int lr) {
+  constexpr int kChunks = kCols / 8;
+#pragma unroll
+  for (int pass = 0; pass < kDV / kCols; ++pass) {
+    if (lane < 16) bulk_wait_read();  // this lane's copies of the previous pass (or item) have read the region
+    __syncwarp();
+#pragma unroll
+    for (int jl = 0; jl < kChunks; jl += 2) {
+      const int j = pass * kChunks + jl;
+      const int cs = jl + (m >> 1);
+      stmatrix_x4(ost + lr * kORowStride + (cs << 4),
+                  bf16_pair(o[4 * j] * row_scale[0], o[4 * j + 1] * row_scale[0]),
+                  bf16_pair(o[4 * j + 2] * row_scale[1], o[4 * j + 3] * row_scale[1]),
+                  bf16_pair(o[4 * (j + 1)] * row_scale[0], o[4 * (j + 1) + 1] * row_scale[0]),
+                  bf16_pair(o[4 * (j + 1) + 2] * row_scale[1], o[4 * (j + 1) + 3] * row_scale[1]));
+    }
+    fence_proxy_async();  // the generic-proxy stmatrix writes before the async-proxy copy reads them
+    __syncwarp();
+    const int64_t row = row0 + lane;
+    if (lane < 16 && row < seqlen_q) {
+      const __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(args.out) +
+                                       static_cast<int64_t>(blk.batch) * args.out_stride_batch +
+                                       row * args.out_stride_seq + static_cast<int64_t>(blk.head) * args.out_stride_head +
+                                       pass * kCols;
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                   "cp.async.bulk.commit_group;\n" ::"l"(dst),
+                   "r"(ost + static_cast<uint32_t>(lane) * kORowStride), "n"(kCols * 2)
+                   : "memory");
+    }
+  }
+}
+
 template <int kCols>  // kOStageCols (a template: the kernels without staging never instantiate it)
 __device__ __forceinline__ void store_o_staged(const float (&o)[kOAcc], const float (&row_scale)[2],
                                                const zyfa_fwd_args& args, const Block& blk, uint32_t ost,
@@ -1438,6 +1490,10 @@ __device__ __forceinline__ void store_o_staged(const float (&o)[kOAcc], const fl
   const int m = lane >> 3;
   const int lr = (lane & 7) + 8 * (m & 1);
   const int c = lane % kChunks;
+  if constexpr (ZYFA_WS_OBULK != 0) {
+    store_o_bulk<kCols>(o, row_scale, args, blk, ost, row0, seqlen_q, lane, m, lr);
+    return;
+  }
 #pragma unroll
   for (int pass = 0; pass < kDV / kCols; ++pass) {
     __syncwarp();  // the previous pass's (or item's) reads of this region are done
@@ -1990,7 +2046,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   if constexpr (kOStageCols != 0) {
     if (staged)
       store_o_staged<kOStageCols>(o, row_scale, args, blk,
-                                  bars + kBarrierBytes + static_cast<uint32_t>(cw * 4 + warp) * 16 * kOStageCols * 2,
+                                  bars + kBarrierBytes + static_cast<uint32_t>(cw * 4 + warp) * 16 * kORowStride,
                                   wg_row0 + 16 * warp, seqlen_q, lane);
   }
 #pragma unroll
@@ -2021,5 +2077,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #if ZYFA_WS_PERSISTENT
   }  // item loop
 #endif
+  if constexpr (ZYFA_WS_OBULK != 0) {  // the CTA's shared memory must outlive every copy's reads
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  }
   }
 }

@@ -119,9 +119,14 @@ _E4 = 16384 + 1152 + 3 * 32768 + 32768
 # half B's max (ZYFA_WS_SPLITMAX=1, "splitmax"; =2 "splitmax2" ties the two streams together so that
 # they interleave in the SASS), on every exp2-P variant.
 _SPLIT = [("splitmax", None, ["-DZYFA_WS_SPLITMAX=1"]), ("splitmax2", None, ["-DZYFA_WS_SPLITMAX=2"])]
+# And the staged epilogue's global stores as cp.async.bulk row copies (ZYFA_WS_OBULK=1, "obulk", 2 KiB more
+# shared memory: the variants with that much to spare).
+_OBULK = [("obulk", "+2048", ["-DZYFA_WS_OBULK=1"])]
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_bf16_hd128_causal_sm90a": _SPLIT,
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _SPLIT,
+    "fa_fwd_bf16_hd128_causal_sm90a": _SPLIT + _OBULK,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _SPLIT + _OBULK,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _OBULK,
+    "fa_fwd_e4m3fn_hd192x128_causal_pf16_sm90a": _OBULK,
     "fa_fwd_e4m3fn_hd128_causal_pf16_sm90a": [
         ("n160", 214144, ["-DZYFA_TILE_N=160", "-DZYFA_WS_STAGES=2"]),
         ("tma", None, ["-DZYFA_WS_TMA=1"]),
