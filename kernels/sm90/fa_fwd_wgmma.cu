@@ -882,6 +882,17 @@ __device__ __forceinline__ float quad_max(float x) {
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
+// quad_max of this thread's two rows, the two rows' shuffles in flight together.
+__device__ __forceinline__ void quad_max2(float (&mx)[2]) {
+#pragma unroll
+  for (int k = 1; k <= 2; k <<= 1) {
+    const float o0 = __shfl_xor_sync(0xffffffffu, mx[0], k);
+    const float o1 = __shfl_xor_sync(0xffffffffu, mx[1], k);
+    mx[0] = fmaxf(mx[0], o0);
+    mx[1] = fmaxf(mx[1], o1);
+  }
+}
+
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
@@ -1192,13 +1203,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     mx[0] = row_max3<0>(s);
     mx[1] = row_max3<1>(s);
   }
-#pragma unroll
-  for (int k = 1; k <= 2; k <<= 1) {  // quad max, the two rows' shuffles in flight together
-    const float o0 = __shfl_xor_sync(0xffffffffu, mx[0], k);
-    const float o1 = __shfl_xor_sync(0xffffffffu, mx[1], k);
-    mx[0] = fmaxf(mx[0], o0);
-    mx[1] = fmaxf(mx[1], o1);
-  }
+  quad_max2(mx);
   float neg_m[2], lean_b[2], lsum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -1246,13 +1251,7 @@ __device__ __forceinline__ void half_row_max(const float (&s)[kSAcc], float (&mx
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) mx[r] = fmaxf(c[r][0], c[r][1]);
-#pragma unroll
-  for (int k = 1; k <= 2; k <<= 1) {
-    const float o0 = __shfl_xor_sync(0xffffffffu, mx[0], k);
-    const float o1 = __shfl_xor_sync(0xffffffffu, mx[1], k);
-    mx[0] = fmaxf(mx[0], o0);
-    mx[1] = fmaxf(mx[1], o1);
-  }
+  quad_max2(mx);
 }
 
 // ZYFA_WS_SPLITMAX (see the macro): the fast softmax of exp2 P with the row max in two halves.
@@ -1266,21 +1265,23 @@ __device__ __forceinline__ void softmax_rows_split(float (&s)[kSAcc], float (&m_
     m_a[r] = fmaxf(m_run[r], mx_a[r] * qk_scale);
     neg_a[r] = kPShift - (m_a[r] == -INFINITY ? 0.0f : m_a[r]);  // -inf: half A is all masked, p = 0
   }
-  if constexpr (ZYFA_WS_SPLITMAX == 2) {  // half B's max steps tied to half A's exponentials
-    float c[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
+  constexpr bool kTie = ZYFA_WS_SPLITMAX == 2;  // half B's max steps tied to half A's exponentials
+  if constexpr (!kTie) half_row_max<kHalf, kSTiles>(s, mx_b);  // independent of half A's exponentials
+  float c[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // kTie: half B's max chains
 #pragma unroll
-    for (int j = 0; j < kHalf; ++j) {
+  for (int j = 0; j < kHalf; ++j) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2; ++r) {
 #pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          float& v = s[4 * j + 2 * r + x];
-          v = ex2(fmaf(v, qk_scale, neg_a[r]));
-          ls_a[r] += v;
-          c[r][x] = fmaxf(c[r][x], fmaf(v, 0.0f, s[4 * (j + kHalf) + 2 * r + x]));
-        }
+      for (int x = 0; x < 2; ++x) {
+        float& v = s[4 * j + 2 * r + x];
+        v = ex2(fmaf(v, qk_scale, neg_a[r]));
+        ls_a[r] += v;
+        if constexpr (kTie) c[r][x] = fmaxf(c[r][x], fmaf(v, 0.0f, s[4 * (j + kHalf) + 2 * r + x]));
       }
     }
+  }
+  if constexpr (kTie) {
     if constexpr (kSTiles % 2 != 0) {  // an odd tile count leaves the last tile of half B untied
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -1290,27 +1291,7 @@ __device__ __forceinline__ void softmax_rows_split(float (&s)[kSAcc], float (&m_
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) mx_b[r] = fmaxf(c[r][0], c[r][1]);
-#pragma unroll
-    for (int k = 1; k <= 2; k <<= 1) {
-      const float o0 = __shfl_xor_sync(0xffffffffu, mx_b[0], k);
-      const float o1 = __shfl_xor_sync(0xffffffffu, mx_b[1], k);
-      mx_b[0] = fmaxf(mx_b[0], o0);
-      mx_b[1] = fmaxf(mx_b[1], o1);
-    }
-  } else {
-    half_row_max<kHalf, kSTiles>(s, mx_b);  // independent of half A's exponentials below
-#pragma unroll
-    for (int j = 0; j < kHalf; ++j) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          float& v = s[4 * j + 2 * r + x];
-          v = ex2(fmaf(v, qk_scale, neg_a[r]));
-          ls_a[r] += v;
-        }
-      }
-    }
+    quad_max2(mx_b);
   }
   float neg_b[2], corr[2];
 #pragma unroll
