@@ -122,10 +122,14 @@ _SPLIT = [("splitmax", None, ["-DZYFA_WS_SPLITMAX=1"]), ("splitmax2", None, ["-D
 # And the staged epilogue's global stores as cp.async.bulk row copies (ZYFA_WS_OBULK=1, "obulk", 2 KiB more
 # shared memory: the variants with that much to spare).
 _OBULK = [("obulk", "+2048", ["-DZYFA_WS_OBULK=1"])]
+# And rank-major items at every pair count (ZYFA_WS_LPT_PAIRS huge, "lptall") on the d128 variants: in call 5
+# BF16 d128 ran 607 TFLOP/s at b4 s8K h32 (128 pairs, pair-major) against 658-668 in the selftest's b1 s8K
+# h16 (16 pairs, rank-major), and FA4 leads exactly at 4K-8K.
+_LPTALL = [("lptall", None, ["-DZYFA_WS_LPT_PAIRS=1000000"])]
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_bf16_hd128_causal_sm90a": _SPLIT + _OBULK,
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _SPLIT + _OBULK,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _OBULK,
+    "fa_fwd_bf16_hd128_causal_sm90a": _SPLIT + _OBULK + _LPTALL,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _SPLIT + _OBULK + _LPTALL,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _OBULK + _LPTALL,
     "fa_fwd_e4m3fn_hd192x128_causal_pf16_sm90a": _OBULK,
     "fa_fwd_e4m3fn_hd128_causal_pf16_sm90a": [
         ("n160", 214144, ["-DZYFA_TILE_N=160", "-DZYFA_WS_STAGES=2"]),
