@@ -50,7 +50,7 @@ def flash_attn_func(
             are read on the host inside the op, which waits for the device: fine eagerly and under
             torch.compile (no graph break), refused inside a CUDA graph capture.
         p_mode: FP8 only: "exact" (P = e4m3(exp2(.))), "lean" (P's e4m3 code from one FMA), "f16"
-            (P.V in f16: P = f16(exp2(.)), about 10x less error; sm90a kernels only) or None (the
+            (P.V in f16: P = f16(exp2(.)), 7-12x less error than "exact"; sm90a kernels only) or None (the
             default kernel; "exact" where it exists). Must be None for bf16.
 
     Returns:
