@@ -1419,6 +1419,25 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                : "memory");
 }
 
+// One pass of the staged epilogue into the warp's region ost: stmatrix.x4 of columns pass * kCols ..
+// + kCols - 1 of the warp's 16 rows, scaled and rounded to bf16. kSwizzle: rows of kCols bf16, chunk c
+// of row lr at c ^ (lr & 7); else linear rows kORowStride apart (ZYFA_WS_OBULK).
+template <int kCols, bool kSwizzle>
+__device__ __forceinline__ void stage_o_pass(const float (&o)[kOAcc], const float (&row_scale)[2], uint32_t ost,
+                                             int pass, int m, int lr) {
+  constexpr int kChunks = kCols / 8;
+#pragma unroll
+  for (int jl = 0; jl < kChunks; jl += 2) {
+    const int j = pass * kChunks + jl;
+    const int cs = jl + (m >> 1);
+    const uint32_t addr = kSwizzle ? ost + lr * kCols * 2 + ((cs ^ (lr & 7)) << 4) : ost + lr * kORowStride + (cs << 4);
+    stmatrix_x4(addr, bf16_pair(o[4 * j] * row_scale[0], o[4 * j + 1] * row_scale[0]),
+                bf16_pair(o[4 * j + 2] * row_scale[1], o[4 * j + 3] * row_scale[1]),
+                bf16_pair(o[4 * (j + 1)] * row_scale[0], o[4 * (j + 1) + 1] * row_scale[0]),
+                bf16_pair(o[4 * (j + 1) + 2] * row_scale[1], o[4 * (j + 1) + 3] * row_scale[1]));
+  }
+}
+
 // ZYFA_WS_OBULK: the staged rows are linear (kORowStride apart) and go to out by cp.async.bulk, one row
 // per lane 0-15; the lanes that copy wait until their previous copies have read the region.
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
@@ -1427,21 +1446,11 @@ template <int kCols>
 __device__ __forceinline__ void store_o_bulk(const float (&o)[kOAcc], const float (&row_scale)[2],
                                              const zyfa_fwd_args& args, const Block& blk, uint32_t ost,
                                              int64_t row0, int seqlen_q, int lane, int m, int lr) {
-  constexpr int kChunks = kCols / 8;
 #pragma unroll
   for (int pass = 0; pass < kDV / kCols; ++pass) {
     if (lane < 16) bulk_wait_read();  // this lane's copies of the previous pass (or item) have read the region
     __syncwarp();
-#pragma unroll
-    for (int jl = 0; jl < kChunks; jl += 2) {
-      const int j = pass * kChunks + jl;
-      const int cs = jl + (m >> 1);
-      stmatrix_x4(ost + lr * kORowStride + (cs << 4),
-                  bf16_pair(o[4 * j] * row_scale[0], o[4 * j + 1] * row_scale[0]),
-                  bf16_pair(o[4 * j + 2] * row_scale[1], o[4 * j + 3] * row_scale[1]),
-                  bf16_pair(o[4 * (j + 1)] * row_scale[0], o[4 * (j + 1) + 1] * row_scale[0]),
-                  bf16_pair(o[4 * (j + 1) + 2] * row_scale[1], o[4 * (j + 1) + 3] * row_scale[1]));
-    }
+    stage_o_pass<kCols, false>(o, row_scale, ost, pass, m, lr);
     fence_proxy_async();  // the generic-proxy stmatrix writes before the async-proxy copy reads them
     __syncwarp();
     const int64_t row = row0 + lane;
@@ -1473,34 +1482,25 @@ __device__ __forceinline__ void store_o_staged(const float (&o)[kOAcc], const fl
   const int c = lane % kChunks;
   if constexpr (ZYFA_WS_OBULK != 0) {
     store_o_bulk<kCols>(o, row_scale, args, blk, ost, row0, seqlen_q, lane, m, lr);
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int pass = 0; pass < kDV / kCols; ++pass) {
-    __syncwarp();  // the previous pass's (or item's) reads of this region are done
+    for (int pass = 0; pass < kDV / kCols; ++pass) {
+      __syncwarp();  // the previous pass's (or item's) reads of this region are done
+      stage_o_pass<kCols, true>(o, row_scale, ost, pass, m, lr);
+      __syncwarp();
 #pragma unroll
-    for (int jl = 0; jl < kChunks; jl += 2) {
-      const int j = pass * kChunks + jl;
-      const int cs = jl + (m >> 1);
-      stmatrix_x4(ost + lr * kRowBytes + ((cs ^ (lr & 7)) << 4),
-                  bf16_pair(o[4 * j] * row_scale[0], o[4 * j + 1] * row_scale[0]),
-                  bf16_pair(o[4 * j + 2] * row_scale[1], o[4 * j + 3] * row_scale[1]),
-                  bf16_pair(o[4 * (j + 1)] * row_scale[0], o[4 * (j + 1) + 1] * row_scale[0]),
-                  bf16_pair(o[4 * (j + 1) + 2] * row_scale[1], o[4 * (j + 1) + 3] * row_scale[1]));
-    }
-    __syncwarp();
-#pragma unroll
-    for (int it = 0; it < 16 / kRowsPerStep; ++it) {
-      const int r = kRowsPerStep * it + lane / kChunks;
-      const int64_t row = row0 + r;
-      const uint4 v = ld_shared_v4(ost + r * kRowBytes + ((c ^ (r & 7)) << 4));
-      if (row < seqlen_q) {
-        __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(args.out) +
-                                   static_cast<int64_t>(blk.batch) * args.out_stride_batch +
-                                   row * args.out_stride_seq + static_cast<int64_t>(blk.head) * args.out_stride_head +
-                                   pass * kCols + 8 * c;
-        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                     : "memory");  // one 16-byte store (a uint4 assignment became four 4-byte stores)
+      for (int it = 0; it < 16 / kRowsPerStep; ++it) {
+        const int r = kRowsPerStep * it + lane / kChunks;
+        const int64_t row = row0 + r;
+        const uint4 v = ld_shared_v4(ost + r * kRowBytes + ((c ^ (r & 7)) << 4));
+        if (row < seqlen_q) {
+          __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(args.out) +
+                                     static_cast<int64_t>(blk.batch) * args.out_stride_batch +
+                                     row * args.out_stride_seq + static_cast<int64_t>(blk.head) * args.out_stride_head +
+                                     pass * kCols + 8 * c;
+          asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                       : "memory");  // one 16-byte store (a uint4 assignment became four 4-byte stores)
+        }
       }
     }
   }
