@@ -62,7 +62,7 @@
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
  * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
  * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_LPT_PAIRS,
- * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_SPLITMAX (timing experiments and schedule
+ * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT (timing experiments and schedule
  * switches; see their definitions).
  */
 #include <cuda_bf16.h>
@@ -167,32 +167,6 @@
 // inputs 1.5-1.8e-3 on every test case (FP8 exact: 0.8-2.3e-2; the bf16 output's rounding is 1.6e-3), at
 // 0.86..1.00 of FP8 exact's speed at d128 (tile_n 128, 3 stages) and 0.85..0.90 at 192/128.
 #define ZYFA_WS_PV_F16 0
-#endif
-#ifndef ZYFA_WS_SPLITMAX
-// Experiment (run 26, UNMEASURED): the fast softmax of exp2 P (BF16, FP8 exact, f16 P) with the block's
-// row max in two halves of the block's tiles. Half A's exponentials use m_A = max(m_run, max of half A)
-// and run while half B's max is taken (independent instructions: the max's FMNMX / shuffles can issue
-// in the MUFU phase's shadow instead of before it; ncu put the max at ~15% of the FP8 consumer's
-// samples, the MUFU phase at ~30%). Then m_new = max(m_A, max of half B); half B's exponentials use it,
-// and where m_new > m_A half A's p are multiplied by exp2(m_A - m_new) (a warp-uniform branch; no
-// overflow: p_A <= 2^shift). The contract is unchanged: p = exp2(t - m_new + shift) up to the fp32
-// rounding of that product (an ulp, far below bf16 / e4m3 rounding); lean P cannot use it (its code is
-// a rounded log, so a correction would move codes). ptxas hoists half B's max above half A's
-// exponentials (it is the longer dependency chain), and a warp issues in order, so 1 alone need not
-// overlap anything; 2 ties each of half B's max steps to one of half A's exponentials by a data
-// dependency, max(c, fma(p_A, 0, S_B)) = max(c, S_B) exactly (p_A finite), one extra FFMA per element
-// of half B, which forces the two streams to interleave in the SASS.
-#define ZYFA_WS_SPLITMAX 0
-#endif
-#ifndef ZYFA_WS_OBULK
-// Experiment (run 26, UNMEASURED): the staged epilogue's global stores as bulk copies. Each warp's
-// staged rows are linear (16 bytes of padding per row instead of the XOR swizzle keep the stmatrix
-// conflict-free: rows 272 or 144 bytes apart start 16 bytes further along the banks), and lanes 0-15
-// each copy one row to out with cp.async.bulk (the TMA unit's 1-d copy: no tensor map, so no ABI change),
-// instead of every lane's 16-byte loads from shared memory and 16-byte global stores. A region is
-// rewritten only after its copies have read it (cp.async.bulk.wait_group.read). Needs 16 bytes per row
-// more shared memory: 8 warps x 16 rows x 16 B = 2 KiB (smem_bytes + 2048).
-#define ZYFA_WS_OBULK 0
 #endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
@@ -336,13 +310,10 @@ constexpr int kSmemNoOStage = kQBytes + kStages * (kKStageBytes + kVStageBytes) 
                                kAlignSlack;
 // The epilogue staging (comment above the ZYFA_WS_SMX2 macro): kOStageCols columns of the warp's 16 rows
 // per pass, from the build's shared memory.
-constexpr int kORowPad = ZYFA_WS_OBULK != 0 ? 16 : 0;  // ZYFA_WS_OBULK: linear rows, 16 bytes apart in banks
-constexpr int kOStageCols = ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * (kDV * 2 + kORowPad) ? kDV
-                            : ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * (kDV + kORowPad) ? kDV / 2
-                                                                                             : 0;
-constexpr int kORowStride = kOStageCols * 2 + kORowPad;  // bytes from one staged row to the next
-// 8 consumer warps x 16 bf16 rows x kOStageCols (+ padding)
-constexpr int kOStageBytes = kOStageCols != 0 ? 8 * 16 * kORowStride : 0;
+constexpr int kOStageCols = ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * kDV * 2   ? kDV
+                            : ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * kDV      ? kDV / 2
+                                                                                   : 0;
+constexpr int kOStageBytes = 8 * 16 * kOStageCols * 2;  // 8 consumer warps x 16 bf16 rows x kOStageCols
 constexpr int kSmemBytes = kSmemNoOStage + kOStageBytes;
 // setmaxnreg budgets: 128 x P + 256 x C <= 168 x 384 (the launch allocation). ZYFA_WS_PREGS /
 // ZYFA_WS_CREGS override them (experiments). FP8 (staged V transpose) 72 / 216: with the row sums
@@ -882,17 +853,6 @@ __device__ __forceinline__ float quad_max(float x) {
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
-// quad_max of this thread's two rows, the two rows' shuffles in flight together.
-__device__ __forceinline__ void quad_max2(float (&mx)[2]) {
-#pragma unroll
-  for (int k = 1; k <= 2; k <<= 1) {
-    const float o0 = __shfl_xor_sync(0xffffffffu, mx[0], k);
-    const float o1 = __shfl_xor_sync(0xffffffffu, mx[1], k);
-    mx[0] = fmaxf(mx[0], o0);
-    mx[1] = fmaxf(mx[1], o1);
-  }
-}
-
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
@@ -1203,7 +1163,13 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     mx[0] = row_max3<0>(s);
     mx[1] = row_max3<1>(s);
   }
-  quad_max2(mx);
+#pragma unroll
+  for (int k = 1; k <= 2; k <<= 1) {  // quad max, the two rows' shuffles in flight together
+    const float o0 = __shfl_xor_sync(0xffffffffu, mx[0], k);
+    const float o1 = __shfl_xor_sync(0xffffffffu, mx[1], k);
+    mx[0] = fmaxf(mx[0], o0);
+    mx[1] = fmaxf(mx[1], o1);
+  }
   float neg_m[2], lean_b[2], lsum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -1237,101 +1203,6 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
   }
 }
 
-// ZYFA_WS_SPLITMAX: this thread's two rows' max over tiles [J0, J1) of s (raw S), quad-reduced.
-template <int J0, int J1>
-__device__ __forceinline__ void half_row_max(const float (&s)[kSAcc], float (&mx)[2]) {
-  float c[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // [row][chain]
-#pragma unroll
-  for (int j = J0; j < J1; ++j) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int x = 0; x < 2; ++x) c[r][x] = fmaxf(c[r][x], s[4 * j + 2 * r + x]);
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) mx[r] = fmaxf(c[r][0], c[r][1]);
-  quad_max2(mx);
-}
-
-// ZYFA_WS_SPLITMAX (see the macro): the fast softmax of exp2 P with the row max in two halves.
-__device__ __forceinline__ void softmax_rows_split(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2],
-                                                   float (&alpha)[2], float qk_scale) {
-  constexpr int kHalf = kSTiles / 2;
-  float mx_a[2], mx_b[2], m_a[2], neg_a[2], ls_a[2] = {0.0f, 0.0f}, ls_b[2] = {0.0f, 0.0f};
-  half_row_max<0, kHalf>(s, mx_a);
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    m_a[r] = fmaxf(m_run[r], mx_a[r] * qk_scale);
-    neg_a[r] = kPShift - (m_a[r] == -INFINITY ? 0.0f : m_a[r]);  // -inf: half A is all masked, p = 0
-  }
-  constexpr bool kTie = ZYFA_WS_SPLITMAX == 2;  // half B's max steps tied to half A's exponentials
-  if constexpr (!kTie) half_row_max<kHalf, kSTiles>(s, mx_b);  // independent of half A's exponentials
-  float c[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};  // kTie: half B's max chains
-#pragma unroll
-  for (int j = 0; j < kHalf; ++j) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        float& v = s[4 * j + 2 * r + x];
-        v = ex2(fmaf(v, qk_scale, neg_a[r]));
-        ls_a[r] += v;
-        if constexpr (kTie) c[r][x] = fmaxf(c[r][x], fmaf(v, 0.0f, s[4 * (j + kHalf) + 2 * r + x]));
-      }
-    }
-  }
-  if constexpr (kTie) {
-    if constexpr (kSTiles % 2 != 0) {  // an odd tile count leaves the last tile of half B untied
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int x = 0; x < 2; ++x) c[r][x] = fmaxf(c[r][x], s[4 * (kSTiles - 1) + 2 * r + x]);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) mx_b[r] = fmaxf(c[r][0], c[r][1]);
-    quad_max2(mx_b);
-  }
-  float neg_b[2], corr[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float m_new = fmaxf(m_a[r], mx_b[r] * qk_scale);
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
-    // Half A in the scale of m_new: 1 unless half B raised the max over a finite m_A.
-    corr[r] = (m_a[r] == m_new || m_a[r] == -INFINITY) ? 1.0f : ex2(m_a[r] - m_new);
-    m_run[r] = m_new;
-    neg_b[r] = kPShift - m_use;
-  }
-#pragma unroll
-  for (int j = kHalf; j < kSTiles; ++j) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-#pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        float& v = s[4 * j + 2 * r + x];
-        v = ex2(fmaf(v, qk_scale, neg_b[r]));
-        ls_b[r] += v;
-      }
-    }
-  }
-  if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {  // warp-uniform
-#pragma unroll
-    for (int j = 0; j < kHalf; ++j) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-#pragma unroll
-        for (int x = 0; x < 2; ++x) s[4 * j + 2 * r + x] *= corr[r];
-      }
-    }
-  }
-  if constexpr (!kFp8) {  // FP8 takes l from the packed P
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + (ls_a[r] * corr[r] + ls_b[r]);
-  }
-}
-
 __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                               int key0, bool need_mask, const int (&row_lim)[2], float qk_scale,
                                               float lean_a, int tig) {
@@ -1354,9 +1225,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[
     }
   }
   if (fast) {
-    if constexpr (ZYFA_WS_SPLITMAX != 0 && !kLeanP) {
-      softmax_rows_split(s, m_run, l_run, alpha, qk_scale);
-    } else if constexpr (ZYFA_WS_SMX2 != 0) {
+    if constexpr (ZYFA_WS_SMX2 != 0) {
       softmax_rows_x2(s, m_run, l_run, alpha, qk_scale, lean_a);
     } else {
       softmax_rows<true>(s, m_run, l_run, alpha, qk_scale, lean_a);
@@ -1419,54 +1288,6 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                : "memory");
 }
 
-// One pass of the staged epilogue into the warp's region ost: stmatrix.x4 of columns pass * kCols ..
-// + kCols - 1 of the warp's 16 rows, scaled and rounded to bf16. kSwizzle: rows of kCols bf16, chunk c
-// of row lr at c ^ (lr & 7); else linear rows kORowStride apart (ZYFA_WS_OBULK).
-template <int kCols, bool kSwizzle>
-__device__ __forceinline__ void stage_o_pass(const float (&o)[kOAcc], const float (&row_scale)[2], uint32_t ost,
-                                             int pass, int m, int lr) {
-  constexpr int kChunks = kCols / 8;
-#pragma unroll
-  for (int jl = 0; jl < kChunks; jl += 2) {
-    const int j = pass * kChunks + jl;
-    const int cs = jl + (m >> 1);
-    const uint32_t addr = kSwizzle ? ost + lr * kCols * 2 + ((cs ^ (lr & 7)) << 4) : ost + lr * kORowStride + (cs << 4);
-    stmatrix_x4(addr, bf16_pair(o[4 * j] * row_scale[0], o[4 * j + 1] * row_scale[0]),
-                bf16_pair(o[4 * j + 2] * row_scale[1], o[4 * j + 3] * row_scale[1]),
-                bf16_pair(o[4 * (j + 1)] * row_scale[0], o[4 * (j + 1) + 1] * row_scale[0]),
-                bf16_pair(o[4 * (j + 1) + 2] * row_scale[1], o[4 * (j + 1) + 3] * row_scale[1]));
-  }
-}
-
-// ZYFA_WS_OBULK: the staged rows are linear (kORowStride apart) and go to out by cp.async.bulk, one row
-// per lane 0-15; the lanes that copy wait until their previous copies have read the region.
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-
-template <int kCols>
-__device__ __forceinline__ void store_o_bulk(const float (&o)[kOAcc], const float (&row_scale)[2],
-                                             const zyfa_fwd_args& args, const Block& blk, uint32_t ost,
-                                             int64_t row0, int seqlen_q, int lane, int m, int lr) {
-#pragma unroll
-  for (int pass = 0; pass < kDV / kCols; ++pass) {
-    if (lane < 16) bulk_wait_read();  // this lane's copies of the previous pass (or item) have read the region
-    __syncwarp();
-    stage_o_pass<kCols, false>(o, row_scale, ost, pass, m, lr);
-    fence_proxy_async();  // the generic-proxy stmatrix writes before the async-proxy copy reads them
-    __syncwarp();
-    const int64_t row = row0 + lane;
-    if (lane < 16 && row < seqlen_q) {
-      const __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(args.out) +
-                                       static_cast<int64_t>(blk.batch) * args.out_stride_batch +
-                                       row * args.out_stride_seq + static_cast<int64_t>(blk.head) * args.out_stride_head +
-                                       pass * kCols;
-      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
-                   "cp.async.bulk.commit_group;\n" ::"l"(dst),
-                   "r"(ost + static_cast<uint32_t>(lane) * kORowStride), "n"(kCols * 2)
-                   : "memory");
-    }
-  }
-}
-
 template <int kCols>  // kOStageCols (a template: the kernels without staging never instantiate it)
 __device__ __forceinline__ void store_o_staged(const float (&o)[kOAcc], const float (&row_scale)[2],
                                                const zyfa_fwd_args& args, const Block& blk, uint32_t ost,
@@ -1480,27 +1301,32 @@ __device__ __forceinline__ void store_o_staged(const float (&o)[kOAcc], const fl
   const int m = lane >> 3;
   const int lr = (lane & 7) + 8 * (m & 1);
   const int c = lane % kChunks;
-  if constexpr (ZYFA_WS_OBULK != 0) {
-    store_o_bulk<kCols>(o, row_scale, args, blk, ost, row0, seqlen_q, lane, m, lr);
-  } else {
 #pragma unroll
-    for (int pass = 0; pass < kDV / kCols; ++pass) {
-      __syncwarp();  // the previous pass's (or item's) reads of this region are done
-      stage_o_pass<kCols, true>(o, row_scale, ost, pass, m, lr);
-      __syncwarp();
+  for (int pass = 0; pass < kDV / kCols; ++pass) {
+    __syncwarp();  // the previous pass's (or item's) reads of this region are done
 #pragma unroll
-      for (int it = 0; it < 16 / kRowsPerStep; ++it) {
-        const int r = kRowsPerStep * it + lane / kChunks;
-        const int64_t row = row0 + r;
-        const uint4 v = ld_shared_v4(ost + r * kRowBytes + ((c ^ (r & 7)) << 4));
-        if (row < seqlen_q) {
-          __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(args.out) +
-                                     static_cast<int64_t>(blk.batch) * args.out_stride_batch +
-                                     row * args.out_stride_seq + static_cast<int64_t>(blk.head) * args.out_stride_head +
-                                     pass * kCols + 8 * c;
-          asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                       : "memory");  // one 16-byte store (a uint4 assignment became four 4-byte stores)
-        }
+    for (int jl = 0; jl < kChunks; jl += 2) {
+      const int j = pass * kChunks + jl;
+      const int cs = jl + (m >> 1);
+      stmatrix_x4(ost + lr * kRowBytes + ((cs ^ (lr & 7)) << 4),
+                  bf16_pair(o[4 * j] * row_scale[0], o[4 * j + 1] * row_scale[0]),
+                  bf16_pair(o[4 * j + 2] * row_scale[1], o[4 * j + 3] * row_scale[1]),
+                  bf16_pair(o[4 * (j + 1)] * row_scale[0], o[4 * (j + 1) + 1] * row_scale[0]),
+                  bf16_pair(o[4 * (j + 1) + 2] * row_scale[1], o[4 * (j + 1) + 3] * row_scale[1]));
+    }
+    __syncwarp();
+#pragma unroll
+    for (int it = 0; it < 16 / kRowsPerStep; ++it) {
+      const int r = kRowsPerStep * it + lane / kChunks;
+      const int64_t row = row0 + r;
+      const uint4 v = ld_shared_v4(ost + r * kRowBytes + ((c ^ (r & 7)) << 4));
+      if (row < seqlen_q) {
+        __nv_bfloat16* const dst = static_cast<__nv_bfloat16*>(args.out) +
+                                   static_cast<int64_t>(blk.batch) * args.out_stride_batch +
+                                   row * args.out_stride_seq + static_cast<int64_t>(blk.head) * args.out_stride_head +
+                                   pass * kCols + 8 * c;
+        asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                     : "memory");  // one 16-byte store (a uint4 assignment became four 4-byte stores)
       }
     }
   }
@@ -2027,7 +1853,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   if constexpr (kOStageCols != 0) {
     if (staged)
       store_o_staged<kOStageCols>(o, row_scale, args, blk,
-                                  bars + kBarrierBytes + static_cast<uint32_t>(cw * 4 + warp) * 16 * kORowStride,
+                                  bars + kBarrierBytes + static_cast<uint32_t>(cw * 4 + warp) * 16 * kOStageCols * 2,
                                   wg_row0 + 16 * warp, seqlen_q, lane);
   }
 #pragma unroll
@@ -2058,8 +1884,5 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #if ZYFA_WS_PERSISTENT
   }  // item loop
 #endif
-  if constexpr (ZYFA_WS_OBULK != 0) {  // the CTA's shared memory must outlive every copy's reads
-    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
-  }
   }
 }

@@ -624,7 +624,11 @@ int main(int argc, char** argv) {
     if (run_probe()) ++passed; else ++failed;
     uint32_t seed = 1234;
     for (int i = 0; i < n_cases; ++i) {
-      if (run_case(cases[i], seed++, case_tolerances(cases[i]), print_error_map)) ++passed; else ++failed;
+      // --small (the slow compute-sanitizer tools): the cases up to 1M score elements per head (every
+      // pipeline path: ragged, multi-block, empty rows, many persistent items), not the 1K / 2K rows.
+      const uint32_t case_seed = seed++;  // the same seed per case with or without --small
+      if (mode == "--small" && static_cast<int64_t>(cases[i].sq) * cases[i].sk > 1000000) continue;
+      if (run_case(cases[i], case_seed, case_tolerances(cases[i]), print_error_map)) ++passed; else ++failed;
     }
     std::printf("%d passed, %d failed\n", passed, failed);
   }

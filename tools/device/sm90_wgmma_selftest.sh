@@ -17,7 +17,8 @@
 #   bash tools/device/sm90_wgmma_selftest.sh [WORKDIR]
 # Env: NVCC (default nvcc); OUT (device machine) receives the summary and a .tgz of every log; ZYFA_BENCH=0 skips timing;
 # ZYFA_BUILD_ONLY=1 stops after the builds (a preflight here, without a GPU); ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first bf16 and e4m3
-# variants' tests under compute-sanitizer memcheck; ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu (ZYFA_NCU_ARG=--profile-2k: at 2K instead of 8K)
+# variants' tests under compute-sanitizer (ZYFA_SANITIZE_TOOLS="memcheck racecheck synccheck initcheck": those tools,
+# default memcheck; ZYFA_SANITIZE_ALL=1: every variant; ZYFA_SANITIZE_TIMEOUT seconds per run, default 100); ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu (ZYFA_NCU_ARG=--profile-2k: at 2K instead of 8K)
 # (--clock-control none); ZYFA_BENCH_REPEAT=0 skips the second timing pass; ZYFA_BENCH_SHAPE="B S HQ HKV" times
 # that one shape instead of the four; ZYFA_EXP=REGEX builds only the experiments whose suffix matches. Exit status 0 when every
 # build and test passes.
@@ -51,7 +52,6 @@ from zyfa_kernel_build import defines
 # (+ e4m3 pack without masks, per-stage descriptors): exact P with registers 72/216 694 (default) vs
 # 40/232 677 vs old kernel 680; lean 676 vs old 762 (lean's ALU-bound softmax pays for the sums);
 # BF16 550 (4-chain max 555, default) vs old 532.
-_E4 = 16384 + 1152 + 3 * 32768 + 32768
 # Fourth run (H200, after the shared test harness): lean P b2 s16K hq32/8: default 719, 40/232
 # registers 687, f16-tree row sums (ZYFA_WS_LSUM=2) 729 but its f16 rounding fails the exact-S grid
 # cases (lse 1.0e-3 vs the 1e-4 bound), so it is dropped; BF16 4-chain max 560 vs 560 (maxtree0).
@@ -115,31 +115,12 @@ _E4 = 16384 + 1152 + 3 * 32768 + 32768
 # exact P at 0.85..1.00 of its speed; it is p_mode "f16" (the _pf16 variants: d128 tile_n 128 with 3 stages,
 # 192/128 with 2; tile_n 192 spills). Run 25 (NOTES.md "Predictions, run 25"), on the d128 f16 variant:
 # tile_n 160 with 2 stages ("n160"), Q / K by TMA ("tma") and the 3-input integer row max ("max3").
-# Run 26 (NOTES.md "Predictions, run 26"): the row max in two halves, half A's exponentials overlapping
-# half B's max (ZYFA_WS_SPLITMAX=1, "splitmax"; =2 "splitmax2" ties the two streams together so that
-# they interleave in the SASS), on every exp2-P variant.
-_SPLIT = [("splitmax", None, ["-DZYFA_WS_SPLITMAX=1"]), ("splitmax2", None, ["-DZYFA_WS_SPLITMAX=2"])]
-# And the staged epilogue's global stores as cp.async.bulk row copies (ZYFA_WS_OBULK=1, "obulk", 2 KiB more
-# shared memory: the variants with that much to spare).
-_OBULK = [("obulk", "+2048", ["-DZYFA_WS_OBULK=1"])]
-# And rank-major items at every pair count (ZYFA_WS_LPT_PAIRS huge, "lptall") on the d128 variants: in call 5
-# BF16 d128 ran 607 TFLOP/s at b4 s8K h32 (128 pairs, pair-major) against 658-668 in the selftest's b1 s8K
-# h16 (16 pairs, rank-major), and FA4 leads exactly at 4K-8K.
-_LPTALL = [("lptall", None, ["-DZYFA_WS_LPT_PAIRS=1000000"])]
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_bf16_hd128_causal_sm90a": _SPLIT + _OBULK + _LPTALL,
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _SPLIT + _OBULK + _LPTALL,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _OBULK + _LPTALL,
-    "fa_fwd_e4m3fn_hd192x128_causal_pf16_sm90a": _OBULK,
-    "fa_fwd_e4m3fn_hd128_causal_pf16_sm90a": [
-        ("n160", 214144, ["-DZYFA_TILE_N=160", "-DZYFA_WS_STAGES=2"]),
-        ("tma", None, ["-DZYFA_WS_TMA=1"]),
-        ("max3", None, ["-DZYFA_WS_MAX3=1"]),
-        *_SPLIT,
-    ],
-    "fa_fwd_bf16_hd192x128_causal_sm90a": _SPLIT,
-    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _SPLIT,
-}
+# Run 26 (NOTES.md "Predictions, run 26"): the row max in two halves (ZYFA_WS_SPLITMAX 1 / 2), the staged
+# epilogue's rows by cp.async.bulk (ZYFA_WS_OBULK) and rank-major items at every pair count (lptall).
+# Runs 25 and 26 (ninth session call 1, NOTES.md "Outcomes, runs 25 and 26"): nothing won; split max lost
+# 2..14% everywhere, obulk and lptall 0.95..1.02 (noise-level or worse), the f16-P tile / TMA / max3
+# experiments 0.93..1.00. SPLITMAX and OBULK were removed from the kernel; no experiment is queued.
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
@@ -259,12 +240,30 @@ if [[ "${ZYFA_BENCH:-1}" == 1 ]]; then
   done
 fi
 if [[ "${ZYFA_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
-  # memcheck of the first bf16 and the first e4m3 variant (all cases and the probe)
-  for name in $(awk '$1 == "main" {print $2}' <<<"$(printf '%s\n' "${lines[@]}")" | awk -F_ '!seen[$3]++'); do
-    if timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 "$dir/test_$name" >"$out/memcheck_$name.log" 2>&1; then
-      echo "PASS memcheck $name ($(grep -o 'ERROR SUMMARY.*' "$out/memcheck_$name.log"))" | tee -a "$summary"
+  # compute-sanitizer of the first bf16 and the first e4m3 variant (ZYFA_SANITIZE_ALL=1: every variant's main
+  # build), each tool in ZYFA_SANITIZE_TOOLS (default memcheck: all cases and the probe; racecheck, synccheck
+  # and initcheck run the probe and the cases up to 1M score elements, --small) as concurrent processes.
+  san_names="$(awk '$1 == "main" {print $2}' <<<"$(printf '%s\n' "${lines[@]}")")"
+  [[ "${ZYFA_SANITIZE_ALL:-0}" == 1 ]] || san_names="$(awk -F_ '!seen[$3]++' <<<"$san_names")"
+  san_pids=()
+  san_runs=()
+  for name in $san_names; do
+    for tool in ${ZYFA_SANITIZE_TOOLS:-memcheck}; do
+      args=()
+      [[ $tool == memcheck ]] || args=(--small)
+      timeout "${ZYFA_SANITIZE_TIMEOUT:-100}" compute-sanitizer --tool "$tool" --error-exitcode 3 "$dir/test_$name" \
+        "${args[@]}" >"$out/${tool}_$name.log" 2>&1 &
+      san_pids+=("$!")
+      san_runs+=("$tool $name")
+    done
+  done
+  for i in "${!san_pids[@]}"; do
+    read -r tool name <<<"${san_runs[$i]}"
+    if wait "${san_pids[$i]}"; then
+      echo "PASS $tool $name ($(grep -o 'ERROR SUMMARY.*' "$out/${tool}_$name.log"); $(grep -E '^[0-9]+ passed' "$out/${tool}_$name.log"))" | tee -a "$summary"
     else
-      echo "FAIL memcheck $name" | tee -a "$summary"; tail -20 "$out/memcheck_$name.log" | tee -a "$summary"; status=1
+      rc=$?; echo "FAIL $tool $name (exit $rc$([[ $rc == 124 ]] && echo ': timed out'))" | tee -a "$summary"
+      tail -20 "$out/${tool}_$name.log" | tee -a "$summary"; status=1
     fi
   done
 fi
