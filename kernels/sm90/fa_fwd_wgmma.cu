@@ -62,7 +62,7 @@
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
  * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
  * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_LPT_PAIRS,
- * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT (timing experiments and schedule
+ * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_VT_LDSM (timing experiments and schedule
  * switches; see their definitions).
  */
 #include <cuda_bf16.h>
@@ -167,6 +167,22 @@
 // inputs 1.5-1.8e-3 on every test case (FP8 exact: 0.8-2.3e-2; the bf16 output's rounding is 1.6e-3), at
 // 0.86..1.00 of FP8 exact's speed at d128 (tile_n 128, 3 stages) and 0.85..0.90 at 192/128.
 #define ZYFA_WS_PV_F16 0
+#endif
+#ifndef ZYFA_WS_VT_LDSM
+// Experiment (run 27, UNMEASURED): the producer's e4m3 V transpose (staging -> Vt) by ldmatrix.trans /
+// stmatrix instead of 16-byte loads, 4x4 byte transposes and 4-byte stores. ncu source counters of lean
+// d128 (ninth session call 4): the current transpose is 110 warp instructions per unit, two units per
+// producer warp and block (32 PRMT, 16 STS.32, ~50 address / logic instructions), about 16% of all the
+// instructions the kernel issues, on the SMSPs the consumer warps issue from (their "not selected"
+// stalls: 11.6% of samples). ldmatrix.x4.trans reads four 8 x 8 b16 blocks of the staging (keys as rows,
+// pairs of d as b16 columns): each thread gets {V[k][d], V[k][d+1], V[k+1][d], V[k+1][d+1]} for two key
+// blocks 8 apart, two PRMT per pair of words turn them into the Vt words {V[k][d], V[k+1][d], V[k+8][d],
+// V[k+9][d]} (the key permutation the packed P uses), and stmatrix.x4 stores four 8-row blocks of Vt,
+// each row's 16 bytes in the 128-byte swizzle the wgmma descriptor expects. Per producer warp and block:
+// kTileN / 16 units of 1 LDSM + 4 PRMT + 1 STSM + ~2 address instructions. The staging swizzle becomes
+// r & 7 (conflict-free for the 8 consecutive keys an ldmatrix block reads; still 4 wavefronts for the
+// cp.async writes and the f16 conversion's reads).
+#define ZYFA_WS_VT_LDSM 0
 #endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
@@ -741,7 +757,7 @@ __device__ __forceinline__ void load_vt_e4m3(uint32_t vt, const uint8_t* g, int6
 // Staging buffer of V rows (kVStaged): row r at r * 128, its 16-byte chunk c at c ^ stg_swz(r). The
 // transposer's lanes (h = 0..7, t = 0..3, same column dc) read rows 16h + 2t + k: with this swizzle
 // every 16-byte position is hit by 4 lanes, the minimum for a 512-byte warp access.
-__device__ __forceinline__ int stg_swz(int r) { return ((r >> 4) ^ (r >> 1)) & 7; }
+__device__ __forceinline__ int stg_swz(int r) { return ZYFA_WS_VT_LDSM != 0 ? r & 7 : ((r >> 4) ^ (r >> 1)) & 7; }
 
 // V rows [key0, key0 + kTileN) -> staging (cp.async when vec_ok, else byte loads + st.shared); keys
 // >= seqlen_k are zeros. Thread t copies chunk t % 8 of rows t / 8 + 16 i.
@@ -779,6 +795,50 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
   return v;
+}
+
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// ZYFA_WS_VT_LDSM (see the macro): staging -> Vt. Producer warp w owns d 32 w .. 32 w + 31 (staging chunks
+// 2 w, 2 w + 1) and walks the key groups h (16 keys each). ldmatrix block m (lanes 8 m .. 8 m + 7 give its
+// rows): keys 16 h + 8 (m & 1) + 0..7 of chunk 2 w + (m >> 1). Lane t then holds, for dp = 8 chunk + t / 4
+// and q = t % 4, the words {V[k][2dp], V[k][2dp+1], V[k+1][2dp], V[k+1][2dp+1]} with k = 16 h + 2 q
+// (block 0 / 2) and k + 8 (block 1 / 3); PRMT 0x6420 / 0x7531 give the Vt words of d = 2dp / 2dp + 1 at
+// quad q of chunk h. stmatrix block j row i (from lane 8 j + i) is Vt row d = 2 (dp0 + i) + e with e = 0
+// for i < 4 in blocks 0 / 2 and e = 1 in blocks 1 / 3 (the other way round for i >= 4), so that each
+// block's 8 rows fall on 8 distinct 16-byte positions of the swizzle (no bank conflicts); lane t's
+// registers follow the same rule through its PRMT selectors.
+__device__ __forceinline__ void transpose_staging_ldsm(uint32_t vt, uint32_t stg, int t128) {
+  static_assert(kDV == 128, "4 producer warps x 32 d");
+  const int lane = t128 & 31, w = t128 >> 5;
+  const int m = lane >> 3, ii = lane & 7;
+  // ldmatrix row address of this lane, relative to key group h's 16 rows (ii = key & 7 for the swizzle).
+  const uint32_t ld_off = static_cast<uint32_t>((8 * (m & 1) + ii) * 128 + (((2 * w + (m >> 1)) ^ ii) << 4));
+  // stmatrix row of this lane: Vt row d, whose 16-byte position in chunk h is (h & 7) ^ (d & 7).
+  const int d = 2 * (16 * w + 8 * (m >> 1) + ii) + ((ii >= 4) != ((m & 1) != 0) ? 1 : 0);
+  const uint32_t st_row = vt + static_cast<uint32_t>(d * 128);
+  const uint32_t d7 = static_cast<uint32_t>(d & 7);
+  const bool lo = (lane >> 2) < 4;  // this lane's stmatrix row index (lane / 4) in the first half
+  const uint32_t sel0 = lo ? 0x6420u : 0x7531u, sel1 = lo ? 0x7531u : 0x6420u;
+#pragma unroll
+  for (int h = 0; h < kVtGroups; ++h) {
+    uint32_t r[4];
+    ldmatrix_x4_trans(stg + static_cast<uint32_t>(h * 16 * 128) + ld_off, r);
+    const uint32_t addr = st_row + static_cast<uint32_t>((h >> 3) * kDV * 128) + ((static_cast<uint32_t>(h & 7) ^ d7) << 4);
+    stmatrix_x4(addr, __byte_perm(r[0], r[1], sel0), __byte_perm(r[0], r[1], sel1), __byte_perm(r[2], r[3], sel0),
+                __byte_perm(r[2], r[3], sel1));
+  }
 }
 
 // Staging -> Vt, the same units, key permutation and stores as load_vt_e4m3.
@@ -1282,11 +1342,6 @@ __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kP
 // 8 j .. 8 j + 15 of both row halves into the region (16-byte chunk c of local row lr at chunk
 // c ^ (lr & 7): conflict-free for the stmatrix rows and the 16-byte reads), then each group of
 // kOStageCols / 8 lanes stores one row's pass-columns per step with 16-byte global stores.
-__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
-               "r"(r2), "r"(r3)
-               : "memory");
-}
 
 template <int kCols>  // kOStageCols (a template: the kernels without staging never instantiate it)
 __device__ __forceinline__ void store_o_staged(const float (&o)[kOAcc], const float (&row_scale)[2],
@@ -1582,7 +1637,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         if constexpr (kPvF16) {
           convert_staging(v_s + s * kVStageBytes, stg + (j & 1) * kTileN * 128, t);
         } else {
-          transpose_staging(v_s + s * kVStageBytes, stg + (j & 1) * kTileN * 128, t);
+          if constexpr (ZYFA_WS_VT_LDSM != 0) {
+            transpose_staging_ldsm(v_s + s * kVStageBytes, stg + (j & 1) * kTileN * 128, t);
+          } else {
+            transpose_staging(v_s + s * kVStageBytes, stg + (j & 1) * kTileN * 128, t);
+          }
         }
         fence_proxy_async();
         mbar_arrive(bar_full_v(s));

@@ -119,8 +119,16 @@ from zyfa_kernel_build import defines
 # epilogue's rows by cp.async.bulk (ZYFA_WS_OBULK) and rank-major items at every pair count (lptall).
 # Runs 25 and 26 (ninth session call 1, NOTES.md "Outcomes, runs 25 and 26"): nothing won; split max lost
 # 2..14% everywhere, obulk and lptall 0.95..1.02 (noise-level or worse), the f16-P tile / TMA / max3
-# experiments 0.93..1.00. SPLITMAX and OBULK were removed from the kernel; no experiment is queued.
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
+# experiments 0.93..1.00. SPLITMAX and OBULK were removed from the kernel.
+# Run 27 (NOTES.md "Predictions, run 27"): the e4m3 V transpose by ldmatrix.trans / stmatrix
+# (ZYFA_WS_VT_LDSM=1, "vtldsm") on the FP8 exact and lean variants.
+_VTLDSM = [("vtldsm", None, ["-DZYFA_WS_VT_LDSM=1"])]
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": _VTLDSM,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _VTLDSM,
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _VTLDSM,
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _VTLDSM,
+}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
@@ -260,7 +268,7 @@ if [[ "${ZYFA_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null 2
   for i in "${!san_pids[@]}"; do
     read -r tool name <<<"${san_runs[$i]}"
     if wait "${san_pids[$i]}"; then
-      echo "PASS $tool $name ($(grep -o 'ERROR SUMMARY.*' "$out/${tool}_$name.log"); $(grep -E '^[0-9]+ passed' "$out/${tool}_$name.log"))" | tee -a "$summary"
+      echo "PASS $tool $name ($(grep -oE '(ERROR|RACECHECK) SUMMARY.*' "$out/${tool}_$name.log"); $(grep -E '^[0-9]+ passed' "$out/${tool}_$name.log"))" | tee -a "$summary"
     else
       rc=$?; echo "FAIL $tool $name (exit $rc$([[ $rc == 124 ]] && echo ': timed out'))" | tee -a "$summary"
       tail -20 "$out/${tool}_$name.log" | tee -a "$summary"; status=1
