@@ -18,7 +18,7 @@
 # Env: NVCC (default nvcc); OUT (device machine) receives the summary and a .tgz of every log; ZYFA_BENCH=0 skips timing;
 # ZYFA_BUILD_ONLY=1 stops after the builds (a preflight here, without a GPU); ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first bf16 and e4m3
 # variants' tests under compute-sanitizer (ZYFA_SANITIZE_TOOLS="memcheck racecheck synccheck initcheck": those tools,
-# default memcheck; ZYFA_SANITIZE_ALL=1: every variant; ZYFA_SANITIZE_TIMEOUT seconds per run, default 100); ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu (ZYFA_NCU_ARG=--profile-2k: at 2K instead of 8K)
+# default memcheck; ZYFA_SANITIZE_ALL=1: every build, experiments included; ZYFA_SANITIZE_TIMEOUT seconds per run, default 100); ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu (ZYFA_NCU_ARG=--profile-2k: at 2K instead of 8K)
 # (--clock-control none); ZYFA_BENCH_REPEAT=0 skips the second timing pass; ZYFA_BENCH_SHAPE="B S HQ HKV" times
 # that one shape instead of the four; ZYFA_EXP=REGEX builds only the experiments whose suffix matches. Exit status 0 when every
 # build and test passes.
@@ -248,10 +248,10 @@ if [[ "${ZYFA_BENCH:-1}" == 1 ]]; then
   done
 fi
 if [[ "${ZYFA_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
-  # compute-sanitizer of the first bf16 and the first e4m3 variant (ZYFA_SANITIZE_ALL=1: every variant's main
-  # build), each tool in ZYFA_SANITIZE_TOOLS (default memcheck: all cases and the probe; racecheck, synccheck
+  # compute-sanitizer of the first bf16 and the first e4m3 variant (ZYFA_SANITIZE_ALL=1: every build, the
+  # experiments too), each tool in ZYFA_SANITIZE_TOOLS (default memcheck: all cases and the probe; racecheck, synccheck
   # and initcheck run the probe and the cases up to 1M score elements, --small) as concurrent processes.
-  san_names="$(awk '$1 == "main" {print $2}' <<<"$(printf '%s\n' "${lines[@]}")")"
+  san_names="$(awk '$1 == "main" || $1 == "exp" {print $2}' <<<"$(printf '%s\n' "${lines[@]}")")"
   [[ "${ZYFA_SANITIZE_ALL:-0}" == 1 ]] || san_names="$(awk -F_ '!seen[$3]++' <<<"$san_names")"
   san_pids=()
   san_runs=()
