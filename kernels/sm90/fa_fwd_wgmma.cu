@@ -755,8 +755,9 @@ __device__ __forceinline__ void load_vt_e4m3(uint32_t vt, const uint8_t* g, int6
 }
 
 // Staging buffer of V rows (kVStaged): row r at r * 128, its 16-byte chunk c at c ^ stg_swz(r). The
-// transposer's lanes (h = 0..7, t = 0..3, same column dc) read rows 16h + 2t + k: with this swizzle
-// every 16-byte position is hit by 4 lanes, the minimum for a 512-byte warp access.
+// default transposer's lanes (h = 0..7, t = 0..3, same column dc) read rows 16h + 2t + k: with this
+// swizzle every 16-byte position is hit by 4 lanes, the minimum for a 512-byte warp access. The ldmatrix
+// transposer (ZYFA_WS_VT_LDSM) reads 8 consecutive rows of one chunk per matrix: r & 7 spreads them.
 __device__ __forceinline__ int stg_swz(int r) { return ZYFA_WS_VT_LDSM != 0 ? r & 7 : ((r >> 4) ^ (r >> 1)) & 7; }
 
 // V rows [key0, key0 + kTileN) -> staging (cp.async when vec_ok, else byte loads + st.shared); keys
