@@ -169,20 +169,24 @@
 #define ZYFA_WS_PV_F16 0
 #endif
 #ifndef ZYFA_WS_VT_LDSM
-// Experiment (run 27, UNMEASURED): the producer's e4m3 V transpose (staging -> Vt) by ldmatrix.trans /
-// stmatrix instead of 16-byte loads, 4x4 byte transposes and 4-byte stores. ncu source counters of lean
-// d128 (ninth session call 4): the current transpose is 110 warp instructions per unit, two units per
-// producer warp and block (32 PRMT, 16 STS.32, ~50 address / logic instructions), about 16% of all the
-// instructions the kernel issues, on the SMSPs the consumer warps issue from (their "not selected"
-// stalls: 11.6% of samples). ldmatrix.x4.trans reads four 8 x 8 b16 blocks of the staging (keys as rows,
-// pairs of d as b16 columns): each thread gets {V[k][d], V[k][d+1], V[k+1][d], V[k+1][d+1]} for two key
-// blocks 8 apart, two PRMT per pair of words turn them into the Vt words {V[k][d], V[k+1][d], V[k+8][d],
-// V[k+9][d]} (the key permutation the packed P uses), and stmatrix.x4 stores four 8-row blocks of Vt,
-// each row's 16 bytes in the 128-byte swizzle the wgmma descriptor expects. Per producer warp and block:
-// kTileN / 16 units of 1 LDSM + 4 PRMT + 1 STSM + ~2 address instructions. The staging swizzle becomes
-// r & 7 (conflict-free for the 8 consecutive keys an ldmatrix block reads; still 4 wavefronts for the
-// cp.async writes and the f16 conversion's reads).
-#define ZYFA_WS_VT_LDSM 0
+// The producer's e4m3 V transpose (staging -> Vt) by ldmatrix.trans / stmatrix instead of 16-byte loads,
+// 4x4 byte transposes and 4-byte stores. Default for e4m3 exact and lean (the f16-P variants convert
+// instead of transposing and keep their staging swizzle). ncu source counters of lean d128 (ninth session
+// call 4): the old transpose was 110 warp instructions per unit, two units per producer warp and block
+// (32 PRMT, 16 STS.32, ~50 address / logic instructions), about 16% of all the instructions the kernel
+// issued, on the SMSPs the consumer warps issue from. ldmatrix.x4.trans reads four 8 x 8 b16 blocks of the
+// staging (keys as rows, pairs of d as b16 columns): each thread gets {V[k][d], V[k][d+1], V[k+1][d],
+// V[k+1][d+1]} for two key blocks 8 apart, two PRMT per pair of words turn them into the Vt words
+// {V[k][d], V[k+1][d], V[k+8][d], V[k+9][d]} (the key permutation the packed P uses), and stmatrix.x4
+// stores four 8-row blocks of Vt, each row's 16 bytes in the 128-byte swizzle the wgmma descriptor
+// expects. Per producer warp and block: kTileN / 16 units of 1 LDSM + 4 PRMT + 1 STSM + ~2 address
+// instructions (56 instead of 220 at d128). The staging swizzle becomes r & 7 (conflict-free for the 8
+// consecutive keys an ldmatrix block reads). Measured on the H200 (run 27, 2026-12-03, tenth session
+// call 1), TFLOP/s ratio to the old transpose at 2K / 4K / 8K / 16K: exact d128 1.081 / 1.093 / 1.081 /
+// 1.065, lean d128 1.073 / 1.066 / 1.048 / 1.097; 192/128 (2K / 4K / 8K / 16K) exact 1.043 / 1.057 /
+// 1.061 / 1.054, lean 1.041 / 1.027 / 1.013 / 0.987; output bitwise the same; memcheck and racecheck
+// clean. 0 restores the old transpose.
+#define ZYFA_WS_VT_LDSM 1
 #endif
 #ifndef ZYFA_WS_SMX2
 // Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
@@ -758,7 +762,9 @@ __device__ __forceinline__ void load_vt_e4m3(uint32_t vt, const uint8_t* g, int6
 // default transposer's lanes (h = 0..7, t = 0..3, same column dc) read rows 16h + 2t + k: with this
 // swizzle every 16-byte position is hit by 4 lanes, the minimum for a 512-byte warp access. The ldmatrix
 // transposer (ZYFA_WS_VT_LDSM) reads 8 consecutive rows of one chunk per matrix: r & 7 spreads them.
-__device__ __forceinline__ int stg_swz(int r) { return ZYFA_WS_VT_LDSM != 0 ? r & 7 : ((r >> 4) ^ (r >> 1)) & 7; }
+__device__ __forceinline__ int stg_swz(int r) {
+  return ZYFA_WS_VT_LDSM != 0 && !kPvF16 ? r & 7 : ((r >> 4) ^ (r >> 1)) & 7;
+}
 
 // V rows [key0, key0 + kTileN) -> staging (cp.async when vec_ok, else byte loads + st.shared); keys
 // >= seqlen_k are zeros. Thread t copies chunk t % 8 of rows t / 8 + 16 i.

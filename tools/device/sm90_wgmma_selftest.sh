@@ -120,17 +120,13 @@ from zyfa_kernel_build import defines
 # Runs 25 and 26 (ninth session call 1, NOTES.md "Outcomes, runs 25 and 26"): nothing won; split max lost
 # 2..14% everywhere, obulk and lptall 0.95..1.02 (noise-level or worse), the f16-P tile / TMA / max3
 # experiments 0.93..1.00. SPLITMAX and OBULK were removed from the kernel.
-# Run 27 (NOTES.md "Predictions, run 27"): the e4m3 V transpose by ldmatrix.trans / stmatrix
-# (ZYFA_WS_VT_LDSM=1, "vtldsm") on the FP8 exact and lean variants.
-# With it, Q / K by TMA from producer thread 0 ("vtldsm_tma": run 11's FP8 TMA builds lost 2% at 16K,
-# NOTES.md suspecting the K loads queued behind the long transpose) where TMA is not the default already.
-_VTLDSM = [("vtldsm", None, ["-DZYFA_WS_VT_LDSM=1"])]
-_VTLDSM_TMA = _VTLDSM + [("vtldsm_tma", None, ["-DZYFA_WS_VT_LDSM=1", "-DZYFA_WS_TMA=1"])]
+# Run 27 (tenth session call 1, NOTES.md "Outcomes, run 27"): the e4m3 V transpose by ldmatrix.trans /
+# stmatrix (ZYFA_WS_VT_LDSM) won 4..10% on FP8 exact / lean d128 and exact 192/128 (lean 192/128 0.99..1.04)
+# and is the default; Q / K by TMA with it ("vtldsm_tma") was not better.
+# Run 28 (NOTES.md "Predictions, run 28"): FP8 exact d128 at tile_n 128 with 3 stages (lean's layout,
+# "n128") again, now that the transpose is cheap (lean at tile_n 192 spills: not built).
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _VTLDSM,  # with TMA: 64 B of spills (ptxas), as in run 11
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _VTLDSM_TMA,
-    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": _VTLDSM,
-    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": _VTLDSM_TMA,
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": [("n128", 181376, ["-DZYFA_TILE_N=128"])],
 }
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
