@@ -125,8 +125,12 @@ from zyfa_kernel_build import defines
 # and is the default; Q / K by TMA with it ("vtldsm_tma") was not better.
 # Run 28 (NOTES.md "Predictions, run 28"): FP8 exact d128 at tile_n 128 with 3 stages (lean's layout,
 # "n128") again, now that the transpose is cheap (lean at tile_n 192 spills: not built).
+# Run 29 (NOTES.md "Predictions, run 29"): the producer's setmaxnreg budget, now that its transpose holds
+# fewer registers: 56 / 224 ("r56") instead of 72 / 216, on both d128 FP8 variants (40 / 232 spills).
+_REGS = [("r56", None, ["-DZYFA_WS_PREGS=56", "-DZYFA_WS_CREGS=224"])]
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": [("n128", 181376, ["-DZYFA_TILE_N=128"])],
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": [("n128", 181376, ["-DZYFA_TILE_N=128"]), *_REGS],
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _REGS,
 }
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
