@@ -198,8 +198,10 @@
 // the two rows' dependent chains overlap (ptxas cannot move work across the per-row branch on m_new).
 // Same arithmetic in the same per-element order: bitwise identical output. Fast path (qk_scale > 0) only.
 // Run 6 (H200): lean P with SMX2 was 1.007 / 1.016 / 1.027 / 1.037 SLOWER than without (2K..16K), so
-// the default is exact P only.
-#define ZYFA_WS_SMX2 ((ZYFA_DTYPE_E4M3 && !ZYFA_LEAN_P) ? 1 : 0)
+// the default was exact P only. Run 29 (H200, 2026-12-03, tenth session call 2), lean d128 with MAX3,
+// LEAN_SAT and the ldmatrix V transpose: SMX2 1.028 / 1.033 / 1.041 / 1.031 of the build without it, so
+// it is the default for lean d128 too (lean 192/128 keeps the per-row softmax until measured).
+#define ZYFA_WS_SMX2 ((ZYFA_DTYPE_E4M3 && (!ZYFA_LEAN_P || ZYFA_D_QK == 128)) ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_VSTAGE
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose

@@ -130,9 +130,11 @@ from zyfa_kernel_build import defines
 _REGS = [("r56", None, ["-DZYFA_WS_PREGS=56", "-DZYFA_WS_CREGS=224"])]
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
     "fa_fwd_e4m3fn_hd128_causal_sm90a": [("n128", 181376, ["-DZYFA_TILE_N=128"]), *_REGS],
-    # Lean with the interleaved two-row softmax again (run 6: 0.96..0.99, before MAX3 and LEAN_SAT).
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [*_REGS, ("smx2", None, ["-DZYFA_WS_SMX2=1"])],
 }
+# Runs 28 and 29 (tenth session call 2, NOTES.md "Outcomes, runs 28 and 29"): exact d128 at tile_n 128
+# 1.033 / 0.984 / 0.968 / 0.929 and 56 / 224 registers 0.98..1.01: neither taken; lean d128 with SMX2
+# 1.028..1.041: its default now. Run 30: SMX2 on lean 192/128 ("smx2"), unmeasured there.
+EXPERIMENTS = {"fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": [("smx2", None, ["-DZYFA_WS_SMX2=1"])]}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
