@@ -189,8 +189,8 @@
 #define ZYFA_WS_VT_LDSM 1
 #endif
 #ifndef ZYFA_WS_SMX2
-// Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 (exact and
-// lean), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
+// Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 exact, f16-P
+// and lean d128 (lean 192/128: run 30), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
 // 2K / 4K / 8K / 16K: e4m3 exact d128 1.000 / 1.015 / 1.027 / 1.025; BF16 d128 0.995 / 0.993 / 0.992 /
 // 0.993 (noise, off). Lean P with SMX2 was first built in run 6 (selftest experiment "smx2off" keeps
 // the old lean build for comparison).
@@ -761,9 +761,10 @@ __device__ __forceinline__ void load_vt_e4m3(uint32_t vt, const uint8_t* g, int6
 }
 
 // Staging buffer of V rows (kVStaged): row r at r * 128, its 16-byte chunk c at c ^ stg_swz(r). The
-// default transposer's lanes (h = 0..7, t = 0..3, same column dc) read rows 16h + 2t + k: with this
-// swizzle every 16-byte position is hit by 4 lanes, the minimum for a 512-byte warp access. The ldmatrix
-// transposer (ZYFA_WS_VT_LDSM) reads 8 consecutive rows of one chunk per matrix: r & 7 spreads them.
+// ldmatrix transposer (ZYFA_WS_VT_LDSM, the default) reads 8 consecutive rows of one chunk per matrix:
+// r & 7 spreads them. The old transposer's lanes (h = 0..7, t = 0..3, same column dc) read rows
+// 16h + 2t + k: with the other swizzle every 16-byte position is hit by 4 lanes, the minimum for a
+// 512-byte warp access (the f16-P conversion keeps that swizzle, as measured).
 __device__ __forceinline__ int stg_swz(int r) {
   return ZYFA_WS_VT_LDSM != 0 && !kPvF16 ? r & 7 : ((r >> 4) ^ (r >> 1)) & 7;
 }

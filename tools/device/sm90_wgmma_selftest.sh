@@ -127,14 +127,13 @@ from zyfa_kernel_build import defines
 # "n128") again, now that the transpose is cheap (lean at tile_n 192 spills: not built).
 # Run 29 (NOTES.md "Predictions, run 29"): the producer's setmaxnreg budget, now that its transpose holds
 # fewer registers: 56 / 224 ("r56") instead of 72 / 216, on both d128 FP8 variants (40 / 232 spills).
-_REGS = [("r56", None, ["-DZYFA_WS_PREGS=56", "-DZYFA_WS_CREGS=224"])]
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": [("n128", 181376, ["-DZYFA_TILE_N=128"]), *_REGS],
-}
 # Runs 28 and 29 (tenth session call 2, NOTES.md "Outcomes, runs 28 and 29"): exact d128 at tile_n 128
-# 1.033 / 0.984 / 0.968 / 0.929 and 56 / 224 registers 0.98..1.01: neither taken; lean d128 with SMX2
-# 1.028..1.041: its default now. Run 30: SMX2 on lean 192/128 ("smx2"), unmeasured there.
-EXPERIMENTS = {"fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": [("smx2", None, ["-DZYFA_WS_SMX2=1"])]}
+# ("n128") 1.033 / 0.984 / 0.968 / 0.929 and 56 / 224 registers ("r56") 0.98..1.01: neither taken; lean
+# d128 with SMX2 ("smx2") 1.028..1.041: its default now.
+# Run 30 (NOTES.md "Predictions, run 30"): SMX2 on lean 192/128, unmeasured there.
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": [("smx2", None, ["-DZYFA_WS_SMX2=1"])],
+}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
