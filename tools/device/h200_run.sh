@@ -221,7 +221,7 @@ export -f zb do_env do_wheels do_install do_tests do_throughput do_accuracy do_c
 # A `git archive` snapshot (run from a carried folder) names its commit in REVISION; git would name the
 # device checkout's.
 log "h200_run.sh: budget ${TOTAL}s, OUT=$OUT, repo $(cat REVISION 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo '?')"
-# The tests need ~120 s after ~90 s of env + install and before the 150 s kept for the later stages: a
+# The tests need ~120 s after ~90 s of env + install and before what the later stages keep back (150 s with all of them): a
 # smaller budget cuts them without a verdict (sixth session, call 5: ZYFA_TOTAL_S=330 left them 88 s).
 if [[ $SKIP != *",tests,"* ]] && ((TOTAL < 420)); then
     log "WARNING: ZYFA_TOTAL_S=$TOTAL leaves the GPU tests under ~120 s: they may be cut (use >= 420 or skip them)"
@@ -252,18 +252,35 @@ if [[ -d $SITE ]]; then
     export PYTHONPATH="$(site_pythonpath)${PYTHONPATH:+:$PYTHONPATH}"
     log "PYTHONPATH=$PYTHONPATH"
 fi
-# Install is what every later stage needs: it keeps back only what the stages after it need at least
-# (tests ~120 s, a short sweep ~60 s), so a small ZYFA_TOTAL_S cuts the sweep, not the install.
-INSTALL_RESERVE=180
-[[ $SKIP == *",tests,"* ]] && INSTALL_RESERVE=60
-stage install 200 "$INSTALL_RESERVE" do_install
-stage tests 300 150 do_tests
-# The sweep gets what is left minus what accuracy, clocks and report need (~100 s).
-SWEEP_CAP=$(($(left) - 100))
+# Each stage keeps back what the later stages that will run need at least (a skipped stage needs
+# nothing: a tests-only run must not lose its time to a sweep that never starts).
+min_need() {
+    case $1 in
+        tests) echo 120 ;;
+        throughput) echo 60 ;;
+        accuracy) echo 50 ;;
+        clocks | report) echo 20 ;;
+        *) echo 0 ;;
+    esac
+}
+reserve_for() {
+    local total=0 name
+    for name in "$@"; do
+        [[ $SKIP == *",$name,"* ]] || total=$((total + $(min_need "$name")))
+    done
+    echo "$total"
+}
+# Install is what every later stage needs: it keeps back only the tests' and a short sweep's minimum,
+# so a small ZYFA_TOTAL_S cuts the sweep, not the install.
+stage install 200 "$(reserve_for tests throughput)" do_install
+stage tests 300 "$(reserve_for throughput accuracy clocks report)" do_tests
+# The sweep gets what is left minus what accuracy, clocks and report need.
+AFTER_SWEEP=$(reserve_for accuracy clocks report)
+SWEEP_CAP=$(($(left) - AFTER_SWEEP))
 ((SWEEP_CAP > 240)) && SWEEP_CAP=240
-stage throughput "$SWEEP_CAP" 100 do_throughput "$SWEEP_CAP"
-stage accuracy 80 50 do_accuracy
-stage clocks 45 20 do_clocks
+stage throughput "$SWEEP_CAP" "$AFTER_SWEEP" do_throughput "$SWEEP_CAP"
+stage accuracy 80 "$(reserve_for clocks report)" do_accuracy
+stage clocks 45 "$(reserve_for report)" do_clocks
 stage report 40 0 do_report
 rm -f "$OUT"/*.tmp
 
