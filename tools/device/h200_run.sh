@@ -221,8 +221,8 @@ export -f zb do_env do_wheels do_install do_tests do_throughput do_accuracy do_c
 # A `git archive` snapshot (run from a carried folder) names its commit in REVISION; git would name the
 # device checkout's.
 log "h200_run.sh: budget ${TOTAL}s, OUT=$OUT, repo $(cat REVISION 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo '?')"
-# The tests need ~120 s after ~90 s of env + install and before what the later stages keep back (150 s with all of them): a
-# smaller budget cuts them without a verdict (sixth session, call 5: ZYFA_TOTAL_S=330 left them 88 s).
+# The tests need ~120 s after ~90 s of env + install and before what the later stages keep back
+# (150 s with all of them): a smaller budget cuts them without a verdict (sixth session, call 5: ZYFA_TOTAL_S=330 left them 88 s).
 if [[ $SKIP != *",tests,"* ]] && ((TOTAL < 420)); then
     log "WARNING: ZYFA_TOTAL_S=$TOTAL leaves the GPU tests under ~120 s: they may be cut (use >= 420 or skip them)"
 fi
