@@ -203,6 +203,13 @@
 // it is the default for lean d128 too (lean 192/128 keeps the per-row softmax until measured).
 #define ZYFA_WS_SMX2 ((ZYFA_DTYPE_E4M3 && (!ZYFA_LEAN_P || ZYFA_D_QK == 128)) ? 1 : 0)
 #endif
+#ifndef ZYFA_WS_MASK_FROM
+// Experiment (run 31, UNMEASURED): the consumer's per-block "does this block need the tail / causal
+// mask" test as one compare against the first such block, computed once per item (both conditions grow
+// with the block index), instead of the two 32/64-bit comparisons per block. Lean d128's loop: the
+// mask decision goes from ~10 uniform instructions to 2 (45 -> 38 uniform per iteration, nvdisasm).
+#define ZYFA_WS_MASK_FROM 0
+#endif
 #ifndef ZYFA_WS_VSTAGE
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
 #endif
@@ -1771,10 +1778,20 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       }
     }
   };
+#if ZYFA_WS_MASK_FROM
+  // Both conditions below grow with j: the first block that needs a mask, once per item (ZYFA_WS_MASK_FROM).
+  int mask_from = seqlen_k / kTileN;  // (j + 1) kTileN > seqlen_k (seqlen_k >= 0)
+  if (blk.causal) {
+    const int64_t last_row_key = wg_row0 + blk.diag + 1;  // (j + 1) kTileN > last_row_key
+    mask_from = last_row_key < 0 ? 0 : static_cast<int>(min(static_cast<int64_t>(mask_from), last_row_key / kTileN));
+  }
+  auto need_mask = [&](int j) { return j >= mask_from; };
+#else
   auto need_mask = [&](int j) {
     const int key0 = j * kTileN;
     return key0 + kTileN > seqlen_k || (blk.causal && key0 + kTileN - 1 > wg_row0 + blk.diag);
   };
+#endif
   auto release = [&](uint32_t bar) {
     if (lane == 0) mbar_arrive(bar);
   };
