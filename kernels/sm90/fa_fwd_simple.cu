@@ -59,6 +59,7 @@
 #include <stdint.h>
 
 #include "abi/zyfa_abi.h"
+#include "sm90/warp_ptx.h"
 
 #if !defined(ZYFA_KERNEL_NAME) || !defined(ZYFA_DTYPE_E4M3) || !defined(ZYFA_D_QK) || \
     !defined(ZYFA_D_V) || !defined(ZYFA_TILE_M) || !defined(ZYFA_TILE_N) ||              \
@@ -105,25 +106,7 @@ static_assert(kSmemBytes == ZYFA_SMEM_BYTES,
 static_assert(kSmemBytes <= 227 * 1024, "shared memory layout exceeds the sm_90 per-block limit");
 
 // ---------------------------------------------------------------------------------------------
-// Small PTX wrappers.
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
+// Small PTX wrappers (shared-memory addresses, ldmatrix and quad reductions: sm90/warp_ptx.h).
 
 // d += a * b for one m16n8 tile over one 32-byte k-step (bf16 k16 or e4m3 k32).
 __device__ __forceinline__ void mma_k32bytes(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
@@ -139,16 +122,6 @@ __device__ __forceinline__ void mma_k32bytes(float (&d)[4], const uint32_t (&a)[
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 // 16 bytes from global memory at any (2-byte or 1-byte aligned) address, as byte loads: the

@@ -71,6 +71,7 @@
 #include <stdint.h>
 
 #include "abi/zyfa_abi.h"
+#include "sm90/warp_ptx.h"
 
 #if !defined(ZYFA_KERNEL_NAME) || !defined(ZYFA_DTYPE_E4M3) || !defined(ZYFA_D_QK) || \
     !defined(ZYFA_D_V) || !defined(ZYFA_TILE_M) || !defined(ZYFA_TILE_N) ||              \
@@ -428,10 +429,6 @@ static_assert(kVStageBytes % 1024 == 0 && kKStageBytes % 1024 == 0, "stages must
 
 // ---------------------------------------------------------------------------------------------
 // PTX wrappers: shared memory, mbarriers, cp.async, fences, named barriers, setmaxnreg.
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -820,13 +817,6 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                : "memory");
 }
 
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
 // ZYFA_WS_VT_LDSM (see the macro): staging -> Vt. Producer warp w owns d 32 w .. 32 w + 31 (staging chunks
 // 2 w, 2 w + 1) and walks the key groups h (16 keys each). ldmatrix block m (lanes 8 m .. 8 m + 7 give its
 // rows): keys 16 h + 8 (m & 1) + 0..7 of chunk 2 w + (m >> 1). Lane t then holds, for dp = 8 chunk + t / 4
@@ -851,7 +841,7 @@ __device__ __forceinline__ void transpose_staging_ldsm(uint32_t vt, uint32_t stg
 #pragma unroll
   for (int h = 0; h < kVtGroups; ++h) {
     uint32_t r[4];
-    ldmatrix_x4_trans(stg + static_cast<uint32_t>(h * 16 * 128) + ld_off, r);
+    ldsm_x4_trans(r, stg + static_cast<uint32_t>(h * 16 * 128) + ld_off);
     const uint32_t addr = st_row + static_cast<uint32_t>((h >> 3) * kDV * 128) + ((static_cast<uint32_t>(h & 7) ^ d7) << 4);
     stmatrix_x4(addr, __byte_perm(r[0], r[1], sel0), __byte_perm(r[0], r[1], sel1), __byte_perm(r[2], r[3], sel0),
                 __byte_perm(r[2], r[3], sel1));
@@ -923,17 +913,7 @@ __device__ __forceinline__ void cp_async_wait_group() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Softmax pieces.
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
+// Softmax pieces (quad_max / quad_sum: sm90/warp_ptx.h).
 
 __device__ __forceinline__ float ex2(float x) {
   float y;
