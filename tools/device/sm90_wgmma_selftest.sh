@@ -133,11 +133,13 @@ from zyfa_kernel_build import defines
 # Run 30 (NOTES.md "Predictions, run 30"): SMX2 on lean 192/128, unmeasured there.
 # Run 31 (NOTES.md "Predictions, run 31"): the per-block mask test as one compare (ZYFA_WS_MASK_FROM,
 # "maskfrom") on the d128 variants and lean 192/128.
+# Run 32 (NOTES.md "Predictions, run 32"): lean d128 at tile_n 160 with 2 stages ("n160"; 192 spills).
 _MASKFROM = [("maskfrom", None, ["-DZYFA_WS_MASK_FROM=1"])]
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
     "fa_fwd_bf16_hd128_causal_sm90a": _MASKFROM,
     "fa_fwd_e4m3fn_hd128_causal_sm90a": _MASKFROM,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": _MASKFROM,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [
+        *_MASKFROM, ("n160", 197760, ["-DZYFA_TILE_N=160", "-DZYFA_WS_STAGES=2"])],
     "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": [("smx2", None, ["-DZYFA_WS_SMX2=1"]), *_MASKFROM],
 }
 debug_done = set()
