@@ -190,26 +190,17 @@
 #define ZYFA_WS_VT_LDSM 1
 #endif
 #ifndef ZYFA_WS_SMX2
-// Softmax of the thread's two rows as one interleaved, branch-free chain. Default for e4m3 exact, f16-P
-// and lean d128 (lean 192/128: run 30), off for BF16. Measured on the H200 (run 5, 2026-12-01), TFLOP/s ratio to the old default at
-// 2K / 4K / 8K / 16K: e4m3 exact d128 1.000 / 1.015 / 1.027 / 1.025; BF16 d128 0.995 / 0.993 / 0.992 /
-// 0.993 (noise, off). Lean P with SMX2 was first built in run 6 (selftest experiment "smx2off" keeps
-// the old lean build for comparison).
-// both rows' max chains, then both quad shuffles, then the exponentials of the two rows alternating, so
-// the two rows' dependent chains overlap (ptxas cannot move work across the per-row branch on m_new).
-// Same arithmetic in the same per-element order: bitwise identical output. Fast path (qk_scale > 0) only.
-// Run 6 (H200): lean P with SMX2 was 1.007 / 1.016 / 1.027 / 1.037 SLOWER than without (2K..16K), so
-// the default was exact P only. Run 29 (H200, 2026-12-03, tenth session call 2), lean d128 with MAX3,
-// LEAN_SAT and the ldmatrix V transpose: SMX2 1.028 / 1.033 / 1.041 / 1.031 of the build without it, so
-// it is the default for lean d128 too (lean 192/128 keeps the per-row softmax until measured).
-#define ZYFA_WS_SMX2 ((ZYFA_DTYPE_E4M3 && (!ZYFA_LEAN_P || ZYFA_D_QK == 128)) ? 1 : 0)
-#endif
-#ifndef ZYFA_WS_MASK_FROM
-// Experiment (run 31, UNMEASURED): the consumer's per-block "does this block need the tail / causal
-// mask" test as one compare against the first such block, computed once per item (both conditions grow
-// with the block index), instead of the two 32/64-bit comparisons per block. Lean d128's loop: the
-// mask decision goes from ~10 uniform instructions to 2 (45 -> 38 uniform per iteration, nvdisasm).
-#define ZYFA_WS_MASK_FROM 0
+// Softmax of the thread's two rows as one interleaved, branch-free chain: both rows' max chains, then
+// both quad shuffles, then the exponentials (or lean codes) of the two rows alternating, so the two
+// rows' dependent chains overlap (ptxas cannot move work across the per-row branch on m_new). Same
+// arithmetic in the same per-element order: bitwise identical output. Fast path (qk_scale > 0) only.
+// Default for every e4m3 variant (exact, f16-P, lean), off for BF16. Measured on the H200, TFLOP/s
+// ratio to the build without it at 2K / 4K / 8K / 16K: run 5 (2026-12-01) e4m3 exact d128 1.000 /
+// 1.015 / 1.027 / 1.025, BF16 d128 0.995 / 0.993 / 0.992 / 0.993 (noise, off); run 6: lean P 0.96..0.99
+// (slower then); run 29 (2026-12-03, with MAX3, LEAN_SAT and the ldmatrix V transpose) lean d128
+// 1.028 / 1.033 / 1.041 / 1.031; run 30 (eleventh session call 1) lean 192/128 (seqlens 2K / 4K / 8K /
+// 16K at 16 heads) 1.029 / 1.052 / 1.085 / 1.099.
+#define ZYFA_WS_SMX2 (ZYFA_DTYPE_E4M3 ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_VSTAGE
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
@@ -1758,20 +1749,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       }
     }
   };
-#if ZYFA_WS_MASK_FROM
-  // Both conditions below grow with j: the first block that needs a mask, once per item (ZYFA_WS_MASK_FROM).
-  int mask_from = seqlen_k / kTileN;  // (j + 1) kTileN > seqlen_k (seqlen_k >= 0)
-  if (blk.causal) {
-    const int64_t last_row_key = wg_row0 + blk.diag + 1;  // (j + 1) kTileN > last_row_key
-    mask_from = last_row_key < 0 ? 0 : static_cast<int>(min(static_cast<int64_t>(mask_from), last_row_key / kTileN));
-  }
-  auto need_mask = [&](int j) { return j >= mask_from; };
-#else
   auto need_mask = [&](int j) {
     const int key0 = j * kTileN;
     return key0 + kTileN > seqlen_k || (blk.causal && key0 + kTileN - 1 > wg_row0 + blk.diag);
   };
-#endif
   auto release = [&](uint32_t bar) {
     if (lane == 0) mbar_arrive(bar);
   };

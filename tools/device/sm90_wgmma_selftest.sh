@@ -130,18 +130,10 @@ from zyfa_kernel_build import defines
 # Runs 28 and 29 (tenth session call 2, NOTES.md "Outcomes, runs 28 and 29"): exact d128 at tile_n 128
 # ("n128") 1.033 / 0.984 / 0.968 / 0.929 and 56 / 224 registers ("r56") 0.98..1.01: neither taken; lean
 # d128 with SMX2 ("smx2") 1.028..1.041: its default now.
-# Run 30 (NOTES.md "Predictions, run 30"): SMX2 on lean 192/128, unmeasured there.
-# Run 31 (NOTES.md "Predictions, run 31"): the per-block mask test as one compare (ZYFA_WS_MASK_FROM,
-# "maskfrom") on the d128 variants and lean 192/128.
-# Run 32 (NOTES.md "Predictions, run 32"): lean d128 at tile_n 160 with 2 stages ("n160"; 192 spills).
-_MASKFROM = [("maskfrom", None, ["-DZYFA_WS_MASK_FROM=1"])]
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_bf16_hd128_causal_sm90a": _MASKFROM,
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": _MASKFROM,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [
-        *_MASKFROM, ("n160", 197760, ["-DZYFA_TILE_N=160", "-DZYFA_WS_STAGES=2"])],
-    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": [("smx2", None, ["-DZYFA_WS_SMX2=1"]), *_MASKFROM],
-}
+# Runs 30-32 (eleventh session call 1, NOTES.md "Outcomes, runs 30-32"): SMX2 on lean 192/128 1.029..1.099,
+# now the default for every e4m3 variant; the per-block mask test as one compare (maskfrom) 0.975..1.011
+# (removed); lean d128 at tile_n 160 with 2 stages 0.930 / 0.967 / 0.990 / 1.056 (not taken).
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
