@@ -390,8 +390,13 @@ constexpr int kLSum = ZYFA_WS_LSUM;
 // so every partial sum of 32 of them is an integer multiple of 2^-9 below 2^23 units (fits fp32's 24
 // bits); the quad's four partial rows are added in the epilogue. Costs 2.5 ALU instructions per P
 // element instead of 0.5 + 1/8 HMMA, but never queues behind the other warpgroup's QGMMAs.
+// 5 (experiment, lean P only): no decode, no tensor pipe: the lean code float (bits 0x4B400000 + c)
+// shifted left by 20 is the fp32 whose value is e4m3(c) * 2^-120 exactly (e4m3's exponent and mantissa
+// land in fp32's; codes below 8 become fp32 subnormals, as e4m3's are), summed per thread in the softmax
+// (2 ALU instructions per element, in the shadow of the P.V) and scaled by 2^120 once per block.
+static_assert(kLSum != 5 || kLeanP, "ZYFA_WS_LSUM=5 reads lean P's code floats");
 constexpr bool kLSumWhole = kLSum == 0 || kLSum == 1;  // sums of whole rows (else per thread)
-[[maybe_unused]] constexpr bool kLSumExact = kLSum == 0 || kLSum == 1 || kLSum == 4;  // fp32 sums of the exact e4m3 values
+[[maybe_unused]] constexpr bool kLSumExact = kLSum == 0 || kLSum == 1 || kLSum == 4 || kLSum == 5;  // fp32 sums of the exact e4m3 values
 constexpr bool kLSumInFlight = kLSum != 1;
 // Row max as 4 independent chains per row (ZYFA_WS_MAXTREE=1) instead of one 32-long FMNMX chain
 // (the max is exact in any order). H200, b2 s16K hq32/8: BF16 +1.7% and +0.9% in two runs (default
@@ -1119,6 +1124,11 @@ __device__ __forceinline__ float lean_code(float v, float a, float b) {
   }
 }
 
+// ZYFA_WS_LSUM=5: e4m3(c) * 2^-120 from lean P's code float (see kLSumWhole).
+__device__ __forceinline__ float lean_value_2m120(float code_float) {
+  return __int_as_float(__float_as_int(code_float) << 20);
+}
+
 // FP8 exact: exp2(t - m + 8); FP8 lean: max(S A + B, 0) + 1.5 * 2^23 (the code sits in the low byte).
 // It only touches s, m, l: it runs while the previous block's P.V wgmma still reads P.
 // key0: first key of the block; row_lim[r]: the last key row r sees (-1: none).
@@ -1168,6 +1178,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
         if constexpr (kFast) {
           if constexpr (kLeanP) {
             v = lean_code(v, lean_a, lean_b);
+            if constexpr (kLSum == 5) lsum += lean_value_2m120(v);
           } else {
             v = ex2(fmaf(v, qk_scale, neg_m));
             lsum += v;
@@ -1176,6 +1187,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
           if constexpr (kLeanP) {
             const float code = fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f) + 12582912.0f;
             v = v == -INFINITY ? 12582912.0f : code;  // masked: code 0
+            if constexpr (kLSum == 5) lsum += lean_value_2m120(v);
           } else {
             v = ex2((v - m_use) + kPShift);  // v is t = S C here (softmax_block scaled it)
             lsum += v;
@@ -1184,6 +1196,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
       }
     }
     if constexpr (!kFp8) l_run[r] = l_run[r] * alpha[r] + lsum;
+    if constexpr (kLSum == 5) l_run[r] = l_run[r] * alpha[r] + lsum * 0x1p120f;
   }
 }
 
@@ -1246,6 +1259,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
         float& v = s[4 * j + 2 * r + x];
         if constexpr (kLeanP) {
           v = lean_code(v, lean_a, lean_b[r]);
+          if constexpr (kLSum == 5) lsum[r] += lean_value_2m120(v);
         } else {
           v = ex2(fmaf(v, qk_scale, neg_m[r]));
           lsum[r] += v;
@@ -1256,6 +1270,10 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
   if constexpr (!kFp8) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + lsum[r];
+  }
+  if constexpr (kLSum == 5) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + lsum[r] * 0x1p120f;
   }
 }
 
@@ -1750,7 +1768,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #pragma unroll
         for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha_prev[r] + 1.0f;  // timing bound only
       }
-    } else if constexpr (kFp8) {
+    } else if constexpr (kFp8 && kLSum != 5) {  // 5: summed in the softmax
       if (in_flight == kLSumInFlight) {
         if constexpr (kPvF16) {
           row_sums_f16(p, lblk);
