@@ -62,7 +62,7 @@
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
  * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
  * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_LPT_PAIRS,
- * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_VT_LDSM, ZYFA_WS_BOUND (timing experiments and schedule
+ * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_VT_LDSM, ZYFA_WS_BOUND, ZYFA_WS_PACK_IMAD (timing experiments and schedule
  * switches; see their definitions).
  */
 #include <cuda_bf16.h>
@@ -157,6 +157,14 @@
 // Run 23 (H200, 2026-12-02, ratio to the literal form at 2K / 4K / 8K / 16K): lean d128 1.058 / 1.061 /
 // 1.064 / 1.039, lean 192/128 1.048 / 1.061 / 1.071 / 1.077 (lean's softmax is ALU-bound).
 #define ZYFA_WS_LEAN_SAT 1
+#endif
+#ifndef ZYFA_WS_PACK_IMAD
+// Experiment (run 34): lean P's pack with two of its three byte permutes per word as integer multiply-adds
+// on the FMA pipe (a1 * 256 + a0: the code floats' second bytes are 0, so codes c0, c1 land in the low
+// 16 bits without a carry), one PRMT joining the halves. Same bytes. Lean's softmax phase is short of
+// ALU-pipe slots (PRMT, F2FP, VIMNMX3 issue at half rate; ncu: ALU 47% against FMA-pipe work of 2 FFMA
+// per element), so moving 0.5 instruction per element to the FMA pipe may shorten it.
+#define ZYFA_WS_PACK_IMAD 0
 #endif
 #ifndef ZYFA_WS_PV_F16
 // FP8 with P.V in f16 (p_mode "f16", the _pf16 variants; the build sets it): S = Q K^T stays on the FP8 tensor core,
@@ -390,13 +398,8 @@ constexpr int kLSum = ZYFA_WS_LSUM;
 // so every partial sum of 32 of them is an integer multiple of 2^-9 below 2^23 units (fits fp32's 24
 // bits); the quad's four partial rows are added in the epilogue. Costs 2.5 ALU instructions per P
 // element instead of 0.5 + 1/8 HMMA, but never queues behind the other warpgroup's QGMMAs.
-// 5 (experiment, lean P only): no decode, no tensor pipe: the lean code float (bits 0x4B400000 + c)
-// shifted left by 20 is the fp32 whose value is e4m3(c) * 2^-120 exactly (e4m3's exponent and mantissa
-// land in fp32's; codes below 8 become fp32 subnormals, as e4m3's are), summed per thread in the softmax
-// (2 ALU instructions per element, in the shadow of the P.V) and scaled by 2^120 once per block.
-static_assert(kLSum != 5 || kLeanP, "ZYFA_WS_LSUM=5 reads lean P's code floats");
 constexpr bool kLSumWhole = kLSum == 0 || kLSum == 1;  // sums of whole rows (else per thread)
-[[maybe_unused]] constexpr bool kLSumExact = kLSum == 0 || kLSum == 1 || kLSum == 4 || kLSum == 5;  // fp32 sums of the exact e4m3 values
+[[maybe_unused]] constexpr bool kLSumExact = kLSum == 0 || kLSum == 1 || kLSum == 4;  // fp32 sums of the exact e4m3 values
 constexpr bool kLSumInFlight = kLSum != 1;
 // Row max as 4 independent chains per row (ZYFA_WS_MAXTREE=1) instead of one 32-long FMNMX chain
 // (the max is exact in any order). H200, b2 s16K hq32/8: BF16 +1.7% and +0.9% in two runs (default
@@ -1124,11 +1127,6 @@ __device__ __forceinline__ float lean_code(float v, float a, float b) {
   }
 }
 
-// ZYFA_WS_LSUM=5: e4m3(c) * 2^-120 from lean P's code float (see kLSumWhole).
-__device__ __forceinline__ float lean_value_2m120(float code_float) {
-  return __int_as_float(__float_as_int(code_float) << 20);
-}
-
 // FP8 exact: exp2(t - m + 8); FP8 lean: max(S A + B, 0) + 1.5 * 2^23 (the code sits in the low byte).
 // It only touches s, m, l: it runs while the previous block's P.V wgmma still reads P.
 // key0: first key of the block; row_lim[r]: the last key row r sees (-1: none).
@@ -1178,7 +1176,6 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
         if constexpr (kFast) {
           if constexpr (kLeanP) {
             v = lean_code(v, lean_a, lean_b);
-            if constexpr (kLSum == 5) lsum += lean_value_2m120(v);
           } else {
             v = ex2(fmaf(v, qk_scale, neg_m));
             lsum += v;
@@ -1187,7 +1184,6 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
           if constexpr (kLeanP) {
             const float code = fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f) + 12582912.0f;
             v = v == -INFINITY ? 12582912.0f : code;  // masked: code 0
-            if constexpr (kLSum == 5) lsum += lean_value_2m120(v);
           } else {
             v = ex2((v - m_use) + kPShift);  // v is t = S C here (softmax_block scaled it)
             lsum += v;
@@ -1196,7 +1192,6 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
       }
     }
     if constexpr (!kFp8) l_run[r] = l_run[r] * alpha[r] + lsum;
-    if constexpr (kLSum == 5) l_run[r] = l_run[r] * alpha[r] + lsum * 0x1p120f;
   }
 }
 
@@ -1259,7 +1254,6 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
         float& v = s[4 * j + 2 * r + x];
         if constexpr (kLeanP) {
           v = lean_code(v, lean_a, lean_b[r]);
-          if constexpr (kLSum == 5) lsum[r] += lean_value_2m120(v);
         } else {
           v = ex2(fmaf(v, qk_scale, neg_m[r]));
           lsum[r] += v;
@@ -1270,10 +1264,6 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
   if constexpr (!kFp8) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + lsum[r];
-  }
-  if constexpr (kLSum == 5) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + lsum[r] * 0x1p120f;
   }
 }
 
@@ -1322,6 +1312,13 @@ __device__ __forceinline__ uint32_t e4m3x4(float a0, float a1, float b0, float b
   return w;
 }
 
+// a * b + c (mod 2^32) as one PTX mad (ZYFA_WS_PACK_IMAD).
+__device__ __forceinline__ uint32_t mad_u32(uint32_t a, uint32_t b, uint32_t c) {
+  uint32_t d;
+  asm("mad.lo.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kPRegs]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -1337,7 +1334,10 @@ __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kP
       } else {
         // k-step kc = j / 4: a0/a1 (rows g, g+8) = tiles 4kc, 4kc+1; a2/a3 = tiles 4kc+2, 4kc+3.
         uint32_t w;
-        if constexpr (kLeanP) {  // the code sits in the low byte of each float
+        if constexpr (kLeanP && ZYFA_WS_PACK_IMAD != 0) {
+          w = __byte_perm(mad_u32(__float_as_uint(a1), 256u, __float_as_uint(a0)),
+                          mad_u32(__float_as_uint(b1), 256u, __float_as_uint(b0)), 0x5410);
+        } else if constexpr (kLeanP) {  // the code sits in the low byte of each float
           w = __byte_perm(__byte_perm(__float_as_uint(a0), __float_as_uint(a1), 0x0040),
                           __byte_perm(__float_as_uint(b0), __float_as_uint(b1), 0x0040), 0x5410);
         } else {
@@ -1768,7 +1768,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #pragma unroll
         for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha_prev[r] + 1.0f;  // timing bound only
       }
-    } else if constexpr (kFp8 && kLSum != 5) {  // 5: summed in the softmax
+    } else if constexpr (kFp8) {
       if (in_flight == kLSumInFlight) {
         if constexpr (kPvF16) {
           row_sums_f16(p, lblk);
