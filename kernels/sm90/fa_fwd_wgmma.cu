@@ -62,7 +62,7 @@
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
  * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
  * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_LPT_PAIRS,
- * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_VT_LDSM, ZYFA_WS_BOUND, ZYFA_WS_PACK_IMAD (timing experiments and schedule
+ * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_VT_LDSM, ZYFA_WS_BOUND (timing experiments and schedule
  * switches; see their definitions).
  */
 #include <cuda_bf16.h>
@@ -157,14 +157,6 @@
 // Run 23 (H200, 2026-12-02, ratio to the literal form at 2K / 4K / 8K / 16K): lean d128 1.058 / 1.061 /
 // 1.064 / 1.039, lean 192/128 1.048 / 1.061 / 1.071 / 1.077 (lean's softmax is ALU-bound).
 #define ZYFA_WS_LEAN_SAT 1
-#endif
-#ifndef ZYFA_WS_PACK_IMAD
-// Experiment (run 34): lean P's pack with two of its three byte permutes per word as integer multiply-adds
-// on the FMA pipe (a1 * 256 + a0: the code floats' second bytes are 0, so codes c0, c1 land in the low
-// 16 bits without a carry), one PRMT joining the halves. Same bytes. Lean's softmax phase is short of
-// ALU-pipe slots (PRMT, F2FP, VIMNMX3 issue at half rate; ncu: ALU 47% against FMA-pipe work of 2 FFMA
-// per element), so moving 0.5 instruction per element to the FMA pipe may shorten it.
-#define ZYFA_WS_PACK_IMAD 0
 #endif
 #ifndef ZYFA_WS_PV_F16
 // FP8 with P.V in f16 (p_mode "f16", the _pf16 variants; the build sets it): S = Q K^T stays on the FP8 tensor core,
@@ -1312,13 +1304,6 @@ __device__ __forceinline__ uint32_t e4m3x4(float a0, float a1, float b0, float b
   return w;
 }
 
-// a * b + c (mod 2^32) as one PTX mad (ZYFA_WS_PACK_IMAD).
-__device__ __forceinline__ uint32_t mad_u32(uint32_t a, uint32_t b, uint32_t c) {
-  uint32_t d;
-  asm("mad.lo.u32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-  return d;
-}
-
 __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kPRegs]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -1334,10 +1319,7 @@ __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kP
       } else {
         // k-step kc = j / 4: a0/a1 (rows g, g+8) = tiles 4kc, 4kc+1; a2/a3 = tiles 4kc+2, 4kc+3.
         uint32_t w;
-        if constexpr (kLeanP && ZYFA_WS_PACK_IMAD != 0) {
-          w = __byte_perm(mad_u32(__float_as_uint(a1), 256u, __float_as_uint(a0)),
-                          mad_u32(__float_as_uint(b1), 256u, __float_as_uint(b0)), 0x5410);
-        } else if constexpr (kLeanP) {  // the code sits in the low byte of each float
+        if constexpr (kLeanP) {  // the code sits in the low byte of each float
           w = __byte_perm(__byte_perm(__float_as_uint(a0), __float_as_uint(a1), 0x0040),
                           __byte_perm(__float_as_uint(b0), __float_as_uint(b1), 0x0040), 0x5410);
         } else {
