@@ -23,6 +23,9 @@
 # nvidia-cutlass-dsl is ~107 MB of wheels): split a prepared site-packages tree into parts
 # (tar -cJf .carry/site-partN.tar.xz ...), carry one part per call; each call unpacks the parts it finds
 # under .carry/ into /tmp/zyfa-site, which persists while the machine stays warm (30 s after a call).
+# Run it from the committed working tree with carry [".carry/fa4-site.tar.xz", ".whl"] (eleventh session:
+# 17 MB tracked + 48 MB carried fit the 64 MiB limit; a `git archive` snapshot carried beside the tree
+# no longer does).
 #
 # Stages (each one's failure is reported and the next stages still run; each has a timeout):
 #     env         nvidia-smi, python/torch/CUDA versions, the relevant installed packages
