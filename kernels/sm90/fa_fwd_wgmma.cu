@@ -158,16 +158,6 @@
 // 1.064 / 1.039, lean 192/128 1.048 / 1.061 / 1.071 / 1.077 (lean's softmax is ALU-bound).
 #define ZYFA_WS_LEAN_SAT 1
 #endif
-#ifndef ZYFA_WS_LEAN_PACK2
-// Lean P's pack in 2 ALU instructions per word of four codes instead of 3 PRMT (experiment, run 35).
-// Each code float carries its code in the byte of the word it goes to (lean_byte): the magic constant
-// 2^(23 + 8 k) with the value scaled by 2^(8 k) puts round(t) in mantissa bits 8 k .. 8 k + 6 (the
-// ulp of that binade is 2^(8 k), so the rounding is the same as at k = 0), which only k <= 2 allows:
-// the codes of bytes 0-2 are OR-ed in one LOP3 (their exponents 150 / 158 / 166 are even, so bit 23
-// of every operand is 0 and the low 24 bits are exactly c0 | c1 << 8 | c2 << 16), and one PRMT adds the
-// fourth code (byte 0 of its float) as byte 3. Same codes, same bytes: bitwise the same output.
-#define ZYFA_WS_LEAN_PACK2 0
-#endif
 #ifndef ZYFA_WS_PV_F16
 // FP8 with P.V in f16 (p_mode "f16", the _pf16 variants; the build sets it): S = Q K^T stays on the FP8 tensor core,
 // P = exp2(t - m + 8) is rounded to f16 (11 significant bits instead of e4m3's 4) and V is converted
@@ -403,17 +393,6 @@ constexpr int kLSum = ZYFA_WS_LSUM;
 constexpr bool kLSumWhole = kLSum == 0 || kLSum == 1;  // sums of whole rows (else per thread)
 [[maybe_unused]] constexpr bool kLSumExact = kLSum == 0 || kLSum == 1 || kLSum == 4;  // fp32 sums of the exact e4m3 values
 constexpr bool kLSumInFlight = kLSum != 1;
-#ifndef ZYFA_WS_BF16_HSUM
-// BF16 row sums from the packed P operand (experiment, run 35): the same whole-row f32 sums by
-// mma.sync m16n8k16 bf16 x ones as FP8's (8 HMMA per thread and block after the P.V wait, contract
-// order l = l alpha + sum) instead of one FADD per element in the softmax. They sum the bf16-rounded
-// P that P.V multiplies (ZYFA's "normalise by the rounded row sum"), not the fp32 exponentials: the
-// output moves by rounding noise only, not bitwise the default's.
-#define ZYFA_WS_BF16_HSUM 0
-#endif
-constexpr bool kBf16HSum = ZYFA_DTYPE_E4M3 == 0 && ZYFA_WS_BF16_HSUM != 0;
-constexpr bool kHmmaSums = kFp8 || kBf16HSum;  // whole-row block sums taken from the packed P (add_block_sums)
-static_assert(!kBf16HSum || kLSum == 1, "ZYFA_WS_BF16_HSUM takes its sums after the P.V wait (ZYFA_WS_LSUM 1)");
 // Row max as 4 independent chains per row (ZYFA_WS_MAXTREE=1) instead of one 32-long FMNMX chain
 // (the max is exact in any order). H200, b2 s16K hq32/8: BF16 +1.7% and +0.9% in two runs (default
 // for BF16), FP8 exact +0.4% / -0.4% (noise; off).
@@ -1007,21 +986,12 @@ __device__ __forceinline__ void issue_pv(float (&o)[kOAcc], const uint32_t (&p)[
 }
 
 // d (+)= A x ones, mma.sync m16n8k16 f16 -> f32 (A fragment: a0 / a2 row g, a1 / a3 row g + 8).
-template <bool kBf16 = false>  // A fragment f16 (default) or bf16
 __device__ __forceinline__ void hmma_ones(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3) {
-  if constexpr (kBf16) {
-    constexpr uint32_t kOnes = 0x3f803f80u;  // bf16x2 (1, 1)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(kOnes), "r"(kOnes));
-  } else {
-    constexpr uint32_t kOnes = 0x3c003c00u;  // f16x2 (1, 1)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(kOnes), "r"(kOnes));
-  }
+  constexpr uint32_t kOnes = 0x3c003c00u;  // f16x2 (1, 1)
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(kOnes), "r"(kOnes));
 }
 
 __device__ __forceinline__ uint32_t hadd2_u32(uint32_t a, uint32_t b) {
@@ -1092,14 +1062,12 @@ __device__ __forceinline__ void row_sums_e4m3(const uint32_t (&p)[kPRegs], float
   }
 }
 
-// kPvF16 (and BF16 under ZYFA_WS_BF16_HSUM): the same whole-row sums straight from the 16-bit P operand
-// (k-step kk = p[4 kk .. 4 kk + 3] is already the m16n8k16 A fragment: rows g, g + 8, keys 16 kk + 2 tig,
-// + 1, + 8, + 9), no decode.
-__device__ __forceinline__ void row_sums_p16(const uint32_t (&p)[kPRegs], float (&lsum)[2]) {
+// kPvF16: the same whole-row sums straight from the f16 P operand (k-step kk = p[4 kk .. 4 kk + 3] is
+// already the m16n8k16 A fragment: rows g, g + 8, keys 16 kk + 2 tig, + 1, + 8, + 9), no decode.
+__device__ __forceinline__ void row_sums_f16(const uint32_t (&p)[kPRegs], float (&lsum)[2]) {
   float d[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-  for (int kk = 0; kk < kPvSteps; ++kk)
-    hmma_ones<!kFp8>(d[kk & 1], p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]);
+  for (int kk = 0; kk < kPvSteps; ++kk) hmma_ones(d[kk & 1], p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3]);
   lsum[0] = d[0][0] + d[1][0];
   lsum[1] = d[0][2] + d[1][2];
 }
@@ -1141,28 +1109,13 @@ __device__ __forceinline__ float row_max3(const float (&s)[kSAcc]) {
 // Lean P's e4m3 code in the low byte of a float: max(S A + B, 0) + 1.5 * 2^23, rounded to an integer
 // by the add (ZYFA_WS_LEAN_SAT: the same value from a saturating FMA and one more FMA; valid for
 // S A + B <= 128, which the fast softmax guarantees).
-// lean_byte(i): the byte of its P word that element i of s (4 j + 2 r + x) becomes in pack_p; under
-// ZYFA_WS_LEAN_PACK2 its code float carries the code there (byte 3 rides in byte 0: see the macro).
-__host__ __device__ constexpr int lean_byte(int i) {
-  return ZYFA_WS_LEAN_PACK2 == 0 ? 0 : ((i & 1) + 2 * ((i >> 2) & 1)) % 3;
-}
-__host__ __device__ constexpr float lean_scale(int i) { return lean_byte(i) == 0 ? 1.0f : lean_byte(i) == 1 ? 256.0f : 65536.0f; }
-// The rounding constant: 1.5 * 2^23 as before (code in the low byte), or 2^(23 + 8 k) for byte k.
-__host__ __device__ constexpr float lean_magic(int i) {
-  return ZYFA_WS_LEAN_PACK2 == 0 ? 12582912.0f : 8388608.0f * lean_scale(i);
-}
-// A code value x in [0, 128] as element i's code float (the probe's and the literal path's placement).
-__device__ __forceinline__ float lean_place(float x, int i) {
-  return ZYFA_WS_LEAN_PACK2 == 0 ? x + lean_magic(i) : fmaf(x, lean_scale(i), lean_magic(i));
-}
-
-__device__ __forceinline__ float lean_code(float v, float a, float b, int i) {
+__device__ __forceinline__ float lean_code(float v, float a, float b) {
   if constexpr (ZYFA_WS_LEAN_SAT != 0) {
     float u;
     asm("fma.rn.sat.f32 %0, %1, %2, %3;\n" : "=f"(u) : "f"(v), "f"(a * 0.0078125f), "f"(b * 0.0078125f));
-    return fmaf(u, 128.0f * lean_scale(i), lean_magic(i));
+    return fmaf(u, 128.0f, 12582912.0f);
   } else {
-    return lean_place(fmaxf(fmaf(v, a, b), 0.0f), i);
+    return fmaxf(fmaf(v, a, b), 0.0f) + 12582912.0f;
   }
 }
 
@@ -1214,15 +1167,15 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
         float& v = s[4 * j + 2 * r + x];
         if constexpr (kFast) {
           if constexpr (kLeanP) {
-            v = lean_code(v, lean_a, lean_b, 4 * j + 2 * r + x);
+            v = lean_code(v, lean_a, lean_b);
           } else {
             v = ex2(fmaf(v, qk_scale, neg_m));
             lsum += v;
           }
         } else {
           if constexpr (kLeanP) {
-            const float code = lean_place(fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f), 4 * j + 2 * r + x);
-            v = v == -INFINITY ? lean_magic(4 * j + 2 * r + x) : code;  // masked: code 0
+            const float code = fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f) + 12582912.0f;
+            v = v == -INFINITY ? 12582912.0f : code;  // masked: code 0
           } else {
             v = ex2((v - m_use) + kPShift);  // v is t = S C here (softmax_block scaled it)
             lsum += v;
@@ -1230,7 +1183,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
         }
       }
     }
-    if constexpr (!kHmmaSums) l_run[r] = l_run[r] * alpha[r] + lsum;
+    if constexpr (!kFp8) l_run[r] = l_run[r] * alpha[r] + lsum;
   }
 }
 
@@ -1292,7 +1245,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
       for (int x = 0; x < 2; ++x) {
         float& v = s[4 * j + 2 * r + x];
         if constexpr (kLeanP) {
-          v = lean_code(v, lean_a, lean_b[r], 4 * j + 2 * r + x);
+          v = lean_code(v, lean_a, lean_b[r]);
         } else {
           v = ex2(fmaf(v, qk_scale, neg_m[r]));
           lsum[r] += v;
@@ -1300,7 +1253,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
       }
     }
   }
-  if constexpr (!kHmmaSums) {
+  if constexpr (!kFp8) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + lsum[r];
   }
@@ -1366,9 +1319,7 @@ __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kP
       } else {
         // k-step kc = j / 4: a0/a1 (rows g, g+8) = tiles 4kc, 4kc+1; a2/a3 = tiles 4kc+2, 4kc+3.
         uint32_t w;
-        if constexpr (kLeanP && ZYFA_WS_LEAN_PACK2 != 0) {  // codes in bytes 0, 1, 2 and 0 (lean_byte)
-          w = __byte_perm(__float_as_uint(a0) | __float_as_uint(a1) | __float_as_uint(b0), __float_as_uint(b1), 0x4210);
-        } else if constexpr (kLeanP) {  // the code sits in the low byte of each float
+        if constexpr (kLeanP) {  // the code sits in the low byte of each float
           w = __byte_perm(__byte_perm(__float_as_uint(a0), __float_as_uint(a1), 0x0040),
                           __byte_perm(__float_as_uint(b0), __float_as_uint(b1), 0x0040), 0x5410);
         } else {
@@ -1799,10 +1750,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #pragma unroll
         for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha_prev[r] + 1.0f;  // timing bound only
       }
-    } else if constexpr (kHmmaSums) {
+    } else if constexpr (kFp8) {
       if (in_flight == kLSumInFlight) {
-        if constexpr (kPv16) {
-          row_sums_p16(p, lblk);
+        if constexpr (kPvF16) {
+          row_sums_f16(p, lblk);
         } else {
           row_sums_e4m3(p, lblk);
         }
@@ -1963,7 +1914,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   float l_row[2], row_scale[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    l_row[r] = (kHmmaSums && kLSumWhole) ? l_run[r] : quad_sum(l_run[r]);  // HMMA sums: whole rows already
+    l_row[r] = (kFp8 && kLSumWhole) ? l_run[r] : quad_sum(l_run[r]);  // FP8 HMMA sums: whole rows already
     row_scale[r] = l_row[r] == 0.0f ? 0.0f : v_descale / l_row[r];    // one division per row
   }
   if constexpr (kOStageCols != 0) {
