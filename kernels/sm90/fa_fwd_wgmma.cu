@@ -93,6 +93,16 @@
 #ifndef ZYFA_WS_RESCALE_SKIP
 #define ZYFA_WS_RESCALE_SKIP 1  // skip the O rescale of a warp when no row's max moved
 #endif
+#ifndef ZYFA_WS_STALE_TAU
+// Stale row max (experiment, run 36; FlashAttention-4's rescale threshold, per row): the fast softmax
+// keeps a row's running max m unless the block's max exceeds it by more than tau (log2 units), so P =
+// 2^(t - m (+ 8)) may reach 2^tau times its usual top and alpha stays exactly 1 (the O rescale of a warp
+// is skipped when all its rows kept m, ZYFA_WS_RESCALE_SKIP). Exact in real arithmetic (l and O share m;
+// lse = m + log2 l); in floating point only the binade of each P moves. Bounds: BF16 any tau (8:
+// P <= 256); FP8 P <= 448 needs tau < 0.8 (exact: satfinite; lean: code 120 + 8 tau <= 126, which
+// LEAN_SAT's t <= 128 argument covers). 0: off (the exact running max of the contract).
+#define ZYFA_WS_STALE_TAU 0
+#endif
 #ifndef ZYFA_WS_ORDER
 // Block order (experiment, 2026-12-01, not yet measured). 0 (default): blockIdx.x reversed inside each
 // head (the longest causal q tiles of a head first, heads one after another). 1: global longest-first:
@@ -290,6 +300,7 @@ constexpr bool kPersistent = ZYFA_WS_PERSISTENT != 0;
 [[maybe_unused]] constexpr bool kTma = ZYFA_WS_TMA != 0;
 constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
+constexpr float kStaleTau = ZYFA_WS_STALE_TAU;  // see the macro
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
 constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
 constexpr bool kVStaged = kFp8 && ZYFA_WS_VSTAGE != 0;
@@ -409,6 +420,7 @@ constexpr float kPShift = kFp8 ? 8.0f : 0.0f;     // FP8: row max lands at 2^8 (
 static_assert(ZYFA_DTYPE_E4M3 == 0 || ZYFA_DTYPE_E4M3 == 1, "ZYFA_DTYPE_E4M3 must be 0 or 1");
 static_assert(ZYFA_LEAN_P == 0 || ZYFA_LEAN_P == 1, "ZYFA_LEAN_P must be 0 or 1");
 static_assert(!kLeanP || kFp8, "lean P is an FP8-only mode");
+static_assert(!kFp8 || kStaleTau < 0.8f, "FP8's P must stay below e4m3's 448: ZYFA_WS_STALE_TAU < 0.8");
 static_assert(!kPvF16 || (!kLeanP && kVStaged && ZYFA_WS_LSUM <= 1 && !ZYFA_WS_OPROMOTE),
               "P.V in f16: exact P, V through the staging buffers, whole-row HMMA sums, no O promotion");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");
@@ -1150,7 +1162,8 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
     for (int c = 1; c < kChains; ++c) mx = fmaxf(mx, mxc[c]);
     if constexpr (ZYFA_WS_MAX3 != 0 && kFast) mx = r == 0 ? row_max3<0>(s) : row_max3<1>(s);  // mxc then dead
     mx = quad_max(mx);
-    const float m_new = fmaxf(m_run[r], kFast ? mx * qk_scale : mx);
+    float m_new = fmaxf(m_run[r], kFast ? mx * qk_scale : mx);
+    if constexpr (kStaleTau > 0.0f && kFast) m_new = m_new > m_run[r] + kStaleTau ? m_new : m_run[r];
     alpha[r] = 1.0f;  // m_new == -inf: nothing visible yet, the block changes nothing
     if (m_new != -INFINITY) {
       alpha[r] = m_run[r] == -INFINITY ? 0.0f : ex2(m_run[r] - m_new);
@@ -1229,7 +1242,8 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
   float neg_m[2], lean_b[2], lsum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float m_new = fmaxf(m_run[r], mx[r] * qk_scale);
+    float m_new = fmaxf(m_run[r], mx[r] * qk_scale);
+    if constexpr (kStaleTau > 0.0f) m_new = m_new > m_run[r] + kStaleTau ? m_new : m_run[r];
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // m_new == -inf implies m_run == -inf
     // m_new == -inf: nothing visible yet, alpha 1; m_run == -inf < m_new: ex2(-inf) = 0.
     alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
