@@ -34,6 +34,14 @@
 #include <string>
 #include <vector>
 
+// The contract's running-max staleness: the kernel's ZYFA_WS_STALE_TAU when the including test defines it
+// (fa_fwd_wgmma.cu always does, default 0), else the exact running max.
+#ifdef ZYFA_WS_STALE_TAU
+constexpr float kContractStaleTau = ZYFA_WS_STALE_TAU;
+#else
+constexpr float kContractStaleTau = 0.0f;
+#endif
+
 #define ZYFA_STR2(x) #x
 #define ZYFA_STR(x) ZYFA_STR2(x)
 
@@ -345,7 +353,9 @@ Refs compute_refs(const Case& cs, const Tensor& q, const Tensor& k, const Tensor
           for (int j = key0; j < key1; ++j) {
             if (j <= limit) mx = std::max(mx, static_cast<float>(sdot[j]) * c);
           }
-          const float m_new = std::max(m, mx);
+          float m_new = std::max(m, mx);
+          // Stale running max (the kernel's ZYFA_WS_STALE_TAU): keep m unless the block raises it by more.
+          if (kContractStaleTau > 0.0f && !(m_new > m + kContractStaleTau)) m_new = m;
           if (m_new == -INFINITY) continue;
           const float alpha = m == -INFINITY ? 0.0f : ::exp2f(m - m_new);
           for (double& a : acc) a *= alpha;

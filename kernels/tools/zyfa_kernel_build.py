@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -66,8 +67,8 @@ VARIANT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "tag": str,
 }
 # Optional fields -> accepted types (an absent "grid" is "tiles": see grid_mode; an absent "loads" is
-# "cp.async": see loads_mode).
-OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {"grid": str, "loads": str}
+# "cp.async": see loads_mode; an absent "stale_tau" is 0.0: see stale_tau).
+OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {"grid": str, "loads": str, "stale_tau": float}
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
 # which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself).
 GRID_MODES = ("tiles", "persistent")
@@ -75,6 +76,11 @@ PERSISTENT_SRC = "sm90/fa_fwd_wgmma.cu"
 # Global -> shared loads: "cp.async" (one kernel parameter, zyfa_fwd_args) or "tma" (the sm90 wgmma
 # kernel's ZYFA_WS_TMA build, BF16 only: a second parameter, zyfa_tma_maps, that launchers encode).
 LOADS_MODES = ("cp.async", "tma")
+# Stale running max (docs/numerics.md): a row keeps m unless a block raises it by more than stale_tau
+# (log2 units). Only the sm90 wgmma kernel implements it (ZYFA_WS_STALE_TAU); FP8 P must stay below
+# e4m3's 448 = 2^8.8 with the row max at 2^8, so FP8 needs stale_tau < 0.8.
+STALE_SRC = "sm90/fa_fwd_wgmma.cu"
+FP8_MAX_STALE_TAU = 0.8
 ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
 KIND_SUFFIX = {"cuda": ".cubin", "hip": ".hsaco", "asmgen": ".hsaco"}
@@ -121,6 +127,7 @@ def variant_problems(v: Any) -> list[str]:
         return problems
     problems += grid_problems(v)
     problems += loads_problems(v)
+    problems += stale_problems(v)
     if v["kind"] not in ARCH_KINDS.get(v["arch"], ()):
         problems.append(f"{label}: kind {v['kind']!r} is not built for arch {v['arch']!r} ({ARCH_KINDS})")
     if v["dtype"] not in DTYPES:
@@ -172,6 +179,23 @@ def loads_problems(v: dict[str, Any]) -> list[str]:
     return []
 
 
+def stale_tau(v: dict[str, Any]) -> float:
+    """The variant's running-max staleness bound in log2 units: its "stale_tau" field, 0.0 when absent."""
+    return float(v.get("stale_tau", 0.0))
+
+
+def stale_problems(v: dict[str, Any]) -> list[str]:
+    """What is wrong with the variant's stale_tau (negative or not finite, on another source, FP8 >= 0.8)."""
+    label, tau = v["name"], stale_tau(v)
+    if not math.isfinite(tau) or tau < 0.0:
+        return [f"{label}: stale_tau {tau!r} must be a finite number >= 0"]
+    if tau > 0.0 and v["src"] != STALE_SRC:
+        return [f"{label}: stale_tau > 0 needs src {STALE_SRC!r} (ZYFA_WS_STALE_TAU)"]
+    if v["dtype"] == "e4m3fn" and tau >= FP8_MAX_STALE_TAU:
+        return [f"{label}: stale_tau {tau} would let FP8 P pass e4m3's 448; it must be < {FP8_MAX_STALE_TAU}"]
+    return []
+
+
 def load_variants(root: Path) -> list[dict[str, Any]]:
     """VARIANTS from <root>/kernels/variants.bzl, checked (fields, types, naming rule, unique names)."""
     path = root / "kernels" / "variants.bzl"
@@ -220,6 +244,8 @@ def defines(v: dict[str, Any]) -> list[str]:
         values["ZYFA_WS_PERSISTENT"] = 1
     if loads_mode(v) == "tma":
         values["ZYFA_WS_TMA"] = 1
+    if stale_tau(v) > 0.0:
+        values["ZYFA_WS_STALE_TAU"] = f"{stale_tau(v)!r}f"  # a float literal, e.g. 8.0f
     return [f"-D{key}={value}" for key, value in values.items()]
 
 
@@ -323,6 +349,7 @@ def compile_variant(
     row = {key: v[key] for key in VARIANT_FIELDS if key != "src"}
     row["grid"] = grid_mode(v)  # always written, so a launcher never guesses
     row["loads"] = loads_mode(v)  # "tma": the kernel takes zyfa_tma_maps as a second parameter
+    row["stale_tau"] = stale_tau(v)  # the reference needs it to reproduce the kernel's running max
     row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
     row["toolchain"] = dict(tc.versions)
     return row

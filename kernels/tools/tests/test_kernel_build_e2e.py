@@ -187,12 +187,17 @@ def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.Monke
     assert ("-DZYFA_WS_PERSISTENT=1" in argv) == (grid == "persistent")
     assert row["grid"] == grid and row["tile_m"] == v["tile_m"]
     assert "-DZYFA_WS_TMA=1" not in argv and row["loads"] == "cp.async"  # absent in the variant: written
+    assert not any("STALE" in a for a in argv) and row["stale_tau"] == 0.0  # likewise
 
 
-def test_cuda_compile_carries_tma_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cuda_compile_carries_tma_loads_and_stale_tau(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With a stand-in nvcc: a "loads": "tma" variant compiles with -DZYFA_WS_TMA=1 and its manifest row
-    says "loads": "tma" (launchers then pass zyfa_tma_maps as the second parameter)."""
-    v = variant(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, loads="tma")
+    says "loads": "tma" (launchers then pass zyfa_tma_maps as the second parameter); its stale_tau
+    becomes -DZYFA_WS_STALE_TAU=8.0f and the row's stale_tau (the reference reproduces the kernel by it)."""
+    v = variant(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, loads="tma",
+                stale_tau=8.0)  # fmt: skip
     root = make_root(tmp_path / "repo", [v])
     (root / "kernels" / "sm90").mkdir()
     (root / "kernels" / "sm90" / "fa_fwd_wgmma.cu").write_text("// stand-in source\n")
@@ -207,6 +212,7 @@ def test_cuda_compile_carries_tma_loads(tmp_path: Path, monkeypatch: pytest.Monk
     row = kb.compile_variant(v, root, tc, tmp_path / "out" / f"{v['name']}.cubin")
     (argv,) = argvs
     assert "-DZYFA_WS_TMA=1" in argv and row["loads"] == "tma" and row["grid"] == "tiles"
+    assert "-DZYFA_WS_STALE_TAU=8.0f" in argv and row["stale_tau"] == 8.0
 
 
 def run_cli(root: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -89,6 +89,10 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"loads": "bulk"}, "loads 'bulk' is not one of ('cp.async', 'tma')"),
         ({"loads": 1}, "loads = 1 has the wrong type"),
         ({"loads": "tma"}, "loads 'tma' needs src 'sm90/fa_fwd_wgmma.cu' (ZYFA_WS_TMA)"),
+        ({"stale_tau": 8}, "stale_tau = 8 has the wrong type"),
+        ({"stale_tau": -1.0}, "stale_tau -1.0 must be a finite number >= 0"),
+        ({"stale_tau": float("nan")}, "stale_tau nan must be a finite number >= 0"),
+        ({"stale_tau": 8.0}, "stale_tau > 0 needs src 'sm90/fa_fwd_wgmma.cu' (ZYFA_WS_STALE_TAU)"),
     ],
 )
 def test_bad_variants_are_named(change: dict, needle: str) -> None:
@@ -172,3 +176,16 @@ def test_tma_loads_define_ws_tma_for_wgmma_bf16_and_e4m3fn() -> None:
         flags = kb.defines(v)
         assert flags[-1] == "-DZYFA_WS_TMA=1"
         assert flags[:-1] == kb.defines(variant(**{**WGMMA, **extra}))  # else as cp.async
+
+
+def test_stale_tau_defines_ws_stale_tau_and_fp8_stays_below_448() -> None:
+    """stale_tau 0.0 (or absent) adds no define; > 0 adds -DZYFA_WS_STALE_TAU=<tau>f to the wgmma build.
+    FP8 kernels must keep P = 2^(8 + tau) below e4m3's 448: 0.75 is accepted, 0.8 refused."""
+    bf16, fp8 = dict(WGMMA), {**WGMMA, "dtype": "e4m3fn", "p_mode": "lean"}
+    assert kb.defines(variant(**bf16, stale_tau=0.0)) == kb.defines(variant(**bf16))
+    v = variant(**bf16, stale_tau=8.0)
+    assert kb.variant_problems(v) == [] and kb.stale_tau(v) == 8.0
+    assert kb.defines(v) == [*kb.defines(variant(**bf16)), "-DZYFA_WS_STALE_TAU=8.0f"]
+    assert kb.variant_problems(variant(**fp8, stale_tau=0.75)) == []
+    (problem,) = kb.variant_problems(variant(**fp8, stale_tau=0.8))
+    assert "would let FP8 P pass e4m3's 448" in problem

@@ -177,7 +177,7 @@ def check_reference(q, k, v, scale, out, lse, spec, descales, dtype, p_mode) -> 
         return
     ref_out, ref_lse = reference.attention(
         q, k, v, softmax_scale=scale, causal=True, q_descale=descales[0], k_descale=descales[1],
-        v_descale=descales[2], p_mode=p_mode or "exact", block_n=spec.tile_n,
+        v_descale=descales[2], p_mode=p_mode or "exact", block_n=spec.tile_n, stale_tau=spec.stale_tau,
     )  # fmt: skip
     seen = torch.isfinite(ref_lse)
     out_tol, lse_tol = SAME_NUMERICS_TOLERANCE[_accumulation(spec)]

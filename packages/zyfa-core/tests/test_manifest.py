@@ -157,6 +157,36 @@ def test_unknown_loads_is_rejected_naming_kernel_and_modes(
     assert f"kernel {SM90[0]!r}: loads {loads!r} is not one of ('cp.async', 'tma')" in str(info.value)
 
 
+def test_stale_tau_is_read_and_defaults_to_zero(tmp_path: Path, manifest_tools) -> None:
+    """A row without "stale_tau" (a manifest older than the field) keeps the exact running max."""
+    rows = [manifest_tools.row(SM90[0], stale_tau=8.0), manifest_tools.row(SM90[2], stale_tau=0.5),
+            manifest_tools.row(SM90[1])]  # fmt: skip
+    assert "stale_tau" not in rows[2]
+    m = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows))
+    assert [s.stale_tau for s in m.kernels] == [8.0, 0.5, 0.0]
+    assert m.kernels[0].describe() == f"{SM90[0]} (bf16 d128x128, causal, stale_tau=8, sm90a)"
+    assert "stale_tau" not in m.kernels[2].describe()
+
+
+@pytest.mark.parametrize(
+    ("name", "tau", "problem"),
+    [
+        (SM90[0], -1.0, "must be a finite number >= 0"),
+        (SM90[0], float("inf"), "must be a finite number >= 0"),
+        (SM90[0], "8", "must be a finite number >= 0"),
+        (SM90[0], True, "must be a finite number >= 0"),
+        (SM90[2], 0.8, "of an FP8 kernel must be < 0.8"),  # P would pass e4m3's 448
+    ],
+)
+def test_bad_stale_tau_is_rejected_naming_kernel(
+    tmp_path: Path, manifest_tools, name: str, tau: object, problem: str
+) -> None:
+    manifest_tools.write(tmp_path, [manifest_tools.row(name, stale_tau=tau)])
+    with pytest.raises(ManifestError) as info:
+        zyfa_core.Manifest.load(tmp_path)
+    assert f"kernel {name!r}: stale_tau" in str(info.value) and problem in str(info.value)
+
+
 def test_describe_names_a_persistent_grid(tmp_path: Path, manifest_tools) -> None:
     rows = [manifest_tools.row(SM90[0], grid="persistent"), manifest_tools.row(SM90[1])]
     persistent, tiles = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows)).kernels

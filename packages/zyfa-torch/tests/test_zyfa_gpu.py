@@ -90,7 +90,7 @@ def test_bf16(shape):
     _poison_outputs(q, v)
     out, lse, _ = zyfa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
     assert not torch.isnan(out.float()).any() and not torch.isnan(lse).any()
-    want, want_lse = R.attention(q.cpu(), k.cpu(), v.cpu(), block_n=spec.tile_n)
+    want, want_lse = R.attention(q.cpu(), k.cpu(), v.cpu(), block_n=spec.tile_n, stale_tau=spec.stale_tau)
     truth, truth_lse = R.attention_dense_f64(q.cpu(), k.cpu(), v.cpu(), causal=True)
     assert rel_err(out, want) <= BF16_SAME_NUMERICS_TOL, spec.name
     err = rel_err(out, truth)
@@ -124,7 +124,13 @@ def test_fp8(shape, p_mode):
     ds = (dq.item(), dk.item(), dv.item())
     c8 = [x.cpu() for x in (q8, k8, v8)]
     want, want_lse = R.attention(
-        *c8, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], p_mode=p_mode, block_n=spec.tile_n
+        *c8,
+        q_descale=ds[0],
+        k_descale=ds[1],
+        v_descale=ds[2],
+        p_mode=p_mode,
+        block_n=spec.tile_n,
+        stale_tau=spec.stale_tau,
     )
     truth, _ = R.attention_dense_f64(*c8, None, True, *ds)
     assert rel_err(out, want) <= FP8_SAME_NUMERICS_TOL, spec.name
@@ -157,6 +163,7 @@ def test_strided_views_and_default_p_mode():
         v_descale=dv.item(),
         p_mode=spec.p_mode,
         block_n=spec.tile_n,
+        stale_tau=spec.stale_tau,
     )
     assert rel_err(out, want) <= FP8_SAME_NUMERICS_TOL
 

@@ -228,6 +228,45 @@ def test_shift_cancels():
         torch.testing.assert_close(lse5, lse8, rtol=0, atol=1e-5)
 
 
+def _rising_scores(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v whose scores rise key by key (a ramp along one channel plus noise), so every row's max moves
+    up a little in almost every KV block: the case the stale running max is for."""
+    q, k, v = make_qkv(1, 256, 256, 2, 1, seed=seed, q_scale=0.5)
+    q, k = q.float(), k.float()
+    q[..., 0] = 4.0
+    k[..., 0] = torch.linspace(0.0, 8.0, k.shape[1])[None, :, None]  # t rises by ~1.4 over the keys
+    return q.bfloat16(), k.bfloat16(), v
+
+
+@pytest.mark.parametrize("tau", [0.5, 8.0])
+def test_stale_max_is_exact_in_real_arithmetic(tau):
+    """stale_tau keeps m unless a block raises it by more: out and lse equal the exact running max's up
+    to rounding (P moves by < 2^tau, a power-free scale that l and acc share), and the float64 error
+    does not grow. That the stale path ran shows in output bits that differ."""
+    q, k, v = _rising_scores(seed=31)
+    exact, exact_lse = R.attention(q, k, v, block_n=32)
+    stale, stale_lse = R.attention(q, k, v, block_n=32, stale_tau=tau)
+    truth, truth_lse = R.attention_dense_f64(q, k, v)
+    assert not torch.equal(stale, exact)  # P was computed against a kept (stale) max somewhere
+    assert rel_err(stale, exact.double()) <= 3e-3
+    assert rel_err(stale, truth) <= 1.2 * rel_err(exact, truth) + 2e-4
+    assert lse_err(stale_lse, truth_lse) <= 1e-4 and lse_err(exact_lse, truth_lse) <= 1e-4
+
+
+def test_stale_max_fp8_stays_below_448_and_bad_tau_is_refused():
+    """FP8 with stale_tau < 0.8: P <= 2^(8 + tau) < 448, so no P saturates and lean codes stay <= 126;
+    the error vs float64 stays FP8's. Negative, infinite and (FP8) >= 0.8 values are refused."""
+    q, k, v = _rising_scores(seed=32)
+    q8, k8, v8, ds = quantize3(q, k, v)
+    truth, _ = R.attention_dense_f64(q8, k8, v8, None, True, *ds)
+    for p_mode in ("exact", "lean"):
+        out, _ = _run(q8, k8, v8, ds, p_mode=p_mode, block_n=32, stale_tau=0.75)
+        assert rel_err(out, truth) <= FP8_TOL[p_mode]
+    for bad, inputs in ((-1.0, (q, k, v)), (math.inf, (q, k, v)), (0.8, (q8, k8, v8))):
+        with pytest.raises(ValueError, match="stale_tau"):
+            R.attention(*inputs, stale_tau=bad)
+
+
 def test_shift_keeps_small_probabilities():
     """Without the shift (shift 0) P <= 1, P < 2^-6 falls into e4m3's coarse subnormals and P < 2^-10
     flushes to zero; shift 8 keeps them normal. An attention sink 10 binades above the other keys

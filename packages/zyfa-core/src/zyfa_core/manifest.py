@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -48,6 +49,9 @@ LOAD_MODES = ("cp.async", "tma")
 """How a kernel loads q/k/v: "cp.async" takes the one zyfa_fwd_args parameter; "tma" (sm90a) takes a
 second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.abi.tma_maps_bytes`). A row without
 "loads" is "cp.async"."""
+FP8_MAX_STALE_TAU = 0.8
+"""Largest running-max staleness an FP8 kernel may declare (exclusive): its P = 2^(t - m + 8) must stay
+below e4m3's 448 = 2^8.81 when t exceeds the kept max by up to stale_tau."""
 
 # Accepted spellings of the input dtypes -> the manifest's canonical name.
 _DTYPE_ALIASES = {
@@ -107,6 +111,10 @@ class KernelSpec:
     tag: str = ""
     grid: str = "tiles"
     loads: str = "cp.async"
+    stale_tau: float = 0.0
+    """Running-max staleness bound in log2 units (docs/numerics.md "Stale running max"): the kernel keeps
+    a row's max m unless a block raises it by more than this; 0.0 = the exact running max. Pass it to
+    `zyfa.reference.attention(stale_tau=...)` to reproduce the kernel's numerics."""
     toolchain: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )
@@ -122,13 +130,14 @@ class KernelSpec:
 
     def describe(self) -> str:
         """A one-line summary: name (dtype d_qk x d_v, causal, p_mode, tag, grid if persistent, loads if
-        tma, arch)."""
+        tma, stale_tau if not 0, arch)."""
         mode = f", p={self.p_mode}" if self.p_mode else ""
         causal = "causal" if self.causal else "non-causal"
         tag = f", tag={self.tag}" if self.tag else ""
         grid = f", grid={self.grid}" if self.grid != "tiles" else ""
         loads = f", loads={self.loads}" if self.loads != "cp.async" else ""
-        details = f"{causal}{mode}{tag}{grid}{loads}"
+        stale = f", stale_tau={self.stale_tau:g}" if self.stale_tau else ""
+        details = f"{causal}{mode}{tag}{grid}{loads}{stale}"
         return f"{self.name} ({self.dtype} d{self.d_qk}x{self.d_v}, {details}, {self.arch})"
 
 
@@ -220,6 +229,7 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
     loads = row.get("loads", "cp.async")
     if loads not in LOAD_MODES:
         raise _row_error(where, name, f"loads {loads!r} is not one of {LOAD_MODES}")
+    stale_tau = _stale_tau(row, where, name, dtype)
     return KernelSpec(
         **fields,
         path=directory / row["file"],
@@ -227,8 +237,20 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
         tag=tag,
         grid=grid,
         loads=loads,
+        stale_tau=stale_tau,
         toolchain=MappingProxyType(dict(toolchain)),
     )
+
+
+def _stale_tau(row: Mapping[str, Any], where: str, name: str, dtype: str) -> float:
+    """The row's stale_tau (0.0 when absent, as in manifests older than the field), checked: a finite
+    number >= 0, and < FP8_MAX_STALE_TAU for FP8 kernels (a larger one would saturate P)."""
+    tau = row.get("stale_tau", 0.0)
+    if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not math.isfinite(tau) or tau < 0:
+        raise _row_error(where, name, f"stale_tau {tau!r} must be a finite number >= 0")
+    if dtype == "e4m3fn" and tau >= FP8_MAX_STALE_TAU:
+        raise _row_error(where, name, f"stale_tau {tau} of an FP8 kernel must be < {FP8_MAX_STALE_TAU}")
+    return float(tau)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,9 @@ accumulator per query row, and implements both modes of the contract:
   "lean" P computes the e4m3 code with one fp32 FMA, ``code = clamp(rint(S*A + B), 0, 126)`` -- and
   the row sum ``l`` adds the ROUNDED values actually fed to P·V ("normalisation by the rounded row
   sum"). ``v_descale`` multiplies the output once, at the end.
+* Either mode with ``stale_tau`` > 0 (the sm90 BF16 kernels use 8): a row keeps its running max unless
+  a block raises it by more than ``stale_tau`` (log2 units), so P may exceed its usual top by up to
+  2^stale_tau; exact in real arithmetic (l, acc and lse share the kept max).
 * FP8 "f16" mode (sm90 only): S as in FP8 mode, but P·V runs in f16 -- ``p = exp2(t - m + 8)``
   rounded to f16 (RNE, subnormals kept) and V's e4m3 values (exact in f16) -- and ``l`` adds those
   f16 values. P's rounding error drops from e4m3's 2^-4 to f16's 2^-11.
@@ -34,6 +37,8 @@ from collections.abc import Iterator
 
 import torch
 from torch import Tensor
+
+from zyfa_core.manifest import FP8_MAX_STALE_TAU
 
 __all__ = [
     "E4M3_MAX",
@@ -150,6 +155,7 @@ def attention(
     block_n: int = 64,
     row_sum: str = "rounded",
     shift: int = FP8_SHIFT,
+    stale_tau: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
     """Blockwise ZYFA attention with the kernels' exact numerics.
 
@@ -167,6 +173,9 @@ def attention(
         row_sum: FP8 only, for experiments: "rounded" (the contract: l sums the e4m3 P fed to P·V) or
             "unrounded" (l sums the exp2 values before rounding).
         shift: FP8 only, for experiments: base-2 shift of P (the contract and every kernel use 8).
+        stale_tau: running-max staleness bound in log2 units (docs/numerics.md "Stale running max"): a
+            row keeps its max unless a block raises it by more than this (0: the exact running max).
+            A kernel's manifest row says which it uses (`KernelSpec.stale_tau`). FP8 needs < 0.8.
 
     Returns:
         (out, lse): out bf16 [batch, seqlen_q, heads_q, d_v]; lse float32 [batch, heads_q, seqlen_q]
@@ -180,6 +189,9 @@ def attention(
         raise ValueError("descales apply to float8_e4m3fn inputs only; BF16 mode uses 1.0")
     if block_n < 1:
         raise ValueError(f"block_n must be >= 1, got {block_n}")
+    if not math.isfinite(stale_tau) or stale_tau < 0 or (fp8 and stale_tau >= FP8_MAX_STALE_TAU):
+        limit = f"< {FP8_MAX_STALE_TAU} in FP8 mode" if fp8 else "finite"
+        raise ValueError(f"stale_tau must be >= 0 and {limit}, got {stale_tau}")
     batch, seqlen_q, heads_q, d_qk = q.shape
     _, seqlen_k, heads_kv, d_v = v.shape
     scale = 1.0 / math.sqrt(d_qk) if softmax_scale is None else softmax_scale
@@ -211,6 +223,8 @@ def attention(
             if mask is not None:
                 t = t.masked_fill(~mask, -math.inf)
             m_new = torch.maximum(m, t.amax(dim=-1))
+            if stale_tau > 0:  # keep m unless the block raises it by more than stale_tau (m = -inf: never)
+                m_new = torch.where(m_new > m + stale_tau, m_new, m)
             # A row with nothing visible so far keeps m = -inf; alpha = 0 then (acc and l are 0 anyway).
             alpha = torch.where(m == -math.inf, 0.0, torch.exp2(m - m_new))
             m = m_new
