@@ -105,6 +105,12 @@
 // LEAN_SAT's t <= 128 argument covers). 0: off (the exact running max of the contract).
 #define ZYFA_WS_STALE_TAU 0
 #endif
+#ifndef ZYFA_WS_SUM_CHAINS
+// BF16's per-thread row sums as this many interleaved FADD chains per row (experiment, run 37), added
+// pairwise at the end, instead of one 32-long dependent chain per row and block (4 cycles each): the
+// same values in another order (fp32; BF16's l sums the unrounded exponentials).
+#define ZYFA_WS_SUM_CHAINS 1
+#endif
 #ifndef ZYFA_WS_ORDER
 // Block order (experiment, 2026-12-01, not yet measured). 0 (default): blockIdx.x reversed inside each
 // head (the longest causal q tiles of a head first, heads one after another). 1: global longest-first:
@@ -303,6 +309,8 @@ constexpr bool kPersistent = ZYFA_WS_PERSISTENT != 0;
 constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr float kStaleTau = ZYFA_WS_STALE_TAU;  // see the macro
+constexpr int kSumChains = ZYFA_WS_SUM_CHAINS;   // see the macro
+static_assert(kSumChains == 1 || kSumChains == 2 || kSumChains == 4, "ZYFA_WS_SUM_CHAINS: 1, 2 or 4");
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
 constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
 constexpr bool kVStaged = kFp8 && ZYFA_WS_VSTAGE != 0;
@@ -1141,6 +1149,17 @@ __device__ __forceinline__ float lean_code(float v, float a, float b) {
 // from the contract's two roundings by at most an ulp of the exponent argument). Lean P: the upper
 // clamp at 126 never binds (S A + B = 8 (S C - m) + 120 <= 120 up to rounding) and masked keys
 // (S = -inf) land on code 0 through the lower clamp. Other scales take the literal contract path.
+// The kSumChains partial sums of ZYFA_WS_SUM_CHAINS, added pairwise (one chain: itself).
+__device__ __forceinline__ float chain_sum(const float (&c)[kSumChains]) {
+  if constexpr (kSumChains == 1) {
+    return c[0];
+  } else if constexpr (kSumChains == 2) {
+    return c[0] + c[1];
+  } else {
+    return (c[0] + c[1]) + (c[2] + c[3]);
+  }
+}
+
 template <bool kFast>
 __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                              float qk_scale, float lean_a) {
@@ -1174,11 +1193,14 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // keeps exp2(t - m) = 0 for masked t, not NaN
     const float lean_b = 120.0f - 8.0f * m_use;
     const float neg_m = kPShift - m_use;
-    float lsum = 0.0f;
+    float lsc[kSumChains];  // BF16's row sum as kSumChains interleaved chains
+#pragma unroll
+    for (int c = 0; c < kSumChains; ++c) lsc[c] = 0.0f;
 #pragma unroll
     for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
+        float& lsum = lsc[(2 * j + x) % kSumChains];
         float& v = s[4 * j + 2 * r + x];
         if constexpr (kFast) {
           if constexpr (kLeanP) {
@@ -1198,7 +1220,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
         }
       }
     }
-    if constexpr (!kFp8) l_run[r] = l_run[r] * alpha[r] + lsum;
+    if constexpr (!kFp8) l_run[r] = l_run[r] * alpha[r] + chain_sum(lsc);
   }
 }
 
@@ -1241,7 +1263,11 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     mx[0] = fmaxf(mx[0], o0);
     mx[1] = fmaxf(mx[1], o1);
   }
-  float neg_m[2], lean_b[2], lsum[2] = {0.0f, 0.0f};
+  float neg_m[2], lean_b[2], lsum[2][kSumChains];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int c = 0; c < kSumChains; ++c) lsum[r][c] = 0.0f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float m_new = fmaxf(m_run[r], mx[r] * qk_scale);
@@ -1264,14 +1290,14 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
           v = lean_code(v, lean_a, lean_b[r]);
         } else {
           v = ex2(fmaf(v, qk_scale, neg_m[r]));
-          lsum[r] += v;
+          lsum[r][(2 * j + x) % kSumChains] += v;
         }
       }
     }
   }
   if constexpr (!kFp8) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + lsum[r];
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + chain_sum(lsum[r]);
   }
 }
 

@@ -148,7 +148,17 @@ from zyfa_kernel_build import defines
 # (d128 1.027..1.028 at 2K-8K, 16K 1.03..1.09; 192/128 1.013..1.017, 16K 1.06): variants.bzl "stale_tau" 8.0
 # on both BF16 kernels since. On FP8 (tau 0.75) 0.99..1.05 / 0.94..0.99 with codes off the contract: not
 # taken. FP8 row sums in flight ("lsum0") 0.95..0.99: no.
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
+# Run 37 (NOTES.md "Predictions, run 37"): BF16 after the stale max: the two rows' softmax interleaved
+# ("smx2"), the row sums as 4 FADD chains ("sum4"), both ("smx2_sum4"), d128 at tile_n 160 ("n160").
+_BF16_37 = [
+    ("smx2", None, ["-DZYFA_WS_SMX2=1"]),
+    ("sum4", None, ["-DZYFA_WS_SUM_CHAINS=4"]),
+    ("smx2_sum4", None, ["-DZYFA_WS_SMX2=1", "-DZYFA_WS_SUM_CHAINS=4"]),
+]
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
+    "fa_fwd_bf16_hd128_causal_sm90a": _BF16_37 + [("n160", 230528, ["-DZYFA_TILE_N=160"])],
+    "fa_fwd_bf16_hd192x128_causal_sm90a": _BF16_37,
+}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
