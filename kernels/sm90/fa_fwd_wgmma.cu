@@ -111,6 +111,14 @@
 // same values in another order (fp32; BF16's l sums the unrounded exponentials).
 #define ZYFA_WS_SUM_CHAINS 1
 #endif
+#ifndef ZYFA_WS_EXP_EMU
+// BF16 exponentials partly on the FMA pipe (experiment, run 38; FlashAttention-4's trick on Blackwell):
+// in the interleaved two-row softmax every N-th exponential of a row (element 2 j + x with (2 j + x) % N
+// == N - 1) is ex2_fma (floor by a round-down add, a degree-3 polynomial, the exponent added as an
+// integer: 8 FMA/ALU instructions, relative error 8.6e-5, far below bf16's 2^-9) instead of MUFU.EX2,
+// whose 4 lanes per scheduler the BF16 softmax waits on. 0: off.
+#define ZYFA_WS_EXP_EMU 0
+#endif
 #ifndef ZYFA_WS_ORDER
 // Block order (experiment, 2026-12-01, not yet measured). 0 (default): blockIdx.x reversed inside each
 // head (the longest causal q tiles of a head first, heads one after another). 1: global longest-first:
@@ -217,8 +225,9 @@
 // 1.015 / 1.027 / 1.025, BF16 d128 0.995 / 0.993 / 0.992 / 0.993 (noise, off); run 6: lean P 0.96..0.99
 // (slower then); run 29 (2026-12-03, with MAX3, LEAN_SAT and the ldmatrix V transpose) lean d128
 // 1.028 / 1.033 / 1.041 / 1.031; run 30 (eleventh session call 1) lean 192/128 (seqlens 2K / 4K / 8K /
-// 16K at 16 heads) 1.029 / 1.052 / 1.085 / 1.099.
-#define ZYFA_WS_SMX2 (ZYFA_DTYPE_E4M3 ? 1 : 0)
+// 16K at 16 heads) 1.029 / 1.052 / 1.085 / 1.099. Run 37 (twelfth session, after the stale max): BF16 d128
+// 1.009 / 1.013 / 1.006 / 1.005 (on since), BF16 192/128 0.987..1.000 (off).
+#define ZYFA_WS_SMX2 ((ZYFA_DTYPE_E4M3 || ZYFA_D_QK == 128) ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_VSTAGE
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
@@ -942,6 +951,21 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
+// 2^x on the FMA / ALU pipes (ZYFA_WS_EXP_EMU) for x <= 127 (-inf included: x is clamped to -127, whose
+// 2^-127 is below every product's ulp next to the row max's P >= 1). n = floor(x) from a round-down add
+// of 1.5 * 2^23 (n sits in the sum's low mantissa bits), f = x - n in [0, 1), p = 2^f by a degree-3
+// relative-minimax polynomial (max relative error 8.6e-5), then n added to p's exponent field.
+__device__ __forceinline__ float ex2_fma(float x) {
+  const float xc = fmaxf(x, -127.0f);
+  const float j = __fadd_rd(xc, 12582912.0f);
+  const float f = xc - (j - 12582912.0f);
+  float p = fmaf(0.07706711441278458f, f, 0.2276449054479599f);
+  p = fmaf(p, f, 0.6951168179512024f);
+  p = fmaf(p, f, 1.0f);
+  // bits(j) << 23 == n << 23 (mod 2^32): the constant's own bits shift out.
+  return __int_as_float(__float_as_int(p) + (__float_as_int(j) << 23));
+}
+
 
 __device__ __forceinline__ uint32_t bf16_pair(float p0, float p1) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(p0, p1);
@@ -1289,7 +1313,9 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
         if constexpr (kLeanP) {
           v = lean_code(v, lean_a, lean_b[r]);
         } else {
-          v = ex2(fmaf(v, qk_scale, neg_m[r]));
+          const float arg = fmaf(v, qk_scale, neg_m[r]);
+          constexpr int kEmu = ZYFA_WS_EXP_EMU;
+          v = (kEmu > 0 && !kFp8 && (2 * j + x) % (kEmu > 0 ? kEmu : 1) == kEmu - 1) ? ex2_fma(arg) : ex2(arg);
           lsum[r][(2 * j + x) % kSumChains] += v;
         }
       }
