@@ -105,20 +105,6 @@
 // LEAN_SAT's t <= 128 argument covers). 0: off (the exact running max of the contract).
 #define ZYFA_WS_STALE_TAU 0
 #endif
-#ifndef ZYFA_WS_SUM_CHAINS
-// BF16's per-thread row sums as this many interleaved FADD chains per row (experiment, run 37), added
-// pairwise at the end, instead of one 32-long dependent chain per row and block (4 cycles each): the
-// same values in another order (fp32; BF16's l sums the unrounded exponentials).
-#define ZYFA_WS_SUM_CHAINS 1
-#endif
-#ifndef ZYFA_WS_EXP_EMU
-// BF16 exponentials partly on the FMA pipe (experiment, run 38; FlashAttention-4's trick on Blackwell):
-// in the interleaved two-row softmax every N-th exponential of a row (element 2 j + x with (2 j + x) % N
-// == N - 1) is ex2_fma (floor by a round-down add, a degree-3 polynomial, the exponent added as an
-// integer: 8 FMA/ALU instructions, relative error 8.6e-5, far below bf16's 2^-9) instead of MUFU.EX2,
-// whose 4 lanes per scheduler the BF16 softmax waits on. 0: off.
-#define ZYFA_WS_EXP_EMU 0
-#endif
 #ifndef ZYFA_WS_ORDER
 // Block order (experiment, 2026-12-01, not yet measured). 0 (default): blockIdx.x reversed inside each
 // head (the longest causal q tiles of a head first, heads one after another). 1: global longest-first:
@@ -220,7 +206,7 @@
 // both quad shuffles, then the exponentials (or lean codes) of the two rows alternating, so the two
 // rows' dependent chains overlap (ptxas cannot move work across the per-row branch on m_new). Same
 // arithmetic in the same per-element order: bitwise identical output. Fast path (qk_scale > 0) only.
-// Default for every e4m3 variant (exact, f16-P, lean), off for BF16. Measured on the H200, TFLOP/s
+// Default for every e4m3 variant (exact, f16-P, lean) and BF16 d128 (run 37), off for BF16 192/128. TFLOP/s
 // ratio to the build without it at 2K / 4K / 8K / 16K: run 5 (2026-12-01) e4m3 exact d128 1.000 /
 // 1.015 / 1.027 / 1.025, BF16 d128 0.995 / 0.993 / 0.992 / 0.993 (noise, off); run 6: lean P 0.96..0.99
 // (slower then); run 29 (2026-12-03, with MAX3, LEAN_SAT and the ldmatrix V transpose) lean d128
@@ -318,8 +304,6 @@ constexpr bool kPersistent = ZYFA_WS_PERSISTENT != 0;
 constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr float kStaleTau = ZYFA_WS_STALE_TAU;  // see the macro
-constexpr int kSumChains = ZYFA_WS_SUM_CHAINS;   // see the macro
-static_assert(kSumChains == 1 || kSumChains == 2 || kSumChains == 4, "ZYFA_WS_SUM_CHAINS: 1, 2 or 4");
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
 constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
 constexpr bool kVStaged = kFp8 && ZYFA_WS_VSTAGE != 0;
@@ -951,21 +935,6 @@ __device__ __forceinline__ float ex2(float x) {
   return y;
 }
 
-// 2^x on the FMA / ALU pipes (ZYFA_WS_EXP_EMU) for x <= 127 (-inf included: x is clamped to -127, whose
-// 2^-127 is below every product's ulp next to the row max's P >= 1). n = floor(x) from a round-down add
-// of 1.5 * 2^23 (n sits in the sum's low mantissa bits), f = x - n in [0, 1), p = 2^f by a degree-3
-// relative-minimax polynomial (max relative error 8.6e-5), then n added to p's exponent field.
-__device__ __forceinline__ float ex2_fma(float x) {
-  const float xc = fmaxf(x, -127.0f);
-  const float j = __fadd_rd(xc, 12582912.0f);
-  const float f = xc - (j - 12582912.0f);
-  float p = fmaf(0.07706711441278458f, f, 0.2276449054479599f);
-  p = fmaf(p, f, 0.6951168179512024f);
-  p = fmaf(p, f, 1.0f);
-  // bits(j) << 23 == n << 23 (mod 2^32): the constant's own bits shift out.
-  return __int_as_float(__float_as_int(p) + (__float_as_int(j) << 23));
-}
-
 
 __device__ __forceinline__ uint32_t bf16_pair(float p0, float p1) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(p0, p1);
@@ -1173,17 +1142,6 @@ __device__ __forceinline__ float lean_code(float v, float a, float b) {
 // from the contract's two roundings by at most an ulp of the exponent argument). Lean P: the upper
 // clamp at 126 never binds (S A + B = 8 (S C - m) + 120 <= 120 up to rounding) and masked keys
 // (S = -inf) land on code 0 through the lower clamp. Other scales take the literal contract path.
-// The kSumChains partial sums of ZYFA_WS_SUM_CHAINS, added pairwise (one chain: itself).
-__device__ __forceinline__ float chain_sum(const float (&c)[kSumChains]) {
-  if constexpr (kSumChains == 1) {
-    return c[0];
-  } else if constexpr (kSumChains == 2) {
-    return c[0] + c[1];
-  } else {
-    return (c[0] + c[1]) + (c[2] + c[3]);
-  }
-}
-
 template <bool kFast>
 __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                              float qk_scale, float lean_a) {
@@ -1217,14 +1175,11 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // keeps exp2(t - m) = 0 for masked t, not NaN
     const float lean_b = 120.0f - 8.0f * m_use;
     const float neg_m = kPShift - m_use;
-    float lsc[kSumChains];  // BF16's row sum as kSumChains interleaved chains
-#pragma unroll
-    for (int c = 0; c < kSumChains; ++c) lsc[c] = 0.0f;
+    float lsum = 0.0f;
 #pragma unroll
     for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
       for (int x = 0; x < 2; ++x) {
-        float& lsum = lsc[(2 * j + x) % kSumChains];
         float& v = s[4 * j + 2 * r + x];
         if constexpr (kFast) {
           if constexpr (kLeanP) {
@@ -1244,7 +1199,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
         }
       }
     }
-    if constexpr (!kFp8) l_run[r] = l_run[r] * alpha[r] + chain_sum(lsc);
+    if constexpr (!kFp8) l_run[r] = l_run[r] * alpha[r] + lsum;
   }
 }
 
@@ -1287,11 +1242,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     mx[0] = fmaxf(mx[0], o0);
     mx[1] = fmaxf(mx[1], o1);
   }
-  float neg_m[2], lean_b[2], lsum[2][kSumChains];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int c = 0; c < kSumChains; ++c) lsum[r][c] = 0.0f;
+  float neg_m[2], lean_b[2], lsum[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float m_new = fmaxf(m_run[r], mx[r] * qk_scale);
@@ -1313,17 +1264,15 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
         if constexpr (kLeanP) {
           v = lean_code(v, lean_a, lean_b[r]);
         } else {
-          const float arg = fmaf(v, qk_scale, neg_m[r]);
-          constexpr int kEmu = ZYFA_WS_EXP_EMU;
-          v = (kEmu > 0 && !kFp8 && (2 * j + x) % (kEmu > 0 ? kEmu : 1) == kEmu - 1) ? ex2_fma(arg) : ex2(arg);
-          lsum[r][(2 * j + x) % kSumChains] += v;
+          v = ex2(fmaf(v, qk_scale, neg_m[r]));
+          lsum[r] += v;
         }
       }
     }
   }
   if constexpr (!kFp8) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + chain_sum(lsum[r]);
+    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * alpha[r] + lsum[r];
   }
 }
 
