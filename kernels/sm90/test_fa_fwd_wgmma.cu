@@ -425,7 +425,8 @@ RowErrors f64_row_errors(const BenchShape& sh, const uint8_t* dq, const uint8_t*
       const int key1 = std::min(key0 + kTileN, row + 1);
       float bm = -INFINITY;
       for (int j = key0; j < key1; ++j) bm = std::max(bm, sdot[j] * c);
-      const float m_new = std::max(m, bm);
+      float m_new = std::max(m, bm);
+      if (kContractStaleTau > 0.0f && !(m_new > m + kContractStaleTau)) m_new = m;  // as compute_refs
       const float alpha = m == -INFINITY ? 0.0f : ::exp2f(m - m_new);
       for (double& a : cacc) a *= alpha;
       lc *= alpha;
