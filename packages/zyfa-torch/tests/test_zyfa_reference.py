@@ -234,7 +234,7 @@ def _rising_scores(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     q, k, v = make_qkv(1, 256, 256, 2, 1, seed=seed, q_scale=0.5)
     q, k = q.float(), k.float()
     q[..., 0] = 4.0
-    k[..., 0] = torch.linspace(0.0, 8.0, k.shape[1])[None, :, None]  # t rises by ~1.4 over the keys
+    k[..., 0] = torch.linspace(0.0, 8.0, k.shape[1])[None, :, None]  # t rises by ~4 binades over the keys
     return q.bfloat16(), k.bfloat16(), v
 
 
