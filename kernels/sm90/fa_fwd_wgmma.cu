@@ -62,7 +62,7 @@
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
  * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
  * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_LPT_PAIRS,
- * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_VT_LDSM, ZYFA_WS_BOUND (timing experiments and schedule
+ * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_VT_LDSM, ZYFA_WS_VPRE, ZYFA_WS_BOUND (timing experiments and schedule
  * switches; see their definitions).
  */
 #include <cuda_bf16.h>
@@ -218,6 +218,16 @@
 #ifndef ZYFA_WS_VSTAGE
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
 #endif
+#ifndef ZYFA_WS_VPRE
+// Experiment (thirteenth session): e4m3 V pre-transposed in global memory by a separate pass
+// (zyfa_vt_prep below), so the producer loads Vt tiles exactly like K tiles (16-byte cp.async into the
+// swizzle, no staging buffer, no ldmatrix / stmatrix transpose on the SMSPs the consumers issue from).
+// args.v then points at Vt [batch][heads_kv][kDV][vt_row_bytes(seqlen_k)] bytes, each row's keys padded
+// with zeros to a multiple of kTileN and permuted inside each 16-key group exactly as the in-kernel
+// transpose permutes them (position 16h + 4t + i <- key 16h + 2t + (i&1) + 8(i>>1)); args.v's strides
+// are not used. Exact and lean e4m3 only (not f16 P.V).
+#define ZYFA_WS_VPRE 0
+#endif
 #ifndef ZYFA_WS_MAX3
 // Run 7 (H200, 2026-12-01, third session): default for BF16 and lean P. The thread's row max as 3-input integer maxima (VIMNMX3, one SASS
 // instruction on sm_90, checked with nvdisasm) on the float bits: two elements per instruction instead of
@@ -306,7 +316,8 @@ constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr float kStaleTau = ZYFA_WS_STALE_TAU;  // see the macro
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
 constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
-constexpr bool kVStaged = kFp8 && ZYFA_WS_VSTAGE != 0;
+constexpr bool kVPre = kFp8 && ZYFA_WS_VPRE != 0;       // V pre-transposed in global memory (see the macro)
+constexpr bool kVStaged = kFp8 && ZYFA_WS_VSTAGE != 0 && !kVPre;
 constexpr bool kPvF16 = kFp8 && ZYFA_WS_PV_F16 != 0;  // FP8 with P.V in f16 (see the macro)
 constexpr bool kPv16 = !kFp8 || kPvF16;                 // P.V on 16-bit operands (bf16 or f16)
 constexpr int kDQk = ZYFA_D_QK;
@@ -426,6 +437,7 @@ static_assert(!kLeanP || kFp8, "lean P is an FP8-only mode");
 static_assert(!kFp8 || kStaleTau < 0.8f, "FP8's P must stay below e4m3's 448: ZYFA_WS_STALE_TAU < 0.8");
 static_assert(!kPvF16 || (!kLeanP && kVStaged && ZYFA_WS_LSUM <= 1 && !ZYFA_WS_OPROMOTE),
               "P.V in f16: exact P, V through the staging buffers, whole-row HMMA sums, no O promotion");
+static_assert(!kVPre || (!kPvF16 && kTileN % 64 == 0), "ZYFA_WS_VPRE: exact or lean e4m3, tile_n a multiple of 64");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");
 // ZYFA_TILE_N (experiments, ZYFA_TILE_N != 128; kernels/sm90/NOTES.md "run 6"): S is one m64nN wgmma
 // accumulator, N one of the instantiated shapes (wgmma_ss); a P.V k-step is 16 bf16 / 32 e4m3 keys.
@@ -891,6 +903,56 @@ __device__ __forceinline__ void transpose_staging(uint32_t vt, uint32_t stg, int
     }
   }
 }
+
+// ZYFA_WS_VPRE: bytes of one Vt row (the keys padded with zeros to whole KV blocks).
+__host__ __device__ constexpr int64_t vt_row_bytes(int seqlen_k) {
+  return (static_cast<int64_t>(seqlen_k > 0 ? seqlen_k : 1) + kTileN - 1) / kTileN * kTileN;
+}
+
+// ZYFA_WS_VPRE's pass: V (args.v with its strides) -> Vt (layout at the macro). Block (x, kv head, batch)
+// takes keys 64 x .. 64 x + 63: 256 threads stage the 64 rows of 128 bytes in shared memory (rows of 144
+// bytes, so the 16-byte stores stay aligned), then each thread assembles two 16-byte Vt pieces (one d row,
+// one 16-key group, keys in the P order) from byte reads of one column; the 4 lanes of a d row write its
+// 64 contiguous bytes. Keys >= seqlen_k are zeros. Grid (vt_row_bytes / 64, heads_kv, batch).
+#if ZYFA_WS_VPRE
+__global__ void __launch_bounds__(256) vt_prep(const zyfa_fwd_args args, uint8_t* vt) {
+  __shared__ __align__(16) uint8_t rows[64 * 144];
+  const int t = static_cast<int>(threadIdx.x);
+  const int key0 = static_cast<int>(blockIdx.x) * 64;
+  const int64_t rb = vt_row_bytes(args.seqlen_k);
+  const uint8_t* const g = static_cast<const uint8_t*>(args.v) +
+      (static_cast<int64_t>(blockIdx.z) * args.v_stride_batch + static_cast<int64_t>(blockIdx.y) * args.v_stride_head) * kESize;
+  const bool vec_ok = ((reinterpret_cast<uintptr_t>(args.v) |
+                        static_cast<uintptr_t>((args.v_stride_batch | args.v_stride_seq | args.v_stride_head) * kESize)) &
+                       15u) == 0u;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int u = t + 256 * i;  // key row u / 8, 16-byte chunk u % 8
+    const int r = u >> 3, c = u & 7;
+    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+    if (key0 + r < args.seqlen_k) {
+      const uint8_t* p = g + static_cast<int64_t>(key0 + r) * args.v_stride_seq * kESize + c * 16;
+      w = vec_ok ? __ldg(reinterpret_cast<const uint4*>(p)) : load16_bytes(p);
+    }
+    *reinterpret_cast<uint4*>(rows + r * 144 + c * 16) = w;
+  }
+  __syncthreads();
+  uint8_t* const out = vt + (static_cast<int64_t>(blockIdx.z) * args.heads_kv + blockIdx.y) * kDV * rb + key0;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int u = t + 256 * i;  // 16-key group u % 4 of d row u / 4
+    const int grp = u & 3, d = u >> 2;
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {  // positions 4q .. 4q + 3 <- keys 2q, 2q + 1, 2q + 8, 2q + 9 of the group
+      const uint8_t* col = rows + (16 * grp + 2 * q) * 144 + d;
+      w[q] = static_cast<uint32_t>(col[0]) | static_cast<uint32_t>(col[144]) << 8 |
+             static_cast<uint32_t>(col[8 * 144]) << 16 | static_cast<uint32_t>(col[9 * 144]) << 24;
+    }
+    *reinterpret_cast<uint4*>(out + static_cast<int64_t>(d) * rb + 16 * grp) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+#endif
 
 // Decodes the 4 e4m3 bytes of w into two f16 pairs (exact): lo = bytes 0, 1; hi = bytes 2, 3.
 __device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
@@ -1564,8 +1626,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         (static_cast<int64_t>(blk.batch) * args.q_stride_batch + static_cast<int64_t>(blk.head) * args.q_stride_head) * kESize;
     const uint8_t* const k_base = static_cast<const uint8_t*>(args.k) +
         (static_cast<int64_t>(blk.batch) * args.k_stride_batch + static_cast<int64_t>(blk.kv_head) * args.k_stride_head) * kESize;
-    const uint8_t* const v_base = static_cast<const uint8_t*>(args.v) +
-        (static_cast<int64_t>(blk.batch) * args.v_stride_batch + static_cast<int64_t>(blk.kv_head) * args.v_stride_head) * kESize;
+    const uint8_t* const v_base = kVPre
+        ? static_cast<const uint8_t*>(args.v) +
+              (static_cast<int64_t>(blk.batch) * args.heads_kv + blk.kv_head) * kDV * vt_row_bytes(seqlen_k)
+        : static_cast<const uint8_t*>(args.v) +
+              (static_cast<int64_t>(blk.batch) * args.v_stride_batch + static_cast<int64_t>(blk.kv_head) * args.v_stride_head) * kESize;
     // 16-byte copies are legal only if every row start is 16-byte aligned (uniform per launch).
     const bool vec_ok =
         ((reinterpret_cast<uintptr_t>(args.q) | reinterpret_cast<uintptr_t>(args.k) |
@@ -1661,7 +1726,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         named_bar_sync(3, 128);       // staging buffer j & 1 is free for V_{j+2}
       } else {
         mbar_wait(bar_empty_v(s), parity);
-        if constexpr (kFp8) {
+        if constexpr (kVPre) {  // Vt rows are d, a tile's chunks the 16-key groups: K's load, K's layout
+          load_tile<kDV, kTileN / 16>(v_s + s * kVStageBytes, v_base + j * kTileN, vt_row_bytes(seqlen_k), 0, kDV,
+                                      vec_ok, t);
+          signal(bar_full_v(s));
+        } else if constexpr (kFp8) {
           load_vt_e4m3(v_s + s * kVStageBytes, v_base, args.v_stride_seq, j * kTileN, seqlen_k, vec_ok, t);
           fence_proxy_async();
           mbar_arrive(bar_full_v(s));
