@@ -904,53 +904,60 @@ __device__ __forceinline__ void transpose_staging(uint32_t vt, uint32_t stg, int
   }
 }
 
-// ZYFA_WS_VPRE: bytes of one Vt row (the keys padded with zeros to whole KV blocks).
+// ZYFA_WS_VPRE: bytes of one Vt row (the keys padded with zeros to a multiple of both kTileN and vt_prep's
+// 128 keys per block).
+constexpr int kVtPad = kTileN % 128 == 0 ? kTileN : (kTileN % 64 == 0 ? 2 * kTileN : 8 * kTileN);  // lcm(kTileN, 128)
 __host__ __device__ constexpr int64_t vt_row_bytes(int seqlen_k) {
-  return (static_cast<int64_t>(seqlen_k > 0 ? seqlen_k : 1) + kTileN - 1) / kTileN * kTileN;
+  return (static_cast<int64_t>(seqlen_k > 0 ? seqlen_k : 1) + kVtPad - 1) / kVtPad * kVtPad;
 }
 
-// ZYFA_WS_VPRE's pass: V (args.v with its strides) -> Vt (layout at the macro). Block (x, kv head, batch)
-// takes keys 64 x .. 64 x + 63: 256 threads stage the 64 rows of 128 bytes in shared memory (rows of 144
-// bytes, so the 16-byte stores stay aligned), then each thread assembles two 16-byte Vt pieces (one d row,
-// one 16-key group, keys in the P order) from byte reads of one column; the 4 lanes of a d row write its
-// 64 contiguous bytes. Keys >= seqlen_k are zeros. Grid (vt_row_bytes / 64, heads_kv, batch).
 #if ZYFA_WS_VPRE
+// ZYFA_WS_VPRE's pass: V (args.v with its strides) -> Vt (layout at the macro). Block (x, kv head, batch)
+// takes keys 128 x .. 128 x + 127 of all kDV = 128 columns. Its 256 threads copy the 128 key rows into
+// shared memory (16-byte chunk c of row r at chunk c ^ (r / 16 % 8)), then thread (g = t % 8, w = t / 8)
+// reads word w (d 4w .. 4w + 3) of the 16 rows of key group g (the swizzle puts the 8 groups of a warp on
+// distinct banks), byte-transposes them with 24 PRMT into the 4 d rows' 16 bytes in P's key order
+// (position 4q + i <- key 2q + (i & 1) + 8 (i >> 1)), and stores them; the 8 lanes of one w write 128
+// contiguous bytes of each d row. Keys >= seqlen_k are zeros. Grid (vt_row_bytes / 128, heads_kv, batch).
 __global__ void __launch_bounds__(256) vt_prep(const zyfa_fwd_args args, uint8_t* vt) {
-  __shared__ __align__(16) uint8_t rows[64 * 144];
+  static_assert(kDV == 128, "one 128-byte V row per key");
+  __shared__ __align__(16) uint8_t rows[128 * 128];
   const int t = static_cast<int>(threadIdx.x);
-  const int key0 = static_cast<int>(blockIdx.x) * 64;
+  const int key0 = static_cast<int>(blockIdx.x) * 128;
   const int64_t rb = vt_row_bytes(args.seqlen_k);
   const uint8_t* const g = static_cast<const uint8_t*>(args.v) +
       (static_cast<int64_t>(blockIdx.z) * args.v_stride_batch + static_cast<int64_t>(blockIdx.y) * args.v_stride_head) * kESize;
   const bool vec_ok = ((reinterpret_cast<uintptr_t>(args.v) |
                         static_cast<uintptr_t>((args.v_stride_batch | args.v_stride_seq | args.v_stride_head) * kESize)) &
                        15u) == 0u;
+  uint4 in[4];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int u = t + 256 * i;  // key row u / 8, 16-byte chunk u % 8
-    const int r = u >> 3, c = u & 7;
-    uint4 w = make_uint4(0u, 0u, 0u, 0u);
+  for (int i = 0; i < 4; ++i) {  // all four loads in flight before the first store
+    const int r = (t >> 3) + 32 * i, c = t & 7;
+    in[i] = make_uint4(0u, 0u, 0u, 0u);
     if (key0 + r < args.seqlen_k) {
       const uint8_t* p = g + static_cast<int64_t>(key0 + r) * args.v_stride_seq * kESize + c * 16;
-      w = vec_ok ? __ldg(reinterpret_cast<const uint4*>(p)) : load16_bytes(p);
+      in[i] = vec_ok ? __ldg(reinterpret_cast<const uint4*>(p)) : load16_bytes(p);
     }
-    *reinterpret_cast<uint4*>(rows + r * 144 + c * 16) = w;
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = (t >> 3) + 32 * i, c = t & 7;
+    *reinterpret_cast<uint4*>(rows + r * 128 + ((c ^ ((r >> 4) & 7)) << 4)) = in[i];
   }
   __syncthreads();
-  uint8_t* const out = vt + (static_cast<int64_t>(blockIdx.z) * args.heads_kv + blockIdx.y) * kDV * rb + key0;
+  const int grp = t & 7, w = t >> 3;
+  uint32_t k[16];  // word w of key rows 16 grp + 0..15
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int u = t + 256 * i;  // 16-key group u % 4 of d row u / 4
-    const int grp = u & 3, d = u >> 2;
-    uint32_t w[4];
+  for (int r = 0; r < 16; ++r)
+    k[r] = *reinterpret_cast<const uint32_t*>(rows + (16 * grp + r) * 128 + (((w >> 2) ^ grp) << 4) + 4 * (w & 3));
+  uint32_t out[4][4];  // out[q][b]: positions 4q .. 4q + 3 of d row 4 w + b
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {  // positions 4q .. 4q + 3 <- keys 2q, 2q + 1, 2q + 8, 2q + 9 of the group
-      const uint8_t* col = rows + (16 * grp + 2 * q) * 144 + d;
-      w[q] = static_cast<uint32_t>(col[0]) | static_cast<uint32_t>(col[144]) << 8 |
-             static_cast<uint32_t>(col[8 * 144]) << 16 | static_cast<uint32_t>(col[9 * 144]) << 24;
-    }
-    *reinterpret_cast<uint4*>(out + static_cast<int64_t>(d) * rb + 16 * grp) = make_uint4(w[0], w[1], w[2], w[3]);
-  }
+  for (int q = 0; q < 4; ++q) transpose4x4(k[2 * q], k[2 * q + 1], k[2 * q + 8], k[2 * q + 9], out[q]);
+  uint8_t* const dst = vt + (static_cast<int64_t>(blockIdx.z) * args.heads_kv + blockIdx.y) * kDV * rb + key0 + 16 * grp;
+#pragma unroll
+  for (int b = 0; b < 4; ++b)
+    *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(4 * w + b) * rb) = make_uint4(out[0][b], out[1][b], out[2][b], out[3][b]);
 }
 #endif
 
