@@ -25,9 +25,11 @@
 # under .carry/ into /tmp/zyfa-site, which persists while the machine stays warm (30 s after a call).
 # Run it from the committed working tree with carry [".carry/fa4-site.tar.xz", ".whl"] (eleventh session:
 # 17 MB tracked + 48 MB carried fit the 64 MiB limit; a `git archive` snapshot carried beside the tree
-# no longer does). Twelfth session: the tracked tree reached 19 MB and the call was refused as too large;
-# moving the old benchmark folders out for the call passes (the run needs none of docs/benchmarks):
-#   mv docs/benchmarks/2026-12-01 docs/benchmarks/2026-12-02 /tmp/bm_hold/   (and back after the call)
+# no longer does). Twelfth session: the tracked tree reached 19 MB and the call was refused as too large.
+# The run reads none of docs/benchmarks/<date>/, so before the call
+#   python3 tools/device/travel.py size .carry/fa4-site.tar.xz .whl   (exit 1: over the limit)
+#   python3 tools/device/travel.py hold                                (the dated folders -> /tmp)
+# and after it `python3 tools/device/travel.py restore`.
 #
 # Stages (each one's failure is reported and the next stages still run; each has a timeout):
 #     env         nvidia-smi, python/torch/CUDA versions, the relevant installed packages
