@@ -35,12 +35,17 @@ Fields:
               keeps its max m unless a block raises it by more than stale_tau, so the O rescale is
               skipped; zyfa.reference(stale_tau=...) reproduces it. Only src sm90/fa_fwd_wgmma.cu
               (-DZYFA_WS_STALE_TAU); FP8 needs < 0.8 (P <= 2^(8 + tau) < 448).
+  v_prep      optional bool (False when absent): the kernel reads V pre-transposed, written by a second entry
+              of its cubin, <name>_vprep, which launchers run first into a workspace (kernels/abi/zyfa_abi.h,
+              ABI 3; the manifest row's "v_prep" names the entry, "" when absent). Only src
+              sm90/fa_fwd_wgmma.cu, e4m3fn with p_mode exact or lean, d_v 128, tile_n a multiple of 64
+              (-DZYFA_WS_VPRE=1); the V stages then need no staging buffers (2 x tile_n x 128 bytes less).
 """
 
 VARIANTS = [
     # ---- NVIDIA Hopper (sm_90a): warp-specialised wgmma kernels (kernels/sm90/fa_fwd_wgmma.cu), the default.
     # smem_bytes = Q + stages x (K + V) + 128 B of mbarriers + 1 KiB of alignment slack + the epilogue's
-    # O staging (the kernel static_asserts it); e4m3 V stages hold V^T, and e4m3 adds 2 x 16 KiB of V
+    # O staging (the kernel static_asserts it); e4m3 V stages hold V^T, and e4m3 without v_prep adds 2 x 16 KiB of V
     # staging. O staging: 32 KiB (d128: whole rows; runs 19-20, +1..6% at 2K-8K) or 16 KiB (192/128:
     # two passes of 64 columns; run 20, +1..7% at 2K-8K).
     # stale_tau 8.0 on both BF16 wgmma kernels: run 36 (H200, twelfth session), d128 1.027..1.028 at 2K-8K and
@@ -58,9 +63,12 @@ VARIANTS = [
     {"name": "fa_fwd_e4m3fn_hd128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 192, "threads": 384, "smem_bytes": 214144, "tag": "", "grid": "persistent"},
+    # v_prep on lean d128: runs 40-41 (H200, thirteenth session), the pass inside every timed launch: 1.027 /
+    # 1.052 / 1.029 / 1.054 at 2K / 4K / 8K / 16K (exact d128 and 192/128 lost: not set there).
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 181376, "tag": "", "grid": "persistent"},
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 148608, "tag": "", "grid": "persistent",
+     "v_prep": True},
     # p_mode "f16": FP8 inputs with P.V in f16 (P rounded to f16, V converted e4m3 -> f16 in the kernel):
     # run 24 (H200), out vs float64 of the dequantised inputs 1.6e-3 against FP8 exact's ~2e-2, at 0.86..1.00
     # of exact's speed. V stages are 16-bit (tile_n 128 x 256 B), so tile_n 128 with 3 stages at d128.

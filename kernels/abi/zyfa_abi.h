@@ -29,8 +29,14 @@ typedef __UINT64_TYPE__ uint64_t;
 #endif
 
 /* 1: first layout (2026-12-01). 2: adds zyfa_tma_maps, the second parameter of kernels whose manifest
- * row says "loads": "tma" (zyfa_fwd_args unchanged). */
-#define ZYFA_ABI_VERSION 2
+ * row says "loads": "tma" (zyfa_fwd_args unchanged). 3: adds the V pre-pass (2026-12-03): a kernel whose
+ * manifest row names a "v_prep" entry reads V pre-transposed. The launcher first runs that entry,
+ * `<kernel>_vprep(zyfa_fwd_args args, uint8_t *vt)` (args as for the kernel; block 256 threads, no dynamic
+ * shared memory, grid (vt_row_bytes / 128, heads_kv, batch)), which writes Vt [batch][heads_kv][d_v]
+ * [vt_row_bytes] bytes into the workspace `vt` (vt_row_bytes = seqlen_k rounded up to a multiple of
+ * lcm(tile_n, 128); 16-byte aligned), then the kernel with the same args but v = vt (v's strides unread).
+ * zyfa_fwd_args unchanged. */
+#define ZYFA_ABI_VERSION 3
 
 #define ZYFA_FLAG_CAUSAL 0x1u /* apply the causal mask */
 #define ZYFA_FLAG_LSE 0x2u    /* write log-sum-exp to `lse` */

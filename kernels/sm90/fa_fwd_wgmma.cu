@@ -219,13 +219,17 @@
 #define ZYFA_WS_VSTAGE 1  // e4m3 V: 0 = global loads -> registers -> transpose; 1 = cp.async staging -> smem transpose
 #endif
 #ifndef ZYFA_WS_VPRE
-// Experiment (thirteenth session): e4m3 V pre-transposed in global memory by a separate pass
-// (zyfa_vt_prep below), so the producer loads Vt tiles exactly like K tiles (16-byte cp.async into the
-// swizzle, no staging buffer, no ldmatrix / stmatrix transpose on the SMSPs the consumers issue from).
-// args.v then points at Vt [batch][heads_kv][kDV][vt_row_bytes(seqlen_k)] bytes, each row's keys padded
-// with zeros to a multiple of kTileN and permuted inside each 16-key group exactly as the in-kernel
-// transpose permutes them (position 16h + 4t + i <- key 16h + 2t + (i&1) + 8(i>>1)); args.v's strides
-// are not used. Exact and lean e4m3 only (not f16 P.V).
+// e4m3 V pre-transposed in global memory by a separate pass (the entry <kernel>_vprep at the end of this
+// file; the build sets it for variants with "v_prep": True, kernels/abi/zyfa_abi.h version 3), so the
+// producer loads Vt tiles exactly like K tiles (16-byte cp.async into the swizzle: no staging buffer, no
+// ldmatrix / stmatrix transpose on the SMSPs the consumers issue from). args.v then points at Vt
+// [batch][heads_kv][kDV][vt_row_bytes(seqlen_k)] bytes, each row's keys padded with zeros and permuted
+// inside each 16-key group as the in-kernel transpose permutes them (position 16h + 4t + i <- key 16h +
+// 2t + (i&1) + 8(i>>1)); args.v's strides are not read for V. Exact and lean e4m3 only (not f16 P.V).
+// Runs 40-41 (H200, thirteenth session), TFLOP/s ratio with the pass inside every timed launch at 2K /
+// 4K / 8K / 16K: lean d128 1.027 / 1.052 / 1.029 / 1.054 (the pass: 22 us for 33.5 MB of V; the kernel
+// alone +3..9%: lean d128's softmax is issue-bound, run 33); exact d128 0.96..0.99 and 192/128 0.91..0.99
+// (their kernels gain ~1% or nothing, and 192/128 has twice the V per call). On for lean d128 only.
 #define ZYFA_WS_VPRE 0
 #endif
 #ifndef ZYFA_WS_MAX3
@@ -906,20 +910,21 @@ __device__ __forceinline__ void transpose_staging(uint32_t vt, uint32_t stg, int
 
 // ZYFA_WS_VPRE: bytes of one Vt row (the keys padded with zeros to a multiple of both kTileN and vt_prep's
 // 128 keys per block).
-constexpr int kVtPad = kTileN % 128 == 0 ? kTileN : (kTileN % 64 == 0 ? 2 * kTileN : 8 * kTileN);  // lcm(kTileN, 128)
+constexpr int kVtPad = kTileN % 128 == 0 ? kTileN : 2 * kTileN;  // lcm(kTileN, 128) for the kTileN % 64 == 0 of VPRE
 __host__ __device__ constexpr int64_t vt_row_bytes(int seqlen_k) {
   return (static_cast<int64_t>(seqlen_k > 0 ? seqlen_k : 1) + kVtPad - 1) / kVtPad * kVtPad;
 }
 
 #if ZYFA_WS_VPRE
-// ZYFA_WS_VPRE's pass: V (args.v with its strides) -> Vt (layout at the macro). Block (x, kv head, batch)
+// ZYFA_WS_VPRE's pass (the body of the entry <kernel>_vprep, ZYFA_VPREP_NAME below; kernels/abi/zyfa_abi.h
+// version 3 is its launch contract): V (args.v with its strides) -> Vt (layout at the macro). Block (x, kv head, batch)
 // takes keys 128 x .. 128 x + 127 of all kDV = 128 columns. Its 256 threads copy the 128 key rows into
 // shared memory (16-byte chunk c of row r at chunk c ^ (r / 16 % 8)), then thread (g = t % 8, w = t / 8)
 // reads word w (d 4w .. 4w + 3) of the 16 rows of key group g (the swizzle puts the 8 groups of a warp on
 // distinct banks), byte-transposes them with 24 PRMT into the 4 d rows' 16 bytes in P's key order
 // (position 4q + i <- key 2q + (i & 1) + 8 (i >> 1)), and stores them; the 8 lanes of one w write 128
 // contiguous bytes of each d row. Keys >= seqlen_k are zeros. Grid (vt_row_bytes / 128, heads_kv, batch).
-__global__ void __launch_bounds__(256) vt_prep(const zyfa_fwd_args args, uint8_t* vt) {
+__device__ __forceinline__ void vt_prep(const zyfa_fwd_args& args, uint8_t* vt) {
   static_assert(kDV == 128, "one 128-byte V row per key");
   __shared__ __align__(16) uint8_t rows[128 * 128];
   const int t = static_cast<int>(threadIdx.x);
@@ -2046,3 +2051,14 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
   }
 }
+
+#if ZYFA_WS_VPRE
+// The V pre-pass entry <kernel>_vprep (manifest row "v_prep"; launch contract in kernels/abi/zyfa_abi.h, ABI 3):
+// zyfa_sm90_ws::vt_prep for block (x, kv head, batch), 256 threads, 16 KiB of static shared memory.
+#define ZYFA_VPREP_CAT2(a, b) a##b
+#define ZYFA_VPREP_CAT(a, b) ZYFA_VPREP_CAT2(a, b)
+#define ZYFA_VPREP_NAME ZYFA_VPREP_CAT(ZYFA_KERNEL_NAME, _vprep)
+extern "C" __global__ void __launch_bounds__(256) ZYFA_VPREP_NAME(const zyfa_fwd_args args, uint8_t* vt) {
+  zyfa_sm90_ws::vt_prep(args, vt);
+}
+#endif

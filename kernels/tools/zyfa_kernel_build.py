@@ -67,8 +67,13 @@ VARIANT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "tag": str,
 }
 # Optional fields -> accepted types (an absent "grid" is "tiles": see grid_mode; an absent "loads" is
-# "cp.async": see loads_mode; an absent "stale_tau" is 0.0: see stale_tau).
-OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {"grid": str, "loads": str, "stale_tau": float}
+# "cp.async": see loads_mode; an absent "stale_tau" is 0.0: see stale_tau; an absent "v_prep" is False).
+OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "grid": str,
+    "loads": str,
+    "stale_tau": float,
+    "v_prep": bool,
+}
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
 # which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself).
 GRID_MODES = ("tiles", "persistent")
@@ -81,6 +86,11 @@ LOADS_MODES = ("cp.async", "tma")
 # e4m3's 448 = 2^8.8 with the row max at 2^8, so FP8 needs stale_tau < 0.8.
 STALE_SRC = "sm90/fa_fwd_wgmma.cu"
 FP8_MAX_STALE_TAU = 0.8
+# V pre-pass (kernels/abi/zyfa_abi.h, ABI 3): the sm90 wgmma kernel's ZYFA_WS_VPRE build for e4m3 exact / lean
+# P with d_v 128 and tile_n a multiple of 64; its cubin has a second entry, <name>_vprep, which the manifest
+# row names in "v_prep" (launchers run it into a workspace first).
+VPREP_SRC = "sm90/fa_fwd_wgmma.cu"
+VPREP_SUFFIX = "_vprep"
 ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
 KIND_SUFFIX = {"cuda": ".cubin", "hip": ".hsaco", "asmgen": ".hsaco"}
@@ -128,6 +138,7 @@ def variant_problems(v: Any) -> list[str]:
     problems += grid_problems(v)
     problems += loads_problems(v)
     problems += stale_problems(v)
+    problems += v_prep_problems(v)
     if v["kind"] not in ARCH_KINDS.get(v["arch"], ()):
         problems.append(f"{label}: kind {v['kind']!r} is not built for arch {v['arch']!r} ({ARCH_KINDS})")
     if v["dtype"] not in DTYPES:
@@ -196,6 +207,30 @@ def stale_problems(v: dict[str, Any]) -> list[str]:
     return []
 
 
+def v_prep_entry(v: dict[str, Any]) -> str:
+    """The name of the variant's V pre-pass entry ("" when it has none: "v_prep" absent or False)."""
+    return v["name"] + VPREP_SUFFIX if v.get("v_prep", False) else ""
+
+
+def v_prep_problems(v: dict[str, Any]) -> list[str]:
+    """What is wrong with the variant's v_prep (set where the wgmma kernel's ZYFA_WS_VPRE is not built)."""
+    if not v.get("v_prep", False):
+        return []
+    ok = (
+        v["src"] == VPREP_SRC
+        and v["dtype"] == "e4m3fn"
+        and v["p_mode"] in ("exact", "lean")
+        and v["d_v"] == 128
+        and v["tile_n"] % 64 == 0
+    )
+    if ok:
+        return []
+    return [
+        f"{v['name']}: v_prep needs src {VPREP_SRC!r}, dtype e4m3fn, p_mode exact or lean, d_v 128 and "
+        "tile_n a multiple of 64 (ZYFA_WS_VPRE)"
+    ]
+
+
 def load_variants(root: Path) -> list[dict[str, Any]]:
     """VARIANTS from <root>/kernels/variants.bzl, checked (fields, types, naming rule, unique names)."""
     path = root / "kernels" / "variants.bzl"
@@ -246,6 +281,8 @@ def defines(v: dict[str, Any]) -> list[str]:
         values["ZYFA_WS_TMA"] = 1
     if stale_tau(v) > 0.0:
         values["ZYFA_WS_STALE_TAU"] = f"{stale_tau(v)!r}f"  # a float literal, e.g. 8.0f
+    if v_prep_entry(v):
+        values["ZYFA_WS_VPRE"] = 1
     return [f"-D{key}={value}" for key, value in values.items()]
 
 
@@ -256,7 +293,10 @@ def compile_cuda(v: dict[str, Any], root: Path, tc: Toolchain, out: Path, work: 
         f"-I{root / 'kernels'}", *[f"-I{d}" for d in tc.include_dirs], *defines(v),
         "-Xptxas", "-v", str(root / "kernels" / v["src"]), "-o", str(out),
     ]  # fmt: skip
-    res = parse_ptxas(run_tool(argv, tool_env(work, tc.env), f"nvcc ({v['name']})"), v["name"])
+    output = run_tool(argv, tool_env(work, tc.env), f"nvcc ({v['name']})")
+    res = parse_ptxas(output, v["name"])
+    if v_prep_entry(v) and parse_ptxas(output, v_prep_entry(v))["spill_bytes"]:
+        raise BuildError(f"{v_prep_entry(v)}: the V pre-pass entry spills registers")
     if res["static_smem"] + v["smem_bytes"] > SM90_MAX_SMEM:
         raise BuildError(
             f"{v['name']}: {res['static_smem']} static + {v['smem_bytes']} dynamic bytes of shared memory "
@@ -350,6 +390,7 @@ def compile_variant(
     row["grid"] = grid_mode(v)  # always written, so a launcher never guesses
     row["loads"] = loads_mode(v)  # "tma": the kernel takes zyfa_tma_maps as a second parameter
     row["stale_tau"] = stale_tau(v)  # the reference needs it to reproduce the kernel's running max
+    row["v_prep"] = v_prep_entry(v)  # "": none; else the entry a launcher runs first (ABI 3)
     row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
     row["toolchain"] = dict(tc.versions)
     return row

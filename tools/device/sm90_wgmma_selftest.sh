@@ -158,23 +158,12 @@ from zyfa_kernel_build import defines
 # spills on both BF16 kernels (96 / 48 B stack), 32 / 232 and 40 / 232 spill on d128 (its persistent
 # TMA producer needs more than 40), so d128 cannot give its consumers more than 224; 192/128 (tile grid)
 # builds clean at 32 / 232 and 40 / 232, but already meets its targets.
-# Run 40 (thirteenth session, NOTES.md "Predictions, run 40"): e4m3 V pre-transposed in global memory by a
-# separate pass (ZYFA_WS_VPRE; the pass runs inside every timed launch), so the producer loads Vt like K and
-# the staging buffers are freed: "vpre" alone, and with the freed memory as one more stage ("vpre4" lean
-# d128: 4 stages; "vpre3" exact d128: 3 stages of 192 keys).
-VPRE = ["-DZYFA_WS_VPRE=1"]
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [
-        ("vpre", "-32768", VPRE),
-        ("vpre4", "+128", VPRE + ["-DZYFA_WS_STAGES=4"]),
-    ],
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": [
-        ("vpre", "-49152", VPRE),
-        ("vpre3", "+8192", VPRE + ["-DZYFA_WS_STAGES=3"]),
-    ],
-    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": [("vpre", "-32768", VPRE)],
-    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": [("vpre", "-32768", VPRE)],
-}
+# Runs 40-41 (thirteenth session calls 1 and 3, NOTES.md "Outcomes, run 40" / "Outcomes, run 41"): e4m3 V
+# pre-transposed in global memory by a separate pass (ZYFA_WS_VPRE): lean d128 1.027 / 1.052 / 1.029 / 1.054 with
+# the faster pass (22 us) inside every timed launch, now its default (variants.bzl "v_prep"); exact d128 (also
+# with a third stage) 0.96..0.99, 192/128 0.91..0.99 with the first pass and 0.94..0.99 (lean) with the second:
+# not taken. The extra stage on lean d128 (vpre4) added nothing.
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
@@ -229,10 +218,10 @@ for line in "${lines[@]}"; do
   if [[ ! -s "$dir/$name.cubin" ]]; then
     echo "CUBIN BUILD FAILED $name" | tee -a "$summary"; cat "$log" | tee -a "$summary"; status=1; continue
   fi
-  # The attention kernel's own lines: it is the extern "C" entry (a helper kernel in the same cubin, such
-  # as ZYFA_WS_VPRE's vt_prep, has a C++-mangled name and its own ptxas lines).
+  # The attention kernel's own lines (the cubin of a ZYFA_WS_VPRE build also holds the V pre-pass entry,
+  # <kernel>_vprep, with its own ptxas lines).
   klog="$dir/cubin_${name}_entry.log"
-  awk '/Compiling entry function/ {on = ($0 !~ /function .(_Z)/)} on' "$log" >"$klog"
+  awk '/Compiling entry function/ {on = ($0 !~ /_vprep./)} on' "$log" >"$klog"
   regs="$(grep -o 'Used [0-9]* registers' "$klog" | head -1)"
   spill="$(grep -o '[0-9]* bytes spill stores, [0-9]* bytes spill loads' "$klog" | head -1)"
   stack="$(grep -o '[0-9]* bytes stack frame' "$klog" | head -1)"

@@ -188,6 +188,7 @@ def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.Monke
     assert row["grid"] == grid and row["tile_m"] == v["tile_m"]
     assert "-DZYFA_WS_TMA=1" not in argv and row["loads"] == "cp.async"  # absent in the variant: written
     assert not any("STALE" in a for a in argv) and row["stale_tau"] == 0.0  # likewise
+    assert not any("VPRE" in a for a in argv) and row["v_prep"] == ""  # likewise
 
 
 def test_cuda_compile_carries_tma_loads_and_stale_tau(
@@ -284,3 +285,36 @@ def test_merge_manifest_checks() -> None:
         kb.merge_manifest([{"kernel": row}, {"kernel": {**other, "toolchain": {"clang": "21.1.0"}}}], 1)
     with pytest.raises(BuildError, match="code object .*a.hsaco is missing"):
         kb.merge_manifest([{"kernel": row}], 1, Path("/nonexistent"))
+
+
+def test_cuda_compile_names_the_v_prep_entry_and_refuses_its_spills(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a stand-in nvcc: a "v_prep": True variant compiles with -DZYFA_WS_VPRE=1 and its manifest row
+    names the pass entry <name>_vprep (launchers run it first); a spilling pass entry fails the build."""
+    v = variant(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, dtype="e4m3fn",
+                p_mode="lean", v_prep=True)  # fmt: skip
+    root = make_root(tmp_path / "repo", [v])
+    (root / "kernels" / "sm90").mkdir()
+    (root / "kernels" / "sm90" / "fa_fwd_wgmma.cu").write_text("// stand-in source\n")
+    spill = {"bytes": 0}
+    argvs: list[list[str]] = []
+
+    def fake_nvcc(argv: list[str], env: dict[str, str], what: str) -> str:
+        argvs.append(list(argv))
+        prep = v["name"] + "_vprep"
+        return (
+            f"ptxas info    : Compiling entry function '{prep}'\n"
+            f"    0 bytes stack frame, {spill['bytes']} bytes spill stores, 0 bytes spill loads\n"
+            "ptxas info    : Used 32 registers, used 1 barriers, 16384 bytes smem\n"
+            f"ptxas info    : Compiling entry function '{v['name']}'\nptxas info    : Used 168 registers\n"
+        )
+
+    monkeypatch.setattr(kb, "run_tool", fake_nvcc)
+    tc = kb.Toolchain("cuda", ("nvcc",), {"nvcc": "13.0.88"})
+    row = kb.compile_variant(v, root, tc, tmp_path / "out" / f"{v['name']}.cubin")
+    assert "-DZYFA_WS_VPRE=1" in argvs[0] and row["v_prep"] == v["name"] + "_vprep"
+    assert row["registers"] == 168  # the attention kernel's own entry, not the pass's
+    spill["bytes"] = 8
+    with pytest.raises(kb.BuildError, match="_vprep: the V pre-pass entry spills registers"):
+        kb.compile_variant(v, root, tc, tmp_path / "out2" / f"{v['name']}.cubin")

@@ -189,3 +189,24 @@ def test_stale_tau_defines_ws_stale_tau_and_fp8_stays_below_448() -> None:
     assert kb.variant_problems(variant(**fp8, stale_tau=0.75)) == []
     (problem,) = kb.variant_problems(variant(**fp8, stale_tau=0.8))
     assert "would let FP8 P pass e4m3's 448" in problem
+
+
+def test_v_prep_defines_ws_vpre_only_where_the_pass_exists() -> None:
+    """v_prep True adds -DZYFA_WS_VPRE=1 (and names the entry <name>_vprep); False or absent adds nothing.
+    It is refused on BF16, f16 P, another source, d_v != 128 or tile_n not a multiple of 64."""
+    lean = {**WGMMA, "dtype": "e4m3fn", "p_mode": "lean", "tile_m": 128, "tile_n": 128}
+    assert kb.defines(variant(**lean, v_prep=False)) == kb.defines(variant(**lean))
+    v = variant(**lean, v_prep=True)
+    assert kb.variant_problems(v) == [] and kb.v_prep_entry(v) == v["name"] + "_vprep"
+    assert kb.defines(v) == [*kb.defines(variant(**lean)), "-DZYFA_WS_VPRE=1"]
+    assert kb.v_prep_entry(variant(**lean)) == ""
+    for bad in (
+        {"dtype": "bf16", "p_mode": None},
+        {"p_mode": "f16"},
+        {"tile_n": 160},
+        {"d_qk": 192, "d_v": 192},
+    ):
+        problems = kb.variant_problems(variant(**{**lean, **bad}, v_prep=True))
+        assert any("v_prep needs src" in p for p in problems), (bad, problems)
+    (problem,) = kb.variant_problems(variant(**lean, v_prep=1))
+    assert "v_prep = 1 has the wrong type" in problem

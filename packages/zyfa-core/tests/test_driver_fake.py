@@ -702,3 +702,69 @@ print(json.dumps(errors))
         "loaded backend is HIP"
     )
     assert calls_named(calls, "hipModuleLaunchKernel") == []
+
+
+# ------------------------------------------------------------ the V pre-pass (ABI 3)
+
+SM90_VPREP = "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a"
+WORKSPACE = 0x7F4000000000
+
+
+@pytest.fixture
+def vprep_dir(tmp_path: Path, manifest_tools) -> Path:
+    row = manifest_tools.row(
+        SM90_VPREP, tile_m=128, tile_n=128, threads=384, grid="persistent", v_prep=SM90_VPREP + "_vprep"
+    )
+    image = f"FAKECUBIN {SM90_VPREP} {SM90_VPREP}_vprep\n".encode()
+    return manifest_tools.write(tmp_path / "vprep", [row], files={row["file"]: image})
+
+
+VPREP_LAUNCH = f"""
+zyfa_core.launch(spec, args, stream=0x5000, device=0, workspace={WORKSPACE})
+moved = zyfa_core.launcher._with_v(args, {WORKSPACE})
+print(json.dumps({{"args": bytes(args).hex(), "moved": bytes(moved).hex(), "v": args.v, "moved_v": moved.v,
+                  "same": bytes(zyfa_core.launcher._with_v(args, args.v)) == bytes(args),
+                  "need": spec.workspace_bytes(b, hkv, sk), "grid": zyfa_core.launch_grid(spec, args, 132)}}))
+"""
+
+
+def test_v_prep_runs_first_into_the_workspace_then_the_kernel_reads_it(
+    run_with_fake, vprep_dir: Path
+) -> None:
+    """A kernel with a V pre-pass: `launch` runs <name>_vprep on (ceil(seqlen_k / 128), heads_kv, batch) x
+    256 threads with the args and the workspace pointer, then the kernel on its own grid with the same
+    args except v = the workspace, both on the caller's stream."""
+    spec = f"zyfa_core.Manifest.load(KERNEL_DIR).get({SM90_VPREP!r})"
+    snippet = args_snippet(spec=spec, b=3, sq=300, sk=500, hq=6, hkv=2) + VPREP_LAUNCH
+    out, calls = run_with_fake("cuda", snippet, vprep_dir)
+    prep, main = calls_named(calls, "cuLaunchKernel")
+    assert prep["name"] == SM90_VPREP + "_vprep" and prep["grid"] == "4,2,3" and prep["block"] == "256,1,1"
+    assert prep["smem"] == "0" and prep["args"] == out["args"]
+    assert prep["second"] == WORKSPACE.to_bytes(8, "little").hex()
+    assert main["name"] == SM90_VPREP and main["args"] == out["moved"] and "second" not in main
+    assert main["grid"] == ",".join(map(str, out["grid"])) and main["block"] == "384,1,1"
+    assert prep["stream"] == main["stream"] == "0x5000"
+    assert out["moved_v"] == WORKSPACE != out["v"] and out["same"]  # only v differs
+    assert out["need"] == 3 * 2 * 128 * 512  # 500 keys padded to 4 blocks of 128
+
+
+VPREP_NATIVE = """
+native = zyfa_core.launcher.native_launch(spec, 0)
+print(json.dumps({"prep": native.v_prep_kernel, "kernel": native.kernel, "block": list(native.v_prep_block),
+                  "tile_n": native.tile_n, "launch2": native.launch2_function}))
+"""
+
+
+def test_native_launch_hands_over_the_loaded_v_prep_entry(run_with_fake, vprep_dir: Path, cuda_dir) -> None:
+    """zyfa-torch's C++ op launches the pass itself: native_launch gives it the loaded entry's handle, its
+    block and tile_n (the row padding); kernels without a pass give handle 0."""
+    spec = f"zyfa_core.Manifest.load(KERNEL_DIR).get({SM90_VPREP!r})"
+    out, calls = run_with_fake("cuda", args_snippet(spec=spec, hkv=2) + VPREP_NATIVE, vprep_dir)
+    assert out["prep"] not in (0, out["kernel"]) and out["block"] == [256, 1, 1] and out["tile_n"] == 128
+    assert out["launch2"] != 0
+    assert [c["name"] for c in calls_named(calls, "cuModuleGetFunction")] == [
+        SM90_VPREP,
+        SM90_VPREP + "_vprep",
+    ]
+    plain, _ = run_with_fake("cuda", args_snippet() + VPREP_NATIVE, cuda_dir)
+    assert plain["prep"] == 0

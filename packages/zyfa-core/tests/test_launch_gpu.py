@@ -153,7 +153,14 @@ def run_kernel(spec, device, q, k, v, scale, descales=(1.0, 1.0, 1.0)):
     out = torch.full((b, sq, hq, v.shape[3]), math.nan, dtype=torch.bfloat16, device=q.device)
     lse = torch.full((b, hq, sq), math.nan, dtype=torch.float32, device=q.device)
     args = make_args(q, k, v, out, lse, scale, descales)
-    zyfa_core.launch(spec, args, stream=torch.cuda.current_stream(device).cuda_stream, device=device)
+    # A kernel with a V pre-pass reads V from a workspace the pass fills (poisoned: a byte it misses shows).
+    workspace = torch.full(
+        (spec.workspace_bytes(b, k.shape[2], k.shape[1]),), 0xFF, dtype=torch.uint8, device=q.device
+    )
+    stream = torch.cuda.current_stream(device).cuda_stream
+    zyfa_core.launch(
+        spec, args, stream=stream, device=device, workspace=workspace.data_ptr() if spec.v_prep else 0
+    )
     torch.cuda.synchronize(device)
     return out, lse
 

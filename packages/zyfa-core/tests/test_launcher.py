@@ -261,3 +261,41 @@ def test_python_m_zyfa_core(tmp_path: Path, manifest_tools, monkeypatch, capsys)
     monkeypatch.setenv("ZYFA_KERNEL_DIR", str(tmp_path / "missing"))
     assert cli.main() == 1
     assert "ZYFA_KERNEL_DIR=" in capsys.readouterr().out
+
+
+@pytest.fixture
+def v_prep(tmp_path: Path, manifest_tools) -> zyfa_core.KernelSpec:
+    name = "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a"
+    row = manifest_tools.row(name, tile_m=128, tile_n=128, grid="persistent", v_prep=name + "_vprep")
+    return zyfa_core.Manifest.load(manifest_tools.write(tmp_path / "vp", [row])).get(name)
+
+
+@pytest.mark.parametrize(
+    ("workspace", "message"),
+    [
+        (0, r"reads V pre-transposed: pass workspace=<device pointer to 131072 bytes>"),
+        (True, r"reads V pre-transposed"),
+        (-16, r"reads V pre-transposed"),
+        (0x7F0000400008, "workspace = 0x7f0000400008 is not 16-byte aligned"),
+    ],
+)
+def test_v_prep_kernel_needs_an_aligned_workspace_before_any_driver_call(
+    v_prep: zyfa_core.KernelSpec, monkeypatch: pytest.MonkeyPatch, workspace: object, message: str
+) -> None:
+    """2 batches x 2 kv heads x 128 d rows x 130 keys padded to 256: 131072 bytes, named in the error."""
+
+    def no_driver() -> None:
+        raise AssertionError("the driver must not be touched for invalid arguments")
+
+    monkeypatch.setattr(launcher, "_driver", no_driver)
+    args = zyfa_core.make_fwd_args(**good_fields(q_descale=1.0))
+    assert v_prep.workspace_bytes(2, 2, 130) == 131072
+    with pytest.raises(ValueError, match=message):
+        zyfa_core.launch(v_prep, args, stream=0, device=0, workspace=workspace)  # type: ignore[arg-type]
+
+
+def test_v_prep_grid_limits(v_prep: zyfa_core.KernelSpec) -> None:
+    """The pass's grid has heads_kv and batch as y / z: the persistent kernel alone would not limit them."""
+    args = zyfa_core.make_fwd_args(**good_fields(heads_q=65536 * 2, heads_kv=65536 * 2))
+    with pytest.raises(ValueError, match="heads_kv = 131072 and batch = 2 must each be <= 65535"):
+        zyfa_core.check_args(v_prep, args)

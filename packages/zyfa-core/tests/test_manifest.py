@@ -303,3 +303,39 @@ def test_nothing_found_names_every_place(tmp_path: Path) -> None:
     assert f"not found in {starts[0]} or any parent" in text
     assert f"not found in {starts[1]} or any parent" in text
     assert "bazel build //kernels:all" in text
+
+
+def test_v_prep_is_read_and_sizes_the_workspace(tmp_path: Path, manifest_tools) -> None:
+    """A row without "v_prep" (a manifest older than ABI 3's field) has none and needs no workspace; with
+    it, Vt rows pad seqlen_k to lcm(tile_n, 128): 128 for tile_n 128, 384 for tile_n 192."""
+    lean, exact = SM90[3], SM90[2]
+    rows = [
+        manifest_tools.row(lean, tile_n=128, v_prep=lean + "_vprep"),
+        manifest_tools.row(exact, tile_n=192, v_prep=exact + "_vprep"),
+        manifest_tools.row(SM90[0]),
+    ]
+    a, b, plain = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows)).kernels
+    assert (a.v_prep, plain.v_prep) == (lean + "_vprep", "")
+    assert [a.vt_row_bytes(s) for s in (0, 1, 128, 129)] == [128, 128, 128, 256]
+    assert [b.vt_row_bytes(s) for s in (1, 384, 385)] == [384, 384, 768]
+    assert a.workspace_bytes(2, 8, 16384) == 2 * 8 * 128 * 16384 and plain.workspace_bytes(2, 8, 16384) == 0
+    assert a.v_prep_grid(2, 8, 16385) == (129, 8, 2)
+    assert a.describe().endswith(", V pre-pass, sm90a)") and "pre-pass" not in plain.describe()
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "problem"),
+    [
+        (SM90[3], {"v_prep": True}, "v_prep True must be a string"),
+        (SM90[0], {"v_prep": "x_vprep"}, "v_prep is only for sm90a e4m3fn kernels"),  # BF16
+        (SM90[3], {"v_prep": "x_vprep", "tile_n": 160}, "tile_n a multiple of 64"),
+        (GFX950[0], {"v_prep": "x_vprep"}, "v_prep is only for sm90a e4m3fn kernels"),
+    ],
+)
+def test_bad_v_prep_is_rejected_naming_kernel(
+    tmp_path: Path, manifest_tools, name: str, extra: dict, problem: str
+) -> None:
+    manifest_tools.write(tmp_path, [manifest_tools.row(name, **extra)])
+    with pytest.raises(ManifestError) as info:
+        zyfa_core.Manifest.load(tmp_path)
+    assert f"kernel {name!r}: v_prep" in str(info.value) and problem in str(info.value)

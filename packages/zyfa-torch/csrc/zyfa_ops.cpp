@@ -324,7 +324,9 @@ struct KernelEntry {
   bool tma = false;             // manifest "loads": "tma" (else "cp.async"): launched with zyfa_tma_maps
   int64_t tile_n = 0;           // TMA kernels: the k and v maps' box rows
   zyfa_driver_encode_fn encode = nullptr;    // TMA kernels only
-  zyfa_driver_launch2_fn launch2 = nullptr;  // TMA kernels only
+  zyfa_driver_launch2_fn launch2 = nullptr;  // TMA kernels and kernels with a V pre-pass
+  const void *v_prep = nullptr;              // the V pre-pass entry (ABI 3; manifest "v_prep"), or none
+  unsigned v_prep_block[3] = {0, 0, 0};
 };
 
 std::mutex g_mutex;
@@ -365,6 +367,21 @@ void read_loads(const py::object &found, KernelEntry &e) {
               num(e.tile_n), ")");
 }
 
+// The V pre-pass of a NativeLaunch (kernels/abi/zyfa_abi.h, ABI 3): the loaded entry's handle and block, and
+// tile_n for the row padding. A zyfa_core older than ABI 3 has no such attribute (and no such kernels).
+void read_v_prep(const py::object &found, KernelEntry &e) {
+  const auto handle = py::hasattr(found, "v_prep_kernel") ? found.attr("v_prep_kernel").cast<std::uintptr_t>() : 0;
+  if (handle == 0) return;
+  e.v_prep = reinterpret_cast<const void *>(handle);
+  auto block = found.attr("v_prep_block").cast<std::tuple<unsigned, unsigned, unsigned>>();
+  e.v_prep_block[0] = std::get<0>(block), e.v_prep_block[1] = std::get<1>(block), e.v_prep_block[2] = std::get<2>(block);
+  e.launch2 = reinterpret_cast<zyfa_driver_launch2_fn>(found.attr("launch2_function").cast<std::uintptr_t>());
+  e.tile_n = found.attr("tile_n").cast<int64_t>();
+  TORCH_CHECK(e.launch2 && e.tile_n > 0 && e.tile_n % 64 == 0, "zyfa._C: kernel ", e.name, " has a V pre-pass, "
+              "but the resolver gave no two-parameter launch entry or a tile_n that is not a multiple of 64 (",
+              num(e.tile_n), ")");
+}
+
 KernelEntry resolve(const KernelKey &key, const char *p_mode) {
   py::gil_scoped_acquire gil;
   TORCH_CHECK(g_resolver != nullptr, "zyfa._C: no kernel resolver registered (zyfa._ops registers it at import)");
@@ -388,6 +405,7 @@ KernelEntry resolve(const KernelKey &key, const char *p_mode) {
   TORCH_CHECK(e.kernel && e.launch && e.tile_m > 0, "zyfa._C: the resolver returned no kernel for ", e.name);
   read_grid(found, e);
   read_loads(found, e);
+  read_v_prep(found, e);
   return e;
 }
 
@@ -507,6 +525,24 @@ void launch_grid(const KernelEntry &e, const Dims &d, unsigned (&grid)[3]) {
   grid[0] = static_cast<unsigned>(std::min(e.multiprocessors, items)), grid[1] = 1, grid[2] = 1;
 }
 
+// ABI 3's V pre-pass (zyfa_core.KernelSpec.workspace_bytes / v_prep_grid): allocate the workspace, run the pass
+// into it on `stream`, and point args.v at it. The workspace tensor is returned so that it outlives the launches
+// that read it (freed after, the caching allocator reuses it only for later work on this stream).
+Tensor run_v_prep(const KernelEntry &e, const Tensor &q, const Dims &d, zyfa_fwd_args &args, void *stream) {
+  const int64_t pad = e.tile_n % 128 == 0 ? e.tile_n : 2 * e.tile_n;  // lcm(tile_n, 128) for tile_n % 64 == 0
+  const int64_t row_bytes = (std::max<int64_t>(d.seqlen_k, 1) + pad - 1) / pad * pad;  // (grid y/z: check_shapes)
+  Tensor workspace = at::empty({d.batch * d.heads_kv * d.d_v * row_bytes}, q.options().dtype(at::kByte));
+  void *vt = workspace.data_ptr();
+  const unsigned grid[3] = {static_cast<unsigned>(row_bytes / 128), static_cast<unsigned>(d.heads_kv),
+                            static_cast<unsigned>(d.batch)};
+  zyfa_driver_error err;
+  if (e.launch2(e.v_prep, grid, e.v_prep_block, 0, stream, &args, sizeof(args), &vt, sizeof(vt), &err) != 0) {
+    raise_driver_error(err);
+  }
+  args.v = vt;
+  return workspace;
+}
+
 // Launch on `stream` of CUDA/HIP device `device`; out and lse are allocated by the caller.
 void launch(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out, const Tensor *lse, const Checked &c,
             double softmax_scale, bool causal, int device, void *stream) {
@@ -514,6 +550,7 @@ void launch(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out
   alignas(16) zyfa_fwd_args args = pack(q, k, v, out, lse, c.dims, softmax_scale, causal, c.descales);
   unsigned grid[3];
   launch_grid(e, c.dims, grid);
+  const Tensor workspace = e.v_prep ? run_v_prep(e, q, c.dims, args, stream) : Tensor();
   zyfa_driver_error err;
   if (!e.tma) {
     if (e.launch(e.kernel, grid, e.block, e.smem, stream, &args, sizeof(args), &err) != 0) raise_driver_error(err);

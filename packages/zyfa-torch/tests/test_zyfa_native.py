@@ -433,7 +433,7 @@ size_t log_size;
 int fail_encode;
 unsigned char args[192], second[448];
 size_t args_size, second_size;
-unsigned grid[3], block[3], smem, launches, launches2;
+unsigned grid[3], block[3], smem, launches, launches2, grid2[3], block2[3], smem2;
 size_t stream;
 #pragma pack(push, 1)
 typedef struct { int32_t dtype; uint64_t address, dims[4], strides[3]; uint32_t box[4]; } encoded;
@@ -473,6 +473,7 @@ int launch2(const void *k, const unsigned *g, const unsigned *b, unsigned s, voi
             size_t n, const void *p, size_t pn, zerr *e) {
   (void)k, (void)e;
   keep(g, b, s, st, a, n);
+  memcpy(grid2, g, sizeof grid2), memcpy(block2, b, sizeof block2), smem2 = s;
   second_size = pn;
   memcpy(second, p, pn < sizeof second ? pn : sizeof second);
   return ++launches2, 0;
@@ -682,3 +683,46 @@ def test_tma_maps_unusable_are_zero(native, stubs, field, step):
     _stub_reset(stubs)
     assert native.tma_maps_for_test(bytes(args), False, 128, 64, encode) == bytes(TMA_MAPS_SIZE)
     assert _stub_log(stubs) == []
+
+
+# ------------------------------------------------- the V pre-pass (ABI 3), against the C entry stubs
+
+
+def test_v_prep_kernel_runs_the_pass_first_into_a_workspace(native, stubs, restore_resolver):
+    """A kernel with a V pre-pass: one two-parameter launch of the pass (grid (ceil(seqlen_k / 128),
+    heads_kv, batch), its block, no dynamic shared memory; args and the workspace pointer), then the
+    kernel's one-parameter launch with the same args but v = that workspace."""
+    _stub_reset(stubs)
+    _stand_in(native, stubs, loads="cp.async", v_prep_kernel=2, v_prep_block=(256, 1, 1), tile_n=128)
+    q, k, v = _tma_inputs(True, 128)  # seqlen_k 70 -> one 128-key row block; 2 kv heads, batch 2
+    out, lse = native.launch_for_test(q, k, v, 0.125, True, 1.0, 1.0, 1.0, True, "lean", 0, 0x7000)
+    assert ctypes.c_uint.in_dll(stubs, "launches2").value == 1
+    assert ctypes.c_uint.in_dll(stubs, "launches").value == 1
+    assert tuple((ctypes.c_uint * 3).in_dll(stubs, "grid2")) == (1, 2, 2)
+    assert tuple((ctypes.c_uint * 3).in_dll(stubs, "block2")) == (256, 1, 1)
+    assert ctypes.c_uint.in_dll(stubs, "smem2").value == 0
+    assert ctypes.c_size_t.in_dll(stubs, "second_size").value == 8
+    workspace = int.from_bytes(_stub_bytes(stubs, "second", 8), "little")
+    expect = _ops._fill_args(abi, q, k, v, out, lse, 0.125, True, (1.0,) * 3)
+    assert workspace not in (0, expect.v) and workspace % 16 == 0
+    expect.v = workspace
+    assert _stub_bytes(stubs, "args", abi.ARGS_SIZE) == bytes(expect)  # the kernel's launch (kept last)
+    assert tuple((ctypes.c_uint * 3).in_dll(stubs, "grid")) == (1, 4, 2)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"tile_n": 96}, "has a V pre-pass, but .* not a multiple of 64 \\(96\\)"),
+        ({"launch2_function": 0}, "has a V pre-pass, but the resolver gave no two-parameter launch"),
+    ],
+)
+def test_resolved_v_prep_is_checked(native, stubs, restore_resolver, fields, message):
+    _stub_reset(stubs)
+    found = {"loads": "cp.async", "v_prep_kernel": 2, "v_prep_block": (256, 1, 1), "tile_n": 128, **fields}
+    _stand_in(native, stubs, **found)
+    q = _bf16(1, 8, 2, 128)
+    with pytest.raises(RuntimeError, match=message):
+        native.launch_for_test(q, q, q, 0.1, True, 1.0, 1.0, 1.0, False, None, 0, 0)
+    assert ctypes.c_uint.in_dll(stubs, "launches").value == 0
+    assert ctypes.c_uint.in_dll(stubs, "launches2").value == 0

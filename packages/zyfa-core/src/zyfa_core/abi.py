@@ -39,7 +39,7 @@ __all__ = [
 
 # 1: first layout (2026-12-01). 2: adds zyfa_tma_maps, the second parameter of "loads": "tma" kernels.
 # Bump together with ZYFA_ABI_VERSION in zyfa_abi.h.
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 FLAG_CAUSAL = 0x1
 """Apply the bottom-right aligned causal mask (ZYFA_FLAG_CAUSAL)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib
 import math
+import struct
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -24,7 +25,7 @@ from typing import Any, NamedTuple
 
 from zyfa_core.abi import ABI_VERSION, FLAG_CAUSAL, FLAG_LSE, ZyfaFwdArgs, tma_maps_bytes
 from zyfa_core.errors import ManifestError, ZyfaDriverError
-from zyfa_core.manifest import KernelSpec
+from zyfa_core.manifest import VPREP_THREADS, KernelSpec
 
 __all__ = [
     "available_backend",
@@ -217,6 +218,11 @@ def _check_sizes(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
             f"{spec.name}: heads_q = {args.heads_q} and batch = {args.batch} must each be <= "
             f"{_GRID_YZ_MAX} (grid y/z limit)"
         )
+    if spec.v_prep and (args.heads_kv > _GRID_YZ_MAX or args.batch > _GRID_YZ_MAX):
+        raise ValueError(
+            f"{spec.name}: heads_kv = {args.heads_kv} and batch = {args.batch} must each be <= "
+            f"{_GRID_YZ_MAX} (the V pre-pass's grid y/z limit)"
+        )
     if spec.grid == "persistent" and _work_items(spec, args) > _MAX_WORK_ITEMS:
         raise ValueError(
             f"{spec.name}: {_work_items(spec, args)} work items (query tiles x heads_q x batch) exceed "
@@ -309,9 +315,12 @@ def _check_target(spec: KernelSpec, device: int) -> None:
         raise ManifestError(f"{spec.name}: code object {spec.path} listed in the manifest is missing")
 
 
-def _kernel(spec: KernelSpec, device: int) -> Any:
-    """The loaded `_driver.Kernel` for (device, code object, name): checked and loaded once per process."""
-    key = (device, spec.path, spec.name)
+def _kernel(spec: KernelSpec, device: int, entry: str = "") -> Any:
+    """The loaded `_driver.Kernel` for (device, code object, entry): checked and loaded once per process.
+    `entry` "" is the attention kernel itself (spec.name, its dynamic shared memory); else another entry
+    of the same code object (the V pre-pass: static shared memory only)."""
+    name = entry or spec.name
+    key = (device, spec.path, name)
     kernel = _kernels.get(key)
     if kernel is not None:
         return kernel
@@ -319,9 +328,31 @@ def _kernel(spec: KernelSpec, device: int) -> Any:
         kernel = _kernels.get(key)
         if kernel is None:
             _check_target(spec, device)
-            kernel = _driver().load_kernel(device, str(spec.path), spec.name, spec.launch_smem_bytes)
+            smem = spec.launch_smem_bytes if name == spec.name else 0
+            kernel = _driver().load_kernel(device, str(spec.path), name, smem)
             _kernels[key] = kernel
     return kernel
+
+
+def _check_workspace(spec: KernelSpec, args: ZyfaFwdArgs, workspace: int) -> None:
+    """A kernel with a V pre-pass needs a 16-byte aligned device workspace of spec.workspace_bytes."""
+    if not spec.v_prep:
+        return
+    need = spec.workspace_bytes(args.batch, args.heads_kv, args.seqlen_k)
+    if isinstance(workspace, bool) or not isinstance(workspace, int) or not 0 < workspace < 2**64:
+        raise ValueError(
+            f"{spec.name} reads V pre-transposed: pass workspace=<device pointer to {need} bytes> "
+            f"(spec.workspace_bytes(batch, heads_kv, seqlen_k)); got {workspace!r}"
+        )
+    if workspace % _VECTOR_BYTES:
+        raise ValueError(f"{spec.name}: workspace = {workspace:#x} is not {_VECTOR_BYTES}-byte aligned")
+
+
+def _with_v(args: ZyfaFwdArgs, v: int) -> ZyfaFwdArgs:
+    """A copy of args with args.v replaced (the kernel reads the pre-transposed V from the workspace)."""
+    copy = ZyfaFwdArgs.from_buffer_copy(bytes(args))
+    copy.v = v
+    return copy
 
 
 def _multiprocessors(spec: KernelSpec, device: int) -> int | None:
@@ -332,7 +363,7 @@ def _multiprocessors(spec: KernelSpec, device: int) -> int | None:
     return device_properties(device).get("multiprocessors")
 
 
-def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int) -> None:
+def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int, workspace: int = 0) -> None:
     """Launch kernel `spec` with `args` on `stream` of GPU `device`; asynchronous, like any launch.
 
     grid = `launch_grid(spec, args, multiprocessors of device)`: (ceil(seqlen_q / tile_m), heads_q,
@@ -341,7 +372,11 @@ def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int) -> 
     when above 48 KiB). A spec with loads "tma" gets a second parameter, the `zyfa_tma_maps` bytes
     (`zyfa_core.abi.tma_maps_bytes`, encoded through cuTensorMapEncodeTiled at each launch; all zero,
     valid = 0, when a q/k/v pointer or stride is not 16-byte aligned, and the kernel then loads with
-    cp.async). The code object is loaded once per (device, file). `stream` is the raw
+    cp.async). A spec with a `v_prep` entry (ABI 3) needs `workspace`, a device pointer to
+    `spec.workspace_bytes(batch, heads_kv, seqlen_k)` bytes (16-byte aligned; the caller allocates it
+    and keeps it alive until the launch has run on `stream`): that entry runs first on `stream`, writing
+    the pre-transposed V there, then the kernel with args.v = workspace; other specs ignore `workspace`.
+    The code object is loaded once per (device, file). `stream` is the raw
     CUstream / hipStream_t value as an int (torch: `torch.cuda.current_stream(device).cuda_stream`),
     0 for the default stream; it must belong to `device`. The GIL is released during the driver call.
 
@@ -354,9 +389,15 @@ def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int) -> 
             cuTensorMapEncodeTiled missing from an old driver for a "tma" kernel.
     """
     check_args(spec, args)
+    _check_workspace(spec, args, workspace)
     _check_handles(device, stream)
     kernel = _kernel(spec, device)
     grid = launch_grid(spec, args, _multiprocessors(spec, device))
+    if spec.v_prep:
+        prep = _kernel(spec, device, spec.v_prep)
+        prep_grid = spec.v_prep_grid(args.batch, args.heads_kv, args.seqlen_k)
+        prep.launch(prep_grid, (VPREP_THREADS, 1, 1), 0, stream, bytes(args), struct.pack("<Q", workspace))
+        args = _with_v(args, workspace)
     maps = None
     if spec.loads == "tma":  # errors of the encoding name the kernel, as every launch error does
         maps = tma_maps_bytes(spec, args, functools.partial(_driver().encode_tensor_map, kernel=spec.name))
@@ -381,6 +422,13 @@ class NativeLaunch(NamedTuple):
     loads: str = "cp.async"
     encode_function: int = 0  # address of zyfa_driver_encode_tensor_map (cuTensorMapEncodeTiled)
     launch2_function: int = 0  # address of zyfa_driver_launch2 (args + a second parameter)
+    tile_n: int = 0  # KernelSpec.tile_n: TMA maps' k / v box rows, and the V pre-pass's row padding
+    # KernelSpec.v_prep (ABI 3): the loaded pass entry's handle, 0 when the kernel has none. The caller
+    # allocates KernelSpec.workspace_bytes, launches this handle through launch2_function (args, then the
+    # workspace pointer as the second parameter) on grid KernelSpec.v_prep_grid with v_prep_block, no
+    # dynamic shared memory, then the kernel with args.v = the workspace.
+    v_prep_kernel: int = 0
+    v_prep_block: tuple[int, int, int] = (VPREP_THREADS, 1, 1)
 
 
 def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
@@ -393,7 +441,8 @@ def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
     the device's multiprocessor count, read here once. The handle stays valid for the life of the
     process (kernels are never unloaded). For `loads` "tma" the caller also builds the 448 maps bytes
     (valid = 0 and all zero when a q/k/v pointer or stride in bytes is not a multiple of 16; else the
-    three maps from encode_function, valid = 1) and launches with launch2_function.
+    three maps from encode_function, valid = 1) and launches with launch2_function. For a `v_prep`
+    kernel it first runs the pass (v_prep_kernel, see NativeLaunch) into its own workspace.
 
     Raises:
         TypeError, ValueError, ManifestError, ZyfaDriverError: as `launch` does for its target checks
@@ -423,4 +472,6 @@ def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
         loads=spec.loads,
         encode_function=int(module.encode_function),
         launch2_function=int(module.launch2_function),
+        tile_n=spec.tile_n,
+        v_prep_kernel=int(_kernel(spec, device, spec.v_prep).handle) if spec.v_prep else 0,
     )

@@ -26,6 +26,8 @@ __all__ = [
     "LOAD_MODES",
     "MANIFEST_NAME",
     "P_MODES",
+    "VPREP_KEYS",
+    "VPREP_THREADS",
     "KernelSpec",
     "Manifest",
     "SkippedKernel",
@@ -50,6 +52,10 @@ LOAD_MODES = ("cp.async", "tma")
 second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.abi.tma_maps_bytes`). A row without
 "loads" is "cp.async"."""
 FP8_MAX_STALE_TAU = 0.8
+VPREP_KEYS = 128
+"""Keys per block of the V pre-pass (kernels/abi/zyfa_abi.h, ABI 3)."""
+VPREP_THREADS = 256
+"""Threads per block of the V pre-pass."""
 """Largest running-max staleness an FP8 kernel may declare (exclusive): its P = 2^(t - m + 8) must stay
 below e4m3's 448 = 2^8.81 when t exceeds the kept max by up to stale_tau."""
 
@@ -87,6 +93,8 @@ class KernelSpec:
     is the LDS size recorded from the code object, which its descriptor already reserves (see
     `launch_smem_bytes`). `grid` is one of GRID_MODES: how `zyfa_core.launch_grid` sizes the launch.
     `loads` is one of LOAD_MODES: "tma" kernels take the TMA maps as a second parameter.
+    `v_prep` names the V pre-pass entry of the code object ("" for none): such a kernel reads V
+    pre-transposed from a workspace of `workspace_bytes` that the pass fills first (ABI 3; `launch`).
     """
 
     name: str
@@ -115,9 +123,26 @@ class KernelSpec:
     """Running-max staleness bound in log2 units (docs/numerics.md "Stale running max"): the kernel keeps
     a row's max m unless a block raises it by more than this; 0.0 = the exact running max. Pass it to
     `zyfa.reference.attention(stale_tau=...)` to reproduce the kernel's numerics."""
+    v_prep: str = ""
+    """The V pre-pass entry (kernels/abi/zyfa_abi.h, ABI 3), "" when the kernel reads V as given."""
     toolchain: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )
+
+    def vt_row_bytes(self, seqlen_k: int) -> int:
+        """Bytes of one row of the pre-transposed V: seqlen_k (at least 1) rounded up to a multiple of
+        lcm(tile_n, 128), the kernel's KV block and the pass's 128 keys per block."""
+        pad = math.lcm(self.tile_n, VPREP_KEYS)
+        return -(-max(seqlen_k, 1) // pad) * pad
+
+    def workspace_bytes(self, batch: int, heads_kv: int, seqlen_k: int) -> int:
+        """Device workspace one launch needs: the pre-transposed V, batch x heads_kv x d_v rows of
+        `vt_row_bytes` (e4m3: 1 byte per element); 0 for a kernel without a V pre-pass."""
+        return batch * heads_kv * self.d_v * self.vt_row_bytes(seqlen_k) if self.v_prep else 0
+
+    def v_prep_grid(self, batch: int, heads_kv: int, seqlen_k: int) -> tuple[int, int, int]:
+        """Launch grid of the V pre-pass: one block of VPREP_THREADS per 128 keys of each (kv head, batch)."""
+        return (self.vt_row_bytes(seqlen_k) // VPREP_KEYS, heads_kv, batch)
 
     @property
     def launch_smem_bytes(self) -> int:
@@ -130,14 +155,15 @@ class KernelSpec:
 
     def describe(self) -> str:
         """A one-line summary: name (dtype d_qk x d_v, causal, p_mode, tag, grid if persistent, loads if
-        tma, stale_tau if not 0, arch)."""
+        tma, stale_tau if not 0, the V pre-pass if any, arch)."""
         mode = f", p={self.p_mode}" if self.p_mode else ""
         causal = "causal" if self.causal else "non-causal"
         tag = f", tag={self.tag}" if self.tag else ""
         grid = f", grid={self.grid}" if self.grid != "tiles" else ""
         loads = f", loads={self.loads}" if self.loads != "cp.async" else ""
         stale = f", stale_tau={self.stale_tau:g}" if self.stale_tau else ""
-        details = f"{causal}{mode}{tag}{grid}{loads}{stale}"
+        prep = ", V pre-pass" if self.v_prep else ""
+        details = f"{causal}{mode}{tag}{grid}{loads}{stale}{prep}"
         return f"{self.name} ({self.dtype} d{self.d_qk}x{self.d_v}, {details}, {self.arch})"
 
 
@@ -230,6 +256,7 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
     if loads not in LOAD_MODES:
         raise _row_error(where, name, f"loads {loads!r} is not one of {LOAD_MODES}")
     stale_tau = _stale_tau(row, where, name, dtype)
+    v_prep = _v_prep(row, where, name, dtype)
     return KernelSpec(
         **fields,
         path=directory / row["file"],
@@ -238,6 +265,7 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
         grid=grid,
         loads=loads,
         stale_tau=stale_tau,
+        v_prep=v_prep,
         toolchain=MappingProxyType(dict(toolchain)),
     )
 
@@ -251,6 +279,21 @@ def _stale_tau(row: Mapping[str, Any], where: str, name: str, dtype: str) -> flo
     if dtype == "e4m3fn" and tau >= FP8_MAX_STALE_TAU:
         raise _row_error(where, name, f"stale_tau {tau} of an FP8 kernel must be < {FP8_MAX_STALE_TAU}")
     return float(tau)
+
+
+def _v_prep(row: Mapping[str, Any], where: str, name: str, dtype: str) -> str:
+    """The row's V pre-pass entry ("" when absent), checked: a string, and only on sm90a e4m3fn kernels with
+    d_v 128 and tile_n a multiple of 64 (the only pass there is; ABI 3)."""
+    entry = row.get("v_prep", "")
+    if not isinstance(entry, str):
+        raise _row_error(where, name, f"v_prep {entry!r} must be a string (an entry name, or empty)")
+    if entry and not (
+        row["arch"] == "sm90a" and dtype == "e4m3fn" and row["d_v"] == 128 and row["tile_n"] % 64 == 0
+    ):
+        raise _row_error(
+            where, name, "v_prep is only for sm90a e4m3fn kernels with d_v 128 and tile_n a multiple of 64"
+        )
+    return entry
 
 
 @dataclasses.dataclass(frozen=True)

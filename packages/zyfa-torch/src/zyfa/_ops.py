@@ -297,7 +297,14 @@ def _fwd_core(
     args = _fill_args(core.abi, q, k, v, out, lse if return_lse else None, softmax_scale, causal, descales)
     index = _device_index(q.device)
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    core.launcher.launch(spec, args, stream=stream, device=index)
+    if not getattr(spec, "v_prep", ""):  # (a zyfa_core older than ABI 3 has neither v_prep nor workspace)
+        core.launcher.launch(spec, args, stream=stream, device=index)
+        return out, lse
+    # A kernel with a V pre-pass (ABI 3) reads V pre-transposed from a workspace the pass fills first; the
+    # caching allocator keeps it for this stream's work after the tensor goes out of scope.
+    nbytes = spec.workspace_bytes(q.shape[0], k.shape[2], k.shape[1])
+    workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+    core.launcher.launch(spec, args, stream=stream, device=index, workspace=workspace.data_ptr())
     return out, lse
 
 
