@@ -417,27 +417,10 @@ RowErrors f64_row_errors(const BenchShape& sh, const uint8_t* dq, const uint8_t*
       sdot[j] = static_cast<float>(d);
       mx = std::max(mx, sc[j]);
     }
-    // Contract reference of this row (descales 1): blocks of kTileN keys, fp32 max / exp2 / rounding.
-    float m = -INFINITY;
-    double lc = 0.0;
-    std::fill(cacc.begin(), cacc.end(), 0.0);
-    for (int key0 = 0; key0 <= row; key0 += kTileN) {
-      const int key1 = std::min(key0 + kTileN, row + 1);
-      float bm = -INFINITY;
-      for (int j = key0; j < key1; ++j) bm = std::max(bm, sdot[j] * c);
-      float m_new = std::max(m, bm);
-      if (kContractStaleTau > 0.0f && !(m_new > m + kContractStaleTau)) m_new = m;  // as compute_refs
-      const float alpha = m == -INFINITY ? 0.0f : ::exp2f(m - m_new);
-      for (double& a : cacc) a *= alpha;
-      lc *= alpha;
-      m = m_new;
-      for (int j = key0; j < key1; ++j) {
-        float p_sum, p_pv;
-        contract_p(sdot[j], sdot[j] * c, m, c, &p_sum, &p_pv);
-        lc += p_sum;
-        for (int x = 0; x < kDV; ++x) cacc[x] += static_cast<double>(p_pv) * value(hv.data(), static_cast<size_t>(j) * v_row + x);
-      }
-    }
+    // Contract reference of this row (descales 1), as compute_refs computes it.
+    const auto [m, lc] = contract_row(
+        row + 1, c, kDV, [&](int j) { return sdot[j]; },
+        [&](int j, int x) { return value(hv.data(), static_cast<size_t>(j) * v_row + x); }, cacc);
     const double lse_c = (m + std::log2(lc) - (kFp8 ? 8.0 : 0.0)) * std::log(2.0);
     lse_max = std::max(lse_max, std::fabs(static_cast<double>(lse_ws[row]) - lse_c));
     for (int x = 0; x < kDV; ++x) {

@@ -319,6 +319,43 @@ void contract_p(float s, float t, float m, float c, float* p_sum, float* p_pv) {
   *p_pv = p;
 }
 
+// The contract's online softmax over one query row (the one copy of it: compute_refs and the self-test's
+// bench both use it): keys [0, n_keys) visible, in blocks of kTileN keys in increasing order, fp32 max,
+// exp2 and P rounding (contract_p), the kernel's stale running max, O and l in float64. score(j) is the
+// unscaled q.k of key j as the kernel's fp32 accumulator holds it; v_at(j, x) is V[j][x] (without its
+// descale). Fills acc[0, dv) with sum P.V and returns the final m (log2 units, scaled) and l.
+struct ContractRow {
+  float m;
+  double l;
+};
+template <typename Score, typename VAt>
+ContractRow contract_row(int n_keys, float c, int dv, Score score, VAt v_at, std::vector<double>& acc) {
+  float m = -INFINITY;
+  double l = 0.0;
+  std::fill(acc.begin(), acc.begin() + dv, 0.0);
+  for (int key0 = 0; key0 < n_keys; key0 += kTileN) {
+    const int key1 = std::min(key0 + kTileN, n_keys);
+    float mx = -INFINITY;
+    for (int j = key0; j < key1; ++j) mx = std::max(mx, score(j) * c);
+    float m_new = std::max(m, mx);
+    // Stale running max (the kernel's ZYFA_WS_STALE_TAU): keep m unless the block raises it by more.
+    if (kContractStaleTau > 0.0f && !(m_new > m + kContractStaleTau)) m_new = m;
+    if (m_new == -INFINITY) continue;
+    const float alpha = m == -INFINITY ? 0.0f : ::exp2f(m - m_new);
+    for (int x = 0; x < dv; ++x) acc[x] *= alpha;
+    l *= alpha;
+    m = m_new;
+    for (int j = key0; j < key1; ++j) {
+      const float s = score(j);
+      float p_sum, p_pv;
+      contract_p(s, s * c, m, c, &p_sum, &p_pv);
+      l += p_sum;
+      for (int x = 0; x < dv; ++x) acc[x] += static_cast<double>(p_pv) * v_at(j, x);
+    }
+  }
+  return {m, l};
+}
+
 Refs compute_refs(const Case& cs, const Tensor& q, const Tensor& k, const Tensor& v, float scale) {
   const int dqk = kDQk, dv = kDV;
   const int group = cs.hq / cs.hkv;
@@ -343,33 +380,11 @@ Refs compute_refs(const Case& cs, const Tensor& q, const Tensor& k, const Tensor
           for (int x = 0; x < dqk; ++x) d += qi[x] * kj[x];
           sdot[j] = d;
         }
-        // Contract: blocks of tile_n keys, skipping blocks wholly past the row's limit.
-        float m = -INFINITY;
-        double l = 0.0;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int key0 = 0; key0 < cs.sk && key0 <= limit; key0 += kTileN) {
-          const int key1 = std::min(key0 + kTileN, cs.sk);
-          float mx = -INFINITY;
-          for (int j = key0; j < key1; ++j) {
-            if (j <= limit) mx = std::max(mx, static_cast<float>(sdot[j]) * c);
-          }
-          float m_new = std::max(m, mx);
-          // Stale running max (the kernel's ZYFA_WS_STALE_TAU): keep m unless the block raises it by more.
-          if (kContractStaleTau > 0.0f && !(m_new > m + kContractStaleTau)) m_new = m;
-          if (m_new == -INFINITY) continue;
-          const float alpha = m == -INFINITY ? 0.0f : ::exp2f(m - m_new);
-          for (double& a : acc) a *= alpha;
-          l *= alpha;
-          m = m_new;
-          for (int j = key0; j < key1 && j <= limit; ++j) {
-            const float s = static_cast<float>(sdot[j]);
-            float p_sum, p_pv;
-            contract_p(s, s * c, m, c, &p_sum, &p_pv);
-            l += p_sum;
-            const double* vj = &v.val[((static_cast<size_t>(b) * cs.sk + j) * cs.hkv + hk) * dv];
-            for (int x = 0; x < dv; ++x) acc[x] += static_cast<double>(p_pv) * vj[x];
-          }
-        }
+        // Contract: the visible keys (blocks wholly past the row's limit are never visited).
+        const int n_vis = static_cast<int>(std::min<int64_t>(cs.sk, limit + 1));
+        const auto [m, l] = contract_row(
+            n_vis, c, dv, [&](int j) { return static_cast<float>(sdot[j]); },
+            [&](int j, int x) { return v.val[((static_cast<size_t>(b) * cs.sk + j) * cs.hkv + hk) * dv + x]; }, acc);
         double* oc = &r.out_contract[((static_cast<size_t>(b) * cs.sq + i) * cs.hq + h) * dv];
         for (int x = 0; x < dv; ++x) oc[x] = l == 0.0 ? 0.0 : acc[x] / l * v.descale;
         const size_t li = (static_cast<size_t>(b) * cs.hq + h) * cs.sq + i;
