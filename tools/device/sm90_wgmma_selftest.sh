@@ -163,16 +163,10 @@ from zyfa_kernel_build import defines
 # the faster pass (22 us) inside every timed launch, now its default (variants.bzl "v_prep"); exact d128 (also
 # with a third stage) 0.96..0.99, 192/128 0.91..0.99 with the first pass and 0.94..0.99 (lean) with the second:
 # not taken. The extra stage on lean d128 (vpre4) added nothing.
-# Run 42 (thirteenth session, NOTES.md "Predictions, run 42"): with the transpose gone, lean d128's producer may
-# need fewer registers: 40 / 232 for the consumers (24 / 240 spills 44 B: not built), and Q / K by TMA (one
-# producer thread) at 56 / 224 and 40 / 232.
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [
-        ("r40", None, ["-DZYFA_WS_PREGS=40", "-DZYFA_WS_CREGS=232"]),
-        ("tma56", None, ["-DZYFA_WS_TMA=1", "-DZYFA_WS_PREGS=56", "-DZYFA_WS_CREGS=224"]),
-        ("tma40", None, ["-DZYFA_WS_TMA=1", "-DZYFA_WS_PREGS=40", "-DZYFA_WS_CREGS=232"]),
-    ],
-}
+# Run 42 (thirteenth session call 6, NOTES.md "Outcomes, run 42"): lean d128 after the pre-pass with 40 / 232
+# registers (r40) 0.943..1.006, Q / K by TMA at 56 / 224 (tma56) 0.954..1.006 and at 40 / 232 (tma40)
+# 0.973..1.015 (24 / 240 spills): none taken.
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
