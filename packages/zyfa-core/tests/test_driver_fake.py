@@ -749,7 +749,7 @@ def test_v_prep_runs_first_into_the_workspace_then_the_kernel_reads_it(
 
 
 VPREP_NATIVE = """
-native = zyfa_core.launcher.native_launch(spec, 0)
+native = zyfa_core.launcher.native_launch(spec, 0, runs_v_prep=spec.v_prep != "")
 print(json.dumps({"prep": native.v_prep_kernel, "kernel": native.kernel, "block": list(native.v_prep_block),
                   "tile_n": native.tile_n, "launch2": native.launch2_function}))
 """
@@ -768,3 +768,22 @@ def test_native_launch_hands_over_the_loaded_v_prep_entry(run_with_fake, vprep_d
     ]
     plain, _ = run_with_fake("cuda", args_snippet() + VPREP_NATIVE, cuda_dir)
     assert plain["prep"] == 0
+
+
+REFUSED = """
+try:
+    zyfa_core.launcher.native_launch(spec, 0)
+    print(json.dumps({"refused": False}))
+except ValueError as exc:
+    print(json.dumps({"refused": True, "message": str(exc)}))
+"""
+
+
+def test_native_launch_refuses_a_v_prep_kernel_to_a_caller_that_does_not_run_the_pass(
+    run_with_fake, vprep_dir: Path
+) -> None:
+    """A caller built before ABI 3 would launch the kernel on untransposed V: refused, naming the pass."""
+    spec = f"zyfa_core.Manifest.load(KERNEL_DIR).get({SM90_VPREP!r})"
+    out, calls = run_with_fake("cuda", args_snippet(spec=spec, hkv=2) + REFUSED, vprep_dir)
+    assert out["refused"] and f"pass {SM90_VPREP}_vprep (ABI 3)" in out["message"]
+    assert "upgrade zyfa-torch" in out["message"] and calls_named(calls, "cuModuleGetFunction") == []

@@ -431,7 +431,7 @@ class NativeLaunch(NamedTuple):
     v_prep_block: tuple[int, int, int] = (VPREP_THREADS, 1, 1)
 
 
-def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
+def native_launch(spec: KernelSpec, device: int, *, runs_v_prep: bool = False) -> NativeLaunch:
     """Load kernel `spec` on GPU `device` (checked as `launch` checks it) and return what a native
     caller needs to launch it through the C entry point of `zyfa_core._driver`, geometry included.
 
@@ -442,7 +442,9 @@ def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
     process (kernels are never unloaded). For `loads` "tma" the caller also builds the 448 maps bytes
     (valid = 0 and all zero when a q/k/v pointer or stride in bytes is not a multiple of 16; else the
     three maps from encode_function, valid = 1) and launches with launch2_function. For a `v_prep`
-    kernel it first runs the pass (v_prep_kernel, see NativeLaunch) into its own workspace.
+    kernel it first runs the pass (v_prep_kernel, see NativeLaunch) into its own workspace, and says so
+    with `runs_v_prep=True`: a caller that does not know the pass (one built before ABI 3) would launch
+    the kernel on untransposed V, so such a spec is refused without it.
 
     Raises:
         TypeError, ValueError, ManifestError, ZyfaDriverError: as `launch` does for its target checks
@@ -452,6 +454,11 @@ def native_launch(spec: KernelSpec, device: int) -> NativeLaunch:
         raise TypeError(f"spec must be a zyfa_core.KernelSpec, got {type(spec).__name__}")
     if spec.abi_version != ABI_VERSION:
         raise ValueError(f"{spec.name} uses ABI version {spec.abi_version}, zyfa_core uses {ABI_VERSION}")
+    if spec.v_prep and not runs_v_prep:
+        raise ValueError(
+            f"{spec.name} reads V pre-transposed by its pass {spec.v_prep} (ABI 3); this caller does not "
+            "say it runs the pass (native_launch(..., runs_v_prep=True)): upgrade zyfa-torch"
+        )
     _check_handles(device, 0)
     kernel = _kernel(spec, device)
     multiprocessors = _multiprocessors(spec, device)

@@ -359,7 +359,9 @@ def _resolve_native(
     zyfa_core; returns zyfa_core.launcher.NativeLaunch (handles, launch geometry, load mode), with the
     spec's tile_n added where NativeLaunch lacks it (a TMA kernel's k and v maps take tile_n rows)."""
     spec = _select_cached(device_index, dtype, d_qk, d_v, causal, p_mode, os.environ.get(_KERNEL_DIR_ENV))
-    found = _core().launcher.native_launch(spec, device_index)
+    # zyfa._C runs a kernel's V pre-pass itself (ABI 3); a zyfa_core older than that has no such kernels.
+    pre = {"runs_v_prep": True} if getattr(spec, "v_prep", "") else {}
+    found = _core().launcher.native_launch(spec, device_index, **pre)
     if hasattr(found, "tile_n"):
         return found
     return SimpleNamespace(**found._asdict(), tile_n=spec.tile_n)
