@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+import zyfa_bench
 from zyfa_bench.cli import build_parser, main
 from zyfa_bench.flops import attention_flops
 from zyfa_bench.results import load_results
@@ -38,7 +39,7 @@ def test_throughput_on_cpu_writes_valid_json(tmp_path, fake_zyfa_mod, capsys):
     assert rc == 0
     doc = load_results(out)
     assert doc["kind"] == "throughput" and doc["device"]["backend"] == "cpu"
-    assert doc["settings"]["repeats"] == 3 and doc["versions"]["zyfa-bench"] == "0.1.0"
+    assert doc["settings"]["repeats"] == 3 and doc["versions"]["zyfa-bench"] == zyfa_bench.__version__
     assert {p["name"] for p in doc["peers"]} == {
         "zyfa-bf16",
         "zyfa-fp8-exact",

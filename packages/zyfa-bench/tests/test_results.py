@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+import zyfa_bench
 from zyfa_bench.results import SCHEMA, ResultWriter, environment, load_results, versions
 
 
@@ -42,6 +43,6 @@ def test_load_rejects_foreign_files(tmp_path):
 def test_environment_names_versions_and_device():
     env = environment(torch.device("cpu"))
     assert env["device"]["backend"] == "cpu"
-    assert env["versions"]["zyfa-bench"] == "0.1.0" and env["versions"]["torch"]
+    assert env["versions"]["zyfa-bench"] == zyfa_bench.__version__ and env["versions"]["torch"]
     assert "flash-attn-4" in env["versions"] and "nvidia-cudnn-frontend" in versions()
     assert "torch" in {k.lower() for k in env["packages"]}
