@@ -168,12 +168,9 @@ from zyfa_kernel_build import defines
 # 0.973..1.015 (24 / 240 spills): none taken.
 # Run 43 (thirteenth session call 7, NOTES.md "Outcomes, run 43"): lean d128 at tile_n 192 with 2 stages after the
 # pre-pass (no spills at 224 / 232 consumer registers): 0.93..0.96 at 2K-8K, 1.00 / 1.03 at 16K (noisy): not taken.
-# Run 44 (NOTES.md "Predictions, run 44"): exact d128 with the pre-pass at tile_n 128 and 3 stages (148608 B).
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": [
-        ("vpre128", 148608, ["-DZYFA_WS_VPRE=1", "-DZYFA_TILE_N=128", "-DZYFA_WS_STAGES=3"]),
-    ],
-}
+# Run 44 (thirteenth session call 8, NOTES.md "Outcomes, run 44"): exact d128 with the pre-pass at tile_n 128 and 3
+# stages: 1.029 / 0.984 / 0.959 / 0.966 (one pass): not taken.
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
