@@ -52,12 +52,12 @@ LOAD_MODES = ("cp.async", "tma")
 second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.abi.tma_maps_bytes`). A row without
 "loads" is "cp.async"."""
 FP8_MAX_STALE_TAU = 0.8
+"""Largest running-max staleness an FP8 kernel may declare (exclusive): its P = 2^(t - m + 8) must stay
+below e4m3's 448 = 2^8.81 when t exceeds the kept max by up to stale_tau."""
 VPREP_KEYS = 128
 """Keys per block of the V pre-pass (kernels/abi/zyfa_abi.h, ABI 3)."""
 VPREP_THREADS = 256
 """Threads per block of the V pre-pass."""
-"""Largest running-max staleness an FP8 kernel may declare (exclusive): its P = 2^(t - m + 8) must stay
-below e4m3's 448 = 2^8.81 when t exceeds the kept max by up to stale_tau."""
 
 # Accepted spellings of the input dtypes -> the manifest's canonical name.
 _DTYPE_ALIASES = {
