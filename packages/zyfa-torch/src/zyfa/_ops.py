@@ -33,7 +33,15 @@ from torch import Tensor
 
 from zyfa import _validate, reference
 
-__all__ = ["CPU_BLOCK_N", "clear_kernel_cache", "fwd", "fwd_tensor_descales", "hot_path", "select_kernel"]
+__all__ = [
+    "CPU_BLOCK_N",
+    "clear_kernel_cache",
+    "fwd",
+    "fwd_tensor_descales",
+    "hot_path",
+    "select_kernel",
+    "v_prep_workspace",
+]
 
 CPU_BLOCK_N = 64
 """KV block size of the CPU path (= tile_n of the sm90a kernels)."""
@@ -297,15 +305,20 @@ def _fwd_core(
     args = _fill_args(core.abi, q, k, v, out, lse if return_lse else None, softmax_scale, causal, descales)
     index = _device_index(q.device)
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    if not getattr(spec, "v_prep", ""):  # (a zyfa_core older than ABI 3 has neither v_prep nor workspace)
-        core.launcher.launch(spec, args, stream=stream, device=index)
-        return out, lse
-    # A kernel with a V pre-pass (ABI 3) reads V pre-transposed from a workspace the pass fills first; the
-    # caching allocator keeps it for this stream's work after the tensor goes out of scope.
-    nbytes = spec.workspace_bytes(q.shape[0], k.shape[2], k.shape[1])
-    workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
-    core.launcher.launch(spec, args, stream=stream, device=index, workspace=workspace.data_ptr())
+    workspace = v_prep_workspace(spec, q, k)
+    extra = {"workspace": workspace.data_ptr()} if workspace is not None else {}
+    core.launcher.launch(spec, args, stream=stream, device=index, **extra)
     return out, lse
+
+
+def v_prep_workspace(spec: object, q: Tensor, k: Tensor) -> Tensor | None:
+    """The workspace of a kernel with a V pre-pass (ABI 3: it reads V pre-transposed from there, written by
+    its pass first), from torch's caching allocator, which keeps it for this stream's work after the tensor
+    goes out of scope; None for other kernels (and for a zyfa_core older than ABI 3, which has none)."""
+    if not getattr(spec, "v_prep", ""):
+        return None
+    nbytes = spec.workspace_bytes(q.shape[0], k.shape[2], k.shape[1])  # type: ignore[attr-defined]
+    return torch.empty(nbytes, dtype=torch.uint8, device=q.device)
 
 
 def _kernel_strides(x: Tensor) -> tuple[int, int, int]:

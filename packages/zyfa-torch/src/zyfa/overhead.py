@@ -124,13 +124,14 @@ def _launch_only(
     args = _ops._fill_args(core.abi, q, k, v, out, None, scale, True, descales)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    if not getattr(spec, "v_prep", ""):
-        return lambda: core.launcher.launch(spec, args, stream=stream, device=index)
-    nbytes = spec.workspace_bytes(q.shape[0], k.shape[2], k.shape[1])  # the V pre-pass's, allocated once
-    workspace = torch.empty(nbytes, dtype=torch.uint8, device=q.device)
-    return lambda: core.launcher.launch(
-        spec, args, stream=stream, device=index, workspace=workspace.data_ptr()
-    )
+    workspace = _ops.v_prep_workspace(spec, q, k)  # allocated once, like the output
+    extra = {"workspace": workspace.data_ptr()} if workspace is not None else {}
+
+    # args hold only addresses: the default argument keeps out and the workspace alive with the callable.
+    def launch(_buffers: tuple[object, ...] = (out, workspace)) -> None:
+        core.launcher.launch(spec, args, stream=stream, device=index, **extra)
+
+    return launch
 
 
 def main() -> None:
