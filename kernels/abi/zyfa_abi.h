@@ -41,6 +41,16 @@ typedef __UINT64_TYPE__ uint64_t;
 #define ZYFA_FLAG_CAUSAL 0x1u /* apply the causal mask */
 #define ZYFA_FLAG_LSE 0x2u    /* write log-sum-exp to `lse` */
 
+/* ABI 3's V pre-pass (the version note above): each of its blocks takes ZYFA_VPREP_KEYS keys of one (kv head,
+ * batch) with ZYFA_VPREP_THREADS threads, and a Vt row is seqlen_k (at least 1) rounded up to a multiple of
+ * ZYFA_VT_PAD(tile_n) = lcm(tile_n, ZYFA_VPREP_KEYS) bytes, for the tile_n (multiples of 64) it is built for.
+ * The kernel, zyfa-torch's C++ op and (mirrored, tests/test_abi.py) zyfa_core all size it from these. */
+#define ZYFA_VPREP_KEYS 128
+#define ZYFA_VPREP_THREADS 256
+#define ZYFA_VT_PAD(tile_n) ((tile_n) % ZYFA_VPREP_KEYS == 0 ? (tile_n) : 2 * (tile_n))
+#define ZYFA_VT_ROW_BYTES(seqlen_k, tile_n) \
+  (((int64_t)((seqlen_k) > 0 ? (seqlen_k) : 1) + ZYFA_VT_PAD(tile_n) - 1) / ZYFA_VT_PAD(tile_n) * ZYFA_VT_PAD(tile_n))
+
 /* Packing: every field sits at its natural alignment, so pack 1 and pack 8 give the same layout (the
  * static_asserts below and tests/test_abi.py check it). With pack 1, nvcc also gives the struct
  * alignment 1 and reads each kernel-parameter field byte by byte (the sm90 FP8 kernel: 173 LDC.U8 and

@@ -909,11 +909,8 @@ __device__ __forceinline__ void transpose_staging(uint32_t vt, uint32_t stg, int
 }
 
 // ZYFA_WS_VPRE: bytes of one Vt row (the keys padded with zeros to a multiple of both kTileN and vt_prep's
-// 128 keys per block).
-constexpr int kVtPad = kTileN % 128 == 0 ? kTileN : 2 * kTileN;  // lcm(kTileN, 128) for the kTileN % 64 == 0 of VPRE
-__host__ __device__ constexpr int64_t vt_row_bytes(int seqlen_k) {
-  return (static_cast<int64_t>(seqlen_k > 0 ? seqlen_k : 1) + kVtPad - 1) / kVtPad * kVtPad;
-}
+// keys per block: kernels/abi/zyfa_abi.h's rule, which the launchers size the workspace by).
+__host__ __device__ constexpr int64_t vt_row_bytes(int seqlen_k) { return ZYFA_VT_ROW_BYTES(seqlen_k, kTileN); }
 
 #if ZYFA_WS_VPRE
 // ZYFA_WS_VPRE's pass (the body of the entry <kernel>_vprep, ZYFA_VPREP_NAME below; kernels/abi/zyfa_abi.h
@@ -926,6 +923,7 @@ __host__ __device__ constexpr int64_t vt_row_bytes(int seqlen_k) {
 // contiguous bytes of each d row. Keys >= seqlen_k are zeros. Grid (vt_row_bytes / 128, heads_kv, batch).
 __device__ __forceinline__ void vt_prep(const zyfa_fwd_args& args, uint8_t* vt) {
   static_assert(kDV == 128, "one 128-byte V row per key");
+  static_assert(ZYFA_VPREP_KEYS == 128 && ZYFA_VPREP_THREADS == 256, "the body below is written for 128 keys x 256 threads");
   __shared__ __align__(16) uint8_t rows[128 * 128];
   const int t = static_cast<int>(threadIdx.x);
   const int key0 = static_cast<int>(blockIdx.x) * 128;
@@ -2058,7 +2056,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #define ZYFA_VPREP_CAT2(a, b) a##b
 #define ZYFA_VPREP_CAT(a, b) ZYFA_VPREP_CAT2(a, b)
 #define ZYFA_VPREP_NAME ZYFA_VPREP_CAT(ZYFA_KERNEL_NAME, _vprep)
-extern "C" __global__ void __launch_bounds__(256) ZYFA_VPREP_NAME(const zyfa_fwd_args args, uint8_t* vt) {
+extern "C" __global__ void __launch_bounds__(ZYFA_VPREP_THREADS) ZYFA_VPREP_NAME(const zyfa_fwd_args args, uint8_t* vt) {
   zyfa_sm90_ws::vt_prep(args, vt);
 }
 #endif

@@ -456,8 +456,9 @@ uint8_t* vt_alloc(const zyfa_fwd_args& a) {
   return vt;  // poisoned (e4m3 0xff = NaN): a position the pass misses shows in the output
 }
 void vt_launch(const zyfa_fwd_args& a, uint8_t* vt) {
-  ZYFA_VPREP_NAME<<<dim3(static_cast<unsigned>(vt_row_bytes(a.seqlen_k) / 128), static_cast<unsigned>(a.heads_kv),
-                 static_cast<unsigned>(a.batch)), 256>>>(a, vt);
+  ZYFA_VPREP_NAME<<<dim3(static_cast<unsigned>(vt_row_bytes(a.seqlen_k) / ZYFA_VPREP_KEYS),
+                         static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(a.batch)),
+                    ZYFA_VPREP_THREADS>>>(a, vt);
   CHECK_CUDA(cudaGetLastError());
 }
 uint8_t* vt_apply(zyfa_fwd_args& a) {

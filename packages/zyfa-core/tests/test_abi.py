@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from zyfa_core import abi
+from zyfa_core import manifest as mf
 
 HEADER_ENV = "ZYFA_ABI_HEADER"
 
@@ -60,6 +61,21 @@ def parse_fields(header_text: str) -> list[tuple[str, str]]:
     return fields
 
 
+# (seqlen_k, tile_n) at which the header's ZYFA_VT_ROW_BYTES and zyfa_core.manifest.vt_row_bytes must agree:
+# empty and one-key rows, block edges, the tile_n 192 (lcm 384) and 64 (lcm 128) paddings.
+VT_ROW_SAMPLES = [
+    (0, 128),
+    (1, 128),
+    (128, 128),
+    (129, 128),
+    (16385, 128),
+    (1, 192),
+    (384, 192),
+    (385, 192),
+    (100, 64),
+]
+
+
 def program(fields: list[tuple[str, str]], header_name: str) -> str:
     """A C program: no argument -> layout JSON; argument "decode" -> field values of struct bytes on stdin."""
     layout_lines, decode_lines = [], []
@@ -72,6 +88,7 @@ def program(fields: list[tuple[str, str]], header_name: str) -> str:
         )
         decode_lines.append(f'  printf("%s\\"{name}\\": {fmt}", {sep}, {cast}a.{name});')
     text = _PROGRAM.replace("@HEADER@", header_name).replace("@LAYOUT@", "\n".join(layout_lines))
+    text = text.replace("@VT_ROWS@", ", ".join(f"{{{s}, {t}}}" for s, t in VT_ROW_SAMPLES))
     return text.replace("@DECODE@", "\n".join(decode_lines))
 
 
@@ -81,6 +98,7 @@ _PROGRAM = r"""
 #include <stdio.h>
 #include <string.h>
 #include "@HEADER@"
+static const int vt_rows[][2] = {@VT_ROWS@};  /* (seqlen_k, tile_n) samples of ZYFA_VT_ROW_BYTES */
 int main(int argc, char **argv) {
   zyfa_fwd_args a;
   (void)argv;
@@ -95,6 +113,11 @@ int main(int argc, char **argv) {
   printf("{\"tma\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu], ", sizeof(zyfa_tma_maps), __alignof__(zyfa_tma_maps),
          offsetof(zyfa_tma_maps, q), offsetof(zyfa_tma_maps, k), offsetof(zyfa_tma_maps, v),
          offsetof(zyfa_tma_maps, valid), sizeof(zyfa_tensor_map));
+  printf("\"vprep\": [%d, %d", (int)ZYFA_VPREP_KEYS, (int)ZYFA_VPREP_THREADS);
+  for (int i = 0; i < (int)(sizeof vt_rows / sizeof vt_rows[0]); ++i) {
+    printf(", %lld", (long long)ZYFA_VT_ROW_BYTES(vt_rows[i][0], vt_rows[i][1]));
+  }
+  printf("], ");
   printf("\"size\": %zu, \"version\": %d, \"flag_causal\": %u, \"flag_lse\": %u, \"fields\": [",
          sizeof(zyfa_fwd_args), (int)ZYFA_ABI_VERSION, (unsigned)ZYFA_FLAG_CAUSAL, (unsigned)ZYFA_FLAG_LSE);
 @LAYOUT@
@@ -324,3 +347,13 @@ def test_tma_maps_checks_the_encoders_answer() -> None:
     spec.dtype = "fp16"
     with pytest.raises(ValueError, match="no TMA element type for dtype 'fp16'"):
         abi.tma_maps_bytes(spec, args, _RecordingEncoder())
+
+
+def test_v_prep_constants_and_row_padding_match(compiled) -> None:
+    """ABI 3's V pre-pass: the keys and threads per block and the Vt row padding the kernel and the C++ op
+    take from zyfa_abi.h are the ones zyfa_core sizes the workspace and grid with."""
+    _, exe = compiled
+    keys, threads, *rows = layout(exe)["vprep"]
+    assert (keys, threads) == (mf.VPREP_KEYS, mf.VPREP_THREADS)
+    assert rows == [mf.vt_row_bytes(s, t) for s, t in VT_ROW_SAMPLES]
+    assert rows == [128, 128, 128, 256, 16512, 384, 384, 768, 128]

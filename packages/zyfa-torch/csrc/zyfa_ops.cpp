@@ -529,11 +529,10 @@ void launch_grid(const KernelEntry &e, const Dims &d, unsigned (&grid)[3]) {
 // into it on `stream`, and point args.v at it. The workspace tensor is returned so that it outlives the launches
 // that read it (freed after, the caching allocator reuses it only for later work on this stream).
 Tensor run_v_prep(const KernelEntry &e, const Tensor &q, const Dims &d, zyfa_fwd_args &args, void *stream) {
-  const int64_t pad = e.tile_n % 128 == 0 ? e.tile_n : 2 * e.tile_n;  // lcm(tile_n, 128) for tile_n % 64 == 0
-  const int64_t row_bytes = (std::max<int64_t>(d.seqlen_k, 1) + pad - 1) / pad * pad;  // (grid y/z: check_shapes)
+  const int64_t row_bytes = ZYFA_VT_ROW_BYTES(d.seqlen_k, e.tile_n);  // (grid y/z: check_shapes)
   Tensor workspace = at::empty({d.batch * d.heads_kv * d.d_v * row_bytes}, q.options().dtype(at::kByte));
   void *vt = workspace.data_ptr();
-  const unsigned grid[3] = {static_cast<unsigned>(row_bytes / 128), static_cast<unsigned>(d.heads_kv),
+  const unsigned grid[3] = {static_cast<unsigned>(row_bytes / ZYFA_VPREP_KEYS), static_cast<unsigned>(d.heads_kv),
                             static_cast<unsigned>(d.batch)};
   zyfa_driver_error err;
   if (e.launch2(e.v_prep, grid, e.v_prep_block, 0, stream, &args, sizeof(args), &vt, sizeof(vt), &err) != 0) {

@@ -35,6 +35,7 @@ __all__ = [
     "default_manifest",
     "find_kernel_dir",
     "select",
+    "vt_row_bytes",
 ]
 
 ENV_KERNEL_DIR = "ZYFA_KERNEL_DIR"
@@ -55,9 +56,18 @@ FP8_MAX_STALE_TAU = 0.8
 """Largest running-max staleness an FP8 kernel may declare (exclusive): its P = 2^(t - m + 8) must stay
 below e4m3's 448 = 2^8.81 when t exceeds the kept max by up to stale_tau."""
 VPREP_KEYS = 128
-"""Keys per block of the V pre-pass (kernels/abi/zyfa_abi.h, ABI 3)."""
+"""Keys per block of the V pre-pass (ZYFA_VPREP_KEYS in kernels/abi/zyfa_abi.h, ABI 3; tests/test_abi.py
+checks the mirror)."""
 VPREP_THREADS = 256
-"""Threads per block of the V pre-pass."""
+"""Threads per block of the V pre-pass (ZYFA_VPREP_THREADS)."""
+
+
+def vt_row_bytes(seqlen_k: int, tile_n: int) -> int:
+    """Bytes of one row of the pre-transposed V (ZYFA_VT_ROW_BYTES): seqlen_k (at least 1) rounded up to a
+    multiple of lcm(tile_n, VPREP_KEYS), the kernel's KV block and the pass's keys per block."""
+    pad = math.lcm(tile_n, VPREP_KEYS)
+    return -(-max(seqlen_k, 1) // pad) * pad
+
 
 # Accepted spellings of the input dtypes -> the manifest's canonical name.
 _DTYPE_ALIASES = {
@@ -130,10 +140,8 @@ class KernelSpec:
     )
 
     def vt_row_bytes(self, seqlen_k: int) -> int:
-        """Bytes of one row of the pre-transposed V: seqlen_k (at least 1) rounded up to a multiple of
-        lcm(tile_n, 128), the kernel's KV block and the pass's 128 keys per block."""
-        pad = math.lcm(self.tile_n, VPREP_KEYS)
-        return -(-max(seqlen_k, 1) // pad) * pad
+        """Bytes of one row of this kernel's pre-transposed V (module function `vt_row_bytes`)."""
+        return vt_row_bytes(seqlen_k, self.tile_n)
 
     def workspace_bytes(self, batch: int, heads_kv: int, seqlen_k: int) -> int:
         """Device workspace one launch needs: the pre-transposed V, batch x heads_kv x d_v rows of
