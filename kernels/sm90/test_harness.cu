@@ -450,9 +450,10 @@ LseStats lse_stats(const std::vector<double>& a, const std::vector<double>& ref)
 // the caller frees the returned buffer. Other builds: args unchanged, nullptr.
 #if defined(ZYFA_WS_VPRE) && ZYFA_WS_VPRE
 uint8_t* vt_alloc(const zyfa_fwd_args& a) {
+  const size_t bytes = static_cast<size_t>(a.batch) * a.heads_kv * kDV * vt_row_bytes(a.seqlen_k);
   uint8_t* vt = nullptr;
-  CHECK_CUDA(cudaMalloc(&vt, static_cast<size_t>(a.batch) * a.heads_kv * kDV * vt_row_bytes(a.seqlen_k)));
-  CHECK_CUDA(cudaMemset(vt, 0xff, static_cast<size_t>(a.batch) * a.heads_kv * kDV * vt_row_bytes(a.seqlen_k)));
+  CHECK_CUDA(cudaMalloc(&vt, bytes));
+  CHECK_CUDA(cudaMemset(vt, 0xff, bytes));
   return vt;  // poisoned (e4m3 0xff = NaN): a position the pass misses shows in the output
 }
 void vt_launch(const zyfa_fwd_args& a, uint8_t* vt) {
