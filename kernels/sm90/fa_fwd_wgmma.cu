@@ -352,13 +352,22 @@ constexpr int kStages = ZYFA_WS_STAGES > 0 ? ZYFA_WS_STAGES
 // every lane gets its rows' full block sums. See row_sums_e4m3.
 constexpr int kOTiles = kDV / 8;
 constexpr int kOAcc = 4 * kOTiles;                // O accumulator floats per thread
+#ifndef ZYFA_WS_LSUM
+#define ZYFA_WS_LSUM 1
+#endif
+// ZYFA_WS_LSUM 6 (experiment, kLSumOnes): every Vt region carries 8 more rows of e4m3 ones, and each P.V
+// k-step is followed by an m64n8k32 wgmma of P by them (wgmma_rs_n8) into a fresh per-block accumulator:
+// the block's row sums on the tensor pipe, inside the P.V group that already reads P, added to the fp32 l
+// on the CUDA cores after the P.V wait. (As a 17th n8 tile of one m64n136k32 P.V, the per-block zeroing
+// of its four accumulators made ptxas serialise every wgmma, C7511, at any register budget.)
+constexpr int kVtRows = kDV + (ZYFA_WS_LSUM == 6 ? 8 : 0);  // e4m3 Vt rows per region
 constexpr int kQBytes = kQkRegions * kTileM * 128;
 constexpr int kKStageBytes = kQkRegions * kTileN * 128;
-// bf16 (and f16 for kPvF16): 2 regions x kTileN keys x 128 B; e4m3: kVtRegions regions of kDV d rows x 128 key bytes (key
+// bf16 (and f16 for kPvF16): 2 regions x kTileN keys x 128 B; e4m3: kVtRegions regions of kVtRows d rows x 128 key bytes (key
 // positions 128 r .. 128 r + 127 in region r; a last region of a kTileN that is not a multiple of 128
 // is only partly used).
 constexpr int kVtRegions = (kTileN + 127) / 128;
-constexpr int kVStageBytes = kPv16 ? kDV * kTileN * 2 : kDV * 128 * kVtRegions;
+constexpr int kVStageBytes = kPv16 ? kDV * kTileN * 2 : kVtRows * 128 * kVtRegions;
 constexpr int kBarrierBytes = kStages > 3 ? 256 : 128;  // (1 + 4 stages) mbarriers of 8 B
 constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (128 keys x 128 B) that cp.async fills one block
@@ -410,18 +419,16 @@ constexpr bool kOPromote = ZYFA_WS_OPROMOTE != 0;
 // run, 676 (method 1) / 680 (method 2) vs 762 for the old inexact ones-QGMMA sums. Measured on the H200, b2 s16K hq32/8, exact P:
 // 0: 645, 1: 689, 2: 675, 3: 650 TFLOP/s (the old ones-QGMMA row sums: 687-691). Reading wgmma
 // inputs in flight is fine; defining them makes ptxas serialise (C7513), so P is never packed early.
-#ifndef ZYFA_WS_LSUM
-#define ZYFA_WS_LSUM 1
-#endif
 constexpr int kLSum = ZYFA_WS_LSUM;
+constexpr bool kLSumOnes = kLSum == 6;
 // 4 (experiment, not yet measured): no tensor pipe at all: decode to f16 pairs, convert to fp32 and add
 // in fp32 per thread (32 keys per row), in flight. Exact: e4m3 values are multiples of 2^-9 below 2^9,
 // so every partial sum of 32 of them is an integer multiple of 2^-9 below 2^23 units (fits fp32's 24
 // bits); the quad's four partial rows are added in the epilogue. Costs 2.5 ALU instructions per P
 // element instead of 0.5 + 1/8 HMMA, but never queues behind the other warpgroup's QGMMAs.
-constexpr bool kLSumWhole = kLSum == 0 || kLSum == 1;  // sums of whole rows (else per thread)
+constexpr bool kLSumWhole = kLSum == 0 || kLSum == 1 || kLSumOnes;  // sums of whole rows (else per thread)
 [[maybe_unused]] constexpr bool kLSumExact = kLSum == 0 || kLSum == 1 || kLSum == 4;  // fp32 sums of the exact e4m3 values
-constexpr bool kLSumInFlight = kLSum != 1;
+constexpr bool kLSumInFlight = kLSum != 1 && !kLSumOnes;
 // Row max as 4 independent chains per row (ZYFA_WS_MAXTREE=1) instead of one 32-long FMNMX chain
 // (the max is exact in any order). H200, b2 s16K hq32/8: BF16 +1.7% and +0.9% in two runs (default
 // for BF16), FP8 exact +0.4% / -0.4% (noise; off).
@@ -442,6 +449,8 @@ static_assert(!kFp8 || kStaleTau < 0.8f, "FP8's P must stay below e4m3's 448: ZY
 static_assert(!kPvF16 || (!kLeanP && kVStaged && ZYFA_WS_LSUM <= 1 && !ZYFA_WS_OPROMOTE),
               "P.V in f16: exact P, V through the staging buffers, whole-row HMMA sums, no O promotion");
 static_assert(!kVPre || (!kPvF16 && kTileN % 64 == 0), "ZYFA_WS_VPRE: exact or lean e4m3, tile_n a multiple of 64");
+static_assert(!kLSumOnes || (kFp8 && !kPvF16 && !kOPromote && (!kVPre || kTileN <= 128)),
+              "ZYFA_WS_LSUM 6: e4m3 P.V (exact or lean), no O promotion; with the pre-pass one Vt region");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");
 // ZYFA_TILE_N (experiments, ZYFA_TILE_N != 128; kernels/sm90/NOTES.md "run 6"): S is one m64nN wgmma
 // accumulator, N one of the instantiated shapes (wgmma_ss); a P.V k-step is 16 bf16 / 32 e4m3 keys.
@@ -658,6 +667,16 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a
   }
 }
 
+// kLSumOnes: e (+)= P x ones, m64n8k32 (B: the 8 ones rows of a Vt region); e[0] / e[2]: rows g / g + 8.
+__device__ __forceinline__ void wgmma_rs_n8(float (&e)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t desc_b,
+                                            uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "+f"(e[0]), "+f"(e[1]), "+f"(e[2]), "+f"(e[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+}
+
 #undef ZYFA_ACC64
 #undef ZYFA_ACC8
 #undef ZYFA_D64
@@ -757,7 +776,7 @@ __device__ __forceinline__ void vt_unit(int u, int& tq, int& h, int& dc) {
 }
 
 __device__ __forceinline__ void vt_store(uint32_t vt, int row, int h, int tq, uint32_t w) {
-  st_shared_u32(vt + (h >> 3) * kDV * 128 + row * 128 + (((h & 7) ^ (row & 7)) << 4) + 4 * tq, w);
+  st_shared_u32(vt + (h >> 3) * kVtRows * 128 + row * 128 + (((h & 7) ^ (row & 7)) << 4) + 4 * tq, w);
 }
 
 __device__ __forceinline__ void load_vt_e4m3(uint32_t vt, const uint8_t* g, int64_t row_bytes, int key0, int seqlen_k,
@@ -872,7 +891,7 @@ __device__ __forceinline__ void transpose_staging_ldsm(uint32_t vt, uint32_t stg
   for (int h = 0; h < kVtGroups; ++h) {
     uint32_t r[4];
     ldsm_x4_trans(r, stg + static_cast<uint32_t>(h * 16 * 128) + ld_off);
-    const uint32_t addr = st_row + static_cast<uint32_t>((h >> 3) * kDV * 128) + ((static_cast<uint32_t>(h & 7) ^ d7) << 4);
+    const uint32_t addr = st_row + static_cast<uint32_t>((h >> 3) * kVtRows * 128) + ((static_cast<uint32_t>(h & 7) ^ d7) << 4);
     stmatrix_x4(addr, __byte_perm(r[0], r[1], sel0), __byte_perm(r[0], r[1], sel1), __byte_perm(r[2], r[3], sel0),
                 __byte_perm(r[2], r[3], sel1));
   }
@@ -1057,19 +1076,39 @@ __device__ __forceinline__ uint64_t v_desc(uint32_t v_tile) {
 
 // O (+)= P V. v_tile: one V stage. bf16: V [key][d] is MN-major (d regions of 64 at LBO = kTileN x
 // 128 B), a k-step is 16 keys = 2048 B; e4m3: Vt [d][key position] is K-major, a k-step is 32 bytes.
-// fresh: the first k-step overwrites o (O promotion), else it accumulates.
-__device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], const uint32_t (&p)[kPRegs], uint64_t dv, bool fresh) {
+// fresh: the first k-step overwrites o (O promotion), else it accumulates. kLSumOnes: lsum = the block's
+// row sums (wgmma_rs_n8).
+__device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], float (&lsum)[4], const uint32_t (&p)[kPRegs], uint64_t dv,
+                                              bool fresh) {
 #pragma unroll
   for (int kk = 0; kk < kPvSteps; ++kk) {
-    // e4m3: k-step kk in Vt region kk / 4 (kDV rows of 128 B), bytes 32 (kk % 4) of each row.
-    const uint64_t desc = dv + ((kPv16 ? kk * 16 * 128 : (kk >> 2) * kDV * 128 + (kk & 3) * 32) >> 4);
-    wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc, (fresh && kk == 0) ? 0u : 1u);
+    // e4m3: k-step kk in Vt region kk / 4 (kVtRows rows of 128 B), bytes 32 (kk % 4) of each row.
+    const uint64_t desc = dv + ((kPv16 ? kk * 16 * 128 : (kk >> 2) * kVtRows * 128 + (kk & 3) * 32) >> 4);
+    const uint32_t scale_d = (fresh && kk == 0) ? 0u : 1u;
+    wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc, scale_d);
+    if constexpr (kLSumOnes) {  // the region's ones rows (after its kDV rows); the first k-step starts fresh
+      wgmma_rs_n8(lsum, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc + ((kDV * 128) >> 4),
+                  kk > 0 ? 1u : 0u);
+    }
   }
   wgmma_commit();
 }
 
-__device__ __forceinline__ void issue_pv(float (&o)[kOAcc], const uint32_t (&p)[kPRegs], uint32_t v_tile, bool fresh) {
-  issue_pv_desc(o, p, v_desc(v_tile), fresh);
+__device__ __forceinline__ void issue_pv(float (&o)[kOAcc], float (&lsum)[4], const uint32_t (&p)[kPRegs], uint32_t v_tile,
+                                         bool fresh) {
+  issue_pv_desc(o, lsum, p, v_desc(v_tile), fresh);
+}
+
+// kLSumOnes: Vt rows kDV .. kDV + 7 of every region of `stages` V stages at v_s = e4m3 1.0 (0x38). Written once
+// by the calling threads (t of n); no load ever touches them. The caller fences and syncs.
+__device__ __forceinline__ void write_ones_rows(uint32_t v_s, int stages, int t, int n) {
+  if constexpr (kLSumOnes) {
+    constexpr int kWords = 8 * 128 / 4;  // per region
+    for (int i = t; i < stages * kVtRegions * kWords; i += n) {
+      const int region = i / kWords;  // stage * kVtRegions + region of the stage
+      st_shared_u32(v_s + static_cast<uint32_t>(region * kVtRows * 128 + kDV * 128 + (i % kWords) * 4), 0x38383838u);
+    }
+  }
 }
 
 // d (+)= A x ones, mma.sync m16n8k16 f16 -> f32 (A fragment: a0 / a2 row g, a1 / a3 row g + 8).
@@ -1605,6 +1644,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     fence_proxy_async();
   }
+  if constexpr (kLSumOnes) {
+    write_ones_rows(v_s, kStages, tid, kThreads);
+    fence_proxy_async();  // generic-proxy writes -> the wgmma (async proxy) reads after the barrier
+  }
   __syncthreads();
 
   // Broadcast from lane 0 so the compiler knows the warpgroup index is warp-uniform (descriptors
@@ -1813,6 +1856,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint32_t q_tile = q_s + cw * 64 * 128;  // this warpgroup's rows of Q
 
   float o[kOAcc];
+  float lones[4];  // kLSumOnes: the row sums of the P.V in flight
   float ob[kOAcc];  // kOPromote: this block's P.V (fresh wgmma accumulator), added to o after the block
   float sacc[kSAcc];
   uint32_t p[kPRegs];
@@ -1827,6 +1871,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   float m_run[2] = {-INFINITY, -INFINITY};
   float l_run[2] = {0.0f, 0.0f};  // bf16: this thread's partial row sums (quad-summed at the end); FP8: whole rows
   float lblk[2] = {0.0f, 0.0f};   // FP8: the sums of the block just packed (row_sums_e4m3)
+#pragma unroll
+  for (int i = 0; i < 4; ++i) lones[i] = 0.0f;
   float (&opv)[kOAcc] = *(kOPromote ? &ob : &o);  // where P.V accumulates
 
   const uint64_t dq = make_desc(q_tile, 16, 1024);
@@ -1834,7 +1880,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint64_t dv0 = v_desc(v_s);
   auto issue_s_block = [&](int st) { issue_s_desc(sacc, dq, dk0 + static_cast<uint32_t>(st * (kKStageBytes >> 4))); };
   auto issue_pv_block = [&](int st) {
-    issue_pv_desc(opv, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote);
+    issue_pv_desc(opv, lones, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote);
   };
   // FP8, contract order: l = l * alpha_j + sum(P_j), alpha_j the rescale of block j's max. The sums
   // of P_j are taken from the P registers while P_j V_j (which reads them) and S_{j+1} run (kLSum
@@ -1848,7 +1894,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       }
     } else if constexpr (kFp8) {
       if (in_flight == kLSumInFlight) {
-        if constexpr (kPvF16) {
+        if constexpr (kLSumOnes) {  // after the P.V wait: its block's sums
+          lblk[0] = lones[0];
+          lblk[1] = lones[2];
+        } else if constexpr (kPvF16) {
           row_sums_f16(p, lblk);
         } else {
           row_sums_e4m3(p, lblk);
@@ -1920,6 +1969,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       pp_sync();
       fence_regs(sacc);
       fence_regs(opv);
+    fence_regs(lones);
       fence_regs(p);
       wgmma_fence();
       issue_s_block(s);
@@ -1927,6 +1977,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       apply_pending_rescale();  // kEarly: O *= alpha_{j-1} while S_j runs
       mbar_wait(bar_full_v(sp), php);
       fence_regs(opv);
+    fence_regs(lones);
       fence_regs(p);
       wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
       issue_pv_block(sp);
@@ -1938,6 +1989,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       run_softmax(alpha, j);
       wgmma_wait<0>();
       fence_regs(opv);
+    fence_regs(lones);
       fence_regs(p);  // P_{j-1} stays live until its wgmma has finished reading it
       release(bar_empty_v(sp));
       add_block_sums(false);  // P_{j-1} (kLSum == 1)
@@ -1974,6 +2026,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     pp_sync();
     apply_pending_rescale();
     fence_regs(opv);
+    fence_regs(lones);
     fence_regs(p);
     wgmma_fence();
     issue_pv_block(sl);
@@ -1981,6 +2034,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     add_block_sums(true);  // P_{n-1}
     wgmma_wait<0>();
     fence_regs(opv);
+    fence_regs(lones);
     fence_regs(p);
     release(bar_empty_v(sl));
     add_block_sums(false);

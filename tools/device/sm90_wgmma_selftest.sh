@@ -170,7 +170,12 @@ from zyfa_kernel_build import defines
 # pre-pass (no spills at 224 / 232 consumer registers): 0.93..0.96 at 2K-8K, 1.00 / 1.03 at 16K (noisy): not taken.
 # Run 44 (thirteenth session call 8, NOTES.md "Outcomes, run 44"): exact d128 with the pre-pass at tile_n 128 and 3
 # stages: 1.029 / 0.984 / 0.959 / 0.966 (one pass): not taken.
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
+# Run 45 (fourteenth session, NOTES.md "Predictions, run 45"): FP8 row sums on the tensor pipe inside the P.V group
+# (8 ones rows per Vt region, an m64n8k32 wgmma per k-step into a fresh per-block accumulator; ZYFA_WS_LSUM=6).
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [("lsumtc", "+3072", ["-DZYFA_WS_LSUM=6"])],
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": [("lsumtc", "+4096", ["-DZYFA_WS_LSUM=6"])],
+}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
