@@ -170,6 +170,17 @@
 // 1.064 / 1.039, lean 192/128 1.048 / 1.061 / 1.071 / 1.077 (lean's softmax is ALU-bound).
 #define ZYFA_WS_LEAN_SAT 1
 #endif
+#ifndef ZYFA_WS_LEAN_F16
+// Lean P through f16 (experiment, 0 = off): the fast softmax makes x = fma(S, A, B + 1024) (one FFMA per
+// element; x - 1024 is the code before rounding), then per pair of keys one cvt.rn.f16x2.f32 (f16's ulp is 1
+// on [1024, 2048): the rounding to an integer code) and one max with 1024 (the clamp at code 0; -inf -> 1024):
+// each f16 half is 0x6400 + code, and pack_p needs one PRMT per 4 keys. 9 instructions per 4 keys instead of
+// 11 (4 FFMA + 2 F2FP + 2 HMNMX2 + 1 PRMT against 8 FFMA + 3 PRMT), and only the PRMT after the P.V wait (16
+// per thread and block instead of 48). The code is rint of fl32(S A + fl32(B + 1024)), rounded at 2^-13
+// before the integer rounding: it differs from the contract's rint(fl32(S A + B)) by one only when S A + B
+// lies within ~2^-13 of a half-integer.
+#define ZYFA_WS_LEAN_F16 0
+#endif
 #ifndef ZYFA_WS_PV_F16
 // FP8 with P.V in f16 (p_mode "f16", the _pf16 variants; the build sets it): S = Q K^T stays on the FP8 tensor core,
 // P = exp2(t - m + 8) is rounded to f16 (11 significant bits instead of e4m3's 4) and V is converted
@@ -317,6 +328,7 @@ constexpr bool kPersistent = ZYFA_WS_PERSISTENT != 0;
 [[maybe_unused]] constexpr bool kTma = ZYFA_WS_TMA != 0;
 constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
+constexpr bool kLeanF16 = kLeanP && ZYFA_WS_LEAN_F16 != 0;  // see the macro
 constexpr float kStaleTau = ZYFA_WS_STALE_TAU;  // see the macro
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
 constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
@@ -1245,6 +1257,24 @@ __device__ __forceinline__ float lean_code(float v, float a, float b) {
   }
 }
 
+// kLeanF16: the f16x2 word {max(x0, 1024), max(x1, 1024)} of two keys' x = S A + B + 1024 (see the macro): each
+// half 0x6400 + the rounded, clamped code.
+__device__ __forceinline__ float lean_f16_word(float x0, float x1) {
+  const __half2 h = __hmax2(__floats2half2_rn(x0, x1), __float2half2_rn(1024.0f));
+  return __uint_as_float(*reinterpret_cast<const uint32_t*>(&h));
+}
+
+// kLeanF16 after a softmax path that made code floats (1.5 * 2^23 + code): the same words, in s[4 j + 2 r]
+// (s[4 j + 2 r + 1] is then dead). Exact: code + 1024 is an integer below 2048.
+template <int N>
+__device__ __forceinline__ void lean_codes_to_f16(float (&s)[N]) {
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      s[4 * j + 2 * r] = lean_f16_word(s[4 * j + 2 * r] - (12582912.0f - 1024.0f), s[4 * j + 2 * r + 1] - (12582912.0f - 1024.0f));
+}
+
 // FP8 exact: exp2(t - m + 8); FP8 lean: max(S A + B, 0) + 1.5 * 2^23 (the code sits in the low byte).
 // It only touches s, m, l: it runs while the previous block's P.V wgmma still reads P.
 // key0: first key of the block; row_lim[r]: the last key row r sees (-1: none).
@@ -1363,20 +1393,25 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
     m_run[r] = m_new;
     lean_b[r] = 120.0f - 8.0f * m_use;
+    if constexpr (kLeanF16) lean_b[r] += 1024.0f;
     neg_m[r] = kPShift - m_use;
   }
 #pragma unroll
   for (int j = 0; j < kSTiles; ++j) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
+      if constexpr (kLeanF16) {
+        s[4 * j + 2 * r] = lean_f16_word(fmaf(s[4 * j + 2 * r], lean_a, lean_b[r]), fmaf(s[4 * j + 2 * r + 1], lean_a, lean_b[r]));
+      } else {
 #pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        float& v = s[4 * j + 2 * r + x];
-        if constexpr (kLeanP) {
-          v = lean_code(v, lean_a, lean_b[r]);
-        } else {
-          v = ex2(fmaf(v, qk_scale, neg_m[r]));
-          lsum[r] += v;
+        for (int x = 0; x < 2; ++x) {
+          float& v = s[4 * j + 2 * r + x];
+          if constexpr (kLeanP) {
+            v = lean_code(v, lean_a, lean_b[r]);
+          } else {
+            v = ex2(fmaf(v, qk_scale, neg_m[r]));
+            lsum[r] += v;
+          }
         }
       }
     }
@@ -1413,9 +1448,11 @@ __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[
       softmax_rows_x2(s, m_run, l_run, alpha, qk_scale, lean_a);
     } else {
       softmax_rows<true>(s, m_run, l_run, alpha, qk_scale, lean_a);
+      if constexpr (kLeanF16) lean_codes_to_f16(s);
     }
   } else {
     softmax_rows<false>(s, m_run, l_run, alpha, qk_scale, lean_a);
+    if constexpr (kLeanF16) lean_codes_to_f16(s);
   }
 }
 
@@ -1447,7 +1484,9 @@ __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kP
       } else {
         // k-step kc = j / 4: a0/a1 (rows g, g+8) = tiles 4kc, 4kc+1; a2/a3 = tiles 4kc+2, 4kc+3.
         uint32_t w;
-        if constexpr (kLeanP) {  // the code sits in the low byte of each float
+        if constexpr (kLeanF16) {  // f16 words {a0, a1} and {b0, b1}: the codes are their bytes 0 and 2
+          w = __byte_perm(__float_as_uint(a0), __float_as_uint(b0), 0x6420);
+        } else if constexpr (kLeanP) {  // the code sits in the low byte of each float
           w = __byte_perm(__byte_perm(__float_as_uint(a0), __float_as_uint(a1), 0x0040),
                           __byte_perm(__float_as_uint(b0), __float_as_uint(b1), 0x0040), 0x5410);
         } else {

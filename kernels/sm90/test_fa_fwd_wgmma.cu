@@ -168,6 +168,7 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
     const int col = 8 * (i >> 2) + 2 * tig + (i & 1);
     s[i] = p_in[row * kTileN + col];
   }
+  if constexpr (kLeanF16) lean_codes_to_f16(s);  // the f16 words the kernel's fast softmax leaves
   uint32_t p[kPRegs];
   pack_p(s, p);
   float o[kOAcc];
