@@ -181,6 +181,15 @@
 // lies within ~2^-13 of a half-integer.
 #define ZYFA_WS_LEAN_F16 0
 #endif
+#ifndef ZYFA_WS_LSUM_IDEC
+// FP8 row sums (ZYFA_WS_LSUM 0 / 1) with the e4m3 -> f16 decode done by integer ops (experiment, 0 = off):
+// a nonnegative e4m3 byte shifted left by 7 into a 16-bit lane IS the f16 of its value times 2^-8, subnormal
+// codes included (e4m3 subnormal m 2^-9 -> f16 subnormal m 2^-17), so {bytes 0, 2} = (w << 7) & 0x7f807f80
+// and {bytes 1, 3} = (w >> 1) & 0x7f807f80, and the HMMA-with-ones sum times 256 is the exact sum. Four
+// full- / half-rate integer instructions per word instead of two cvt.f16x2.e4m3x2 (F2FP, which run 46
+// suggests issue at a quarter of the rate: 64 of them per iteration were what slowed `f16`).
+#define ZYFA_WS_LSUM_IDEC 0
+#endif
 #ifndef ZYFA_WS_PV_F16
 // FP8 with P.V in f16 (p_mode "f16", the _pf16 variants; the build sets it): S = Q K^T stays on the FP8 tensor core,
 // P = exp2(t - m + 8) is rounded to f16 (11 significant bits instead of e4m3's 4) and V is converted
@@ -995,6 +1004,13 @@ __device__ __forceinline__ void vt_prep(const zyfa_fwd_args& args, uint8_t* vt) 
 }
 #endif
 
+// ZYFA_WS_LSUM_IDEC: the 4 nonnegative e4m3 bytes of w as two f16 pairs of their values times 2^-8 (exact):
+// lo = bytes 0, 2; hi = bytes 1, 3 (see the macro).
+__device__ __forceinline__ void e4m3x4_to_f16x2x2_scaled(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  lo = (w << 7) & 0x7f807f80u;
+  hi = (w >> 1) & 0x7f807f80u;
+}
+
 // Decodes the 4 e4m3 bytes of w into two f16 pairs (exact): lo = bytes 0, 1; hi = bytes 2, 3.
 __device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
   asm("{\n.reg .b16 l16, h16;\nmov.b32 {l16, h16}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l16;\ncvt.rn.f16x2.e4m3x2 %1, h16;\n}\n"
@@ -1153,12 +1169,18 @@ __device__ __forceinline__ void row_sums_e4m3(const uint32_t (&p)[kPRegs], float
 #pragma unroll
     for (int i = 0; i < kPRegs / 2; ++i) {  // i = 2 kc + h
       uint32_t lo0, hi0, lo1, hi1;
-      e4m3x4_to_f16x2x2(p[2 * i], lo0, hi0);      // row g
-      e4m3x4_to_f16x2x2(p[2 * i + 1], lo1, hi1);  // row g + 8
+      if constexpr (ZYFA_WS_LSUM_IDEC != 0) {  // the sum is taken over all four halves: their order is free
+        e4m3x4_to_f16x2x2_scaled(p[2 * i], lo0, hi0);
+        e4m3x4_to_f16x2x2_scaled(p[2 * i + 1], lo1, hi1);
+      } else {
+        e4m3x4_to_f16x2x2(p[2 * i], lo0, hi0);      // row g
+        e4m3x4_to_f16x2x2(p[2 * i + 1], lo1, hi1);  // row g + 8
+      }
       hmma_ones(d[i & 1], lo0, lo1, hi0, hi1);
     }
-    lsum[0] = d[0][0] + d[1][0];
-    lsum[1] = d[0][2] + d[1][2];
+    constexpr float kScale = ZYFA_WS_LSUM_IDEC != 0 ? 256.0f : 1.0f;  // exact
+    lsum[0] = (d[0][0] + d[1][0]) * kScale;
+    lsum[1] = (d[0][2] + d[1][2]) * kScale;
   } else if constexpr (kLSum == 4) {
     float a[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // [row][chain]
 #pragma unroll
