@@ -180,6 +180,10 @@ EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
                                                ("f16_lsumtc", "+3072", ["-DZYFA_WS_LEAN_F16=1", "-DZYFA_WS_LSUM=6"]),
                                                ("idec", None, ["-DZYFA_WS_LSUM_IDEC=1"]),
                                                ("f16_idec", None, ["-DZYFA_WS_LEAN_F16=1", "-DZYFA_WS_LSUM_IDEC=1"])],
+    "fa_fwd_e4m3fn_hd128_causal_sm90a": [("idec", None, ["-DZYFA_WS_LSUM_IDEC=1"])],
+    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": [("idec", None, ["-DZYFA_WS_LSUM_IDEC=1"])],
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": [("idec", None, ["-DZYFA_WS_LSUM_IDEC=1"]),
+                                                   ("f16_idec", None, ["-DZYFA_WS_LEAN_F16=1", "-DZYFA_WS_LSUM_IDEC=1"])],
 }
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
