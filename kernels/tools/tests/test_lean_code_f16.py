@@ -1,0 +1,99 @@
+"""The sm90 kernel's ZYFA_WS_LEAN_F16 form of lean P's code against the contract's, in exact arithmetic.
+
+The contract (zyfa.reference.lean_p_codes, and the kernel's default LEAN_SAT form, test_lean_code_sat.py):
+    code = clamp(rint(fma(S, A, B)), 0, 126)        (fma rounds once to float32, rint to nearest even)
+LEAN_F16 (fa_fwd_wgmma.cu, the macro's comment):
+    x = fma(S, A, fl32(B + 1024));  h = max(f16(x), 1024);  code = h - 1024
+where f16() is cvt.rn.f16x2.f32 (nearest even; f16's spacing is 1 on [1024, 2048), so it is the rounding
+to an integer) and the max is HMNMX2. The float32 rounding of x happens at spacing 2^-13 before the integer
+rounding, so the two codes may differ, by one, only where S A + B lies within about 2^-13 of a half-integer.
+These tests check that claim with every rounding done exactly (fractions), on the softmax's inputs and at
+the code boundaries, and that the difference is real (the test can fail).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_lean_code_sat import code_default, fma_f32, round_f32, softmax_inputs
+
+MAGIC = 12582912.0  # code_default's 1.5 * 2^23 + code
+
+
+def round_f16(x: float) -> float:
+    """cvt.rn.f16.f32 of a float32 value: nearest even at f16's spacing, +-inf from 65520 on."""
+    if math.isinf(x) or x == 0:
+        return x
+    a = Fraction(abs(x))
+    e = max(math.floor(math.log2(abs(x))), -14)
+    while Fraction(2) ** e > a and e > -14:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= a:
+        e += 1
+    ulp = Fraction(2) ** (e - 10)
+    q, r = divmod(a, ulp)
+    if r > ulp / 2 or (r == ulp / 2 and q % 2 == 1):
+        q += 1
+    value = q * ulp
+    if value >= 65520:
+        return math.copysign(math.inf, x)
+    return math.copysign(float(value), x)
+
+
+def code_f16(s: float, a: float, b: float) -> int:
+    b1024 = round_f32(Fraction(b) + 1024)
+    x = fma_f32(s, a, b1024)
+    h = max(round_f16(x), 1024.0)  # HMNMX2 with 1024: -inf and every negative code land on 0
+    return int(h) - 1024
+
+
+def contract_code(s: float, a: float, b: float) -> int:
+    return int(code_default(s, a, b) - MAGIC)
+
+
+def near_half_integer(s: float, a: float, b: float, tol: Fraction) -> bool:
+    t = Fraction(s) * Fraction(a) + Fraction(b)
+    return abs(t - (math.floor(t) + Fraction(1, 2))) <= tol
+
+
+@settings(max_examples=3000, deadline=None)
+@given(softmax_inputs())
+def test_f16_form_matches_the_contract_off_the_ties(sab: tuple[float, float, float]) -> None:
+    s, a, b = sab
+    got, want = code_f16(s, a, b), contract_code(s, a, b)
+    assert abs(got - want) <= 1
+    if got != want:
+        assert near_half_integer(s, a, b, Fraction(2) ** -12), (s, a, b, got, want)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.integers(min_value=0, max_value=250), st.integers(min_value=-40, max_value=40))
+def test_f16_form_at_code_boundaries(k: int, steps: int) -> None:
+    """t a few multiples of 2^-16 away from the half-integer k + 1/2 (S = 1, so t = A + B)."""
+    t = Fraction(2 * k + 1, 2) + steps * Fraction(1, 2**16)
+    b = round_f32(t - 1)
+    got, want = code_f16(1.0, 1.0, b), contract_code(1.0, 1.0, b)
+    if fma_f32(1.0, 1.0, b) > 126.5:
+        return  # past the fast softmax's range (t <= 120 plus rounding)
+    assert abs(got - want) <= 1
+    if got != want:
+        assert near_half_integer(1.0, 1.0, b, Fraction(2) ** -12)
+
+
+def test_masked_negative_and_top_codes() -> None:
+    a = round_f32(Fraction(8 * 0.127))
+    for b in (120.0, -5.0, 0.0):
+        assert code_f16(-math.inf, a, b) == 0  # masked key
+    for t in (-1e30, -70000.0, -1025.0, -1.0, -0.5, 0.0, 0.5, 1.5, 2.5, 119.5, 120.0, 120.49):
+        b = round_f32(Fraction(t))
+        assert code_f16(0.0, 1.0, b) == contract_code(0.0, 1.0, b), t
+
+
+def test_the_two_forms_do_differ_somewhere() -> None:
+    """Just above a tie the float32 rounding at 2^-13 lands on the tie and f16's ties-to-even goes down."""
+    b = round_f32(Fraction(5, 2) + Fraction(1, 2**15))  # t = 2.5 + 2^-15, contract code 3
+    assert contract_code(0.0, 1.0, b) == 3
+    assert code_f16(0.0, 1.0, b) == 2
