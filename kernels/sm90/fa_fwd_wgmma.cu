@@ -26,10 +26,12 @@
  *   swizzled layout, permuting keys inside each 16-key group (position 16h + 4t + i <- key 16h + 2t +
  *   (i&1) + 8(i>>1)) so that the RS A fragment of P.V is exactly the bytes a lane holds from its own
  *   S accumulators (a permutation of the keys applied to both P and V leaves P.V unchanged).
- * FP8 row sums: on the CUDA cores' side of the tensor core, NOT in an FP8 wgmma (truncating adder):
- *   each thread decodes its packed P bytes to f16 pairs and sums them with mma.sync m16n8k16 f16 x
- *   ones -> fp32, giving the fp32 sum of exactly the e4m3 P fed to P.V (see kOTiles), right after
- *   P_j V_j has finished (ZYFA_WS_LSUM selects other methods; measured there).
+ * FP8 row sums: each thread decodes its packed P bytes to f16 pairs and sums them with mma.sync
+ *   m16n8k16 f16 x ones -> fp32, giving the fp32 sum of exactly the e4m3 P fed to P.V (see kOTiles),
+ *   right after P_j V_j has finished. Lean d128 instead takes them on the FP8 tensor pipe inside the
+ *   P.V group (ones rows in Vt; a fresh per-block sum through the FP8 adder, 2-6e-4 low) and makes its
+ *   codes as f16 pairs (ZYFA_WS_LSUM 6, ZYFA_WS_LEAN_F16; run 47: +4..5%). ZYFA_WS_LSUM selects the
+ *   method; the others are measured there.
  * Pipelines: separate K and V rings (full + empty mbarrier per stage), so K_{j+1} is released as
  *   soon as S_{j+1} is computed while V_j is still being read.
  * Intra-warpgroup overlap (FA3): iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
@@ -170,6 +172,11 @@
 // 1.064 / 1.039, lean 192/128 1.048 / 1.061 / 1.071 / 1.077 (lean's softmax is ALU-bound).
 #define ZYFA_WS_LEAN_SAT 1
 #endif
+#ifndef ZYFA_WS_LSUM
+// FP8 row-sum method (kLSum, below): 6 (tensor-pipe sums, kLSumOnes) for lean d=128, where run 47 measured
+// it with ZYFA_WS_LEAN_F16 at +4..5%; 1 (exact decode + HMMA with ones) everywhere else.
+#define ZYFA_WS_LSUM ((ZYFA_LEAN_P && ZYFA_D_QK == 128) ? 6 : 1)
+#endif
 #ifndef ZYFA_WS_LEAN_F16
 // Lean P through f16 (experiment, 0 = off): the fast softmax makes x = fma(S, A, B + 1024) (one FFMA per
 // element; x - 1024 is the code before rounding), then per pair of keys one cvt.rn.f16x2.f32 (f16's ulp is 1
@@ -178,17 +185,10 @@
 // 11 (4 FFMA + 2 F2FP + 2 HMNMX2 + 1 PRMT against 8 FFMA + 3 PRMT), and only the PRMT after the P.V wait (16
 // per thread and block instead of 48). The code is rint of fl32(S A + fl32(B + 1024)), rounded at 2^-13
 // before the integer rounding: it differs from the contract's rint(fl32(S A + B)) by one only when S A + B
-// lies within ~2^-13 of a half-integer.
-#define ZYFA_WS_LEAN_F16 0
-#endif
-#ifndef ZYFA_WS_LSUM_IDEC
-// FP8 row sums (ZYFA_WS_LSUM 0 / 1) with the e4m3 -> f16 decode done by integer ops (experiment, 0 = off):
-// a nonnegative e4m3 byte shifted left by 7 into a 16-bit lane IS the f16 of its value times 2^-8, subnormal
-// codes included (e4m3 subnormal m 2^-9 -> f16 subnormal m 2^-17), so {bytes 0, 2} = (w << 7) & 0x7f807f80
-// and {bytes 1, 3} = (w >> 1) & 0x7f807f80, and the HMMA-with-ones sum times 256 is the exact sum. Four
-// full- / half-rate integer instructions per word instead of two cvt.f16x2.e4m3x2 (F2FP, which run 46
-// suggests issue at a quarter of the rate: 64 of them per iteration were what slowed `f16`).
-#define ZYFA_WS_LSUM_IDEC 0
+// lies within ~2^-13 of a half-integer (kernels/tools/tests/test_lean_code_f16.py checks this exactly).
+// Run 46 (H200, fourteenth session): 0.90..0.95 alone, but +1% on top of ZYFA_WS_LSUM 6's tensor-pipe row sums;
+// run 47: that pair 1.036 / 1.050 / 1.053 / 1.045 at 2K / 4K / 8K / 16K on lean d128. Default with LSUM 6.
+#define ZYFA_WS_LEAN_F16 ((ZYFA_LEAN_P && ZYFA_WS_LSUM == 6) ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_PV_F16
 // FP8 with P.V in f16 (p_mode "f16", the _pf16 variants; the build sets it): S = Q K^T stays on the FP8 tensor core,
@@ -363,24 +363,25 @@ constexpr int kPvSteps = kTileN / (kPv16 ? 16 : 32);  // wgmma k-steps of O (key
 // f16 P.V at d_qk 192: 2 (its V stages are 16-bit, and 3 do not fit).
 constexpr int kStages = ZYFA_WS_STAGES > 0 ? ZYFA_WS_STAGES
                                            : ((kFp8 && kTileN <= 160 && !(kPvF16 && kDQk > 128)) ? 3 : 2);
-// FP8 row sums (contract: l = fp32 sum of the e4m3-rounded P fed to P.V). NOT on the FP8 tensor
-// core: Hopper's FP8 wgmma adds with a ~14-bit truncating adder (DeepSeek-V3 report 3.3.2), so a
-// ones-GEMM row sum ran up to 3.4% low on diffuse rows even with a fresh accumulator per block
-// (measured on the H200, 2026-12-01). Instead each thread decodes its packed e4m3 P bytes to f16
+// FP8 row sums (contract: l = fp32 sum of the e4m3-rounded P fed to P.V). Hopper's FP8 wgmma adds with
+// a ~14-bit truncating adder (DeepSeek-V3 report 3.3.2), so a ones-GEMM sum is 2-6e-4 low with a fresh
+// accumulator per block (run 45; the first session's "3.4% low" was S's truncation on sharp rows) and
+// drifts ~1e-2 when accumulated across blocks. ZYFA_WS_LSUM 6 takes that trade on lean d128; by
+// default (method 1) each thread decodes its packed e4m3 P bytes to f16
 // pairs (cvt.f16x2.e4m3x2, exact: e4m3 values are f16 values) and sums them with a legacy
 // mma.sync m16n8k16 f16 x ones -> f32 (the decoded pairs are already the A fragment; products are
 // exact and the f16 HMMA accumulates in fp32): 32 cvt + 8 HMMA per thread and block, no shuffles,
 // every lane gets its rows' full block sums. See row_sums_e4m3.
 constexpr int kOTiles = kDV / 8;
 constexpr int kOAcc = 4 * kOTiles;                // O accumulator floats per thread
-#ifndef ZYFA_WS_LSUM
-#define ZYFA_WS_LSUM 1
-#endif
-// ZYFA_WS_LSUM 6 (experiment, kLSumOnes): every Vt region carries 8 more rows of e4m3 ones, and each P.V
-// k-step is followed by an m64n8k32 wgmma of P by them (wgmma_rs_n8) into a fresh per-block accumulator:
-// the block's row sums on the tensor pipe, inside the P.V group that already reads P, added to the fp32 l
-// on the CUDA cores after the P.V wait. (As a 17th n8 tile of one m64n136k32 P.V, the per-block zeroing
-// of its four accumulators made ptxas serialise every wgmma, C7511, at any register budget.)
+// ZYFA_WS_LSUM 6 (kLSumOnes; the macro's default is at ZYFA_WS_LEAN_F16): every Vt region carries 8 more rows
+// of e4m3 ones, and each P.V k-step is followed by an m64n8k32 wgmma of P by them (wgmma_rs_n8) into a fresh
+// per-block accumulator: the block's row sums on the tensor pipe, inside the P.V group that already reads P,
+// added to the fp32 l on the CUDA cores after the P.V wait. They are the sums of exactly the e4m3 P fed to
+// P.V, but through the FP8 wgmma's truncating adder, like O itself: 2-6e-4 low on average, the worst row
+// of the layout probe's 1.6e-3 (run 45; the first session's "3.4% low" was S's truncation, not the sums').
+// (As a 17th n8 tile of one m64n136k32 P.V, the per-block zeroing of its four accumulators made ptxas
+// serialise every wgmma, C7511, at any register budget.)
 constexpr int kVtRows = kDV + (ZYFA_WS_LSUM == 6 ? 8 : 0);  // e4m3 Vt rows per region
 constexpr int kQBytes = kQkRegions * kTileM * 128;
 constexpr int kKStageBytes = kQkRegions * kTileN * 128;
@@ -429,7 +430,7 @@ constexpr int kConsumerRegs = ZYFA_WS_CREGS > 0 ? ZYFA_WS_CREGS : (kFp8Tma ? 208
 #define ZYFA_WS_OPROMOTE 0
 #endif
 constexpr bool kOPromote = ZYFA_WS_OPROMOTE != 0;
-// FP8 row-sum method (see kOTiles): 1 (default) = decode + HMMA with ones right after the P.V wait;
+// FP8 row-sum method (see kOTiles): 1 (default but for lean d128) = decode + HMMA with ones right after the P.V wait;
 // 0 = the same HMMA issued while P.V / S run (the mma.sync then queues behind the in-flight QGMMAs
 // and stalls the warp before its softmax: ncu "math pipe throttle" on the HMMA; 6% slower);
 // 2 = decode + f16 HADD2 tree per row (16 values per half) then fp32, in flight; 3 = decode + one f16
@@ -1004,13 +1005,6 @@ __device__ __forceinline__ void vt_prep(const zyfa_fwd_args& args, uint8_t* vt) 
 }
 #endif
 
-// ZYFA_WS_LSUM_IDEC: the 4 nonnegative e4m3 bytes of w as two f16 pairs of their values times 2^-8 (exact):
-// lo = bytes 0, 2; hi = bytes 1, 3 (see the macro).
-__device__ __forceinline__ void e4m3x4_to_f16x2x2_scaled(uint32_t w, uint32_t& lo, uint32_t& hi) {
-  lo = (w << 7) & 0x7f807f80u;
-  hi = (w >> 1) & 0x7f807f80u;
-}
-
 // Decodes the 4 e4m3 bytes of w into two f16 pairs (exact): lo = bytes 0, 1; hi = bytes 2, 3.
 __device__ __forceinline__ void e4m3x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
   asm("{\n.reg .b16 l16, h16;\nmov.b32 {l16, h16}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l16;\ncvt.rn.f16x2.e4m3x2 %1, h16;\n}\n"
@@ -1169,18 +1163,12 @@ __device__ __forceinline__ void row_sums_e4m3(const uint32_t (&p)[kPRegs], float
 #pragma unroll
     for (int i = 0; i < kPRegs / 2; ++i) {  // i = 2 kc + h
       uint32_t lo0, hi0, lo1, hi1;
-      if constexpr (ZYFA_WS_LSUM_IDEC != 0) {  // the sum is taken over all four halves: their order is free
-        e4m3x4_to_f16x2x2_scaled(p[2 * i], lo0, hi0);
-        e4m3x4_to_f16x2x2_scaled(p[2 * i + 1], lo1, hi1);
-      } else {
-        e4m3x4_to_f16x2x2(p[2 * i], lo0, hi0);      // row g
-        e4m3x4_to_f16x2x2(p[2 * i + 1], lo1, hi1);  // row g + 8
-      }
+      e4m3x4_to_f16x2x2(p[2 * i], lo0, hi0);      // row g
+      e4m3x4_to_f16x2x2(p[2 * i + 1], lo1, hi1);  // row g + 8
       hmma_ones(d[i & 1], lo0, lo1, hi0, hi1);
     }
-    constexpr float kScale = ZYFA_WS_LSUM_IDEC != 0 ? 256.0f : 1.0f;  // exact
-    lsum[0] = (d[0][0] + d[1][0]) * kScale;
-    lsum[1] = (d[0][2] + d[1][2]) * kScale;
+    lsum[0] = d[0][0] + d[1][0];
+    lsum[1] = d[0][2] + d[1][2];
   } else if constexpr (kLSum == 4) {
     float a[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // [row][chain]
 #pragma unroll

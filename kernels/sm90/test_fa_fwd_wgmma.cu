@@ -67,9 +67,12 @@ namespace {
 // still accumulate in the FP8 tensor core's ~14-bit truncating adder (DeepSeek-V3 3.3.2; layout
 // probe: S 1.3e-4, O 2.4e-4 rel L2): measured on the H200 over these cases out <= 6.8e-3, lse max
 // 4.2e-2 (sharp rows: an error of ~1e-3 in a large S moves its p), mean <= 1.5e-3. Grid cases (S
-// exact) must match to rounding: lse 1e-4, out 4e-3 (bf16 rounding + P.V accumulation).
+// exact) must match to rounding: lse 1e-4, out 4e-3 (bf16 rounding + P.V accumulation). With the
+// tensor-pipe row sums (kLSumOnes, lean d128) l itself goes through that adder: the grid cases' lse then
+// measured max 2.9-5.0e-3, mean 4.6-8.2e-4 (runs 45-47), bounded here at 1e-2 / 2e-3.
 Tolerances case_tolerances(const Case& cs) {
   const bool strict = !kFp8 || cs.grid;
+  if (kLSumOnes && cs.grid) return {4e-3, 1e-2, 2e-3};
   return {!kFp8 ? 5e-3 : (cs.grid ? 4e-3 : 9e-3), strict ? 1e-4 : 6e-2, strict ? 1e-5 : 2.5e-3};
 }
 

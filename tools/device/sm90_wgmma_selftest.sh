@@ -170,21 +170,12 @@ from zyfa_kernel_build import defines
 # pre-pass (no spills at 224 / 232 consumer registers): 0.93..0.96 at 2K-8K, 1.00 / 1.03 at 16K (noisy): not taken.
 # Run 44 (thirteenth session call 8, NOTES.md "Outcomes, run 44"): exact d128 with the pre-pass at tile_n 128 and 3
 # stages: 1.029 / 0.984 / 0.959 / 0.966 (one pass): not taken.
-# Run 45 (fourteenth session call 1, NOTES.md "Outcomes, run 45"): FP8 row sums on the tensor pipe inside the P.V
-# group (8 ones rows per Vt region, an m64n8k32 wgmma per k-step into a fresh per-block accumulator; ZYFA_WS_LSUM=6):
-# lean d128 1.02..1.03 at 2K-8K, sums 2-6e-4 low (grid cases fail their exact-sum lse bound); not adopted.
-# Run 46 (NOTES.md "Predictions, run 46"): lean P's code through f16 (ZYFA_WS_LEAN_F16), alone and with lsumtc.
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [("lsumtc", "+3072", ["-DZYFA_WS_LSUM=6"]),
-                                               ("f16", None, ["-DZYFA_WS_LEAN_F16=1"]),
-                                               ("f16_lsumtc", "+3072", ["-DZYFA_WS_LEAN_F16=1", "-DZYFA_WS_LSUM=6"]),
-                                               ("idec", None, ["-DZYFA_WS_LSUM_IDEC=1"]),
-                                               ("f16_idec", None, ["-DZYFA_WS_LEAN_F16=1", "-DZYFA_WS_LSUM_IDEC=1"])],
-    "fa_fwd_e4m3fn_hd128_causal_sm90a": [("idec", None, ["-DZYFA_WS_LSUM_IDEC=1"])],
-    "fa_fwd_e4m3fn_hd192x128_causal_sm90a": [("idec", None, ["-DZYFA_WS_LSUM_IDEC=1"])],
-    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": [("idec", None, ["-DZYFA_WS_LSUM_IDEC=1"]),
-                                                   ("f16_idec", None, ["-DZYFA_WS_LEAN_F16=1", "-DZYFA_WS_LSUM_IDEC=1"])],
-}
+# Runs 45-47 (fourteenth session calls 1, 3 and 6, NOTES.md "Outcomes, run 45" .. "Outcomes, run 47"): FP8 row
+# sums on the tensor pipe inside the P.V group (ZYFA_WS_LSUM=6, "lsumtc") 1.01..1.04 on lean d128 (2-6e-4 low),
+# lean codes as f16 pairs (ZYFA_WS_LEAN_F16, "f16") 0.90..0.95 alone but +1% with lsumtc: the pair 1.036..1.053
+# is lean d128's default since; exact d128 lsumtc 0.99..1.02; the row sums' decode by integer ops instead of
+# F2FP (ZYFA_WS_LSUM_IDEC, "idec") 0.94..0.98 on all four FP8 kernels: removed.
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
