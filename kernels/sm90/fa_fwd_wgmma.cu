@@ -178,8 +178,8 @@
 #define ZYFA_WS_LSUM ((ZYFA_LEAN_P && ZYFA_D_QK == 128) ? 6 : 1)
 #endif
 #ifndef ZYFA_WS_LEAN_F16
-// Lean P through f16 (experiment, 0 = off): the fast softmax makes x = fma(S, A, B + 1024) (one FFMA per
-// element; x - 1024 is the code before rounding), then per pair of keys one cvt.rn.f16x2.f32 (f16's ulp is 1
+// Lean P through f16 (on with ZYFA_WS_LSUM 6, i.e. lean d128): the fast softmax makes x = fma(S, A, B + 1024)
+// (one FFMA per element; x - 1024 is the code before rounding), then per pair of keys one cvt.rn.f16x2.f32 (f16's ulp is 1
 // on [1024, 2048): the rounding to an integer code) and one max with 1024 (the clamp at code 0; -inf -> 1024):
 // each f16 half is 0x6400 + code, and pack_p needs one PRMT per 4 keys. 9 instructions per 4 keys instead of
 // 11 (4 FFMA + 2 F2FP + 2 HMNMX2 + 1 PRMT against 8 FFMA + 3 PRMT), and only the PRMT after the P.V wait (16
@@ -1403,7 +1403,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
     m_run[r] = m_new;
     lean_b[r] = 120.0f - 8.0f * m_use;
-    if constexpr (kLeanF16) lean_b[r] += 1024.0f;
+    if constexpr (kLeanF16) lean_b[r] += 1024.0f;  // fl32(B + 1024): see ZYFA_WS_LEAN_F16
     neg_m[r] = kPShift - m_use;
   }
 #pragma unroll
