@@ -50,7 +50,8 @@
  *     Q     kTileM rows x kQkRowBytes               (regions of 128 rows x 128 B)
  *     K[s]  kTileN rows x kQkRowBytes, s < kStages  (K-major B of S = Q K^T)
  *     V[s]  bf16: kTileN key rows x 256 B  (MN-major B of O = P V, wgmma transpose flag)
- *           e4m3: Vt kDV rows x kTileN key bytes (K-major B), then 2 staging buffers
+ *           e4m3: Vt kDV rows (+ 8 rows of ones with ZYFA_WS_LSUM 6) x kTileN key bytes (K-major B),
+ *           then 2 staging buffers (none with the V pre-pass)
  *     mbarriers (128 B), plus 1024 B of slack to align the base at run time.
  * No atomics: deterministic.
  * Why raw PTX: the pieces needed are few (one smem layout, two descriptor forms, three wgmma
