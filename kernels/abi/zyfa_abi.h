@@ -41,6 +41,12 @@ typedef __UINT64_TYPE__ uint64_t;
 #define ZYFA_FLAG_CAUSAL 0x1u /* apply the causal mask */
 #define ZYFA_FLAG_LSE 0x2u    /* write log-sum-exp to `lse` */
 
+/* The largest running-max staleness (a manifest row's "stale_tau", log2 units; exclusive) an FP8 kernel may
+ * declare: its P = 2^(t - m + 8) must stay below e4m3's 448 = 2^8.81 when t exceeds the kept max m by up to
+ * stale_tau (lean P: code 120 + 8 tau <= 126). The sm90 kernel, the kernel build tool and (mirrored,
+ * tests/test_abi.py) zyfa_core all check it from here. */
+#define ZYFA_FP8_MAX_STALE_TAU 0.8
+
 /* ABI 3's V pre-pass (the version note above): each of its blocks takes ZYFA_VPREP_KEYS keys of one (kv head,
  * batch) with ZYFA_VPREP_THREADS threads, and a Vt row is seqlen_k (at least 1) rounded up to a multiple of
  * ZYFA_VT_PAD(tile_n) = lcm(tile_n, ZYFA_VPREP_KEYS) bytes, for the tile_n (multiples of 64) it is built for.

@@ -468,7 +468,8 @@ constexpr float kPShift = kFp8 ? 8.0f : 0.0f;     // FP8: row max lands at 2^8 (
 static_assert(ZYFA_DTYPE_E4M3 == 0 || ZYFA_DTYPE_E4M3 == 1, "ZYFA_DTYPE_E4M3 must be 0 or 1");
 static_assert(ZYFA_LEAN_P == 0 || ZYFA_LEAN_P == 1, "ZYFA_LEAN_P must be 0 or 1");
 static_assert(!kLeanP || kFp8, "lean P is an FP8-only mode");
-static_assert(!kFp8 || kStaleTau < 0.8f, "FP8's P must stay below e4m3's 448: ZYFA_WS_STALE_TAU < 0.8");
+static_assert(!kFp8 || kStaleTau < static_cast<float>(ZYFA_FP8_MAX_STALE_TAU),
+              "FP8's P must stay below e4m3's 448: ZYFA_WS_STALE_TAU < ZYFA_FP8_MAX_STALE_TAU (zyfa_abi.h)");
 static_assert(!kPvF16 || (!kLeanP && kVStaged && ZYFA_WS_LSUM <= 1 && !ZYFA_WS_OPROMOTE),
               "P.V in f16: exact P, V through the staging buffers, whole-row HMMA sums, no O promotion");
 static_assert(!kVPre || (!kPvF16 && kTileN % 64 == 0), "ZYFA_WS_VPRE: exact or lean e4m3, tile_n a multiple of 64");

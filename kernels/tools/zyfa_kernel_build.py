@@ -83,9 +83,9 @@ PERSISTENT_SRC = "sm90/fa_fwd_wgmma.cu"
 LOADS_MODES = ("cp.async", "tma")
 # Stale running max (docs/numerics.md): a row keeps m unless a block raises it by more than stale_tau
 # (log2 units). Only the sm90 wgmma kernel implements it (ZYFA_WS_STALE_TAU); FP8 P must stay below
-# e4m3's 448 = 2^8.8 with the row max at 2^8, so FP8 needs stale_tau < 0.8.
+# e4m3's 448 = 2^8.8 with the row max at 2^8, so FP8 needs stale_tau below the ABI header's
+# ZYFA_FP8_MAX_STALE_TAU (fp8_max_stale_tau).
 STALE_SRC = "sm90/fa_fwd_wgmma.cu"
-FP8_MAX_STALE_TAU = 0.8
 # V pre-pass (kernels/abi/zyfa_abi.h, ABI 3): the sm90 wgmma kernel's ZYFA_WS_VPRE build for e4m3 exact / lean
 # P with d_v 128 and tile_n a multiple of 64; its cubin has a second entry, <name>_vprep, which the manifest
 # row names in "v_prep" (launchers run it into a workspace first).
@@ -117,8 +117,9 @@ def expected_name(v: dict[str, Any]) -> str:
     return f"fa_fwd_{v['dtype']}_hd{hd}{causal}{mode}{tag}_{v['arch']}"
 
 
-def variant_problems(v: Any) -> list[str]:
-    """Everything wrong with one VARIANTS entry (empty list: the entry is valid)."""
+def variant_problems(v: Any, root: Path = ROOT) -> list[str]:
+    """Everything wrong with one VARIANTS entry (empty list: the entry is valid); `root`'s ABI header
+    gives the limits it is checked against."""
     if not isinstance(v, dict):
         return [f"entry {v!r} is not a dict"]
     label = v.get("name", "?")
@@ -137,7 +138,7 @@ def variant_problems(v: Any) -> list[str]:
         return problems
     problems += grid_problems(v)
     problems += loads_problems(v)
-    problems += stale_problems(v)
+    problems += stale_problems(v, fp8_max_stale_tau(root))
     problems += v_prep_problems(v)
     if v["kind"] not in ARCH_KINDS.get(v["arch"], ()):
         problems.append(f"{label}: kind {v['kind']!r} is not built for arch {v['arch']!r} ({ARCH_KINDS})")
@@ -195,15 +196,15 @@ def stale_tau(v: dict[str, Any]) -> float:
     return float(v.get("stale_tau", 0.0))
 
 
-def stale_problems(v: dict[str, Any]) -> list[str]:
-    """What is wrong with the variant's stale_tau (negative or not finite, on another source, FP8 >= 0.8)."""
+def stale_problems(v: dict[str, Any], fp8_max: float) -> list[str]:
+    """What is wrong with the variant's stale_tau (negative or not finite, on another source, FP8 >= fp8_max)."""
     label, tau = v["name"], stale_tau(v)
     if not math.isfinite(tau) or tau < 0.0:
         return [f"{label}: stale_tau {tau!r} must be a finite number >= 0"]
     if tau > 0.0 and v["src"] != STALE_SRC:
         return [f"{label}: stale_tau > 0 needs src {STALE_SRC!r} (ZYFA_WS_STALE_TAU)"]
-    if v["dtype"] == "e4m3fn" and tau >= FP8_MAX_STALE_TAU:
-        return [f"{label}: stale_tau {tau} would let FP8 P pass e4m3's 448; it must be < {FP8_MAX_STALE_TAU}"]
+    if v["dtype"] == "e4m3fn" and tau >= fp8_max:
+        return [f"{label}: stale_tau {tau} would let FP8 P pass e4m3's 448; it must be < {fp8_max}"]
     return []
 
 
@@ -235,7 +236,7 @@ def load_variants(root: Path) -> list[dict[str, Any]]:
     """VARIANTS from <root>/kernels/variants.bzl, checked (fields, types, naming rule, unique names)."""
     path = root / "kernels" / "variants.bzl"
     variants = load_literal(path, "VARIANTS")
-    problems = [p for v in variants for p in variant_problems(v)]
+    problems = [p for v in variants for p in variant_problems(v, root)]
     names = [v.get("name") for v in variants if isinstance(v, dict)]
     problems += [f"duplicate name {n!r}" for n in sorted({n for n in names if names.count(n) > 1})]
     if problems:
@@ -251,12 +252,22 @@ def find_variant(variants: Sequence[dict[str, Any]], name: str) -> dict[str, Any
     raise BuildError(f"no variant {name!r} in kernels/variants.bzl; known: {[v['name'] for v in variants]}")
 
 
+def _abi_define(root: Path, name: str, pattern: str) -> str:
+    """The value of `#define name` in the ABI header (`pattern`: the value's regex)."""
+    match = re.search(rf"^#define\s+{name}\s+({pattern})\s*$", (root / ABI_HEADER).read_text(), re.M)
+    if not match:
+        raise BuildError(f"{root / ABI_HEADER}: no #define {name}")
+    return match.group(1)
+
+
 def abi_version(root: Path) -> int:
     """ZYFA_ABI_VERSION from the ABI header."""
-    match = re.search(r"^#define\s+ZYFA_ABI_VERSION\s+(\d+)", (root / ABI_HEADER).read_text(), re.M)
-    if not match:
-        raise BuildError(f"{root / ABI_HEADER}: no #define ZYFA_ABI_VERSION")
-    return int(match.group(1))
+    return int(_abi_define(root, "ZYFA_ABI_VERSION", r"\d+"))
+
+
+def fp8_max_stale_tau(root: Path) -> float:
+    """ZYFA_FP8_MAX_STALE_TAU from the ABI header: FP8 kernels need stale_tau below it."""
+    return float(_abi_define(root, "ZYFA_FP8_MAX_STALE_TAU", r"[0-9.]+"))
 
 
 def defines(v: dict[str, Any]) -> list[str]:

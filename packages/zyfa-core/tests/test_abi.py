@@ -113,6 +113,7 @@ int main(int argc, char **argv) {
   printf("{\"tma\": [%zu, %zu, %zu, %zu, %zu, %zu, %zu], ", sizeof(zyfa_tma_maps), __alignof__(zyfa_tma_maps),
          offsetof(zyfa_tma_maps, q), offsetof(zyfa_tma_maps, k), offsetof(zyfa_tma_maps, v),
          offsetof(zyfa_tma_maps, valid), sizeof(zyfa_tensor_map));
+  printf("\"fp8_max_stale_tau\": %.17g, ", (double)ZYFA_FP8_MAX_STALE_TAU);
   printf("\"vprep\": [%d, %d", (int)ZYFA_VPREP_KEYS, (int)ZYFA_VPREP_THREADS);
   for (int i = 0; i < (int)(sizeof vt_rows / sizeof vt_rows[0]); ++i) {
     printf(", %lld", (long long)ZYFA_VT_ROW_BYTES(vt_rows[i][0], vt_rows[i][1]));
@@ -347,6 +348,13 @@ def test_tma_maps_checks_the_encoders_answer() -> None:
     spec.dtype = "fp16"
     with pytest.raises(ValueError, match="no TMA element type for dtype 'fp16'"):
         abi.tma_maps_bytes(spec, args, _RecordingEncoder())
+
+
+def test_fp8_stale_tau_bound_matches(compiled) -> None:
+    """The FP8 running-max staleness bound the kernels and the build tool take from zyfa_abi.h is the one
+    zyfa_core's manifest check (and so zyfa.reference) uses."""
+    _, exe = compiled
+    assert layout(exe)["fp8_max_stale_tau"] == mf.FP8_MAX_STALE_TAU
 
 
 def test_v_prep_constants_and_row_padding_match(compiled) -> None:

@@ -54,7 +54,8 @@ second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.abi.tma_maps_bytes
 "loads" is "cp.async"."""
 FP8_MAX_STALE_TAU = 0.8
 """Largest running-max staleness an FP8 kernel may declare (exclusive): its P = 2^(t - m + 8) must stay
-below e4m3's 448 = 2^8.81 when t exceeds the kept max by up to stale_tau."""
+below e4m3's 448 = 2^8.81 when t exceeds the kept max by up to stale_tau (ZYFA_FP8_MAX_STALE_TAU in
+kernels/abi/zyfa_abi.h; tests/test_abi.py checks the mirror)."""
 VPREP_KEYS = 128
 """Keys per block of the V pre-pass (ZYFA_VPREP_KEYS in kernels/abi/zyfa_abi.h, ABI 3; tests/test_abi.py
 checks the mirror)."""
