@@ -197,7 +197,7 @@ def stale_tau(v: dict[str, Any]) -> float:
 
 
 def stale_problems(v: dict[str, Any], fp8_max: float) -> list[str]:
-    """What is wrong with the variant's stale_tau (negative or not finite, on another source, FP8 >= fp8_max)."""
+    """What is wrong with the variant's stale_tau (negative or not finite, another source, FP8 >= fp8_max)."""
     label, tau = v["name"], stale_tau(v)
     if not math.isfinite(tau) or tau < 0.0:
         return [f"{label}: stale_tau {tau!r} must be a finite number >= 0"]
