@@ -339,6 +339,8 @@ constexpr bool kPersistent = ZYFA_WS_PERSISTENT != 0;
 constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr bool kLeanF16 = kLeanP && ZYFA_WS_LEAN_F16 != 0;  // see the macro
+constexpr float kLeanCodeBase = 12582912.0f;  // 1.5 * 2^23: the float kLeanCodeBase + c holds lean code c in its low byte
+constexpr float kLeanF16Base = 1024.0f;  // kLeanF16: the f16 kLeanF16Base + c holds code c in its low byte
 constexpr float kStaleTau = ZYFA_WS_STALE_TAU;  // see the macro
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
 constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
@@ -1263,16 +1265,16 @@ __device__ __forceinline__ float lean_code(float v, float a, float b) {
   if constexpr (ZYFA_WS_LEAN_SAT != 0) {
     float u;
     asm("fma.rn.sat.f32 %0, %1, %2, %3;\n" : "=f"(u) : "f"(v), "f"(a * 0.0078125f), "f"(b * 0.0078125f));
-    return fmaf(u, 128.0f, 12582912.0f);
+    return fmaf(u, 128.0f, kLeanCodeBase);
   } else {
-    return fmaxf(fmaf(v, a, b), 0.0f) + 12582912.0f;
+    return fmaxf(fmaf(v, a, b), 0.0f) + kLeanCodeBase;
   }
 }
 
 // kLeanF16: the f16x2 word {max(x0, 1024), max(x1, 1024)} of two keys' x = S A + B + 1024 (see the macro): each
 // half 0x6400 + the rounded, clamped code.
 __device__ __forceinline__ float lean_f16_word(float x0, float x1) {
-  const __half2 h = __hmax2(__floats2half2_rn(x0, x1), __float2half2_rn(1024.0f));
+  const __half2 h = __hmax2(__floats2half2_rn(x0, x1), __float2half2_rn(kLeanF16Base));
   return __uint_as_float(*reinterpret_cast<const uint32_t*>(&h));
 }
 
@@ -1284,7 +1286,7 @@ __device__ __forceinline__ void lean_codes_to_f16(float (&s)[N]) {
   for (int j = 0; j < N / 4; ++j)
 #pragma unroll
     for (int r = 0; r < 2; ++r)
-      s[4 * j + 2 * r] = lean_f16_word(s[4 * j + 2 * r] - (12582912.0f - 1024.0f), s[4 * j + 2 * r + 1] - (12582912.0f - 1024.0f));
+      s[4 * j + 2 * r] = lean_f16_word(s[4 * j + 2 * r] - (kLeanCodeBase - kLeanF16Base), s[4 * j + 2 * r + 1] - (kLeanCodeBase - kLeanF16Base));
 }
 
 // FP8 exact: exp2(t - m + 8); FP8 lean: max(S A + B, 0) + 1.5 * 2^23 (the code sits in the low byte).
@@ -1343,8 +1345,8 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
           }
         } else {
           if constexpr (kLeanP) {
-            const float code = fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f) + 12582912.0f;
-            v = v == -INFINITY ? 12582912.0f : code;  // masked: code 0
+            const float code = fminf(fmaxf(fmaf(v, lean_a, lean_b), 0.0f), 126.0f) + kLeanCodeBase;
+            v = v == -INFINITY ? kLeanCodeBase : code;  // masked: code 0
           } else {
             v = ex2((v - m_use) + kPShift);  // v is t = S C here (softmax_block scaled it)
             lsum += v;
@@ -1405,7 +1407,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
     m_run[r] = m_new;
     lean_b[r] = 120.0f - 8.0f * m_use;
-    if constexpr (kLeanF16) lean_b[r] += 1024.0f;  // fl32(B + 1024): see ZYFA_WS_LEAN_F16
+    if constexpr (kLeanF16) lean_b[r] += kLeanF16Base;  // fl32(B + 1024): see ZYFA_WS_LEAN_F16
     neg_m[r] = kPShift - m_use;
   }
 #pragma unroll

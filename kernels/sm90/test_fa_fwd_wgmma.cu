@@ -262,7 +262,7 @@ bool run_probe() {
     } else {
       const int c = i < p_in.size() / 2 ? code(rng) : diffuse_code(rng);
       pv[i] = e4m3_decode(static_cast<uint8_t>(c));
-      p_in[i] = kLeanP ? 12582912.0f + static_cast<float>(c) : static_cast<float>(pv[i]);
+      p_in[i] = kLeanP ? kLeanCodeBase + static_cast<float>(c) : static_cast<float>(pv[i]);
     }
   }
   uint8_t* dq = to_device(qb);

@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 # 1: first layout (2026-12-01). 2: adds zyfa_tma_maps, the second parameter of "loads": "tma" kernels.
+# 3: adds the V pre-pass entry of "v_prep" kernels (zyfa_fwd_args unchanged; see zyfa_abi.h).
 # Bump together with ZYFA_ABI_VERSION in zyfa_abi.h.
 ABI_VERSION = 3
 
