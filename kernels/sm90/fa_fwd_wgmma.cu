@@ -189,6 +189,10 @@
 // lies within ~2^-13 of a half-integer (kernels/tools/tests/test_lean_code_f16.py checks this exactly).
 // Run 46 (H200, fourteenth session): 0.90..0.95 alone, but +1% on top of ZYFA_WS_LSUM 6's tensor-pipe row sums;
 // run 47: that pair 1.036 / 1.050 / 1.053 / 1.045 at 2K / 4K / 8K / 16K on lean d128. Default with LSUM 6.
+// 2 (kLeanF16Sub): the code as an f16 subnormal instead: x = fma(S, A 2^-24, B 2^-24) is exactly 2^-24 fl32(S A + B)
+// (power-of-two scales), and one cvt.rn.relu.f16x2.f32 per pair rounds it onto the subnormal grid (ulp 2^-24:
+// the bits are rint(fl32(S A + B)), the contract's code, no double rounding) and clamps negatives (and -inf,
+// masked keys) to +0, code 0: the max with 1024 goes, 8 instructions per 4 keys instead of 9.
 #define ZYFA_WS_LEAN_F16 ((ZYFA_LEAN_P && ZYFA_WS_LSUM == 6) ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_PV_F16
@@ -340,7 +344,10 @@ constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr bool kLeanF16 = kLeanP && ZYFA_WS_LEAN_F16 != 0;  // see the macro
 constexpr float kLeanCodeBase = 12582912.0f;  // 1.5 * 2^23: the float kLeanCodeBase + c holds lean code c in its low byte
-constexpr float kLeanF16Base = 1024.0f;  // kLeanF16: the f16 kLeanF16Base + c holds code c in its low byte
+constexpr bool kLeanF16Sub = kLeanF16 && ZYFA_WS_LEAN_F16 == 2;  // codes as f16 subnormals (see the macro)
+// kLeanF16: the f16 kLeanF16Base + c holds code c in its low byte (kLeanF16Sub: the f16 c 2^-24, whose bits are c).
+constexpr float kLeanF16Base = kLeanF16Sub ? 0.0f : 1024.0f;
+constexpr float kLeanF16Scale = kLeanF16Sub ? 0x1p-24f : 1.0f;  // x = (S A + B + kLeanF16Base) kLeanF16Scale
 constexpr float kStaleTau = ZYFA_WS_STALE_TAU;  // see the macro
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
 constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
@@ -1272,21 +1279,31 @@ __device__ __forceinline__ float lean_code(float v, float a, float b) {
 }
 
 // kLeanF16: the f16x2 word {max(x0, 1024), max(x1, 1024)} of two keys' x = S A + B + 1024 (see the macro): each
-// half 0x6400 + the rounded, clamped code.
+// half 0x6400 + the rounded, clamped code. kLeanF16Sub: {relu(x0), relu(x1)} of x = (S A + B) 2^-24, each half the
+// rounded, clamped code itself.
 __device__ __forceinline__ float lean_f16_word(float x0, float x1) {
-  const __half2 h = __hmax2(__floats2half2_rn(x0, x1), __float2half2_rn(kLeanF16Base));
-  return __uint_as_float(*reinterpret_cast<const uint32_t*>(&h));
+  if constexpr (kLeanF16Sub) {
+    uint32_t w;
+    asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;\n" : "=r"(w) : "f"(x1), "f"(x0));  // x0 in the low half
+    return __uint_as_float(w);
+  } else {
+    const __half2 h = __hmax2(__floats2half2_rn(x0, x1), __float2half2_rn(kLeanF16Base));
+    return __uint_as_float(*reinterpret_cast<const uint32_t*>(&h));
+  }
 }
 
 // kLeanF16 after a softmax path that made code floats (1.5 * 2^23 + code): the same words, in s[4 j + 2 r]
-// (s[4 j + 2 r + 1] is then dead). Exact: code + 1024 is an integer below 2048.
+// (s[4 j + 2 r + 1] is then dead). Exact: code + 1024 is an integer below 2048 (kLeanF16Sub: code 2^-24).
 template <int N>
 __device__ __forceinline__ void lean_codes_to_f16(float (&s)[N]) {
+  const auto x = [](float code_float) {  // both exact: code + 1024, or code 2^-24 (one FFMA)
+    if constexpr (kLeanF16Sub) return fmaf(code_float, kLeanF16Scale, -kLeanCodeBase * kLeanF16Scale);
+    return code_float - (kLeanCodeBase - kLeanF16Base);
+  };
 #pragma unroll
   for (int j = 0; j < N / 4; ++j)
 #pragma unroll
-    for (int r = 0; r < 2; ++r)
-      s[4 * j + 2 * r] = lean_f16_word(s[4 * j + 2 * r] - (kLeanCodeBase - kLeanF16Base), s[4 * j + 2 * r + 1] - (kLeanCodeBase - kLeanF16Base));
+    for (int r = 0; r < 2; ++r) s[4 * j + 2 * r] = lean_f16_word(x(s[4 * j + 2 * r]), x(s[4 * j + 2 * r + 1]));
 }
 
 // FP8 exact: exp2(t - m + 8); FP8 lean: max(S A + B, 0) + 1.5 * 2^23 (the code sits in the low byte).
@@ -1407,7 +1424,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
     m_run[r] = m_new;
     lean_b[r] = 120.0f - 8.0f * m_use;
-    if constexpr (kLeanF16) lean_b[r] += kLeanF16Base;  // fl32(B + 1024): see ZYFA_WS_LEAN_F16
+    if constexpr (kLeanF16) lean_b[r] = (lean_b[r] + kLeanF16Base) * kLeanF16Scale;  // see ZYFA_WS_LEAN_F16
     neg_m[r] = kPShift - m_use;
   }
 #pragma unroll
@@ -1415,7 +1432,8 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       if constexpr (kLeanF16) {
-        s[4 * j + 2 * r] = lean_f16_word(fmaf(s[4 * j + 2 * r], lean_a, lean_b[r]), fmaf(s[4 * j + 2 * r + 1], lean_a, lean_b[r]));
+        const float a = lean_a * kLeanF16Scale;
+        s[4 * j + 2 * r] = lean_f16_word(fmaf(s[4 * j + 2 * r], a, lean_b[r]), fmaf(s[4 * j + 2 * r + 1], a, lean_b[r]));
       } else {
 #pragma unroll
         for (int x = 0; x < 2; ++x) {

@@ -9,6 +9,10 @@ to an integer) and the max is HMNMX2. The float32 rounding of x happens at spaci
 rounding, so the two codes may differ, by one, only where S A + B lies within about 2^-13 of a half-integer.
 These tests check that claim with every rounding done exactly (fractions), on the softmax's inputs and at
 the code boundaries, and that the difference is real (the test can fail).
+LEAN_F16 = 2 (the subnormal form):
+    x = fma(S, A 2^-24, B 2^-24);  h = relu(f16(x));  code = bits of h = h 2^24
+where relu is cvt's .relu (negatives and -inf to +0). The power-of-two scales make x exactly 2^-24 fma(S, A, B)
+and f16's subnormal spacing is 2^-24, so this form claims the contract's code everywhere: no tolerance.
 """
 
 from __future__ import annotations
@@ -48,6 +52,16 @@ def code_f16(s: float, a: float, b: float) -> int:
     x = fma_f32(s, a, b1024)
     h = max(round_f16(x), 1024.0)  # HMNMX2 with 1024: -inf and every negative code land on 0
     return int(h) - 1024
+
+
+def code_f16_subnormal(s: float, a: float, b: float) -> int:
+    scale = Fraction(1, 2**24)
+    x = fma_f32(s, round_f32(Fraction(a) * scale), round_f32(Fraction(b) * scale))
+    h = round_f16(x)
+    h = 0.0 if h < 0 else h  # .relu: -0, negatives and -inf land on +0, code 0
+    bits = Fraction(h) * 2**24
+    assert bits.denominator == 1 and bits < 1024, (s, a, b, h)  # a subnormal (or zero): its bits are the code
+    return int(bits)
 
 
 def contract_code(s: float, a: float, b: float) -> int:
@@ -97,3 +111,28 @@ def test_the_two_forms_do_differ_somewhere() -> None:
     b = round_f32(Fraction(5, 2) + Fraction(1, 2**15))  # t = 2.5 + 2^-15, contract code 3
     assert contract_code(0.0, 1.0, b) == 3
     assert code_f16(0.0, 1.0, b) == 2
+
+
+@settings(max_examples=3000, deadline=None)
+@given(softmax_inputs())
+def test_subnormal_form_is_the_contract(sab: tuple[float, float, float]) -> None:
+    s, a, b = sab
+    assert code_f16_subnormal(s, a, b) == contract_code(s, a, b), sab
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.integers(min_value=0, max_value=125), st.integers(min_value=-40, max_value=40))
+def test_subnormal_form_at_code_boundaries(k: int, steps: int) -> None:
+    """At the ties and 2^-16 steps around them, where LEAN_F16 = 1 may differ by one, this form does not."""
+    b = round_f32(Fraction(2 * k + 1, 2) + steps * Fraction(1, 2**16) - 1)
+    assert code_f16_subnormal(1.0, 1.0, b) == contract_code(1.0, 1.0, b), (k, steps)
+    assert code_f16_subnormal(0.0, 1.0, round_f32(Fraction(5, 2) + Fraction(1, 2**15))) == 3
+
+
+def test_subnormal_form_masked_and_negative() -> None:
+    a = round_f32(Fraction(8 * 0.127))
+    for b in (120.0, -5.0, 0.0):
+        assert code_f16_subnormal(-math.inf, a, b) == 0  # masked key
+    for t in (-1e30, -70000.0, -1025.0, -1.0, -0.5, -1e-30, 0.0, 1e-30, 0.5, 1.5, 2.5, 119.5, 120.0, 120.49):
+        b = round_f32(Fraction(t))
+        assert code_f16_subnormal(0.0, 1.0, b) == contract_code(0.0, 1.0, b), t
