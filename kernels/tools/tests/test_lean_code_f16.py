@@ -11,9 +11,9 @@ These tests check that claim with every rounding done exactly (fractions), on th
 the code boundaries, and that the difference is real (the test can fail).
 LEAN_F16 = 2 (the subnormal form):
     x = fma(S, A 2^-24, B 2^-24);  h = relu(f16(x));  code = bits of h = h 2^24
-where relu is cvt's .relu (negatives and -inf to +0). The power-of-two scales make x exactly 2^-24 fma(S, A,
-B)
-and f16's subnormal spacing is 2^-24, so this form claims the contract's code everywhere: no tolerance.
+where relu is cvt's .relu (negatives and -inf to +0). The power-of-two scales make x exactly
+2^-24 fma(S, A, B) and f16's subnormal spacing is 2^-24, so this form claims the contract's code everywhere:
+no tolerance.
 """
 
 from __future__ import annotations
