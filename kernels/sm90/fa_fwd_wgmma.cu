@@ -30,8 +30,8 @@
  *   m16n8k16 f16 x ones -> fp32, giving the fp32 sum of exactly the e4m3 P fed to P.V (see kOTiles),
  *   right after P_j V_j has finished. Lean d128 instead takes them on the FP8 tensor pipe inside the
  *   P.V group (ones rows in Vt; a fresh per-block sum through the FP8 adder, 2-6e-4 low) and makes its
- *   codes as f16 pairs (ZYFA_WS_LSUM 6, ZYFA_WS_LEAN_F16; run 47: +4..5%). ZYFA_WS_LSUM selects the
- *   method; the others are measured there.
+ *   codes as f16 subnormal pairs (ZYFA_WS_LSUM 6, ZYFA_WS_LEAN_F16; runs 47 and 49: +4..5% each).
+ *   ZYFA_WS_LSUM selects the method; the others are measured there.
  * Pipelines: separate K and V rings (full + empty mbarrier per stage), so K_{j+1} is released as
  *   soon as S_{j+1} is computed while V_j is still being read.
  * Intra-warpgroup overlap (FA3): iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} as two
@@ -179,20 +179,17 @@
 #define ZYFA_WS_LSUM ((ZYFA_LEAN_P && ZYFA_D_QK == 128) ? 6 : 1)
 #endif
 #ifndef ZYFA_WS_LEAN_F16
-// Lean P through f16 (on with ZYFA_WS_LSUM 6, i.e. lean d128): the fast softmax makes x = fma(S, A, B + 1024)
-// (one FFMA per element; x - 1024 is the code before rounding), then per pair of keys one cvt.rn.f16x2.f32 (f16's ulp is 1
-// on [1024, 2048): the rounding to an integer code) and one max with 1024 (the clamp at code 0; -inf -> 1024):
-// each f16 half is 0x6400 + code, and pack_p needs one PRMT per 4 keys. 9 instructions per 4 keys instead of
-// 11 (4 FFMA + 2 F2FP + 2 HMNMX2 + 1 PRMT against 8 FFMA + 3 PRMT), and only the PRMT after the P.V wait (16
-// per thread and block instead of 48). The code is rint of fl32(S A + fl32(B + 1024)), rounded at 2^-13
-// before the integer rounding: it differs from the contract's rint(fl32(S A + B)) by one only when S A + B
-// lies within ~2^-13 of a half-integer (kernels/tools/tests/test_lean_code_f16.py checks this exactly).
-// Run 46 (H200, fourteenth session): 0.90..0.95 alone, but +1% on top of ZYFA_WS_LSUM 6's tensor-pipe row sums;
-// run 47: that pair 1.036 / 1.050 / 1.053 / 1.045 at 2K / 4K / 8K / 16K on lean d128. Default with LSUM 6.
-// 2 (kLeanF16Sub): the code as an f16 subnormal instead: x = fma(S, A 2^-24, B 2^-24) is exactly 2^-24 fl32(S A + B)
-// (power-of-two scales), and one cvt.rn.relu.f16x2.f32 per pair rounds it onto the subnormal grid (ulp 2^-24:
-// the bits are rint(fl32(S A + B)), the contract's code, no double rounding) and clamps negatives (and -inf,
-// masked keys) to +0, code 0: the max with 1024 goes, 8 instructions per 4 keys instead of 9.
+// Lean P through f16 subnormals (on with ZYFA_WS_LSUM 6, i.e. lean d128): the fast softmax makes
+// x = fma(S, A 2^-24, B 2^-24), exactly 2^-24 fl32(S A + B) (power-of-two scales), then per pair of keys one
+// cvt.rn.relu.f16x2.f32: rounding onto f16's subnormal grid (spacing 2^-24) makes each half's bits rint(fl32(S A + B)),
+// the contract's code itself (no double rounding), and .relu clamps negatives and -inf (masked keys) to +0, code 0.
+// pack_p then needs one PRMT per 4 keys: 7 instructions per 4 keys instead of 11 (4 FFMA + 2 F2FP + 1 PRMT against
+// 8 FFMA + 3 PRMT), and only the PRMT after the P.V wait (16 per thread and block instead of 48);
+// kernels/tools/tests/test_lean_code_f16.py checks the codes against the contract in exact arithmetic.
+// Runs 46-47 (H200, fourteenth session) measured a first form, x = S A + B + 1024 in f16's [1024, 2048) with an
+// HMNMX2 clamp (codes off by one within ~2^-13 of a half-integer): 0.90..0.95 alone, 1.036..1.053 with LSUM 6's
+// tensor-pipe row sums. Run 49 (fifteenth session): this form 1.046 / 1.052 / 1.048 / 1.050 at 2K / 4K / 8K / 16K over
+// that one on lean d128 (default with LSUM 6); on lean 192/128 (LSUM 1) 0.97..0.99, not taken.
 #define ZYFA_WS_LEAN_F16 ((ZYFA_LEAN_P && ZYFA_WS_LSUM == 6) ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_PV_F16
@@ -344,10 +341,7 @@ constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr bool kLeanF16 = kLeanP && ZYFA_WS_LEAN_F16 != 0;  // see the macro
 constexpr float kLeanCodeBase = 12582912.0f;  // 1.5 * 2^23: the float kLeanCodeBase + c holds lean code c in its low byte
-constexpr bool kLeanF16Sub = kLeanF16 && ZYFA_WS_LEAN_F16 == 2;  // codes as f16 subnormals (see the macro)
-// kLeanF16: the f16 kLeanF16Base + c holds code c in its low byte (kLeanF16Sub: the f16 c 2^-24, whose bits are c).
-constexpr float kLeanF16Base = kLeanF16Sub ? 0.0f : 1024.0f;
-constexpr float kLeanF16Scale = kLeanF16Sub ? 0x1p-24f : 1.0f;  // x = (S A + B + kLeanF16Base) kLeanF16Scale
+constexpr float kLeanF16Scale = 0x1p-24f;  // kLeanF16: x = (S A + B) 2^-24, the f16 subnormal whose bits are the code
 constexpr float kStaleTau = ZYFA_WS_STALE_TAU;  // see the macro
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
 constexpr bool kPingPong = ZYFA_WS_PINGPONG != 0;
@@ -1278,28 +1272,19 @@ __device__ __forceinline__ float lean_code(float v, float a, float b) {
   }
 }
 
-// kLeanF16: the f16x2 word {max(x0, 1024), max(x1, 1024)} of two keys' x = S A + B + 1024 (see the macro): each
-// half 0x6400 + the rounded, clamped code. kLeanF16Sub: {relu(x0), relu(x1)} of x = (S A + B) 2^-24, each half the
-// rounded, clamped code itself.
+// kLeanF16: the f16x2 word {relu(x0), relu(x1)} of two keys' x = (S A + B) 2^-24 (see the macro): each half's bits
+// are the rounded, clamped code.
 __device__ __forceinline__ float lean_f16_word(float x0, float x1) {
-  if constexpr (kLeanF16Sub) {
-    uint32_t w;
-    asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;\n" : "=r"(w) : "f"(x1), "f"(x0));  // x0 in the low half
-    return __uint_as_float(w);
-  } else {
-    const __half2 h = __hmax2(__floats2half2_rn(x0, x1), __float2half2_rn(kLeanF16Base));
-    return __uint_as_float(*reinterpret_cast<const uint32_t*>(&h));
-  }
+  uint32_t w;
+  asm("cvt.rn.relu.f16x2.f32 %0, %1, %2;\n" : "=r"(w) : "f"(x1), "f"(x0));  // x0 in the low half
+  return __uint_as_float(w);
 }
 
 // kLeanF16 after a softmax path that made code floats (1.5 * 2^23 + code): the same words, in s[4 j + 2 r]
-// (s[4 j + 2 r + 1] is then dead). Exact: code + 1024 is an integer below 2048 (kLeanF16Sub: code 2^-24).
+// (s[4 j + 2 r + 1] is then dead). Exact: one FFMA gives code 2^-24.
 template <int N>
 __device__ __forceinline__ void lean_codes_to_f16(float (&s)[N]) {
-  const auto x = [](float code_float) {  // both exact: code + 1024, or code 2^-24 (one FFMA)
-    if constexpr (kLeanF16Sub) return fmaf(code_float, kLeanF16Scale, -kLeanCodeBase * kLeanF16Scale);
-    return code_float - (kLeanCodeBase - kLeanF16Base);
-  };
+  const auto x = [](float code_float) { return fmaf(code_float, kLeanF16Scale, -kLeanCodeBase * kLeanF16Scale); };
 #pragma unroll
   for (int j = 0; j < N / 4; ++j)
 #pragma unroll
@@ -1424,7 +1409,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
     m_run[r] = m_new;
     lean_b[r] = 120.0f - 8.0f * m_use;
-    if constexpr (kLeanF16) lean_b[r] = (lean_b[r] + kLeanF16Base) * kLeanF16Scale;  // see ZYFA_WS_LEAN_F16
+    if constexpr (kLeanF16) lean_b[r] *= kLeanF16Scale;  // exact: see ZYFA_WS_LEAN_F16
     neg_m[r] = kPShift - m_use;
   }
 #pragma unroll
