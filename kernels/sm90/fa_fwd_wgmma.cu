@@ -192,17 +192,6 @@
 // that one on lean d128 (default with LSUM 6); on lean 192/128 (LSUM 1) 0.97..0.99, not taken.
 #define ZYFA_WS_LEAN_F16 ((ZYFA_LEAN_P && ZYFA_WS_LSUM == 6) ? 1 : 0)
 #endif
-#ifndef ZYFA_WS_LEAN_SPEC
-// Run 50 experiment (UNMEASURED when written): lean d128's codes first, with the running max m unchanged. The fast
-// softmax makes each pair's f16 word with the B of m (kept per row in lean_b_run), takes the largest code of the
-// warp's rows by 3-input u16x2 maxima on the words (16 VIMNMX3 per thread for 64 codes, no quad shuffles: only "does
-// any code exceed 126" matters, one vote), and when none does the words ARE the block's P: m stays, alpha = 1, no
-// fp32 row max, no quad reduction, no alpha exponential. Otherwise the warp takes the usual path, whose max rule is
-// then the same test: a row moves m only when the code of its block max exceeds 126 (e4m3's largest finite code),
-// the stale running max of ZYFA_WS_STALE_TAU with tau ~0.81 decided on the codes (lean_b_run = +inf while m = -inf
-// makes any visible key exceed). The words need 32 more live registers during the test.
-#define ZYFA_WS_LEAN_SPEC 0
-#endif
 #ifndef ZYFA_WS_PV_F16
 // FP8 with P.V in f16 (p_mode "f16", the _pf16 variants; the build sets it): S = Q K^T stays on the FP8 tensor core,
 // P = exp2(t - m + 8) is rounded to f16 (11 significant bits instead of e4m3's 4) and V is converted
@@ -352,7 +341,6 @@ constexpr bool kFp8 = ZYFA_DTYPE_E4M3 != 0;
 constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 constexpr bool kLeanF16 = kLeanP && ZYFA_WS_LEAN_F16 != 0;  // see the macro
 constexpr float kLeanCodeBase = 12582912.0f;  // 1.5 * 2^23: the float kLeanCodeBase + c holds lean code c in its low byte
-constexpr bool kLeanSpec = kLeanF16 && ZYFA_WS_LEAN_SPEC != 0;  // see the macro
 constexpr float kLeanF16Scale = 0x1p-24f;  // kLeanF16: x = (S A + B) 2^-24, the f16 subnormal whose bits are the code
 constexpr float kStaleTau = ZYFA_WS_STALE_TAU;  // see the macro
 constexpr bool kOverlap = ZYFA_WS_OVERLAP != 0;
@@ -483,7 +471,6 @@ constexpr float kPShift = kFp8 ? 8.0f : 0.0f;     // FP8: row max lands at 2^8 (
 static_assert(ZYFA_DTYPE_E4M3 == 0 || ZYFA_DTYPE_E4M3 == 1, "ZYFA_DTYPE_E4M3 must be 0 or 1");
 static_assert(ZYFA_LEAN_P == 0 || ZYFA_LEAN_P == 1, "ZYFA_LEAN_P must be 0 or 1");
 static_assert(!kLeanP || kFp8, "lean P is an FP8-only mode");
-static_assert(!kLeanSpec || (kStaleTau == 0.0f && ZYFA_WS_SMX2 != 0), "ZYFA_WS_LEAN_SPEC has its own stale rule");
 static_assert(!kFp8 || kStaleTau < static_cast<float>(ZYFA_FP8_MAX_STALE_TAU),
               "FP8's P must stay below e4m3's 448: ZYFA_WS_STALE_TAU < ZYFA_FP8_MAX_STALE_TAU (zyfa_abi.h)");
 static_assert(!kPvF16 || (!kLeanP && kVStaged && ZYFA_WS_LSUM <= 1 && !ZYFA_WS_OPROMOTE),
@@ -1376,8 +1363,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
 // ZYFA_WS_SMX2: softmax_rows<true> with the two rows as one interleaved, branch-free chain (same
 // per-element arithmetic and per-row summation order, so bitwise the same output).
 __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
-                                                float (&lean_b_run)[2], uint32_t (&lw)[kSTiles][2], float qk_scale,
-                                                float lean_a) {
+                                                float qk_scale, float lean_a) {
   constexpr int kChains = ZYFA_WS_MAXTREE ? 4 : 2;  // per row; the two rows add two more chains
   float mxc[2][kChains];
 #pragma unroll
@@ -1418,17 +1404,12 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
   for (int r = 0; r < 2; ++r) {
     float m_new = fmaxf(m_run[r], mx[r] * qk_scale);
     if constexpr (kStaleTau > 0.0f) m_new = m_new > m_run[r] + kStaleTau ? m_new : m_run[r];
-    if constexpr (kLeanSpec) {  // m moves only when the block max's code under the current m exceeds 126
-      const float w = lean_f16_word(fmaf(mx[r], lean_a * kLeanF16Scale, lean_b_run[r]), 0.0f);
-      if ((__float_as_uint(w) & 0xffffu) <= 126u) m_new = m_run[r];
-    }
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // m_new == -inf implies m_run == -inf
     // m_new == -inf: nothing visible yet, alpha 1; m_run == -inf < m_new: ex2(-inf) = 0.
     alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
     m_run[r] = m_new;
     lean_b[r] = 120.0f - 8.0f * m_use;
     if constexpr (kLeanF16) lean_b[r] *= kLeanF16Scale;  // exact: see ZYFA_WS_LEAN_F16
-    if constexpr (kLeanSpec) lean_b_run[r] = m_new == -INFINITY ? INFINITY : lean_b[r];
     neg_m[r] = kPShift - m_use;
   }
 #pragma unroll
@@ -1437,12 +1418,7 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     for (int r = 0; r < 2; ++r) {
       if constexpr (kLeanF16) {
         const float a = lean_a * kLeanF16Scale;
-        const float word = lean_f16_word(fmaf(s[4 * j + 2 * r], a, lean_b[r]), fmaf(s[4 * j + 2 * r + 1], a, lean_b[r]));
-        if constexpr (kLeanSpec) {
-          lw[j][r] = __float_as_uint(word);
-        } else {
-          s[4 * j + 2 * r] = word;
-        }
+        s[4 * j + 2 * r] = lean_f16_word(fmaf(s[4 * j + 2 * r], a, lean_b[r]), fmaf(s[4 * j + 2 * r + 1], a, lean_b[r]));
       } else {
 #pragma unroll
         for (int x = 0; x < 2; ++x) {
@@ -1463,34 +1439,9 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
   }
 }
 
-// kLeanSpec: the block's codes under the running max as f16 words w[j][r] (keys 8 j + 2 tig, + 1 of row r); true
-// when no code of the warp's rows exceeds 126 (then they are the block's P, m stays and alpha is 1). See
-// ZYFA_WS_LEAN_SPEC. The words live apart from s, which the usual path still needs when this returns false.
-__device__ __forceinline__ bool lean_codes_fit(const float (&s)[kSAcc], const float (&lean_b_run)[2], float lean_a,
-                                               uint32_t (&w)[kSTiles][2]) {
-  const float a = lean_a * kLeanF16Scale;
-#pragma unroll
-  for (int j = 0; j < kSTiles; ++j)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      w[j][r] = __float_as_uint(lean_f16_word(fmaf(s[4 * j + 2 * r], a, lean_b_run[r]), fmaf(s[4 * j + 2 * r + 1], a, lean_b_run[r])));
-  // Relu'd f16 bits are non-negative halves, NaN at most 0x7fff: u16 order is the codes' order.
-  uint32_t mc[2] = {w[0][0], w[0][1]};
-#pragma unroll
-  for (int j = 1; j + 1 < kSTiles; j += 2)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) mc[r] = __vimax3_u16x2(mc[r], w[j][r], w[j + 1][r]);
-  if constexpr (kSTiles % 2 == 0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) mc[r] = __vmaxu2(mc[r], w[kSTiles - 1][r]);
-  }
-  const uint32_t m2 = __vmaxu2(mc[0], mc[1]);
-  return __all_sync(0xffffffffu, ((m2 + 0x00010001u) & 0xff80ff80u) == 0u);  // both halves <= 126
-}
-
 __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
-                                              float (&lean_b_run)[2], uint32_t (&lw)[kSTiles][2], int key0, bool need_mask,
-                                              const int (&row_lim)[2], float qk_scale, float lean_a, int tig) {
+                                              int key0, bool need_mask, const int (&row_lim)[2], float qk_scale,
+                                              float lean_a, int tig) {
   // Uniform branch: each path is its own straight-line code (no per-element selects between them).
   const bool fast = ZYFA_WS_FAST_SOFTMAX != 0 && qk_scale > 0.0f;
   if (!fast && !kLeanP) {
@@ -1511,13 +1462,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[
   }
   if (fast) {
     if constexpr (ZYFA_WS_SMX2 != 0) {
-      if constexpr (kLeanSpec) {
-        if (lean_codes_fit(s, lean_b_run, lean_a, lw)) {  // warp-uniform
-          alpha[0] = alpha[1] = 1.0f;
-          return;
-        }
-      }
-      softmax_rows_x2(s, m_run, l_run, alpha, lean_b_run, lw, qk_scale, lean_a);
+      softmax_rows_x2(s, m_run, l_run, alpha, qk_scale, lean_a);
     } else {
       softmax_rows<true>(s, m_run, l_run, alpha, qk_scale, lean_a);
       if constexpr (kLeanF16) lean_codes_to_f16(s);
@@ -1525,14 +1470,6 @@ __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[
   } else {
     softmax_rows<false>(s, m_run, l_run, alpha, qk_scale, lean_a);
     if constexpr (kLeanF16) lean_codes_to_f16(s);
-  }
-  if constexpr (kLeanSpec) {
-    if (!fast) {  // the literal path's words into lw, where pack_p_words reads them
-#pragma unroll
-      for (int j = 0; j < kSTiles; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) lw[j][r] = __float_as_uint(s[4 * j + 2 * r]);
-    }
   }
 }
 
@@ -1578,13 +1515,6 @@ __device__ __forceinline__ void pack_p(const float (&s)[kSAcc], uint32_t (&p)[kP
   }
 }
 
-// kLeanSpec: pack_p from the f16 code words of lean_codes_fit / softmax_rows_x2 (bytes 0 and 2 are the codes).
-__device__ __forceinline__ void pack_p_words(const uint32_t (&lw)[kSTiles][2], uint32_t (&p)[kPRegs]) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int j = 0; j < kSTiles; j += 2) p[4 * (j >> 2) + 2 * ((j >> 1) & 1) + r] = __byte_perm(lw[j][r], lw[j + 1][r], 0x6420);
-}
 
 // The staged epilogue (kOStageCols != 0): one consumer warp's 16 rows of out (rows row0 .. row0 + 15 of the
 // block; this thread holds rows g, g + 8 at columns 8 j + 2 tig, + 1) through its region ost of 16 rows x
@@ -1995,8 +1925,6 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #pragma unroll
   for (int i = 0; i < kPRegs; ++i) p[i] = 0u;
   float m_run[2] = {-INFINITY, -INFINITY};
-  float lean_b_run[2] = {INFINITY, INFINITY};  // kLeanSpec: the lean B of m_run (+inf while m_run is -inf)
-  uint32_t lw[kSTiles][2];                     // kLeanSpec: the block's P as f16 code words (pack_p_words)
   float l_run[2] = {0.0f, 0.0f};  // bf16: this thread's partial row sums (quad-summed at the end); FP8: whole rows
   float lblk[2] = {0.0f, 0.0f};   // FP8: the sums of the block just packed (row_sums_e4m3)
 #pragma unroll
@@ -2035,13 +1963,6 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       }
     }
   };
-  auto pack_block = [&]() {
-    if constexpr (kLeanSpec) {
-      pack_p_words(lw, p);
-    } else {
-      pack_p(sacc, p);
-    }
-  };
   auto need_mask = [&](int j) {
     const int key0 = j * kTileN;
     return key0 + kTileN > seqlen_k || (blk.causal && key0 + kTileN - 1 > wg_row0 + blk.diag);
@@ -2053,7 +1974,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     if constexpr (ZYFA_WS_BOUND >= 2) {
       alpha[0] = alpha[1] = 1.0f;  // timing bound only: S is packed unchanged
     } else {
-      softmax_block(sacc, m_run, l_run, alpha, lean_b_run, lw, j * kTileN, need_mask(j), row_lim, qk_scale, lean_a, tig);
+      softmax_block(sacc, m_run, l_run, alpha, j * kTileN, need_mask(j), row_lim, qk_scale, lean_a, tig);
     }
   };
   // ZYFA_WS_RESCALE_EARLY: the O rescale still owed (alpha of the block last packed), applied before the
@@ -2084,7 +2005,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     release(bar_empty_k(ring_s));
     float alpha[2];
     run_softmax(alpha, 0);
-    pack_block();
+    pack_p(sacc, p);
     alpha_prev[0] = alpha[0];
     alpha_prev[1] = alpha[1];
 
@@ -2146,7 +2067,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #pragma unroll
         for (int i = 0; i < kOAcc; ++i) o[i] *= alpha[(i >> 1) & 1];
       }
-      pack_block();  // P registers are written only outside any wgmma's flight (FA3 order)
+      pack_p(sacc, p);  // P registers are written only outside any wgmma's flight (FA3 order)
       alpha_prev[0] = alpha[0];
       alpha_prev[1] = alpha[1];
     }

@@ -42,14 +42,6 @@ constexpr float kContractStaleTau = ZYFA_WS_STALE_TAU;
 constexpr float kContractStaleTau = 0.0f;
 #endif
 
-// ZYFA_WS_LEAN_SPEC (lean P): a row's running max moves only when its block max's code under the current m
-// exceeds 126 (the kernel's rule; the first visible block always sets m).
-#if defined(ZYFA_WS_LEAN_SPEC) && ZYFA_WS_LEAN_SPEC
-constexpr bool kContractLeanCodeStale = true;
-#else
-constexpr bool kContractLeanCodeStale = false;
-#endif
-
 #define ZYFA_STR2(x) #x
 #define ZYFA_STR(x) ZYFA_STR2(x)
 
@@ -343,17 +335,11 @@ ContractRow contract_row(int n_keys, float c, int dv, Score score, VAt v_at, std
   std::fill(acc.begin(), acc.begin() + dv, 0.0);
   for (int key0 = 0; key0 < n_keys; key0 += kTileN) {
     const int key1 = std::min(key0 + kTileN, n_keys);
-    float mx = -INFINITY, smax = -INFINITY;
-    for (int j = key0; j < key1; ++j) {
-      mx = std::max(mx, score(j) * c);
-      smax = std::max(smax, static_cast<float>(score(j)));
-    }
+    float mx = -INFINITY;
+    for (int j = key0; j < key1; ++j) mx = std::max(mx, score(j) * c);
     float m_new = std::max(m, mx);
     // Stale running max (the kernel's ZYFA_WS_STALE_TAU): keep m unless the block raises it by more.
     if (kContractStaleTau > 0.0f && !(m_new > m + kContractStaleTau)) m_new = m;
-    if (kContractLeanCodeStale && kLeanP && m != -INFINITY &&
-        !(::nearbyintf(::fmaf(smax, 8.0f * c, 120.0f - 8.0f * m)) > 126.0f))
-      m_new = m;
     if (m_new == -INFINITY) continue;
     const float alpha = m == -INFINITY ? 0.0f : ::exp2f(m - m_new);
     for (int x = 0; x < dv; ++x) acc[x] *= alpha;
