@@ -192,6 +192,19 @@
 // that one on lean d128 (default with LSUM 6); on lean 192/128 (LSUM 1) 0.97..0.99, not taken.
 #define ZYFA_WS_LEAN_F16 ((ZYFA_LEAN_P && ZYFA_WS_LSUM == 6) ? 1 : 0)
 #endif
+#ifndef ZYFA_WS_ONES_FIXED
+// Run 51 experiment (UNMEASURED when written): every ones-row region holds the same bytes, so kLSumOnes' m64n8k32
+// QGMMAs may all read the first one (stage 0, region 0, k-offset 0): one loop-invariant descriptor instead of a
+// fresh one per k-step (ptxas builds each from the stage's V descriptor with 2-3 uniform instructions).
+#define ZYFA_WS_ONES_FIXED 0
+#endif
+#ifndef ZYFA_WS_NOALIGN
+// Run 51 experiment (UNMEASURED when written): the shared-memory base as the dynamic array's address, without the
+// run-time round-up to 1024 (a kernel without static shared memory gets its dynamic shared memory 1024-aligned;
+// the kernel traps if not). ptxas rebuilds the aligned base every loop iteration (kernels/sm90/NOTES.md, "Tried in
+// SASS only (tenth session)"); the layout and kSmemBytes keep the slack.
+#define ZYFA_WS_NOALIGN 0
+#endif
 #ifndef ZYFA_WS_PV_F16
 // FP8 with P.V in f16 (p_mode "f16", the _pf16 variants; the build sets it): S = Q K^T stays on the FP8 tensor core,
 // P = exp2(t - m + 8) is rounded to f16 (11 significant bits instead of e4m3's 4) and V is converted
@@ -1106,7 +1119,7 @@ __device__ __forceinline__ uint64_t v_desc(uint32_t v_tile) {
 // fresh: the first k-step overwrites o (O promotion), else it accumulates. kLSumOnes: lsum = the block's
 // row sums (wgmma_rs_n8).
 __device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], float (&lsum)[4], const uint32_t (&p)[kPRegs], uint64_t dv,
-                                              bool fresh) {
+                                              bool fresh, uint64_t d_ones) {
 #pragma unroll
   for (int kk = 0; kk < kPvSteps; ++kk) {
     // e4m3: k-step kk in Vt region kk / 4 (kVtRows rows of 128 B), bytes 32 (kk % 4) of each row.
@@ -1114,8 +1127,8 @@ __device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], float (&lsum)[4
     const uint32_t scale_d = (fresh && kk == 0) ? 0u : 1u;
     wgmma_rs(o, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc, scale_d);
     if constexpr (kLSumOnes) {  // the region's ones rows (after its kDV rows); the first k-step starts fresh
-      wgmma_rs_n8(lsum, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], desc + ((kDV * 128) >> 4),
-                  kk > 0 ? 1u : 0u);
+      const uint64_t d1 = ZYFA_WS_ONES_FIXED != 0 ? d_ones : desc + ((kDV * 128) >> 4);  // d_ones: ZYFA_WS_ONES_FIXED
+      wgmma_rs_n8(lsum, p[4 * kk], p[4 * kk + 1], p[4 * kk + 2], p[4 * kk + 3], d1, kk > 0 ? 1u : 0u);
     }
   }
   wgmma_commit();
@@ -1123,7 +1136,7 @@ __device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], float (&lsum)[4
 
 __device__ __forceinline__ void issue_pv(float (&o)[kOAcc], float (&lsum)[4], const uint32_t (&p)[kPRegs], uint32_t v_tile,
                                          bool fresh) {
-  issue_pv_desc(o, lsum, p, v_desc(v_tile), fresh);
+  issue_pv_desc(o, lsum, p, v_desc(v_tile), fresh, v_desc(v_tile) + ((kDV * 128) >> 4));
 }
 
 // kLSumOnes: Vt rows kDV .. kDV + 7 of every region of `stages` V stages at v_s = e4m3 1.0 (0x38). Written once
@@ -1586,7 +1599,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint32_t full_arrivals = tma_on ? 1u : 128u;
   const uint32_t v_full_arrivals = (tma_on && !kFp8) ? 1u : 128u;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t base = ZYFA_WS_NOALIGN != 0 ? smem_u32(smem_raw) : (smem_u32(smem_raw) + 1023u) & ~1023u;
+  if constexpr (ZYFA_WS_NOALIGN != 0) {
+    if ((base & 1023u) != 0u) __trap();  // the layout's 1024-byte alignment (swizzle atoms) would not hold
+  }
   const uint32_t q_s = base;
   const uint32_t k_s = q_s + kQBytes;
   const uint32_t v_s = k_s + kStages * kKStageBytes;
@@ -1936,7 +1952,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint64_t dv0 = v_desc(v_s);
   auto issue_s_block = [&](int st) { issue_s_desc(sacc, dq, dk0 + static_cast<uint32_t>(st * (kKStageBytes >> 4))); };
   auto issue_pv_block = [&](int st) {
-    issue_pv_desc(opv, lones, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote);
+    issue_pv_desc(opv, lones, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote, dv0 + ((kDV * 128) >> 4));
   };
   // FP8, contract order: l = l * alpha_j + sum(P_j), alpha_j the rescale of block j's max. The sums
   // of P_j are taken from the P registers while P_j V_j (which reads them) and S_{j+1} run (kLSum
