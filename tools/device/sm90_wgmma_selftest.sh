@@ -182,15 +182,10 @@ from zyfa_kernel_build import defines
 # 192/128 (LSUM 1) 0.972..0.988, not taken.
 # Run 50 (fifteenth session call 2, NOTES.md "Outcomes, run 50"): lean d128's codes before the max, the fp32 max
 # only when a code exceeds 126 (ZYFA_WS_LEAN_SPEC, "spec"): 0.878..0.917; removed.
-# Run 51 (NOTES.md "Predictions, run 51"): fewer uniform instructions in lean d128's wgmma issue block: one fixed
-# descriptor for the ones QGMMAs ("ones1"), no run-time alignment of the shared-memory base ("noalign"), both.
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": [
-        ("ones1", None, ["-DZYFA_WS_ONES_FIXED=1"]),
-        ("noalign", None, ["-DZYFA_WS_NOALIGN=1"]),
-        ("ones1_noalign", None, ["-DZYFA_WS_ONES_FIXED=1", "-DZYFA_WS_NOALIGN=1"]),
-    ],
-}
+# Run 51 (fifteenth session call 4, NOTES.md "Outcomes, run 51"): a fixed descriptor for the ones QGMMAs
+# (ZYFA_WS_ONES_FIXED, "ones1") 0.995..1.010, no run-time alignment of the shared-memory base (ZYFA_WS_NOALIGN,
+# "noalign") 1.014..1.017 at 2K-8K (16K 0.961, noisy), both 1.007..1.044: both are lean d128's defaults.
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
