@@ -200,6 +200,13 @@
 // one alone 0.995..1.010.
 #define ZYFA_WS_ONES_FIXED (ZYFA_WS_LSUM == 6 ? 1 : 0)
 #endif
+#ifndef ZYFA_WS_ONES_REGION
+// Run 52 experiment (UNMEASURED when written): with ZYFA_WS_ONES_FIXED every ones QGMMA reads one 8-row region, so
+// one 1 KiB region of e4m3 ones after the V stages (kOnesBytes) replaces the 8 ones rows of every Vt region of
+// every stage (3 KiB on lean d128's three stages, 2 KiB net): what lets lean 192/128 (230528 B with three stages, 1920 B
+// below the 227 KiB limit) take the tensor-pipe row sums of ZYFA_WS_LSUM 6 at all.
+#define ZYFA_WS_ONES_REGION 0
+#endif
 #ifndef ZYFA_WS_NOALIGN
 // The shared-memory base as the dynamic array's address, without the run-time round-up to 1024 (a kernel without
 // static shared memory gets its dynamic shared memory 1024-aligned; the kernel traps if not). ptxas rebuilds the
@@ -402,7 +409,9 @@ constexpr int kOAcc = 4 * kOTiles;                // O accumulator floats per th
 // of the layout probe's 1.6e-3 (run 45; the first session's "3.4% low" was S's truncation, not the sums').
 // (As a 17th n8 tile of one m64n136k32 P.V, the per-block zeroing of its four accumulators made ptxas
 // serialise every wgmma, C7511, at any register budget.)
-constexpr int kVtRows = kDV + (ZYFA_WS_LSUM == 6 ? 8 : 0);  // e4m3 Vt rows per region
+constexpr bool kOnesRegion = ZYFA_WS_LSUM == 6 && ZYFA_WS_ONES_REGION != 0;  // see the macro
+constexpr int kVtRows = kDV + (ZYFA_WS_LSUM == 6 && !kOnesRegion ? 8 : 0);  // e4m3 Vt rows per region
+constexpr int kOnesBytes = kOnesRegion ? 8 * 128 : 0;  // kOnesRegion: 8 rows of 128 e4m3 ones after the V stages
 constexpr int kQBytes = kQkRegions * kTileM * 128;
 constexpr int kKStageBytes = kQkRegions * kTileN * 128;
 // bf16 (and f16 for kPvF16): 2 regions x kTileN keys x 128 B; e4m3: kVtRegions regions of kVtRows d rows x 128 key bytes (key
@@ -415,8 +424,8 @@ constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (128 keys x 128 B) that cp.async fills one block
 // ahead of the transpose.
 constexpr int kStagingBytes = kVStaged ? 2 * kTileN * kVRowBytes : 0;
-constexpr int kSmemNoOStage = kQBytes + kStages * (kKStageBytes + kVStageBytes) + kStagingBytes + kBarrierBytes +
-                               kAlignSlack;
+constexpr int kSmemNoOStage = kQBytes + kStages * (kKStageBytes + kVStageBytes) + kOnesBytes + kStagingBytes +
+                               kBarrierBytes + kAlignSlack;
 // The epilogue staging (comment above the ZYFA_WS_SMX2 macro): kOStageCols columns of the warp's 16 rows
 // per pass, from the build's shared memory.
 constexpr int kOStageCols = ZYFA_SMEM_BYTES - kSmemNoOStage == 8 * 16 * kDV * 2   ? kDV
@@ -492,6 +501,7 @@ static_assert(!kFp8 || kStaleTau < static_cast<float>(ZYFA_FP8_MAX_STALE_TAU),
 static_assert(!kPvF16 || (!kLeanP && kVStaged && ZYFA_WS_LSUM <= 1 && !ZYFA_WS_OPROMOTE),
               "P.V in f16: exact P, V through the staging buffers, whole-row HMMA sums, no O promotion");
 static_assert(!kVPre || (!kPvF16 && kTileN % 64 == 0), "ZYFA_WS_VPRE: exact or lean e4m3, tile_n a multiple of 64");
+static_assert(!kOnesRegion || ZYFA_WS_ONES_FIXED != 0, "ZYFA_WS_ONES_REGION needs ZYFA_WS_ONES_FIXED");
 static_assert(!kLSumOnes || (kFp8 && !kPvF16 && !kOPromote && (!kVPre || kTileN <= 128)),
               "ZYFA_WS_LSUM 6: e4m3 P.V (exact or lean), no O promotion; with the pre-pass one Vt region");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");
@@ -1139,13 +1149,15 @@ __device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], float (&lsum)[4
 
 __device__ __forceinline__ void issue_pv(float (&o)[kOAcc], float (&lsum)[4], const uint32_t (&p)[kPRegs], uint32_t v_tile,
                                          bool fresh) {
-  issue_pv_desc(o, lsum, p, v_desc(v_tile), fresh, v_desc(v_tile) + ((kDV * 128) >> 4));
+  issue_pv_desc(o, lsum, p, v_desc(v_tile), fresh, v_desc(v_tile) + ((kOnesRegion ? kVStageBytes : kDV * 128) >> 4));
 }
 
 // kLSumOnes: Vt rows kDV .. kDV + 7 of every region of `stages` V stages at v_s = e4m3 1.0 (0x38). Written once
 // by the calling threads (t of n); no load ever touches them. The caller fences and syncs.
 __device__ __forceinline__ void write_ones_rows(uint32_t v_s, int stages, int t, int n) {
-  if constexpr (kLSumOnes) {
+  if constexpr (kOnesRegion) {  // one region after the stages
+    for (int i = t; i < 8 * 128 / 4; i += n) st_shared_u32(v_s + static_cast<uint32_t>(stages * kVStageBytes + 4 * i), 0x38383838u);
+  } else if constexpr (kLSumOnes) {
     constexpr int kWords = 8 * 128 / 4;  // per region
     for (int i = t; i < stages * kVtRegions * kWords; i += n) {
       const int region = i / kWords;  // stage * kVtRegions + region of the stage
@@ -1613,7 +1625,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   // Until the sixth session they started AT the staging buffers: V row 0 of every even block was
   // cp.async-written over the mbarrier objects (undefined behaviour by the PTX ISA; nvdisasm showed
   // SYNCS.EXCH.64 [UR4+0x20000] and LDGSTS [R3+0x20000] on the same bytes), which no test caught.
-  const uint32_t bars = v_s + kStages * kVStageBytes + kStagingBytes;
+  const uint32_t bars = v_s + kStages * kVStageBytes + kOnesBytes + kStagingBytes;
   const uint32_t bar_q = bars;
   auto bar_full_k = [&](int s) { return bars + 8u * (1 + s); };
   auto bar_full_v = [&](int s) { return bars + 8u * (1 + kStages + s); };
@@ -1794,7 +1806,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         signal(bar_q);
       }
     }
-    const uint32_t stg = v_s + kStages * kVStageBytes;  // kVStaged: two staging buffers (the mbarriers after them)
+    const uint32_t stg = v_s + kStages * kVStageBytes + kOnesBytes;  // kVStaged: two staging buffers (the mbarriers after them)
     if constexpr (kVStaged) {
       if (blk.n_blocks > 0) load_v_staging(stg, v_base, args.v_stride_seq, 0, seqlen_k, vec_ok, t);
       cp_async_commit();
@@ -1955,7 +1967,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint64_t dv0 = v_desc(v_s);
   auto issue_s_block = [&](int st) { issue_s_desc(sacc, dq, dk0 + static_cast<uint32_t>(st * (kKStageBytes >> 4))); };
   auto issue_pv_block = [&](int st) {
-    issue_pv_desc(opv, lones, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote, dv0 + ((kDV * 128) >> 4));
+    issue_pv_desc(opv, lones, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote,
+                  dv0 + ((kOnesRegion ? kStages * kVStageBytes : kDV * 128) >> 4));
   };
   // FP8, contract order: l = l * alpha_j + sum(P_j), alpha_j the rescale of block j's max. The sums
   // of P_j are taken from the P registers while P_j V_j (which reads them) and S_{j+1} run (kLSum

@@ -276,7 +276,7 @@ bool run_probe() {
   CHECK_CUDA(cudaMalloc(&dout, sizeof(float) * 64 * kOTiles * 8));
   CHECK_CUDA(cudaMemset(ds, 0xff, sizeof(float) * kTileM * kTileN));
   CHECK_CUDA(cudaMemset(dout, 0xff, sizeof(float) * 64 * kOTiles * 8));
-  const int smem = kQBytes + kKStageBytes + kVStageBytes + (kPvF16 ? kTileN * 128 : 0) + 1024;  // one stage of each
+  const int smem = kQBytes + kKStageBytes + kVStageBytes + kOnesBytes + (kPvF16 ? kTileN * 128 : 0) + 1024;  // one stage of each
   CHECK_CUDA(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   probe_kernel<<<1, 128, smem>>>(dq, dk, dv, dp, ds, dout, dl);
   CHECK_CUDA(cudaGetLastError());
