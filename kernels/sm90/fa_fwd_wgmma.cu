@@ -1147,9 +1147,15 @@ __device__ __forceinline__ void issue_pv_desc(float (&o)[kOAcc], float (&lsum)[4
   wgmma_commit();
 }
 
+// kLSumOnes: the descriptor of the ones rows that ZYFA_WS_ONES_FIXED reads, for `stages` V stages from dv0 (the first
+// stage's descriptor): the region after them (kOnesRegion), else the first Vt region's own ones rows.
+__device__ __forceinline__ uint64_t ones_desc(uint64_t dv0, int stages) {
+  return dv0 + static_cast<uint32_t>((kOnesRegion ? stages * kVStageBytes : kDV * 128) >> 4);
+}
+
 __device__ __forceinline__ void issue_pv(float (&o)[kOAcc], float (&lsum)[4], const uint32_t (&p)[kPRegs], uint32_t v_tile,
                                          bool fresh) {
-  issue_pv_desc(o, lsum, p, v_desc(v_tile), fresh, v_desc(v_tile) + ((kOnesRegion ? kVStageBytes : kDV * 128) >> 4));
+  issue_pv_desc(o, lsum, p, v_desc(v_tile), fresh, ones_desc(v_desc(v_tile), 1));
 }
 
 // kLSumOnes: Vt rows kDV .. kDV + 7 of every region of `stages` V stages at v_s = e4m3 1.0 (0x38). Written once
@@ -1967,8 +1973,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint64_t dv0 = v_desc(v_s);
   auto issue_s_block = [&](int st) { issue_s_desc(sacc, dq, dk0 + static_cast<uint32_t>(st * (kKStageBytes >> 4))); };
   auto issue_pv_block = [&](int st) {
-    issue_pv_desc(opv, lones, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote,
-                  dv0 + ((kOnesRegion ? kStages * kVStageBytes : kDV * 128) >> 4));
+    issue_pv_desc(opv, lones, p, dv0 + static_cast<uint32_t>(st * (kVStageBytes >> 4)), kOPromote, ones_desc(dv0, kStages));
   };
   // FP8, contract order: l = l * alpha_j + sum(P_j), alpha_j the rescale of block j's max. The sums
   // of P_j are taken from the P registers while P_j V_j (which reads them) and S_{j+1} run (kLSum
