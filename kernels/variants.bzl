@@ -66,7 +66,8 @@ VARIANTS = [
     # v_prep on lean d128: runs 40-41 (H200, thirteenth session), the pass inside every timed launch: 1.027 /
     # 1.052 / 1.029 / 1.054 at 2K / 4K / 8K / 16K (exact d128 and 192/128 lost: not set there). Its row sums run
     # on the tensor pipe (the kernel's ZYFA_WS_LSUM 6 default for lean d128: 8 rows of ones per V stage, 3 KiB)
-    # with the f16 code pack: run 47 (fourteenth session) 1.036 / 1.050 / 1.053 / 1.045.
+    # with the f16 code pack: run 47 (fourteenth session) 1.036 / 1.050 / 1.053 / 1.045; the codes as f16
+    # subnormals, run 49 (fifteenth session) +5%; run 51's issue block (same smem) +1-2%.
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 151680, "tag": "", "grid": "persistent",
