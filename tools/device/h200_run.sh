@@ -10,6 +10,9 @@
 #     ZYFA_TOKENS=32768          tokens per call of the sweep (batch = tokens / seqlen)
 #     ZYFA_ACC_SEQLEN=4096       seqlen of the accuracy problems (batch 1)
 #     ZYFA_CLOCKS_SEQLEN=16384   seqlen of the clocks runs
+#     ZYFA_CLOCKS_SHAPE=gqa128   head shape of the clocks runs
+#     ZYFA_CLOCKS_IMPLS=...      implementations of the clocks runs (default: ZYFA's three d128 kernels, cuDNN FP8)
+#     ZYFA_CLOCKS_S=45           the clocks stage's time limit in seconds (each implementation runs 4 s)
 #     ZYFA_IMPLS=...             implementations of the throughput sweep (default: zyfa + NVIDIA peers)
 #     ZYFA_REPEATS=30 ZYFA_ROUNDS=3   timed calls per row, in interleaved rounds over the implementations
 #     ZYFA_PYTEST_PATHS=...      test directories (default: zyfa-core, zyfa-torch, zyfa-bench tests)
@@ -65,6 +68,9 @@ SEQLENS="${ZYFA_SEQLENS:-16384,2048,4096,8192,32768}"
 TOKENS="${ZYFA_TOKENS:-32768}"
 ACC_SEQLEN="${ZYFA_ACC_SEQLEN:-4096}"
 CLOCKS_SEQLEN="${ZYFA_CLOCKS_SEQLEN:-16384}"
+CLOCKS_SHAPE="${ZYFA_CLOCKS_SHAPE:-gqa128}"
+CLOCKS_IMPLS="${ZYFA_CLOCKS_IMPLS:-zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean,cudnn-fp8}"
+CLOCKS_S="${ZYFA_CLOCKS_S:-45}"
 REPEATS="${ZYFA_REPEATS:-30}"  # timed calls per row, split over ROUNDS interleaved rounds
 ROUNDS="${ZYFA_ROUNDS:-3}"     # (a power-capped H200 moves its clock by 10%; every peer sees every state)
 IMPLS="${ZYFA_IMPLS:-zyfa,fa4-bf16,cudnn-bf16,cudnn-fp8,sdpa-flash,sdpa-cudnn,sdpa-efficient,flashinfer-bf16,flashinfer-fp8}"
@@ -206,8 +212,8 @@ do_accuracy() {
 }
 
 do_clocks() {
-    zb clocks --quiet --shape gqa128 --seqlen "$CLOCKS_SEQLEN" --tokens "$TOKENS" --workload model-like \
-        --impl zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean,cudnn-fp8 --seconds 4 --json "$OUT/clocks.json"
+    zb clocks --quiet --shape "$CLOCKS_SHAPE" --seqlen "$CLOCKS_SEQLEN" --tokens "$TOKENS" --workload model-like \
+        --impl "$CLOCKS_IMPLS" --seconds 4 --json "$OUT/clocks.json"
 }
 
 do_report() {
@@ -222,7 +228,7 @@ do_report() {
     zb report "${files[@]}" --out "$OUT"
 }
 
-export OUT LOG PY SITE SEQLENS TOKENS ACC_SEQLEN CLOCKS_SEQLEN IMPLS PYTEST_PATHS REPEATS ROUNDS
+export OUT LOG PY SITE SEQLENS TOKENS ACC_SEQLEN CLOCKS_SEQLEN CLOCKS_SHAPE CLOCKS_IMPLS IMPLS PYTEST_PATHS REPEATS ROUNDS
 export -f zb do_env do_wheels do_install do_tests do_throughput do_accuracy do_clocks do_report
 
 # A `git archive` snapshot (run from a carried folder) names its commit in REVISION; git would name the
@@ -287,7 +293,7 @@ SWEEP_CAP=$(($(left) - AFTER_SWEEP))
 ((SWEEP_CAP > 240)) && SWEEP_CAP=240
 stage throughput "$SWEEP_CAP" "$AFTER_SWEEP" do_throughput "$SWEEP_CAP"
 stage accuracy 80 "$(reserve_for clocks report)" do_accuracy
-stage clocks 45 "$(reserve_for report)" do_clocks
+stage clocks "$CLOCKS_S" "$(reserve_for report)" do_clocks
 stage report 40 0 do_report
 rm -f "$OUT"/*.tmp
 
