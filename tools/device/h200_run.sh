@@ -8,6 +8,9 @@
 #                                the device tool's per-command limit is 600 s)
 #     ZYFA_SEQLENS=16384,2048,4096,8192,32768   sweep order (16K first: the targets' seqlen)
 #     ZYFA_TOKENS=32768          tokens per call of the sweep (batch = tokens / seqlen)
+#     ZYFA_SHAPES=gqa128,mla192  head shapes of the sweep
+#     ZYFA_WORKLOADS=gaussian    input workloads of the sweep, one sweep each (the budget split evenly): the
+#                                first writes throughput.json, the others throughput-<workload>.json
 #     ZYFA_ACC_SEQLEN=4096       seqlen of the accuracy problems (batch 1)
 #     ZYFA_CLOCKS_SEQLEN=16384   seqlen of the clocks runs
 #     ZYFA_CLOCKS_SHAPE=gqa128   head shape of the clocks runs
@@ -68,6 +71,8 @@ SEQLENS="${ZYFA_SEQLENS:-16384,2048,4096,8192,32768}"
 TOKENS="${ZYFA_TOKENS:-32768}"
 ACC_SEQLEN="${ZYFA_ACC_SEQLEN:-4096}"
 CLOCKS_SEQLEN="${ZYFA_CLOCKS_SEQLEN:-16384}"
+SHAPES="${ZYFA_SHAPES:-gqa128,mla192}"
+WORKLOADS="${ZYFA_WORKLOADS:-gaussian}"
 CLOCKS_SHAPE="${ZYFA_CLOCKS_SHAPE:-gqa128}"
 CLOCKS_IMPLS="${ZYFA_CLOCKS_IMPLS:-zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean,cudnn-fp8}"
 CLOCKS_S="${ZYFA_CLOCKS_S:-45}"
@@ -196,13 +201,20 @@ do_tests() {
 }
 
 do_throughput() {
-    # Leave ~45 s after the last row starts for its measurement and the run's teardown.
-    local budget=$(($1 - 45))
+    # Leave ~45 s after the last row starts for its measurement and the run's teardown, per sweep.
+    local words n budget w json rc=0
+    IFS=, read -ra words <<<"$WORKLOADS"
+    n=${#words[@]}
+    budget=$(($1 / n - 45))
     ((budget < 20)) && budget=20
-    zb throughput --quiet --shape gqa128,mla192 --seqlens "$SEQLENS" --tokens "$TOKENS" \
-        --precision bf16,fp8 --impl "$IMPLS" --warmup 2 --repeats "$REPEATS" --rounds "$ROUNDS" \
-        --time-budget "$budget" \
-        --json "$OUT/throughput.json"
+    for w in "${words[@]}"; do
+        json="$OUT/throughput.json"
+        [[ $w != "${words[0]}" ]] && json="$OUT/throughput-$w.json"
+        zb throughput --quiet --shape "$SHAPES" --seqlens "$SEQLENS" --tokens "$TOKENS" --workload "$w" \
+            --precision bf16,fp8 --impl "$IMPLS" --warmup 2 --repeats "$REPEATS" --rounds "$ROUNDS" \
+            --time-budget "$budget" --json "$json" || rc=$?
+    done
+    return $rc
 }
 
 do_accuracy() {
@@ -228,7 +240,7 @@ do_report() {
     zb report "${files[@]}" --out "$OUT"
 }
 
-export OUT LOG PY SITE SEQLENS TOKENS ACC_SEQLEN CLOCKS_SEQLEN CLOCKS_SHAPE CLOCKS_IMPLS IMPLS PYTEST_PATHS REPEATS ROUNDS
+export OUT LOG PY SITE SEQLENS SHAPES WORKLOADS TOKENS ACC_SEQLEN CLOCKS_SEQLEN CLOCKS_SHAPE CLOCKS_IMPLS IMPLS PYTEST_PATHS REPEATS ROUNDS
 export -f zb do_env do_wheels do_install do_tests do_throughput do_accuracy do_clocks do_report
 
 # A `git archive` snapshot (run from a carried folder) names its commit in REVISION; git would name the
