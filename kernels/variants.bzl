@@ -62,7 +62,7 @@ VARIANTS = [
     # TMA unmeasured there).
     {"name": "fa_fwd_e4m3fn_hd128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 192, "threads": 384, "smem_bytes": 215168, "tag": "", "grid": "persistent"},
+     "tile_m": 128, "tile_n": 192, "threads": 384, "smem_bytes": 214144, "tag": "", "grid": "persistent"},
     # v_prep on lean d128: runs 40-41 (H200, thirteenth session), the pass inside every timed launch: 1.027 /
     # 1.052 / 1.029 / 1.054 at 2K / 4K / 8K / 16K (exact d128 and 192/128 lost: not set there). Its row sums run
     # on the tensor pipe (the kernel's ZYFA_WS_LSUM 6 default for lean d128: 8 rows of ones per V stage, 3 KiB)
@@ -82,12 +82,10 @@ VARIANTS = [
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "loads": "tma",
      "stale_tau": 8.0},
-    # Runs 11 and 12: Q / K by TMA +1..3% at 2K-8K in both runs, 16K 0.981 and 1.071 (NOTES.md). Both exact FP8
-    # kernels: row sums on the tensor pipe through one 1 KiB ones region (the kernel's LSUM 6 / ONES_REGION
-    # defaults), run 53 (sixteenth session) d128 +0.6..2.0%, 192/128 +0.8..3.9%.
+    # Runs 11 and 12: Q / K by TMA +1..3% at 2K-8K in both runs, 16K 0.981 and 1.071 (NOTES.md).
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231552, "tag": "", "grid": "persistent",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "grid": "persistent",
      "loads": "tma"},
     # Lean 192/128: the tensor-pipe row sums through one shared 1 KiB ones region (the kernel's ZYFA_WS_LSUM 6 and
     # ZYFA_WS_ONES_REGION defaults for it) with the subnormal codes: run 52 (fifteenth session) 1.090 / 1.069 /

@@ -191,7 +191,8 @@ from zyfa_kernel_build import defines
 # since the sixteenth session.
 # Run 53 (sixteenth session call 1, NOTES.md "Outcomes, run 53"): run 51's unaligned shared-memory base on the
 # six variants without LSUM 6 ("noalign") 0.95..1.01 (16K noise aside), not taken; the exact FP8 kernels with the
-# tensor-pipe row sums through one ones region ("lsumtc") d128 1.006..1.020, 192/128 1.008..1.039: their default.
+# tensor-pipe row sums through one ones region ("lsumtc") d128 1.006..1.020, 192/128 1.008..1.039, but +3..6% error
+# vs float64 on model-like inputs in the product run (call 2): not taken (exact P is the accuracy-first mode).
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):

@@ -10,12 +10,19 @@ at lower effective clocks (data-dependent energy). This script separates the two
         python3 tools/device/workload_cycles.py profile  # one launch per (workload, impl)
 
 Cycles and instruction counts do not depend on the clock: equal counts on both workloads put the gap on the
-clock / power side, different counts on the kernel. Needs zyfa and zyfa-bench installed and a CUDA GPU.
+clock / power side, different counts on the kernel (session16_call6: the kernel). To find which structure of
+model-like data does it, change one ModelLike knob at a time:
+
+    python3 tools/device/workload_cycles.py time --workloads \
+        gaussian,model-like,model-like:sink_tokens=0,model-like:k_outlier_channels=0,model-like:rope_dims=0
+
+Needs zyfa and zyfa-bench installed and a CUDA GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 
 import torch
@@ -23,21 +30,42 @@ import torch
 from zyfa_bench.inputs import make_inputs, quantize_inputs
 from zyfa_bench.peers import select
 from zyfa_bench.spec import parse_shape, specs_for_tokens
-from zyfa_bench.workloads import parse_workload
+from zyfa_bench.workloads import ModelLike, Workload, parse_workload
 
-IMPLS = ["zyfa-bf16", "zyfa-fp8-exact", "zyfa-fp8-lean"]
-WORKLOADS = ["gaussian", "model-like"]
+IMPLS = "zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean"
+WORKLOADS = "gaussian,model-like"
 
 
-def prepared(shape: str, seqlen: int, tokens: int) -> dict[tuple[str, str], object]:
+def workload(text: str) -> Workload:
+    """'gaussian', 'model-like', or 'model-like:FIELD=VALUE:...' (ModelLike with those knobs changed, e.g.
+    'model-like:sink_tokens=0' or 'model-like:k_outlier_channels=0': one structure of the data at a time)."""
+    name, *knobs = text.split(":")
+    base = parse_workload(name)[0]
+    if not knobs:
+        return base
+    if not isinstance(base, ModelLike):
+        raise SystemExit(f"{text}: only model-like takes knobs")
+    fields = {f.name: f.type for f in dataclasses.fields(ModelLike)}
+    changes: dict[str, object] = {}
+    for knob in knobs:
+        key, _, value = knob.partition("=")
+        if key not in fields or key == "name":
+            raise SystemExit(f"{text}: {key!r} is not a ModelLike knob ({', '.join(fields)})")
+        changes[key] = None if value == "None" else type(getattr(base, key) or 0)(float(value))
+    return dataclasses.replace(base, name=text, **changes)
+
+
+def prepared(
+    shape: str, seqlen: int, tokens: int, workloads: str, impls: str
+) -> dict[tuple[str, str], object]:
     """(workload, impl) -> a ready call on that workload's inputs."""
     _, dims = parse_shape(shape)
     spec = specs_for_tokens(dims, [seqlen], tokens=tokens, batch=None)[0]
     calls = {}
-    for w in WORKLOADS:
-        inputs = make_inputs(spec, parse_workload(w)[0], device=torch.device("cuda"), seed=0)
+    for w in workloads.split(","):
+        inputs = make_inputs(spec, workload(w), device=torch.device("cuda"), seed=0)
         quantize_inputs(inputs, seed=0)
-        for peer in select(IMPLS):
+        for peer in select(impls.split(",")):
             calls[(w, peer.name)] = peer.prepare(inputs).call
     return calls
 
@@ -81,8 +109,10 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=32768)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--reps", type=int, default=6)
+    p.add_argument("--workloads", default=WORKLOADS, help="comma-separated; see workload() for knobs")
+    p.add_argument("--impls", default=IMPLS)
     a = p.parse_args()
-    calls = prepared(a.shape, a.seqlen, a.tokens)
+    calls = prepared(a.shape, a.seqlen, a.tokens, a.workloads, a.impls)
     if a.mode == "time":
         time_all(calls, a.rounds, a.reps)
     else:
