@@ -16,6 +16,11 @@ model-like data does it, change one ModelLike knob at a time:
     python3 tools/device/workload_cycles.py time --workloads \
         gaussian,model-like,model-like:sink_tokens=0,model-like:k_outlier_channels=0,model-like:rope_dims=0
 
+and where the kernel waits on each workload (ncu's stall reasons and pipe utilisation, one kernel at a time):
+
+    ncu --clock-control none --profile-from-start off --section SpeedOfLight --section WarpStateStats \
+        --section ComputeWorkloadAnalysis python3 tools/device/workload_cycles.py profile --impls zyfa-fp8-lean
+
 Needs zyfa and zyfa-bench installed and a CUDA GPU.
 """
 
