@@ -19,7 +19,8 @@ model-like data does it, change one ModelLike knob at a time:
 and where the kernel waits on each workload (ncu's stall reasons and pipe utilisation, one kernel at a time):
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight --section WarpStateStats \
-        --section ComputeWorkloadAnalysis python3 tools/device/workload_cycles.py profile --impls zyfa-fp8-lean
+        --section ComputeWorkloadAnalysis \
+        python3 tools/device/workload_cycles.py profile --impls zyfa-fp8-lean
 
 Needs zyfa and zyfa-bench installed and a CUDA GPU.
 """
