@@ -28,9 +28,10 @@
  *   S accumulators (a permutation of the keys applied to both P and V leaves P.V unchanged).
  * FP8 row sums: each thread decodes its packed P bytes to f16 pairs and sums them with mma.sync
  *   m16n8k16 f16 x ones -> fp32, giving the fp32 sum of exactly the e4m3 P fed to P.V (see kOTiles),
- *   right after P_j V_j has finished. Lean d128 instead takes them on the FP8 tensor pipe inside the
- *   P.V group (ones rows in Vt; a fresh per-block sum through the FP8 adder, 2-6e-4 low) and makes its
- *   codes as f16 subnormal pairs (ZYFA_WS_LSUM 6, ZYFA_WS_LEAN_F16; runs 47 and 49: +4..5% each).
+ *   right after P_j V_j has finished. Lean P instead takes them on the FP8 tensor pipe inside the
+ *   P.V group (ones rows in Vt, or one shared ones region at 192/128; a fresh per-block sum through the FP8
+ *   adder, 2-6e-4 low) and makes its codes as f16 subnormal pairs (ZYFA_WS_LSUM 6, ZYFA_WS_LEAN_F16; runs 47,
+ *   49 and 52: +4..9% each).
  *   ZYFA_WS_LSUM selects the method; the others are measured there.
  * Pipelines: separate K and V rings (full + empty mbarrier per stage), so K_{j+1} is released as
  *   soon as S_{j+1} is computed while V_j is still being read.
@@ -50,7 +51,7 @@
  *     Q     kTileM rows x kQkRowBytes               (regions of 128 rows x 128 B)
  *     K[s]  kTileN rows x kQkRowBytes, s < kStages  (K-major B of S = Q K^T)
  *     V[s]  bf16: kTileN key rows x 256 B  (MN-major B of O = P V, wgmma transpose flag)
- *           e4m3: Vt kDV rows (+ 8 rows of ones with ZYFA_WS_LSUM 6) x kTileN key bytes (K-major B),
+ *           e4m3: Vt kDV rows (+ 8 rows of ones: ZYFA_WS_LSUM 6, no ONES_REGION) x kTileN key bytes (K-major B),
  *           then 2 staging buffers (none with the V pre-pass)
  *     mbarriers (128 B), plus 1024 B of slack to align the base at run time.
  * No atomics: deterministic.
@@ -182,7 +183,7 @@
 #define ZYFA_WS_LSUM (ZYFA_LEAN_P ? 6 : 1)
 #endif
 #ifndef ZYFA_WS_LEAN_F16
-// Lean P through f16 subnormals (on with ZYFA_WS_LSUM 6, i.e. lean d128): the fast softmax makes
+// Lean P through f16 subnormals (on with ZYFA_WS_LSUM 6, i.e. lean P at both shapes): the fast softmax makes
 // x = fma(S, A 2^-24, B 2^-24), exactly 2^-24 fl32(S A + B) (power-of-two scales), then per pair of keys one
 // cvt.rn.relu.f16x2.f32: rounding onto f16's subnormal grid (spacing 2^-24) makes each half's bits rint(fl32(S A + B)),
 // the contract's code itself (no double rounding), and .relu clamps negatives and -inf (masked keys) to +0, code 0.
@@ -192,7 +193,8 @@
 // Runs 46-47 (H200, fourteenth session) measured a first form, x = S A + B + 1024 in f16's [1024, 2048) with an
 // HMNMX2 clamp (codes off by one within ~2^-13 of a half-integer): 0.90..0.95 alone, 1.036..1.053 with LSUM 6's
 // tensor-pipe row sums. Run 49 (fifteenth session): this form 1.046 / 1.052 / 1.048 / 1.050 at 2K / 4K / 8K / 16K over
-// that one on lean d128 (default with LSUM 6); on lean 192/128 (LSUM 1) 0.97..0.99, not taken.
+// that one on lean d128 (default with LSUM 6); on lean 192/128 with LSUM 1 0.97..0.99, with LSUM 6 (run 52) its
+// default.
 #define ZYFA_WS_LEAN_F16 ((ZYFA_LEAN_P && ZYFA_WS_LSUM == 6) ? 1 : 0)
 #endif
 #ifndef ZYFA_WS_ONES_FIXED
