@@ -10,7 +10,9 @@
 #     ZYFA_TOKENS=32768          tokens per call of the sweep (batch = tokens / seqlen)
 #     ZYFA_SHAPES=gqa128,mla192  head shapes of the sweep
 #     ZYFA_WORKLOADS=gaussian    input workloads of the sweep, one sweep each (the budget split evenly): the
-#                                first writes throughput.json, the others throughput-<workload>.json
+#                                first writes throughput.json, the others throughput-<workload>.json; the
+#                                report gives each workload its own tables and targets (kernel speed can depend
+#                                on the data: docs/benchmarks/index.md, sixteenth session)
 #     ZYFA_ACC_SEQLEN=4096       seqlen of the accuracy problems (batch 1)
 #     ZYFA_CLOCKS_SEQLEN=16384   seqlen of the clocks runs
 #     ZYFA_CLOCKS_SHAPE=gqa128   head shape of the clocks runs
@@ -229,9 +231,9 @@ do_clocks() {
 }
 
 do_report() {
-    local files=()
-    for f in throughput accuracy clocks; do
-        [[ -s "$OUT/$f.json" ]] && files+=("$OUT/$f.json")
+    local files=() f
+    for f in "$OUT"/throughput.json "$OUT"/throughput-*.json "$OUT"/accuracy.json "$OUT"/clocks.json; do
+        [[ -s $f ]] && files+=("$f")
     done
     if ((${#files[@]} == 0)); then
         echo "no result files to report"
@@ -312,7 +314,9 @@ rm -f "$OUT"/*.tmp
 # The short tables last: the report's summary, then each stage's outcome.
 if [[ -s "$OUT/report.md" ]]; then
     files=()
-    for f in throughput accuracy clocks; do [[ -s "$OUT/$f.json" ]] && files+=("$OUT/$f.json"); done
+    for f in "$OUT"/throughput.json "$OUT"/throughput-*.json "$OUT"/accuracy.json "$OUT"/clocks.json; do
+        [[ -s $f ]] && files+=("$f")
+    done
     "$PY" -c "import sys; from zyfa_bench.report import summary_text; print(summary_text(sys.argv[1:]))" \
         "${files[@]}" 2>&1 | tee -a "$LOG" | cut -c1-220
 fi

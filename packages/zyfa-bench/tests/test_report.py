@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,33 @@ def test_pivot_and_details():
     assert "unsupported: sdpa-flash: No available kernel." in text  # failures are shown, not dropped
     assert "## Accuracy" in text and "exact-attention-on-fp8-inputs" in text
     assert "Not measured" in text and "fa4-bf16" in text
+
+
+def _relabelled(tmp_path: Path, workload: str, scale: float) -> Path:
+    """The throughput fixture as if measured on another workload, every rate scaled by `scale`."""
+    doc = json.loads((DATA / "throughput_fixture.json").read_text())
+    for r in doc["rows"]:
+        r["workload"] = workload
+        if isinstance(r.get("tflops"), (int, float)):
+            r["tflops"] *= scale
+    path = tmp_path / f"throughput-{workload}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_each_workload_gets_its_own_tables_and_targets(tmp_path):
+    # Kernel speed can depend on the data (sixteenth session): rows of two workloads must not share a table.
+    other = _relabelled(tmp_path, "model-like", 0.5)
+    text, _, _ = build_report([DATA / "throughput_fixture.json", other])
+    gauss = text.split("### gqa128, FP8")[1].split("###")[0]
+    model = text.split("### gqa128 model-like, FP8")[1].split("###")[0]
+    assert "| 1050.0 |" in next(ln for ln in gauss.splitlines() if ln.startswith("| 16384 |"))
+    assert "| 525.0 |" in next(ln for ln in model.splitlines() if ln.startswith("| 16384 |"))
+    # The same ratios, since every rate of both sides halved; the GEMM ceiling did not.
+    assert "1.19×" in _target(text, "FP8 d128 GQA vs cuDNN FP8 (FP8 out) (model-like)")
+    assert "0.43×" in _target(text, "FP8 d128 GQA vs FP8 GEMM ceiling (model-like)")
+    assert "0.85×" in _target(text, "FP8 d128 GQA vs FP8 GEMM ceiling")
+    assert "| gqa128 model-like fp8: ZYFA vs best peer, worst seqlen |" in text
 
 
 def test_accuracy_medians_and_ranges():

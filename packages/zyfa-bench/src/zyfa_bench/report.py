@@ -1,13 +1,16 @@
 """Reports from result files: a markdown document and at most two PNG figures.
 
-- throughput: one table per (shape, precision) with seqlen down and implementations across (TFLOP/s),
-  ZYFA's ratio to the best peer of the same precision, and a detail table (ms, TFLOP/s per GHz, clock,
-  host overhead, check error, status); the figure `throughput.png` plots TFLOP/s against seqlen, one
-  line per implementation, one panel per (shape, precision);
+- throughput: one table per (shape, workload, precision) with seqlen down and implementations across
+  (TFLOP/s), ZYFA's ratio to the best peer of the same precision, and a detail table (ms, TFLOP/s per GHz,
+  clock, host overhead, check error, status); the figure `throughput.png` plots TFLOP/s against seqlen,
+  one line per implementation, one panel per (shape, workload, precision). Gaussian rows are named by
+  their shape alone, rows of any other workload by "shape workload" (kernel speed can depend on the data:
+  docs/benchmarks/index.md, sixteenth session);
 - accuracy: relative L2 errors per workload and implementation (median over seeds and problems, min–max
   in brackets), against the dequantised inputs and against the BF16 inputs; the figure `accuracy.png`
   shows them as bars with min–max error bars, one group per workload;
-- issue-5 targets evaluated from whatever rows are present (a target without data says so);
+- issue-5 targets evaluated from whatever rows are present (a target without data says so), once per
+  workload (the non-Gaussian ones named in the target);
 - clocks: the summary of each `zyfa-bench clocks` run.
 matplotlib is imported only when figures are drawn (Agg backend, no display needed).
 """
@@ -61,6 +64,16 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
+def _workload(r: dict[str, Any]) -> str:
+    return r.get("workload") or "gaussian"
+
+
+def _panel(r: dict[str, Any]) -> str:
+    """A throughput row's shape, with its workload when that is not the Gaussian default."""
+    shape = r.get("shape", r.get("label", "?"))
+    return shape if _workload(r) == "gaussian" else f"{shape} {_workload(r)}"
+
+
 def _impl_order(rows: list[dict[str, Any]]) -> list[str]:
     seen: list[str] = []
     for r in rows:
@@ -71,12 +84,12 @@ def _impl_order(rows: list[dict[str, Any]]) -> list[str]:
 
 # ---------------------------------------------------------------- throughput
 def throughput_tables(rows: list[dict[str, Any]]) -> str:
-    """Pivot tables (TFLOP/s) per (shape, precision) with ZYFA's ratio to the best peer."""
+    """Pivot tables (TFLOP/s) per (shape, workload, precision) with ZYFA's ratio to the best peer."""
     ok = _ok(rows)
     blocks = []
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in ok:
-        groups[(r.get("shape", r.get("label", "?")), r["precision"])].append(r)
+        groups[(_panel(r), r["precision"])].append(r)
     for (shape, precision), grp in sorted(groups.items()):
         impls = _impl_order(grp)
         zyfa = [i for i in impls if i.startswith("zyfa")]
@@ -123,7 +136,7 @@ def throughput_details(rows: list[dict[str, Any]]) -> str:
         body.append(
             [
                 r["impl"],
-                r.get("label"),
+                r.get("label") if _workload(r) == "gaussian" else f"{r.get('label')} {_workload(r)}",
                 r.get("ms"),
                 r.get("tflops"),
                 r.get("tflops_per_ghz"),
@@ -148,15 +161,22 @@ def _value(rows: list[dict[str, Any]], ceil: dict[str, Any], shape: str, prec: s
 
 
 def targets_table(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
-    """Issue-5 targets with measured ratios (and 'no data' where a side is missing)."""
+    """Issue-5 targets with measured ratios (and 'no data' where a side is missing), once per workload
+    (Gaussian first; the others name their workload in the target)."""
     body = []
-    for desc, shape, prec, s, num, den, need in TARGETS:
-        a, b = _value(rows, ceilings, shape, prec, s, num), _value(rows, ceilings, shape, prec, s, den)
-        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0:
-            ratio = a / b
-            body.append([desc, s, f"{ratio:.2f}×", f"≥ {need:.2f}×", "met" if ratio >= need else "MISSED"])
-        else:
-            body.append([desc, s, "no data", f"≥ {need:.2f}×", "–"])
+    workloads = sorted({_workload(r) for r in rows}, key=lambda w: (w != "gaussian", w)) or ["gaussian"]
+    for wl in workloads:
+        sub = [r for r in rows if _workload(r) == wl]
+        for desc, shape, prec, s, num, den, need in TARGETS:
+            name = desc if wl == "gaussian" else f"{desc} ({wl})"
+            a, b = _value(sub, ceilings, shape, prec, s, num), _value(sub, ceilings, shape, prec, s, den)
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0:
+                ratio = a / b
+                body.append(
+                    [name, s, f"{ratio:.2f}×", f"≥ {need:.2f}×", "met" if ratio >= need else "MISSED"]
+                )
+            elif wl == workloads[0]:
+                body.append([name, s, "no data", f"≥ {need:.2f}×", "–"])
     body += _every_seqlen_targets(rows)
     return _table(["target", "seqlen", "measured", "needed", ""], body)
 
@@ -165,7 +185,7 @@ def _every_seqlen_targets(rows: list[dict[str, Any]]) -> list[list[Any]]:
     out = []
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in _ok(rows):
-        groups[(r.get("shape", "?"), r["precision"])].append(r)
+        groups[(_panel(r), r["precision"])].append(r)
     for (shape, prec), grp in sorted(groups.items()):
         worst = None
         for s in sorted({r["seqlen_q"] for r in grp}):
@@ -296,9 +316,9 @@ def _pyplot() -> Any:
 
 
 def plot_throughput(rows: list[dict[str, Any]], path: Path) -> Path | None:
-    """TFLOP/s vs seqlen, one line per implementation, a panel per (shape, precision), two panels a row."""
+    """TFLOP/s vs seqlen, one line per implementation, a panel per (shape, workload, precision), two a row."""
     ok = _ok(rows)
-    panels = sorted({(r.get("shape", "?"), r["precision"]) for r in ok})
+    panels = sorted({(_panel(r), r["precision"]) for r in ok})
     if not panels:
         return None
     plt = _pyplot()
@@ -308,7 +328,7 @@ def plot_throughput(rows: list[dict[str, Any]], path: Path) -> Path | None:
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax, (shape, prec) in zip(axes.flat, panels, strict=False):
-        grp = [r for r in ok if r.get("shape", "?") == shape and r["precision"] == prec]
+        grp = [r for r in ok if _panel(r) == shape and r["precision"] == prec]
         for impl in _impl_order(grp):
             pts = sorted((r["seqlen_q"], r["tflops"]) for r in grp if r["impl"] == impl)
             style = "-o" if impl.startswith("zyfa") else "--s"
