@@ -230,11 +230,18 @@ do_clocks() {
         --impl "$CLOCKS_IMPLS" --seconds 4 --json "$OUT/clocks.json"
 }
 
-do_report() {
-    local files=() f
+# The result files present in $OUT, one a line (the report's inputs; a workload sweep's extra files included).
+result_files() {
+    local f
     for f in "$OUT"/throughput.json "$OUT"/throughput-*.json "$OUT"/accuracy.json "$OUT"/clocks.json; do
-        [[ -s $f ]] && files+=("$f")
+        [[ -s $f ]] && echo "$f"
     done
+    return 0
+}
+
+do_report() {
+    local files=()
+    mapfile -t files < <(result_files)
     if ((${#files[@]} == 0)); then
         echo "no result files to report"
         return 1
@@ -243,7 +250,7 @@ do_report() {
 }
 
 export OUT LOG PY SITE SEQLENS SHAPES WORKLOADS TOKENS ACC_SEQLEN CLOCKS_SEQLEN CLOCKS_SHAPE CLOCKS_IMPLS IMPLS PYTEST_PATHS REPEATS ROUNDS
-export -f zb do_env do_wheels do_install do_tests do_throughput do_accuracy do_clocks do_report
+export -f zb result_files do_env do_wheels do_install do_tests do_throughput do_accuracy do_clocks do_report
 
 # A `git archive` snapshot (run from a carried folder) names its commit in REVISION; git would name the
 # device checkout's.
@@ -313,10 +320,7 @@ rm -f "$OUT"/*.tmp
 
 # The short tables last: the report's summary, then each stage's outcome.
 if [[ -s "$OUT/report.md" ]]; then
-    files=()
-    for f in "$OUT"/throughput.json "$OUT"/throughput-*.json "$OUT"/accuracy.json "$OUT"/clocks.json; do
-        [[ -s $f ]] && files+=("$f")
-    done
+    mapfile -t files < <(result_files)
     "$PY" -c "import sys; from zyfa_bench.report import summary_text; print(summary_text(sys.argv[1:]))" \
         "${files[@]}" 2>&1 | tee -a "$LOG" | cut -c1-220
 fi
