@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# data_dependence.sh — one device call that asks why ZYFA's lean FP8 and BF16 d=128 kernels take more cycles
+# on model-like inputs than on Gaussian ones (kernels/sm90/NOTES.md, "Sixteenth session calls 2-6").
+#
+#     bash tools/device/data_dependence.sh        (through the device tool; results in $OUT)
+#
+# Stages, each with its own time limit (a failed stage does not stop the next):
+#   install  h200_run.sh's install stage alone (the zyfa packages, cubins built by nvcc there)
+#   probe    tools/device/wgmma_data_probe.cu: the tensor pipe alone on five value patterns (is it data-blind?)
+#   time     workload_cycles.py time with one ModelLike knob changed at a time (which structure of the data?)
+#   ncu      --set full on lean FP8 and BF16 d=128, Gaussian and model-like, one launch each (where do they
+#            wait?): details, raw metrics and per-SASS-line source counters as CSV, packed in ncu.tgz
+# Environment: DD_WORKLOADS (time stage), DD_IMPLS (ncu stage), DD_SKIP (stages to skip, comma-separated).
+set -u -o pipefail
+OUT=${OUT:-/tmp/zyfa-dd}
+mkdir -p "$OUT"
+T0=$SECONDS
+SKIP=",${DD_SKIP:-},"
+WORKLOADS=${DD_WORKLOADS:-gaussian,model-like,model-like:sink_tokens=0,model-like:k_outlier_channels=0,model-like:rope_dims=0,model-like:sink_tokens=0:k_outlier_channels=0,model-like:sink_value_scale=1}
+IMPLS=${DD_IMPLS:-zyfa-fp8-lean,zyfa-bf16}
+
+stage() {  # stage NAME LIMIT_S FUNCTION: run unless skipped, log its time and exit status
+  local name=$1 limit=$2
+  shift 2
+  if [[ $SKIP == *",$name,"* ]]; then
+    echo "=== $name skipped"
+    return
+  fi
+  echo "=== $name (limit ${limit}s, t=$((SECONDS - T0))s)"
+  timeout "$limit" bash "$0" "$@"  # the script runs the stage's function in a child (timeout needs a program)
+  echo "=== $name rc=$? (t=$((SECONDS - T0))s)"
+}
+
+install() {
+  OUT=/tmp/zyfa-install ZYFA_SKIP=wheels,tests,throughput,accuracy,clocks,report ZYFA_TOTAL_S=200 \
+    bash tools/device/h200_run.sh > "$OUT/install.txt" 2>&1
+}
+
+probe() {
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a tools/device/wgmma_data_probe.cu -o /tmp/wgmma_probe &&
+    /tmp/wgmma_probe 1.0 | tee "$OUT/probe.txt"
+}
+
+time_workloads() {
+  python3 tools/device/workload_cycles.py time --workloads "$WORKLOADS" | tee "$OUT/time.txt"
+}
+
+profile() {
+  local dir=/tmp/zyfa-ncu
+  rm -rf "$dir" && mkdir -p "$dir"
+  ncu --clock-control none --profile-from-start off --set full --import-source no -f -o "$dir/report" \
+    python3 tools/device/workload_cycles.py profile --impls "$IMPLS" > "$dir/ncu_console.txt" 2>&1
+  ncu -i "$dir/report.ncu-rep" --page details --csv > "$dir/details.csv" 2>&1
+  ncu -i "$dir/report.ncu-rep" --page raw --csv > "$dir/raw.csv" 2>&1
+  ncu -i "$dir/report.ncu-rep" --page source --print-source sass --csv > "$dir/source.csv" 2>&1
+  tail -5 "$dir/ncu_console.txt"
+  tar -czf "$OUT/ncu.tgz" -C "$dir" ncu_console.txt details.csv raw.csv source.csv
+  ls -la "$dir" "$OUT/ncu.tgz"
+}
+
+if [[ $# -gt 0 ]]; then  # child: one stage's function
+  "$1"
+  exit
+fi
+git rev-parse --short HEAD 2>/dev/null || cat REVISION 2>/dev/null
+nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv
+stage install 240 install
+tail -3 "$OUT/install.txt"
+stage probe 90 probe
+stage time 150 time_workloads
+stage ncu 240 profile
+echo "=== done t=$((SECONDS - T0))s"
