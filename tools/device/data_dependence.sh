@@ -6,8 +6,10 @@
 #
 # Stages, each with its own time limit (a failed stage does not stop the next):
 #   install  h200_run.sh's install stage alone (the zyfa packages, cubins built by nvcc there)
-#   probe    tools/device/wgmma_data_probe.cu: the tensor pipe alone on five value patterns (is it data-blind?)
-#   time     workload_cycles.py time with one ModelLike knob changed at a time (which structure of the data?)
+#   probe    tools/device/wgmma_data_probe.cu: the tensor pipe alone on five value patterns and on operand tiles
+#            cut from the Gaussian and model-like inputs (tools/device/operand_tiles.py): is it data-blind?
+#   time     workload_cycles.py time with one ModelLike knob changed at a time, every knob off (the control:
+#            Gaussian-like again?) and q, k rotated (+rot: same scores, other S operands): which structure?
 #   ncu      --set full on lean FP8 and BF16 d=128, Gaussian and model-like, one launch each (where do they
 #            wait?): details, raw metrics and per-SASS-line source counters as CSV, packed in ncu.tgz
 # Environment: DD_WORKLOADS (time stage), DD_IMPLS (ncu stage), DD_SKIP (stages to skip, comma-separated).
@@ -16,7 +18,8 @@ OUT=${OUT:-/tmp/zyfa-dd}
 mkdir -p "$OUT"
 T0=$SECONDS
 SKIP=",${DD_SKIP:-},"
-WORKLOADS=${DD_WORKLOADS:-gaussian,model-like,model-like:sink_tokens=0,model-like:k_outlier_channels=0,model-like:rope_dims=0,model-like:sink_tokens=0:k_outlier_channels=0,model-like:sink_value_scale=1}
+ML=model-like
+WORKLOADS=${DD_WORKLOADS:-gaussian,$ML,$ML+rot,$ML:sink_tokens=0,$ML:k_outlier_channels=0,$ML:rope_dims=0,$ML:sink_value_scale=1,$ML:sink_tokens=0:k_outlier_channels=0:rope_dims=0}
 IMPLS=${DD_IMPLS:-zyfa-fp8-lean,zyfa-bf16}
 
 stage() {  # stage NAME LIMIT_S FUNCTION: run unless skipped, log its time and exit status
@@ -37,8 +40,9 @@ install() {
 }
 
 probe() {
-  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a tools/device/wgmma_data_probe.cu -o /tmp/wgmma_probe &&
-    /tmp/wgmma_probe 1.0 | tee "$OUT/probe.txt"
+  python3 tools/device/operand_tiles.py /tmp/zyfa-tiles gaussian model-like &&
+    nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a tools/device/wgmma_data_probe.cu -o /tmp/wgmma_probe &&
+    /tmp/wgmma_probe 1.0 /tmp/zyfa-tiles gaussian model-like | tee "$OUT/probe.txt"
 }
 
 time_workloads() {
@@ -66,7 +70,7 @@ git rev-parse --short HEAD 2>/dev/null || cat REVISION 2>/dev/null
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv
 stage install 240 install
 tail -3 "$OUT/install.txt"
-stage probe 90 probe
+stage probe 120 probe
 stage time 150 time_workloads
 stage ncu 240 profile
 echo "=== done t=$((SECONDS - T0))s"

@@ -11,7 +11,9 @@
 // warpgroup (clock64, the SM's own cycles), TFLOP/s over the whole grid, and the implied SM clock.
 //
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a tools/device/wgmma_data_probe.cu -o /tmp/probe
-//   /tmp/probe [seconds per case, default 1.0]
+//   /tmp/probe [seconds per case, default 1.0] [TILES_DIR WORKLOAD...]
+// With TILES_DIR, each WORKLOAD also runs on operand bytes captured from that workload's real q, k, v and P
+// (python3 tools/device/operand_tiles.py TILES_DIR WORKLOAD...).
 //
 // Equal cycles across patterns: the tensor pipe is data-blind and the attention kernels' slowdown is theirs.
 // More cycles for some pattern: the pattern, not the kernel, costs (power or current management inside the
@@ -140,12 +142,26 @@ struct Pattern {
 const Pattern kPatterns[] = {
     {"gaussian", "i.i.d. N(0, 1)"},
     {"zeros", "all zero"},
-    {"tiny", "N(0, 1) * 2^-11 (P after an attention sink: BF16 normals, small e4m3 codes)"},
+    {"tiny", "N(0, 1) * 2^-11 (BF16 P after an attention sink; in e4m3 the per-tensor scale undoes it)"},
     {"outliers", "N(0, 1), the first 4 of every 64 elements +12 (K's outlier channels)"},
     {"sparse", "N(0, 1) on 10% of the elements, zero elsewhere"},
 };
 
-// n values of one pattern, then encoded: bf16 (2 bytes) or e4m3 with a per-tensor power-of-two scale.
+// Operand bytes captured from real attention inputs (tools/device/operand_tiles.py): DIR/W-DT-OP.a.bin and
+// .b.bin for workload W, DT bf16 / e4m3, OP ss (A = Q rows, B = K rows) / rs (A = P rows, B = V rows).
+std::vector<uint8_t> read_tile(const std::string& path, size_t bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  std::vector<uint8_t> out(bytes);
+  if (f == nullptr || std::fread(out.data(), 1, bytes, f) != bytes) {
+    std::fprintf(stderr, "%s: cannot read %zu bytes\n", path.c_str(), bytes);
+    std::exit(1);
+  }
+  std::fclose(f);
+  return out;
+}
+
+// n values of one pattern, then encoded: bf16 (2 bytes) or e4m3 with a per-tensor power-of-two scale
+// (which undoes any overall factor: "tiny" equals "gaussian" in e4m3).
 std::vector<uint8_t> encode(const char* pattern, size_t bytes, bool fp8, uint32_t seed) {
   const size_t n = fp8 ? bytes : bytes / 2;
   std::mt19937 rng(seed);
@@ -179,9 +195,18 @@ std::vector<uint8_t> encode(const char* pattern, size_t bytes, bool fp8, uint32_
   return out;
 }
 
+// A pattern name, or "file:W" for the captured tiles of workload W in `tiles_dir`.
 template <bool kFp8, bool kRs>
-void run_case(const char* pattern, double seconds, int sms, int clock_khz) {
-  const std::vector<uint8_t> a = encode(pattern, 2 * kATileBytes, kFp8, 1), b = encode(pattern, kBTileBytes, kFp8, 2);
+void run_case(const std::string& pattern, const std::string& tiles_dir, double seconds, int sms, int clock_khz) {
+  std::vector<uint8_t> a, b;
+  if (pattern.rfind("file:", 0) == 0) {
+    const std::string stem = tiles_dir + "/" + pattern.substr(5) + (kFp8 ? "-e4m3" : "-bf16") + (kRs ? "-rs" : "-ss");
+    a = read_tile(stem + ".a.bin", 2 * kATileBytes);
+    b = read_tile(stem + ".b.bin", kBTileBytes);
+  } else {
+    a = encode(pattern.c_str(), 2 * kATileBytes, kFp8, 1);
+    b = encode(pattern.c_str(), kBTileBytes, kFp8, 2);
+  }
   uint8_t *da, *db;
   long long* dcyc;
   float* dsink;
@@ -227,7 +252,7 @@ void run_case(const char* pattern, double seconds, int sms, int clock_khz) {
   const double c = median_tail(cyc_per_mma), t = median_tail(tflops);
   const double mhz = t * 1e12 / (2.0 * 64 * 128 * (kFp8 ? 32 : 16) * 2 * sms / c) / 1e6;
   std::printf("%-5s %-2s %-9s %8.1f cycles/wgmma  %7.1f TFLOP/s  ~%5.0f MHz  (%zu launches; max %d MHz)\n",
-              kFp8 ? "e4m3" : "bf16", kRs ? "RS" : "SS", pattern, c, t, mhz, tflops.size(), clock_khz / 1000);
+              kFp8 ? "e4m3" : "bf16", kRs ? "RS" : "SS", pattern.c_str(), c, t, mhz, tflops.size(), clock_khz / 1000);
   CHECK(cudaFree(da));
   CHECK(cudaFree(db));
   CHECK(cudaFree(dcyc));
@@ -236,14 +261,19 @@ void run_case(const char* pattern, double seconds, int sms, int clock_khz) {
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 1.0;
+  const std::string tiles_dir = argc > 2 ? argv[2] : "";  // then the workloads whose tiles it holds
+  std::vector<std::string> names;
+  for (const Pattern& p : kPatterns) names.push_back(p.name);
+  for (int i = 3; i < argc; ++i) names.push_back(std::string("file:") + argv[i]);
   int dev = 0, sms = 0, clock_khz = 0;
   CHECK(cudaGetDevice(&dev));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
   for (const Pattern& p : kPatterns) std::printf("pattern %-9s %s\n", p.name, p.what);
-  for (const Pattern& p : kPatterns) run_case<false, false>(p.name, seconds, sms, clock_khz);
-  for (const Pattern& p : kPatterns) run_case<false, true>(p.name, seconds, sms, clock_khz);
-  for (const Pattern& p : kPatterns) run_case<true, false>(p.name, seconds, sms, clock_khz);
-  for (const Pattern& p : kPatterns) run_case<true, true>(p.name, seconds, sms, clock_khz);
+  for (int i = 3; i < argc; ++i) std::printf("pattern file:%s  tiles of %s from %s\n", argv[i], argv[i], tiles_dir.c_str());
+  for (const std::string& n : names) run_case<false, false>(n, tiles_dir, seconds, sms, clock_khz);
+  for (const std::string& n : names) run_case<false, true>(n, tiles_dir, seconds, sms, clock_khz);
+  for (const std::string& n : names) run_case<true, false>(n, tiles_dir, seconds, sms, clock_khz);
+  for (const std::string& n : names) run_case<true, true>(n, tiles_dir, seconds, sms, clock_khz);
   return 0;
 }

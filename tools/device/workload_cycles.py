@@ -16,7 +16,8 @@ model-like data does it, change one ModelLike knob at a time:
     python3 tools/device/workload_cycles.py time --workloads \
         gaussian,model-like,model-like:sink_tokens=0,model-like:k_outlier_channels=0,model-like:rope_dims=0
 
-and where the kernel waits on each workload (ncu's stall reasons and pipe utilisation, one kernel at a time):
+or with q and k rotated (`model-like+rot`: the same scores from other S operands), and where the kernel waits
+on each workload (ncu's stall reasons and pipe utilisation, one kernel at a time):
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight --section WarpStateStats \
         --section ComputeWorkloadAnalysis \
@@ -33,6 +34,7 @@ import statistics
 
 import torch
 
+import zyfa
 from zyfa_bench.inputs import make_inputs, quantize_inputs
 from zyfa_bench.peers import select
 from zyfa_bench.spec import parse_shape, specs_for_tokens
@@ -40,12 +42,17 @@ from zyfa_bench.workloads import ModelLike, Workload, parse_workload
 
 IMPLS = "zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean"
 WORKLOADS = "gaussian,model-like"
+# Workload suffix: q and k (bf16) rotated by one Hadamard rotation before anything else. The scores, P and V
+# stay the same (up to bf16 rounding of q R, k R), only the S = Q K^T operands change: if a kernel's time
+# follows the rotation, the cost is in those operands' values; if not, it is on the P / V / softmax side.
+ROTATED = "+rot"
 
 
 def workload(text: str) -> Workload:
     """'gaussian', 'model-like', or 'model-like:FIELD=VALUE:...' (ModelLike with those knobs changed, e.g.
-    'model-like:sink_tokens=0' or 'model-like:k_outlier_channels=0': one structure of the data at a time)."""
-    name, *knobs = text.split(":")
+    'model-like:sink_tokens=0' or 'model-like:k_outlier_channels=0': one structure of the data at a time).
+    A '+rot' suffix is handled by `prepared` (q and k rotated), not here."""
+    name, *knobs = text.removesuffix(ROTATED).split(":")
     base = parse_workload(name)[0]
     if not knobs:
         return base
@@ -70,6 +77,8 @@ def prepared(
     calls = {}
     for w in workloads.split(","):
         inputs = make_inputs(spec, workload(w), device=torch.device("cuda"), seed=0)
+        if w.endswith(ROTATED):
+            inputs.q, inputs.k = zyfa.rotate_qk(inputs.q, inputs.k, seed=0)
         quantize_inputs(inputs, seed=0)
         for peer in select(impls.split(",")):
             calls[(w, peer.name)] = peer.prepare(inputs).call
