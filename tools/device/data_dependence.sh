@@ -5,13 +5,16 @@
 #     bash tools/device/data_dependence.sh        (through the device tool; results in $OUT)
 #
 # Stages, each with its own time limit (a failed stage does not stop the next):
-#   install  h200_run.sh's install stage alone (the zyfa packages, cubins built by nvcc there)
+#   install  h200_run.sh's wheels and install stages (the carried peers into /tmp/zyfa-site, the zyfa packages
+#            with their cubins built by nvcc there); carry [".carry/fa4-site.tar.xz", ".whl"] for the peers
 #   probe    tools/device/wgmma_data_probe.cu: the tensor pipe alone on five value patterns and on operand tiles
 #            cut from the Gaussian and model-like inputs (tools/device/operand_tiles.py): is it data-blind?
 #   time     workload_cycles.py time with one ModelLike knob changed at a time, every knob off (the control:
 #            Gaussian-like again?) and q, k rotated (+rot: same scores, other S operands): which structure?
-#   ncu      --set full on lean FP8 and BF16 d=128, Gaussian and model-like, one launch each (where do they
-#            wait?): details, raw metrics and per-SASS-line source counters as CSV, packed in ncu.tgz
+#   ncu      --set full on lean FP8 and BF16 d=128 and the peers they are measured against (FA4 BF16, cuDNN FP8),
+#            Gaussian and model-like, one launch each (where do they wait? how many instructions and shared-memory
+#            wavefronts per FLOP do the peers spend?): details, raw metrics and per-SASS-line source counters
+#            as CSV, packed in ncu.tgz
 # Environment: DD_WORKLOADS (time stage), DD_IMPLS (ncu stage), DD_SKIP (stages to skip, comma-separated).
 set -u -o pipefail
 OUT=${OUT:-/tmp/zyfa-dd}
@@ -20,7 +23,8 @@ T0=$SECONDS
 SKIP=",${DD_SKIP:-},"
 ML=model-like
 WORKLOADS=${DD_WORKLOADS:-gaussian,$ML,$ML+rot,$ML:sink_tokens=0,$ML:k_outlier_channels=0,$ML:rope_dims=0,$ML:sink_value_scale=1,$ML:sink_tokens=0:k_outlier_channels=0:rope_dims=0}
-IMPLS=${DD_IMPLS:-zyfa-fp8-lean,zyfa-bf16}
+TIME_IMPLS=${DD_TIME_IMPLS:-zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean,fa4-bf16,cudnn-fp8}
+IMPLS=${DD_IMPLS:-zyfa-fp8-lean,zyfa-bf16,fa4-bf16,cudnn-fp8}
 
 stage() {  # stage NAME LIMIT_S FUNCTION: run unless skipped, log its time and exit status
   local name=$1 limit=$2
@@ -35,7 +39,7 @@ stage() {  # stage NAME LIMIT_S FUNCTION: run unless skipped, log its time and e
 }
 
 install() {
-  OUT=/tmp/zyfa-install ZYFA_SKIP=wheels,tests,throughput,accuracy,clocks,report ZYFA_TOTAL_S=200 \
+  OUT=/tmp/zyfa-install ZYFA_SKIP=tests,throughput,accuracy,clocks,report ZYFA_TOTAL_S=220 \
     bash tools/device/h200_run.sh > "$OUT/install.txt" 2>&1
 }
 
@@ -46,7 +50,7 @@ probe() {
 }
 
 time_workloads() {
-  python3 tools/device/workload_cycles.py time --workloads "$WORKLOADS" | tee "$OUT/time.txt"
+  python3 tools/device/workload_cycles.py time --workloads "$WORKLOADS" --impls "$TIME_IMPLS" | tee "$OUT/time.txt"
 }
 
 profile() {
@@ -62,13 +66,15 @@ profile() {
   ls -la "$dir" "$OUT/ncu.tgz"
 }
 
+source "$(dirname "${BASH_SOURCE[0]}")/site_path.sh"
+[[ -d $SITE ]] && export PYTHONPATH="$(site_pythonpath)${PYTHONPATH:+:$PYTHONPATH}"
 if [[ $# -gt 0 ]]; then  # child: one stage's function
   "$1"
   exit
 fi
 git rev-parse --short HEAD 2>/dev/null || cat REVISION 2>/dev/null
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv
-stage install 240 install
+stage install 260 install
 tail -3 "$OUT/install.txt"
 stage probe 120 probe
 stage time 150 time_workloads

@@ -81,6 +81,10 @@ def prepared(
             inputs.q, inputs.k = zyfa.rotate_qk(inputs.q, inputs.k, seed=0)
         quantize_inputs(inputs, seed=0)
         for peer in select(impls.split(",")):
+            ok, why = peer.available()
+            if not ok:
+                print(f"skipped {peer.name}: {why}")
+                continue
             calls[(w, peer.name)] = peer.prepare(inputs).call
     return calls
 
