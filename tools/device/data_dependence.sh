@@ -45,7 +45,7 @@ install() {
 
 probe() {
   python3 tools/device/operand_tiles.py /tmp/zyfa-tiles gaussian model-like &&
-    nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a tools/device/wgmma_data_probe.cu -o /tmp/wgmma_probe &&
+    nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Ikernels tools/device/wgmma_data_probe.cu -o /tmp/wgmma_probe &&
     /tmp/wgmma_probe 1.0 /tmp/zyfa-tiles gaussian model-like | tee "$OUT/probe.txt"
 }
 

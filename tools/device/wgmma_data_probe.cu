@@ -10,7 +10,7 @@
 // reading of i.i.d. values draws from the same distribution). Printed per case: cycles per wgmma per
 // warpgroup (clock64, the SM's own cycles), TFLOP/s over the whole grid, and the implied SM clock.
 //
-//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a tools/device/wgmma_data_probe.cu -o /tmp/probe
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Ikernels tools/device/wgmma_data_probe.cu -o /tmp/probe
 //   /tmp/probe [seconds per case, default 1.0] [TILES_DIR WORKLOAD...]
 // With TILES_DIR, each WORKLOAD also runs on operand bytes captured from that workload's real q, k, v and P
 // (python3 tools/device/operand_tiles.py TILES_DIR WORKLOAD...).
@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "sm90/wgmma.h"
+
 #define CHECK(x)                                                                           \
   do {                                                                                     \
     cudaError_t e_ = (x);                                                                  \
@@ -46,48 +48,6 @@ constexpr int kBTileBytes = 128 * 128;  // B: 128 rows (n) x 128 bytes
 constexpr int kSmemBytes = 2 * kATileBytes + kBTileBytes + 1024;
 constexpr int kThreads = 256;
 constexpr int kKSteps = 4;  // 128 bytes of K per row: 4 k-steps of 32 bytes
-
-// Shared-memory matrix descriptor, 128-byte swizzle, K-major: SBO 1024 (8 rows of 128 B).
-__device__ __forceinline__ uint64_t make_desc(uint32_t saddr) {
-  return static_cast<uint64_t>((saddr & 0x3ffffu) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) |
-         (1ull << 62);
-}
-
-#define D64                                                                                              \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
-  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
-  "%62, %63}"
-#define ACC8(i) \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define ACC64 ACC8(0), ACC8(8), ACC8(16), ACC8(24), ACC8(32), ACC8(40), ACC8(48), ACC8(56)
-
-template <bool kFp8>
-__device__ __forceinline__ void mma_ss(float (&d)[64], uint64_t da, uint64_t db) {
-  if constexpr (kFp8) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " D64 ", %64, %65, 1, 1, 1;\n"
-                 : ACC64
-                 : "l"(da), "l"(db));
-  } else {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " D64 ", %64, %65, 1, 1, 1, 0, 0;\n"
-                 : ACC64
-                 : "l"(da), "l"(db));
-  }
-}
-
-template <bool kFp8>
-__device__ __forceinline__ void mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
-  if constexpr (kFp8) {
-    asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
-                 : ACC64
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-  } else {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " D64 ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
-        : ACC64
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-  }
-}
 
 // One CTA per SM; each warpgroup issues `iters` commit groups of kKSteps wgmmas on its own A and the shared B.
 template <bool kFp8, bool kRs>
@@ -104,7 +64,8 @@ __global__ void __launch_bounds__(kThreads, 1) probe(const uint8_t* a_src, const
   const int wg = threadIdx.x / 128;
   const uint32_t a_addr = static_cast<uint32_t>(__cvta_generic_to_shared(base + wg * kATileBytes));
   const uint32_t b_addr = static_cast<uint32_t>(__cvta_generic_to_shared(base + 2 * kATileBytes));
-  const uint64_t da = make_desc(a_addr), db = make_desc(b_addr);
+  const uint64_t da = make_desc(a_addr, 16, 1024), db = make_desc(b_addr, 16, 1024);
+  constexpr WgmmaType kType = kFp8 ? WgmmaType::kE4m3 : WgmmaType::kBf16;
   uint32_t a_regs[kKSteps][4];  // RS: each thread's A words, read once from its warpgroup's A bytes
   for (int k = 0; k < kKSteps; ++k)
     for (int r = 0; r < 4; ++r)
@@ -114,19 +75,19 @@ __global__ void __launch_bounds__(kThreads, 1) probe(const uint8_t* a_src, const
   __syncthreads();
   const long long t0 = clock64();
   for (int it = 0; it < iters; ++it) {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    wgmma_fence();
 #pragma unroll
     for (int k = 0; k < kKSteps; ++k) {
       if constexpr (kRs) {
-        mma_rs<kFp8>(d, a_regs[k], db + 2 * k);
+        wgmma_rs<kType>(d, a_regs[k][0], a_regs[k][1], a_regs[k][2], a_regs[k][3], db + 2 * k, 1u);
       } else {
-        mma_ss<kFp8>(d, da + 2 * k, db + 2 * k);
+        wgmma_ss<128, kType>(d, da + 2 * k, db + 2 * k, 1u);
       }
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+    wgmma_commit();
+    wgmma_wait<1>();
   }
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  wgmma_wait<0>();
   const long long t1 = clock64();
   float acc = 0.0f;
   for (int i = 0; i < 64; ++i) acc += d[i];

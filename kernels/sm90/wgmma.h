@@ -1,0 +1,170 @@
+// wgmma.h — Hopper warpgroup MMA (wgmma) helpers shared by the sm_90a attention kernel (fa_fwd_wgmma.cu) and
+// the tensor-pipe probe (tools/device/wgmma_data_probe.cu): shared-memory matrix descriptors, the fences and
+// commit / wait of the async group, and the m64nN instructions with their accumulator operand lists written out.
+//
+// Accumulator layout (per warp w of the warpgroup: rows 16w..16w+15; g = lane / 4, t = lane % 4):
+//   d[4j + e] = D[16w + g + 8 (e >> 1)][8j + 2t + (e & 1)],  j = 0..N/8-1.
+// RS A fragment (per warp: 16 rows x 32 bytes of K): a0 = (row g, bytes 4t..4t+3 of the k-step),
+// a1 = (row g + 8, same), a2 = (row g, bytes 16 + 4t..), a3 = (row g + 8, bytes 16 + 4t..); for
+// bf16 / f16 that is k = 2t, 2t+1 / 8 + 2t, 9 + 2t (the mma.sync m16n8k16 A layout).
+#pragma once
+
+#include <stdint.h>
+
+// Shared-memory matrix descriptor, 128B swizzle. K-major operands: SBO = 1024 (8 rows of 128 B),
+// LBO unused (1). MN-major (bf16 V): LBO = stride between 64-element MN regions, SBO = 1024
+// (8 keys of 128 B).
+__device__ __forceinline__ uint64_t make_desc(uint32_t saddr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return static_cast<uint64_t>((saddr & 0x3ffffu) >> 4) | (static_cast<uint64_t>((lbo_bytes >> 4) & 0x3fffu) << 16) |
+         (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3fffu) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// Keeps the compiler from moving reads/writes of wgmma registers across wgmma issue/wait points.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Operand element types of the wgmmas below.
+enum class WgmmaType { kBf16, kF16, kE4m3 };
+
+#define ZYFA_ACC8(i) \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define ZYFA_ACC64 \
+  ZYFA_ACC8(0), ZYFA_ACC8(8), ZYFA_ACC8(16), ZYFA_ACC8(24), ZYFA_ACC8(32), ZYFA_ACC8(40), ZYFA_ACC8(48), ZYFA_ACC8(56)
+#define ZYFA_ACC80 ZYFA_ACC64, ZYFA_ACC8(64), ZYFA_ACC8(72)
+#define ZYFA_ACC88 ZYFA_ACC80, ZYFA_ACC8(80)
+#define ZYFA_ACC96 ZYFA_ACC88, ZYFA_ACC8(88)
+#define ZYFA_R64 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, " \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, " \
+  "%62, %63"
+#define ZYFA_R80 ZYFA_R64 ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
+#define ZYFA_R88 ZYFA_R80 ", %80, %81, %82, %83, %84, %85, %86, %87"
+#define ZYFA_R96 ZYFA_R88 ", %88, %89, %90, %91, %92, %93, %94, %95"
+#define ZYFA_D64 "{" ZYFA_R64 "}"
+#define ZYFA_D80 "{" ZYFA_R80 "}"
+#define ZYFA_D88 "{" ZYFA_R88 "}"
+#define ZYFA_D96 "{" ZYFA_R96 "}"
+
+// D (+)= A B with A and B from shared memory, both K-major; N = 128, 160, 192 (bf16, e4m3) or 176 (bf16);
+// scale_d = 0 overwrites D.
+template <int N, WgmmaType T>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
+  static_assert(T != WgmmaType::kF16, "no f16 SS wgmma is instantiated");
+  static_assert(N == 128 || N == 160 || N == 192 || (N == 176 && T == WgmmaType::kBf16), "instantiated N");
+  if constexpr (N == 128) {
+    if constexpr (T == WgmmaType::kE4m3) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", %64, %65, p, 1, 1;\n}\n"
+          : ZYFA_ACC64
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ZYFA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+          : ZYFA_ACC64
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+  } else if constexpr (N == 160) {
+    if constexpr (T == WgmmaType::kE4m3) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 " ZYFA_D80 ", %80, %81, p, 1, 1;\n}\n"
+          : ZYFA_ACC80
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 " ZYFA_D80 ", %80, %81, p, 1, 1, 0, 0;\n}\n"
+          : ZYFA_ACC80
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+  } else if constexpr (N == 176) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 " ZYFA_D88 ", %88, %89, p, 1, 1, 0, 0;\n}\n"
+        : ZYFA_ACC88
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  } else if constexpr (N == 192) {
+    if constexpr (T == WgmmaType::kE4m3) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 " ZYFA_D96 ", %96, %97, p, 1, 1;\n}\n"
+          : ZYFA_ACC96
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " ZYFA_D96 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
+          : ZYFA_ACC96
+          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+    }
+  }
+}
+
+// D (+)= A B, m64n128, A from registers (a0..a3, see above); B from shared memory: bf16 / f16 MN-major (transpose
+// flag set), e4m3 K-major (8-bit B has no transpose); scale_d = 0 overwrites D.
+template <WgmmaType T>
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint64_t desc_b, uint32_t scale_d) {
+  if constexpr (T == WgmmaType::kF16) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : ZYFA_ACC64
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+  } else if constexpr (T == WgmmaType::kE4m3) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : ZYFA_ACC64
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : ZYFA_ACC64
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+  }
+}
+
+// e (+)= A B, m64n8k32 e4m3, A from registers (as wgmma_rs), B K-major from shared memory (e.g. 8 rows of
+// ones: the row sums of A); e[0] / e[2]: rows g / g + 8.
+__device__ __forceinline__ void wgmma_rs_n8_e4m3(float (&e)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                 uint64_t desc_b, uint32_t scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+      : "+f"(e[0]), "+f"(e[1]), "+f"(e[2]), "+f"(e[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+}
+
+#undef ZYFA_D96
+#undef ZYFA_D88
+#undef ZYFA_D80
+#undef ZYFA_D64
+#undef ZYFA_R96
+#undef ZYFA_R88
+#undef ZYFA_R80
+#undef ZYFA_R64
+#undef ZYFA_ACC96
+#undef ZYFA_ACC88
+#undef ZYFA_ACC80
+#undef ZYFA_ACC64
+#undef ZYFA_ACC8
