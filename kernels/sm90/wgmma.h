@@ -41,6 +41,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
 // Operand element types of the wgmmas below.
 enum class WgmmaType { kBf16, kF16, kE4m3 };
 
+#define ZYFA_ACC4E "+f"(e[0]), "+f"(e[1]), "+f"(e[2]), "+f"(e[3])
 #define ZYFA_ACC8(i) \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
 #define ZYFA_ACC64 \
@@ -61,60 +62,36 @@ enum class WgmmaType { kBf16, kF16, kE4m3 };
 #define ZYFA_D88 "{" ZYFA_R88 "}"
 #define ZYFA_D96 "{" ZYFA_R96 "}"
 
+// One wgmma with its scale-d predicate from register operand P: INSTR its PTX name and shape, D / ACC the
+// accumulator list and its constraints, OPS the A and B operands (register list or descriptor numbers), IMM the
+// immediates after the predicate (scale-a, scale-b and, for 16-bit types, the transpose flags), IN the inputs.
+#define ZYFA_WGMMA(INSTR, D, ACC, OPS, P, IMM, ...)                                                           \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                              \
+               "wgmma.mma_async.sync.aligned." INSTR " " D ", " OPS ", p, " IMM ";\n}\n" : ACC : __VA_ARGS__)
+#define ZYFA_SS_IN "l"(desc_a), "l"(desc_b), "r"(scale_d)
+#define ZYFA_RS_IN "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d)
+
 // D (+)= A B with A and B from shared memory, both K-major; N = 128, 160, 192 (bf16, e4m3) or 176 (bf16);
 // scale_d = 0 overwrites D.
 template <int N, WgmmaType T>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
   static_assert(T != WgmmaType::kF16, "no f16 SS wgmma is instantiated");
   static_assert(N == 128 || N == 160 || N == 192 || (N == 176 && T == WgmmaType::kBf16), "instantiated N");
-  if constexpr (N == 128) {
-    if constexpr (T == WgmmaType::kE4m3) {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", %64, %65, p, 1, 1;\n}\n"
-          : ZYFA_ACC64
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    } else {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ZYFA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-          : ZYFA_ACC64
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    }
+  constexpr bool kE4m3 = T == WgmmaType::kE4m3;
+  if constexpr (N == 128 && kE4m3) {
+    ZYFA_WGMMA("m64n128k32.f32.e4m3.e4m3", ZYFA_D64, ZYFA_ACC64, "%64, %65", 66, "1, 1", ZYFA_SS_IN);
+  } else if constexpr (N == 128) {
+    ZYFA_WGMMA("m64n128k16.f32.bf16.bf16", ZYFA_D64, ZYFA_ACC64, "%64, %65", 66, "1, 1, 0, 0", ZYFA_SS_IN);
+  } else if constexpr (N == 160 && kE4m3) {
+    ZYFA_WGMMA("m64n160k32.f32.e4m3.e4m3", ZYFA_D80, ZYFA_ACC80, "%80, %81", 82, "1, 1", ZYFA_SS_IN);
   } else if constexpr (N == 160) {
-    if constexpr (T == WgmmaType::kE4m3) {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n160k32.f32.e4m3.e4m3 " ZYFA_D80 ", %80, %81, p, 1, 1;\n}\n"
-          : ZYFA_ACC80
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    } else {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n160k16.f32.bf16.bf16 " ZYFA_D80 ", %80, %81, p, 1, 1, 0, 0;\n}\n"
-          : ZYFA_ACC80
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    }
+    ZYFA_WGMMA("m64n160k16.f32.bf16.bf16", ZYFA_D80, ZYFA_ACC80, "%80, %81", 82, "1, 1, 0, 0", ZYFA_SS_IN);
   } else if constexpr (N == 176) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 " ZYFA_D88 ", %88, %89, p, 1, 1, 0, 0;\n}\n"
-        : ZYFA_ACC88
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-  } else if constexpr (N == 192) {
-    if constexpr (T == WgmmaType::kE4m3) {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 " ZYFA_D96 ", %96, %97, p, 1, 1;\n}\n"
-          : ZYFA_ACC96
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    } else {
-      asm volatile(
-          "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " ZYFA_D96 ", %96, %97, p, 1, 1, 0, 0;\n}\n"
-          : ZYFA_ACC96
-          : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-    }
+    ZYFA_WGMMA("m64n176k16.f32.bf16.bf16", ZYFA_D88, ZYFA_ACC88, "%88, %89", 90, "1, 1, 0, 0", ZYFA_SS_IN);
+  } else if constexpr (kE4m3) {
+    ZYFA_WGMMA("m64n192k32.f32.e4m3.e4m3", ZYFA_D96, ZYFA_ACC96, "%96, %97", 98, "1, 1", ZYFA_SS_IN);
+  } else {
+    ZYFA_WGMMA("m64n192k16.f32.bf16.bf16", ZYFA_D96, ZYFA_ACC96, "%96, %97", 98, "1, 1, 0, 0", ZYFA_SS_IN);
   }
 }
 
@@ -124,23 +101,11 @@ template <WgmmaType T>
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint64_t desc_b, uint32_t scale_d) {
   if constexpr (T == WgmmaType::kF16) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : ZYFA_ACC64
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+    ZYFA_WGMMA("m64n128k16.f32.f16.f16", ZYFA_D64, ZYFA_ACC64, "{%64, %65, %66, %67}, %68", 69, "1, 1, 1", ZYFA_RS_IN);
   } else if constexpr (T == WgmmaType::kE4m3) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : ZYFA_ACC64
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+    ZYFA_WGMMA("m64n128k32.f32.e4m3.e4m3", ZYFA_D64, ZYFA_ACC64, "{%64, %65, %66, %67}, %68", 69, "1, 1", ZYFA_RS_IN);
   } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ZYFA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : ZYFA_ACC64
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+    ZYFA_WGMMA("m64n128k16.f32.bf16.bf16", ZYFA_D64, ZYFA_ACC64, "{%64, %65, %66, %67}, %68", 69, "1, 1, 1", ZYFA_RS_IN);
   }
 }
 
@@ -148,11 +113,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a
 // ones: the row sums of A); e[0] / e[2]: rows g / g + 8.
 __device__ __forceinline__ void wgmma_rs_n8_e4m3(float (&e)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                                  uint64_t desc_b, uint32_t scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
-      : "+f"(e[0]), "+f"(e[1]), "+f"(e[2]), "+f"(e[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(scale_d));
+  ZYFA_WGMMA("m64n8k32.f32.e4m3.e4m3", "{%0, %1, %2, %3}", ZYFA_ACC4E, "{%4, %5, %6, %7}, %8", 9, "1, 1", ZYFA_RS_IN);
 }
 
 #undef ZYFA_D96
@@ -168,3 +129,7 @@ __device__ __forceinline__ void wgmma_rs_n8_e4m3(float (&e)[4], uint32_t a0, uin
 #undef ZYFA_ACC80
 #undef ZYFA_ACC64
 #undef ZYFA_ACC8
+#undef ZYFA_ACC4E
+#undef ZYFA_RS_IN
+#undef ZYFA_SS_IN
+#undef ZYFA_WGMMA
