@@ -14,7 +14,7 @@
 #   ncu      --set full on lean FP8 and BF16 d=128 and the peers they are measured against (FA4 BF16, cuDNN FP8),
 #            Gaussian and model-like, one launch each (where do they wait? how many instructions and shared-memory
 #            wavefronts per FLOP do the peers spend?): details, raw metrics and per-SASS-line source counters
-#            as CSV, packed in ncu.tgz
+#            as CSV, packed in ncu.tgz (read them here with tools/ncu_compare.py: details / raw / source views)
 # Environment: DD_WORKLOADS (time stage), DD_IMPLS (ncu stage), DD_SKIP (stages to skip, comma-separated).
 set -u -o pipefail
 OUT=${OUT:-/tmp/zyfa-dd}
