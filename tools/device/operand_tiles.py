@@ -88,7 +88,8 @@ def write_workload(out: Path, name: str, device: torch.device) -> None:
         for part, data in tiles(q0, k0, v0, t, dt == "e4m3").items():
             path = out / f"{name}-{dt}-{part}.bin"
             path.write_bytes(data.cpu().numpy().tobytes())
-        rel = (t[:, KEY0 : KEY0 + 64] - t.max(dim=1, keepdim=True).values).flatten()
+        width = ROW_BYTES // (1 if dt == "e4m3" else 2)  # keys in the P tile
+        rel = (t[:, KEY0 : KEY0 + width] - t.max(dim=1, keepdim=True).values).flatten()
         print(f"{name} {dt}: t - m over the P block: median {rel.median():.1f}, max {rel.max():.1f} (log2)")
 
 
