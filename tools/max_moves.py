@@ -1,4 +1,4 @@
-"""How often the sm90a kernels must rescale O: running-max moves per warp and KV block, by workload (CPU).
+"""How often the sm90a kernels leave their fast paths: O rescales, or MAX3's fallback (--max3), per workload.
 
 The sm90a wgmma kernels skip a warp's O rescale when none of its 16 rows raised its running max in a block
 (ZYFA_WS_RESCALE_SKIP), and the BF16 kernels keep a stale max until a block's max exceeds it by more than
@@ -8,6 +8,11 @@ float32 scores of a few heads (in log2 units, as the kernels see them), the shar
 after a row's first visible block in which some row of the warp moved its max by more than tau:
 
     python3 tools/max_moves.py --seqlen 4096
+
+With --max3 it counts instead how often the kernels' integer row max (ZYFA_WS_MAX3) leaves its fast path:
+the share of (warp, row half, block) triples in which some thread's 32 values of its row are all negative
+(ZYFA_WS_MAX3_LB 0: the FMNMX fallback) and in which that also happens while the row's running max is still
+negative (MAX3_LB 1: the int-min fallback, the only case where a lower bound of the max is not enough).
 
 Needs torch and zyfa-bench's workloads (packages/zyfa-bench/src is put on the path); no GPU.
 """
@@ -54,18 +59,47 @@ def move_share(t: torch.Tensor, tau: float, forward: bool) -> float:
     return moves / max(pairs, 1)
 
 
+def max3_fallback_share(t: torch.Tensor) -> tuple[float, float]:
+    """Shares of (warp, row half, block) triples taking MAX3's fallback: without and with MAX3_LB.
+
+    A thread holds keys 8 j + 2 tig + x (j < 16, x < 2) of rows g and g + 8 of its warp's 16 (tig, g: the
+    lane's quad index and quad); the triple takes the fallback when any of its 32 threads does (the branch
+    diverges)."""
+    n_tiles = t.shape[0] // TILE
+    old = new = triples = 0
+    for qt in range(n_tiles):
+        m = torch.full((TILE,), -math.inf)  # running max per row, blocks visited from key 0
+        for j in range(qt + 1):
+            block = t[qt * TILE : (qt + 1) * TILE, j * TILE : (j + 1) * TILE]
+            # (row, j, tig, x) -> all negative (or masked) per (row, tig)
+            all_neg = (block.reshape(TILE, 16, 4, 2) < 0).all(dim=3).all(dim=1)
+            need = all_neg & (m < 0)[:, None]
+            # rows as (warp, half, g): the half's 8 rows x 4 tig are one branch
+            old += int(all_neg.reshape(-1, 2, 8 * 4).any(-1).sum())
+            new += int(need.reshape(-1, 2, 8 * 4).any(-1).sum())
+            triples += TILE // WARP_ROWS * 2
+            m = torch.maximum(m, block.amax(1))
+    return old / max(triples, 1), new / max(triples, 1)
+
+
 def main() -> None:
     """Print the share per workload, order and tau."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seqlen", type=int, default=4096)
     p.add_argument("--heads", default="0,9,17,30", help="q heads to sample (32 q / 8 kv heads)")
     p.add_argument("--workloads", default="gaussian,model-like")
+    p.add_argument("--max3", action="store_true", help="count MAX3's negative-value fallbacks instead")
     a = p.parse_args()
     spec = Spec(batch=1, seqlen_q=a.seqlen, seqlen_k=a.seqlen, heads_q=32, heads_kv=8, d_qk=128, d_v=128)
     heads = [int(h) for h in a.heads.split(",")]
     for name in a.workloads.split(","):
         q, k, _ = parse_workload(name)[0].generate(spec, device=torch.device("cpu"), seed=0)
         ts = [scores_log2(q, k, h, spec.heads_q // spec.heads_kv) for h in heads]
+        if a.max3:
+            shares = [max3_fallback_share(t) for t in ts]
+            old, new = (sum(x[i] for x in shares) / len(shares) for i in (0, 1))
+            print(f"{name:11s} seqlen {a.seqlen}: MAX3 fallback {old:.3f} (FMNMX chain), {new:.4f} MAX3_LB")
+            continue
         for forward in (True, False):
             for tau in (0.0, 0.75, 8.0):
                 share = sum(move_share(t, tau, forward) for t in ts) / len(ts)

@@ -64,7 +64,7 @@
  * ZYFA_SMEM_BYTES, ZYFA_LEAN_P, ZYFA_WS_PV_F16 (p_mode "f16": P.V in f16); optional ZYFA_WS_OVERLAP,
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
- * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_RESCALE_EARLY,
+ * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_MAX3_LB, ZYFA_WS_RESCALE_EARLY,
  * ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_LPT_PAIRS,
  * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_VT_LDSM, ZYFA_WS_VPRE, ZYFA_WS_BOUND (timing experiments and schedule
  * switches; see their definitions).
@@ -298,6 +298,21 @@
 // RESCALE_EARLY and LOADFAST ("all3") 1.012 / 1.030 / 1.034 / 1.062 against LOADFAST alone's
 // 1.023 / 1.028 / 1.024 / 1.036.
 #define ZYFA_WS_MAX3 ((!ZYFA_DTYPE_E4M3 || ZYFA_LEAN_P) ? 1 : 0)
+#endif
+#ifndef ZYFA_WS_MAX3_LB
+// Experiment (eighteenth session, not yet measured): MAX3's fallback when a thread's int max is negative.
+// That case is not rare on real data: with an attention sink (or any score offset that makes most scores
+// negative) a thread's 32 values of a row are all negative in most blocks. On zyfa_bench's model-like
+// inputs 86% of (warp, row-half, block) triples took the 32-deep FMNMX chain at 4K, 87% at 16K (Gaussian:
+// 1%, 0.3%; `python3 tools/max_moves.py --max3`), ~55 extra instructions per loop iteration per warp: the
+// likely cause of BF16 / lean d128's 11-20% more cycles there (exact P, without MAX3, is unaffected).
+// 0: that chain (as before). 1: the int max of all-negative values is their most negative value, a lower
+// bound of their max, which is all the running max needs when it is already >= 0 (the block cannot raise
+// it: m_new is bitwise the same; kernels/tools/tests/test_row_max3_bound.py); only when it is negative too
+// (no visible score >= 0 so far: 6% at 4K and 2.4% at 16K on model-like, <= 0.03% Gaussian) the exact max
+// is taken, as the int MIN of the values (VIMNMX3 again: negative floats order in reverse as ints), 16
+// instructions in two chains instead of 32 in one.
+#define ZYFA_WS_MAX3_LB 0
 #endif
 #ifndef ZYFA_WS_BOUND
 // Timing bounds (experiments only; WRONG OUTPUT, the tests fail by design): what the loop would cost
@@ -1140,9 +1155,11 @@ struct Block {
 };
 
 // ZYFA_WS_MAX3: max of this thread's values of row R (s[4 j + 2 R + x]) with VIMNMX3 on the float bits,
-// two chains; exact (see the macro). Falls back to FMNMX when the int max is negative.
+// two chains; exact (see the macro) where it matters: when every value is negative the result may be a
+// lower bound instead, if m_run (the row's running max, log2 units, same sign as S: qk_scale > 0) is >= 0
+// (ZYFA_WS_MAX3_LB).
 template <int R>
-__device__ __forceinline__ float row_max3(const float (&s)[kSAcc]) {
+__device__ __forceinline__ float row_max3(const float (&s)[kSAcc], float m_run) {
   constexpr int kN = 2 * kSTiles;  // values of row R: element e at s[4 (e >> 1) + 2 R + (e & 1)]
   auto at = [&](int e) { return __float_as_int(s[4 * (e >> 1) + 2 * R + (e & 1)]); };
   int c[2] = {at(0), at(1)};
@@ -1154,7 +1171,20 @@ __device__ __forceinline__ float row_max3(const float (&s)[kSAcc]) {
   if constexpr (kN % 2 != 0) c[0] = max(c[0], at(kN - 1));
   const int m = max(c[0], c[1]);
   float res = __int_as_float(m);
-  if (m < 0) {  // every value of this thread's row is negative, -0 or -inf: the float max the long way
+  if constexpr (ZYFA_WS_MAX3_LB != 0) {
+    // m < 0: every value is negative, -0 or -inf, and res their most negative one. The exact max is needed
+    // only if it could raise m_run; then it is the int min (the value nearest zero).
+    if (m < 0 && !(m_run >= 0.0f)) {
+      int d[2] = {at(0), at(1)};
+#pragma unroll
+      for (int e = 2; e + 1 < kN; e += 2) {
+        int& dh = d[(e >> 1) & 1];
+        dh = __vimin3_s32(dh, at(e), at(e + 1));
+      }
+      if constexpr (kN % 2 != 0) d[0] = min(d[0], at(kN - 1));
+      res = __int_as_float(min(d[0], d[1]));
+    }
+  } else if (m < 0) {  // every value of this thread's row is negative, -0 or -inf: the float max the long way
     float f = -INFINITY;
 #pragma unroll
     for (int e = 0; e < kN; ++e) f = fmaxf(f, s[4 * (e >> 1) + 2 * R + (e & 1)]);
@@ -1227,7 +1257,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
     float mx = mxc[0];
 #pragma unroll
     for (int c = 1; c < kChains; ++c) mx = fmaxf(mx, mxc[c]);
-    if constexpr (ZYFA_WS_MAX3 != 0 && kFast) mx = r == 0 ? row_max3<0>(s) : row_max3<1>(s);  // mxc then dead
+    if constexpr (ZYFA_WS_MAX3 != 0 && kFast) mx = r == 0 ? row_max3<0>(s, m_run[0]) : row_max3<1>(s, m_run[1]);  // mxc then dead
     mx = quad_max(mx);
     float m_new = fmaxf(m_run[r], kFast ? mx * qk_scale : mx);
     if constexpr (kStaleTau > 0.0f) m_new = m_new > m_run[r] + kStaleTau ? m_new : m_run[r];
@@ -1296,8 +1326,8 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     for (int c = 1; c < kChains; ++c) mx[r] = fmaxf(mx[r], mxc[r][c]);
   }
   if constexpr (ZYFA_WS_MAX3 != 0) {  // the FMNMX chains above are then dead code
-    mx[0] = row_max3<0>(s);
-    mx[1] = row_max3<1>(s);
+    mx[0] = row_max3<0>(s, m_run[0]);
+    mx[1] = row_max3<1>(s, m_run[1]);
   }
 #pragma unroll
   for (int k = 1; k <= 2; k <<= 1) {  // quad max, the two rows' shuffles in flight together

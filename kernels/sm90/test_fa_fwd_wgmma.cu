@@ -361,6 +361,30 @@ __global__ void fill_random(uint8_t* buf, size_t n, uint32_t seed) {
   }
 }
 
+// ZYFA_BENCH_INPUT=sink: channel 0 of every q row +6 and of every key -6, key 0 of each sequence +6 (the
+// test cases' Case::shift at 6: scores 36 lower, one sink per row), on the random inputs above.
+__global__ void set_channel0(uint8_t* buf, size_t rows, int heads, int seq, int dim, float value, float first) {
+  for (size_t r = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; r < rows;
+       r += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const float x = (r / heads) % seq == 0 ? first : value;
+    if (kFp8) {
+      buf[r * dim] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+    } else {
+      reinterpret_cast<__nv_bfloat16*>(buf)[r * dim] = __float2bfloat16_rn(x);
+    }
+  }
+}
+
+bool bench_input_sink() {
+  const char* env = std::getenv("ZYFA_BENCH_INPUT");
+  const std::string input = env != nullptr ? env : "gaussian";
+  if (input != "gaussian" && input != "sink") {
+    std::fprintf(stderr, "ZYFA_BENCH_INPUT=%s: supported are gaussian (default) and sink\n", input.c_str());
+    std::exit(2);
+  }
+  return input == "sink";
+}
+
 struct BenchShape {
   int batch, seq, hq, hkv;
 };
@@ -486,6 +510,11 @@ void bench(const BenchShape& sh, bool profile_only = false) {
   fill_random<<<1024, 256>>>(dq, nq, 1u);
   fill_random<<<1024, 256>>>(dk, nk, 2u);
   fill_random<<<1024, 256>>>(dv, nv, 3u);
+  if (bench_input_sink()) {
+    std::printf("bench note: ZYFA_BENCH_INPUT=sink (q, k channel 0 +-6, key 0 a sink)\n");
+    set_channel0<<<256, 256>>>(dq, nq / kDQk, sh.hq, sh.seq, kDQk, 6.0f, 6.0f);
+    set_channel0<<<256, 256>>>(dk, nk / kDQk, sh.hkv, sh.seq, kDQk, -6.0f, 6.0f);
+  }
   CHECK_CUDA(cudaGetLastError());
   zyfa_fwd_args args;
   std::memset(&args, 0, sizeof(args));
@@ -602,6 +631,11 @@ int main(int argc, char** argv) {
       // 53-54 each in the grid-3 repeat) of 1-5 KV blocks (ragged last tile); and few (1 x 2 < SMs).
       {"causal b2 s520 GQA 16/4 (160 items)", 2, 520, 520, 16, 4, true, true, kContiguous, 1.0f},
       {"causal b1 s100 2/1 (2 items)", 1, 100, 100, 2, 1, true, true, kContiguous, 1.0f},
+      // Scores shifted down by 36 (Case::shift): a thread's values of a row are all negative in most
+      // blocks, the integer row max's fallback paths (ZYFA_WS_MAX3_LB): with a sink key the running max
+      // is >= 0 after block 0; without one it stays negative in most rows.
+      {"causal b1 s1024 sink, scores -36", 1, 1024, 1024, 2, 1, true, true, kContiguous, 1.0f, false, 6.0f, true},
+      {"causal b2 s700 scores -36, no sink", 2, 700, 700, 2, 1, true, true, kContiguous, 1.0f, false, 6.0f, false},
   };
   const int n_cases = static_cast<int>(sizeof(cases) / sizeof(cases[0]));
   if (kFp8 && !check_e4m3_encoder()) {

@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -211,6 +212,12 @@ struct Case {
   // kernel's m, P, l and lse must match the contract to rounding (the diagnostic that separates the
   // kernel's own numerics from the tensor core's S / P.V accumulation).
   bool grid = false;
+  // Negative scores (0: off): channel 0 of every q row is +shift and of every key -shift, so each score
+  // drops by shift^2; with sink_key, key 0 of each sequence has +shift instead (an attention sink: the one
+  // large positive score of every row). The kernels' integer row max takes its negative-value fallback
+  // in most blocks then (ZYFA_WS_MAX3_LB); without the sink the running max stays negative throughout.
+  float shift = 0.0f;
+  bool sink_key = false;
 };
 
 // A [batch, seq, heads, dim] tensor inside a flat buffer: strides in elements, an element offset.
@@ -248,14 +255,22 @@ struct Tensor {
   float descale = 1.0f;
 };
 
+// Channel 0 of every row set to `value`, of sequence position 0 to `first` (Case::shift); NaN: unchanged.
+struct Channel0 {
+  float value = NAN, first = NAN;
+};
+
 Tensor make_input(std::mt19937& rng, int batch, int seq, int heads, int dim, Layout layout, float amp,
-                  bool grid = false) {
+                  bool grid = false, Channel0 ch0 = {}) {
   Tensor t;
   t.geo = make_geometry(batch, seq, heads, dim, layout);
   const size_t n = static_cast<size_t>(batch) * seq * heads * dim;
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> x(n);
   for (float& v : x) v = grid ? std::min(3.0f, std::max(-3.0f, std::nearbyint(amp * nd(rng)))) : amp * nd(rng);
+  if (!std::isnan(ch0.value)) {
+    for (size_t row = 0; row < n / dim; ++row) x[row * dim] = (row / heads) % seq == 0 ? ch0.first : ch0.value;
+  }
   t.val.resize(n);
   if (kFp8) {
     // fp8_quantize: descale = 2^ceil(log2(amax / 448)), x8 = e4m3(x / descale).
@@ -287,6 +302,20 @@ Tensor make_input(std::mt19937& rng, int batch, int seq, int heads, int dim, Lay
           }
         }
   return t;
+}
+
+struct Qkv {
+  Tensor q, k, v;
+};
+
+// A case's q, k, v in this order from rng (the same draws with or without Case::shift).
+Qkv make_qkv(std::mt19937& rng, const Case& cs) {
+  const Channel0 q0 = cs.shift != 0.0f ? Channel0{cs.shift, cs.shift} : Channel0{};
+  const Channel0 k0 = cs.shift != 0.0f ? Channel0{-cs.shift, cs.sink_key ? cs.shift : -cs.shift} : Channel0{};
+  Tensor q = make_input(rng, cs.batch, cs.sq, cs.hq, kDQk, cs.layout, cs.q_amp, cs.grid, q0);
+  Tensor k = make_input(rng, cs.batch, cs.sk, cs.hkv, kDQk, cs.layout, 1.0f, cs.grid, k0);
+  Tensor v = make_input(rng, cs.batch, cs.sk, cs.hkv, kDV, cs.layout, 1.0f, cs.grid);
+  return {std::move(q), std::move(k), std::move(v)};
 }
 
 // ---- references ----------------------------------------------------------------------------------
@@ -571,9 +600,8 @@ using OutErrorHook = void (*)(const Case& cs, const std::vector<double>& out, co
 bool run_case(const Case& cs, uint32_t seed, const Tolerances& tol, OutErrorHook on_out_error = nullptr) {
   std::mt19937 rng(seed);
   const float scale = 1.0f / std::sqrt(static_cast<float>(kDQk));
-  const Tensor q = make_input(rng, cs.batch, cs.sq, cs.hq, kDQk, cs.layout, cs.q_amp, cs.grid);
-  const Tensor k = make_input(rng, cs.batch, cs.sk, cs.hkv, kDQk, cs.layout, 1.0f, cs.grid);
-  const Tensor v = make_input(rng, cs.batch, cs.sk, cs.hkv, kDV, cs.layout, 1.0f, cs.grid);
+  const Qkv in = make_qkv(rng, cs);
+  const Tensor &q = in.q, &k = in.k, &v = in.v;
   const Geometry og = make_geometry(cs.batch, cs.sq, cs.hq, kDV, cs.layout);
   const Refs ref = compute_refs(cs, q, k, v, scale);
 
@@ -653,9 +681,8 @@ int refs_only(const Case* cases, int n) {
     const Case& cs = cases[i];
     std::mt19937 rng(seed++);
     const float scale = 1.0f / std::sqrt(static_cast<float>(kDQk));
-    const Tensor q = make_input(rng, cs.batch, cs.sq, cs.hq, kDQk, cs.layout, cs.q_amp, cs.grid);
-    const Tensor k = make_input(rng, cs.batch, cs.sk, cs.hkv, kDQk, cs.layout, 1.0f, cs.grid);
-    const Tensor v = make_input(rng, cs.batch, cs.sk, cs.hkv, kDV, cs.layout, 1.0f, cs.grid);
+    const Qkv in = make_qkv(rng, cs);
+    const Tensor &q = in.q, &k = in.k, &v = in.v;
     const Refs ref = compute_refs(cs, q, k, v, scale);
     const LseStats ls = lse_stats(ref.lse_contract, ref.lse_dense);
     std::printf("%-34s contract ref vs f64: out %.3e, lse max %.2e mean %.2e, +inf rows %s\n", cs.name,

@@ -20,7 +20,8 @@
 # variants' tests under compute-sanitizer (ZYFA_SANITIZE_TOOLS="memcheck racecheck synccheck initcheck": those tools,
 # default memcheck; ZYFA_SANITIZE_ALL=1: every build, experiments included; ZYFA_SANITIZE_TIMEOUT seconds per run, default 100); ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu (ZYFA_NCU_ARG=--profile-2k: at 2K instead of 8K)
 # (--clock-control none); ZYFA_BENCH_REPEAT=0 skips the second timing pass; ZYFA_BENCH_SHAPE="B S HQ HKV" times
-# that one shape instead of the four; ZYFA_EXP=REGEX builds only the experiments whose suffix matches. Exit status 0 when every
+# that one shape instead of the four; ZYFA_BENCH_INPUTS="gaussian sink" times each build on each input (default gaussian;
+# sink: most scores negative, one sink key per row, as the test program's ZYFA_BENCH_INPUT); ZYFA_EXP=REGEX builds only the experiments whose suffix matches. Exit status 0 when every
 # build and test passes.
 set -uo pipefail
 
@@ -193,7 +194,16 @@ from zyfa_kernel_build import defines
 # six variants without LSUM 6 ("noalign") 0.95..1.01 (16K noise aside), not taken; the exact FP8 kernels with the
 # tensor-pipe row sums through one ones region ("lsumtc") d128 1.006..1.020, 192/128 1.008..1.039, but +3..6% error
 # vs float64 on model-like inputs in the product run (call 2): not taken (exact P is the accuracy-first mode).
-EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {}
+# Run 54 (eighteenth session, NOTES.md "Predictions, run 54"): MAX3's negative-value fallback by the running
+# max's sign and the int min (ZYFA_WS_MAX3_LB, "max3lb") on the four MAX3 kernels; time it with
+# ZYFA_BENCH_INPUTS="gaussian sink" (the sink input makes most of a row's scores negative, as model-like data).
+MAX3_LB = [("max3lb", None, ["-DZYFA_WS_MAX3_LB=1"])]
+EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
+    "fa_fwd_bf16_hd128_causal_sm90a": MAX3_LB,
+    "fa_fwd_bf16_hd192x128_causal_sm90a": MAX3_LB,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": MAX3_LB,
+    "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": MAX3_LB,
+}
 debug_done = set()
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
     d = defines(v)
@@ -306,16 +316,31 @@ echo "correctness done after $((SECONDS - t_start)) s"
 bench_args=(--bench-only)
 # shellcheck disable=SC2206  # the shape is four words on purpose
 [[ -n "${ZYFA_BENCH_SHAPE:-}" ]] && bench_args=(--bench-shape $ZYFA_BENCH_SHAPE)
+# ZYFA_BENCH_INPUTS: the timing inputs, each timed in every pass (gaussian: the random inputs; sink: the test
+# program's ZYFA_BENCH_INPUT=sink). Logs bench[2]_NAME.log for gaussian, bench[2]_INPUT_NAME.log for the others.
+read -r -a bench_inputs <<<"${ZYFA_BENCH_INPUTS:-gaussian}"
+bench_log() {  # bench_log PASS INPUT NAME: the log path of one timing run
+  local tag=""
+  [[ $2 == gaussian ]] || tag="$2_"
+  echo "$out/bench$1_$tag$3.log"
+}
+bench_pass() {  # bench_pass PASS ("" or 2): every input, every build
+  local input line kind name defines log
+  for input in "${bench_inputs[@]}"; do
+    for line in "${lines[@]}"; do
+      read -r kind name defines <<<"$line"
+      [[ $kind != debug && -x "$dir/test_$name" ]] || continue
+      log="$(bench_log "$1" "$input" "$name")"
+      ZYFA_BENCH_INPUT=$input timeout 60 "$dir/test_$name" "${bench_args[@]}" >"$log" 2>&1 || status=1
+      grep -E '^bench|CUDA error' "$log" | sed "s/^/$name [$input]: /" | cut -c1-170 | tee -a "$summary"
+    done
+  done
+}
 if [[ "${ZYFA_BENCH:-1}" == 1 ]]; then
-  echo "== timing (ws vs simple, causal, median of 20) ==" | tee -a "$summary"
+  echo "== timing (ws vs simple, causal, median of 20; inputs: ${bench_inputs[*]}) ==" | tee -a "$summary"
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,power.limit,temperature.gpu --format=csv,noheader \
     2>/dev/null | tee -a "$summary"
-  for line in "${lines[@]}"; do
-    read -r kind name defines <<<"$line"
-    [[ $kind != debug && -x "$dir/test_$name" ]] || continue
-    timeout 60 "$dir/test_$name" "${bench_args[@]}" >"$out/bench_$name.log" 2>&1 || status=1
-    grep -E '^bench|CUDA error' "$out/bench_$name.log" | sed "s/^/$name: /" | tee -a "$summary"
-  done
+  bench_pass ""
 fi
 if [[ "${ZYFA_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   # compute-sanitizer of the first bf16 and the first e4m3 variant (ZYFA_SANITIZE_ALL=1: every build, the
@@ -371,20 +396,17 @@ fi
 
 if [[ "${ZYFA_BENCH:-1}" == 1 && "${ZYFA_BENCH_REPEAT:-1}" == 1 ]]; then
   echo "== timing again (run-to-run spread) ==" | tee -a "$summary"
-  for line in "${lines[@]}"; do
-    read -r kind name defines <<<"$line"
-    [[ $kind != debug && -x "$dir/test_$name" ]] || continue
-    timeout 60 "$dir/test_$name" "${bench_args[@]}" >"$out/bench2_$name.log" 2>&1 || status=1
-    grep -E '^bench|CUDA error' "$out/bench2_$name.log" | sed "s/^/$name: /" | cut -c1-150 | tee -a "$summary"
-  done
+  bench_pass 2
 fi
-if [[ "${ZYFA_BENCH:-1}" == 1 ]]; then
+for input in "${bench_inputs[@]}"; do
+  [[ "${ZYFA_BENCH:-1}" == 1 ]] || break
   # Compact table: ws TFLOP/s per build and shape, pass 1 / pass 2; [x]: the better pass over the
   # better pass of the variant's default build (experiments only).
-  echo "== TFLOP/s per build and shape (pass 1/pass 2 [best vs default]) ==" | tee -a "$summary"
-  python3 - "$out" "$(printf '%s\n' "${lines[@]}" | awk '$1 != "debug" {print $1 ":" $2}' | tr '\n' ' ')" <<'PYEOF' | tee -a "$summary"
+  echo "== TFLOP/s per build and shape, $input inputs (pass 1/pass 2 [best vs default]) ==" | tee -a "$summary"
+  python3 - "$(bench_log "" "$input" NAME)" "$(bench_log 2 "$input" NAME)" \
+    "$(printf '%s\n' "${lines[@]}" | awk '$1 != "debug" {print $1 ":" $2}' | tr '\n' ' ')" <<'PYEOF' | tee -a "$summary"
 import re, sys, os
-out, builds = sys.argv[1], [b.split(":", 1) for b in sys.argv[2].split()]
+log1, log2, builds = sys.argv[1], sys.argv[2], [b.split(":", 1) for b in sys.argv[3].split()]
 pat = re.compile(r"^bench \S+\s+b(\d+) s(\d+)\s+hq(\d+)\s+hkv(\d+)\s+\| ws\s+\S+ ms\s+([\d.]+) TFLOP/s.*?contract \(16 rows\) out (\S+) lse max (\S+) \| repeat (\S+)")
 def read(path):
     r = {}
@@ -396,7 +418,7 @@ def read(path):
     return r
 rows, shapes, best = [], [], {}
 for kind, name in builds:
-    p1, p2 = read(f"{out}/bench_{name}.log"), read(f"{out}/bench2_{name}.log")
+    p1, p2 = read(log1.replace("NAME", name)), read(log2.replace("NAME", name))
     for k in list(p1) + list(p2):
         if k not in shapes:
             shapes.append(k)
@@ -417,7 +439,7 @@ for kind, name, p1, p2 in rows:
     tail = f"  {last[1]}/{last[2]}, {last[3]}" if last else "  (no bench lines)"
     print(f"{name:<{w}} " + " ".join(f"{c:>22}" for c in cells) + tail)
 PYEOF
-fi
+done
 cp "$dir"/cubin_*.log "$out"/ 2>/dev/null
 # tar is missing on some device images: Python's tarfile instead.
 python3 -c 'import sys, tarfile; t = tarfile.open(sys.argv[1], "w:gz"); t.add(sys.argv[2], arcname="."); t.close()' \
