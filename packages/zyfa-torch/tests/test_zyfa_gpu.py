@@ -82,10 +82,8 @@ def _torch_bf16(q, k, v):
     return torch.einsum("bhij,bjhd->bihd", p, vv)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=_ids)
-def test_bf16(shape):
-    b, sq, sk, hq, hkv, d = shape
-    q, k, v = make_qkv(b, sq, sk, hq, hkv, d, 128, seed=sum(shape), device="cuda", q_scale=2.0)
+def _check_bf16(q, k, v) -> None:
+    """The BF16 kernel against the same-numerics reference, the float64 truth (FA3's rule) and itself."""
     spec = _spec(q, k, v, None)
     _poison_outputs(q, v)
     out, lse, _ = zyfa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
@@ -100,11 +98,15 @@ def test_bf16(shape):
     assert torch.equal(out, again), "not bitwise deterministic"
 
 
-@pytest.mark.parametrize("p_mode", ["exact", "lean", "f16"])
 @pytest.mark.parametrize("shape", SHAPES, ids=_ids)
-def test_fp8(shape, p_mode):
+def test_bf16(shape):
     b, sq, sk, hq, hkv, d = shape
-    q, k, v = make_qkv(b, sq, sk, hq, hkv, d, 128, seed=sum(shape) + 1, device="cuda", q_scale=2.0)
+    _check_bf16(*make_qkv(b, sq, sk, hq, hkv, d, 128, seed=sum(shape), device="cuda", q_scale=2.0))
+
+
+def _check_fp8(q, k, v, p_mode: str) -> None:
+    """q, k, v quantised per tensor; the FP8 kernel of p_mode against the same-numerics reference of the
+    dequantised inputs, their float64 truth, and itself."""
     (q8, dq), (k8, dk), (v8, dv) = (zyfa.fp8_quantize(x) for x in (q, k, v))
     spec = _spec(q8, k8, v8, p_mode)
     assert spec.p_mode == p_mode
@@ -143,6 +145,42 @@ def test_fp8(shape, p_mode):
         q8, k8, v8, causal=True, q_descale=dq, k_descale=dk, v_descale=dv, p_mode=p_mode
     )
     assert torch.equal(out, again), "not bitwise deterministic"
+
+
+@pytest.mark.parametrize("p_mode", ["exact", "lean", "f16"])
+@pytest.mark.parametrize("shape", SHAPES, ids=_ids)
+def test_fp8(shape, p_mode):
+    b, sq, sk, hq, hkv, d = shape
+    _check_fp8(*make_qkv(b, sq, sk, hq, hkv, d, 128, seed=sum(shape) + 1, device="cuda", q_scale=2.0), p_mode)
+
+
+def _negative_scores(q, k, sink: bool):
+    """Every score 36 lower (channel 0: q +6, k -6), and with `sink` key 0 of each sequence at +6: the one
+    large positive score of every row, as an attention sink. A thread's values of a row are then all
+    negative in most KV blocks: the sm90 kernels' integer row max takes its fallbacks (ZYFA_WS_MAX3_LB;
+    without the sink the running max stays negative)."""
+    q, k = q.clone(), k.clone()
+    q[..., 0] = 6.0
+    k[..., 0] = -6.0
+    if sink:
+        k[:, 0, :, 0] = 6.0
+    return q, k
+
+
+NEGATIVE_SHAPES = [(1, 700, 700, 4, 1, 128), (2, 333, 333, 4, 2, 192)]
+
+
+@pytest.mark.parametrize("sink", [True, False], ids=["sink", "no-sink"])
+@pytest.mark.parametrize("p_mode", [None, "exact", "lean", "f16"], ids=["bf16", "exact", "lean", "f16"])
+@pytest.mark.parametrize("shape", NEGATIVE_SHAPES, ids=_ids)
+def test_negative_scores(shape, p_mode, sink):
+    b, sq, sk, hq, hkv, d = shape
+    q, k, v = make_qkv(b, sq, sk, hq, hkv, d, 128, seed=sum(shape) + 2, device="cuda")
+    q, k = _negative_scores(q, k, sink)
+    if p_mode is None:
+        _check_bf16(q, k, v)
+    else:
+        _check_fp8(q, k, v, p_mode)
 
 
 def test_strided_views_and_default_p_mode():
