@@ -1158,36 +1158,35 @@ struct Block {
 // two chains; exact (see the macro) where it matters: when every value is negative the result may be a
 // lower bound instead, if m_run (the row's running max, log2 units, same sign as S: qk_scale > 0) is >= 0
 // (ZYFA_WS_MAX3_LB).
-template <int R>
-__device__ __forceinline__ float row_max3(const float (&s)[kSAcc], float m_run) {
+// The signed-int max (kMax) or min of the float bits of this thread's values of row R (s[4 j + 2 R + x]):
+// VIMNMX3, two new values per instruction, in two chains.
+template <int R, bool kMax>
+__device__ __forceinline__ int row_bits_minmax(const float (&s)[kSAcc]) {
   constexpr int kN = 2 * kSTiles;  // values of row R: element e at s[4 (e >> 1) + 2 R + (e & 1)]
   auto at = [&](int e) { return __float_as_int(s[4 * (e >> 1) + 2 * R + (e & 1)]); };
+  auto op = [](int a, int b) { return kMax ? max(a, b) : min(a, b); };
   int c[2] = {at(0), at(1)};
 #pragma unroll
   for (int e = 2; e + 1 < kN; e += 2) {
     int& ch = c[(e >> 1) & 1];
-    ch = __vimax3_s32(ch, at(e), at(e + 1));
+    ch = kMax ? __vimax3_s32(ch, at(e), at(e + 1)) : __vimin3_s32(ch, at(e), at(e + 1));
   }
-  if constexpr (kN % 2 != 0) c[0] = max(c[0], at(kN - 1));
-  const int m = max(c[0], c[1]);
+  if constexpr (kN % 2 != 0) c[0] = op(c[0], at(kN - 1));
+  return op(c[0], c[1]);
+}
+
+template <int R>
+__device__ __forceinline__ float row_max3(const float (&s)[kSAcc], float m_run) {
+  const int m = row_bits_minmax<R, true>(s);
   float res = __int_as_float(m);
   if constexpr (ZYFA_WS_MAX3_LB != 0) {
     // m < 0: every value is negative, -0 or -inf, and res their most negative one. The exact max is needed
     // only if it could raise m_run; then it is the int min (the value nearest zero).
-    if (m < 0 && !(m_run >= 0.0f)) {
-      int d[2] = {at(0), at(1)};
-#pragma unroll
-      for (int e = 2; e + 1 < kN; e += 2) {
-        int& dh = d[(e >> 1) & 1];
-        dh = __vimin3_s32(dh, at(e), at(e + 1));
-      }
-      if constexpr (kN % 2 != 0) d[0] = min(d[0], at(kN - 1));
-      res = __int_as_float(min(d[0], d[1]));
-    }
+    if (m < 0 && !(m_run >= 0.0f)) res = __int_as_float(row_bits_minmax<R, false>(s));
   } else if (m < 0) {  // every value of this thread's row is negative, -0 or -inf: the float max the long way
     float f = -INFINITY;
 #pragma unroll
-    for (int e = 0; e < kN; ++e) f = fmaxf(f, s[4 * (e >> 1) + 2 * R + (e & 1)]);
+    for (int e = 0; e < 2 * kSTiles; ++e) f = fmaxf(f, s[4 * (e >> 1) + 2 * R + (e & 1)]);
     res = f;
   }
   return res;
