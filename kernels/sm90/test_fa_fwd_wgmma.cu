@@ -70,10 +70,14 @@ namespace {
 // exact) must match to rounding: lse 1e-4, out 4e-3 (bf16 rounding + P.V accumulation). With the
 // tensor-pipe row sums (kLSumOnes, lean d128) l itself goes through that adder: the grid cases' lse then
 // measured max 2.9-5.0e-3, mean 4.6-8.2e-4 (runs 45-47), bounded here at 1e-2 / 2e-3.
+// Shifted cases (Case::shift, not yet run on the H200): one product of 36 per key in the first k-step puts
+// that step's truncation on a coarser grid, so the lse mean may exceed the Gaussian cases' 1.5e-3: 5e-3
+// there. A wrong running max (what these cases are for) moves lse by whole log2 units, far past 6e-2.
 Tolerances case_tolerances(const Case& cs) {
   const bool strict = !kFp8 || cs.grid;
   if (kLSumOnes && cs.grid) return {4e-3, 1e-2, 2e-3};
-  return {!kFp8 ? 5e-3 : (cs.grid ? 4e-3 : 9e-3), strict ? 1e-4 : 6e-2, strict ? 1e-5 : 2.5e-3};
+  const double lse_mean = strict ? 1e-5 : (cs.shift != 0.0f ? 5e-3 : 2.5e-3);
+  return {!kFp8 ? 5e-3 : (cs.grid ? 4e-3 : 9e-3), strict ? 1e-4 : 6e-2, lse_mean};
 }
 
 // On a failed case: where the error sits (batch 0, head 0): relative L2 per 16-row group of the
