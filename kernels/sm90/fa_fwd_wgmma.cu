@@ -1154,10 +1154,6 @@ struct Block {
   bool causal;
 };
 
-// ZYFA_WS_MAX3: max of this thread's values of row R (s[4 j + 2 R + x]) with VIMNMX3 on the float bits,
-// two chains; exact (see the macro) where it matters: when every value is negative the result may be a
-// lower bound instead, if m_run (the row's running max, log2 units, same sign as S: qk_scale > 0) is >= 0
-// (ZYFA_WS_MAX3_LB).
 // The signed-int max (kMax) or min of the float bits of this thread's values of row R (s[4 j + 2 R + x]):
 // VIMNMX3, two new values per instruction, in two chains.
 template <int R, bool kMax>
@@ -1175,6 +1171,9 @@ __device__ __forceinline__ int row_bits_minmax(const float (&s)[kSAcc]) {
   return op(c[0], c[1]);
 }
 
+// ZYFA_WS_MAX3: max of this thread's values of row R from the int max of their bits; exact (see the macro)
+// where it matters: when every value is negative the result may be a lower bound instead, if m_run (the
+// row's running max, log2 units, same sign as S: qk_scale > 0) is >= 0 (ZYFA_WS_MAX3_LB).
 template <int R>
 __device__ __forceinline__ float row_max3(const float (&s)[kSAcc], float m_run) {
   const int m = row_bits_minmax<R, true>(s);
@@ -1256,7 +1255,9 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
     float mx = mxc[0];
 #pragma unroll
     for (int c = 1; c < kChains; ++c) mx = fmaxf(mx, mxc[c]);
-    if constexpr (ZYFA_WS_MAX3 != 0 && kFast) mx = r == 0 ? row_max3<0>(s, m_run[0]) : row_max3<1>(s, m_run[1]);  // mxc then dead
+    if constexpr (ZYFA_WS_MAX3 != 0 && kFast) {  // mxc then dead
+      mx = r == 0 ? row_max3<0>(s, m_run[0]) : row_max3<1>(s, m_run[1]);
+    }
     mx = quad_max(mx);
     float m_new = fmaxf(m_run[r], kFast ? mx * qk_scale : mx);
     if constexpr (kStaleTau > 0.0f) m_new = m_new > m_run[r] + kStaleTau ? m_new : m_run[r];
