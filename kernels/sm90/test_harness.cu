@@ -31,8 +31,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 // The contract's running-max staleness: the kernel's ZYFA_WS_STALE_TAU when the including test defines it
