@@ -309,9 +309,9 @@
 // 0: that chain (as before). 1: the int max of all-negative values is their most negative value, a lower
 // bound of their max, which is all the running max needs when it is already >= 0 (the block cannot raise
 // it: m_new is bitwise the same; kernels/tools/tests/test_row_max3_bound.py); only when it is negative too
-// (no visible score >= 0 so far: 6% at 4K and 2.4% at 16K on model-like, <= 0.03% Gaussian) the exact max
-// is taken, as the int MIN of the values (VIMNMX3 again: negative floats order in reverse as ints), 16
-// instructions in two chains instead of 32 in one.
+// (no score >= 0 in m_run so far: 6% at 4K and 2.4% at 16K on model-like, 7% / 4% with BF16's stale max,
+// <= 0.03% Gaussian) the exact max is taken, as the int MIN of the values (VIMNMX3 again: negative floats
+// order in reverse as ints), 16 instructions in two chains instead of 32 in one.
 #define ZYFA_WS_MAX3_LB 0
 #endif
 #ifndef ZYFA_WS_BOUND
