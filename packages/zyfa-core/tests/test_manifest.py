@@ -203,18 +203,35 @@ def test_select_exact_match(kernel_dir: Path) -> None:
 
 def test_select_p_mode(kernel_dir: Path) -> None:
     m = zyfa_core.Manifest.load(kernel_dir)
-    # None prefers exact when both exist ...
-    assert m.select("sm90a", "e4m3fn", 128, 128, True).p_mode == "exact"
+    # On sm90a None prefers lean when exact, lean and f16 all exist (measured fastest there) ...
+    assert m.select("sm90a", "e4m3fn", 128, 128, True).name == SM90[3]
+    assert m.select("sm90a", "fp8_e4m3", 128, 128, True, p_mode="exact").name == SM90[2]
     assert m.select("sm90a", "fp8_e4m3", 128, 128, True, p_mode="lean").name == SM90[3]
-    # ... and takes lean when only lean was built (hd192x128 exact is in `skipped`).
+    # ... and takes what was built otherwise (hd192x128 exact is in `skipped`).
     assert m.select("sm90a", "float8_e4m3fn", 192, 128, True).name == SM90[4]
     with pytest.raises(KernelNotFoundError):
         m.select("sm90a", "e4m3fn", 192, 128, True, p_mode="exact")
-    # f16 P is served only when asked for (None keeps preferring exact, then lean) ...
+    # f16 P is served when asked for (None prefers lean, then exact, on sm90a) ...
     assert m.select("sm90a", "e4m3fn", 128, 128, True, p_mode="f16").name == SM90[5]
     # ... and a p_mode without a kernel for the key says so.
     with pytest.raises(KernelNotFoundError, match="p_mode=f16"):
         m.select("sm90a", "e4m3fn", 192, 128, True, p_mode="f16")
+
+
+@pytest.mark.parametrize("arch", ["sm90a", "gfx950", "sm100a"])
+def test_select_p_mode_preference_per_arch(tmp_path: Path, manifest_tools, arch: str) -> None:
+    # Every FP8 P mode built for one key, in manifest order f16, lean, exact (so order cannot decide):
+    # None takes the arch's preferred mode, then its next ones as the preferred are removed.
+    names = [f"fa_fwd_e4m3fn_hd128_causal{tail}_{arch}" for tail in ("_pf16", "_leanp", "")]
+    rows = [manifest_tools.row(name) for name in names]
+    preference = mf.P_MODE_PREFERENCE.get(arch, mf.P_MODES)
+    assert sorted(preference) == sorted(mf.P_MODES)
+    for expected in preference:
+        m = zyfa_core.Manifest.load(manifest_tools.write(tmp_path / expected, rows, []))
+        assert m.select(arch, "e4m3fn", 128, 128, True).p_mode == expected
+        rows = [row for row in rows if row["p_mode"] != expected]
+    assert mf.P_MODE_PREFERENCE["sm90a"][0] == "lean"  # the H200's measured choice
+    assert "gfx950" not in mf.P_MODE_PREFERENCE  # exact first, the gfx950 FP8 kernel built today
 
 
 def test_select_tag_picks_another_implementation(tmp_path: Path, manifest_tools) -> None:

@@ -46,7 +46,8 @@ __all__ = [
 CPU_BLOCK_N = 64
 """KV block size of the CPU path (= tile_n of the sm90a kernels)."""
 CPU_P_MODE = "exact"
-"""FP8 P mode of the CPU path when p_mode is None (zyfa_core.manifest.select also prefers exact)."""
+"""FP8 P mode of the CPU path when p_mode is None: the reference's accuracy-first mode (zyfa_core's
+select prefers exact too, except where its P_MODE_PREFERENCE says otherwise: lean on sm90a)."""
 _KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"  # zyfa_core.manifest.ENV_KERNEL_DIR: part of the kernel cache key
 
 

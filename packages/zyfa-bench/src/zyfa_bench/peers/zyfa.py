@@ -58,7 +58,7 @@ class ZyfaFP8(_Zyfa):
     precision = "fp8"
     NOTES = {
         "exact": "exact P: e4m3(exp2)",
-        "lean": "lean P: e4m3 code of P from one FMA",
+        "lean": "lean P: e4m3 code of P from one FMA (the default on sm90)",
         "f16": "f16 P: P.V in f16 (P = f16(exp2), V e4m3 -> f16 in the kernel; sm90 only)",
     }
 

@@ -81,7 +81,7 @@ def register(
         fp8: quantise q, k, v to float8_e4m3fn per tensor at every call (any floating model dtype;
             the output is cast back to the query's dtype). False: BF16, the model must run in bfloat16.
         p_mode: FP8 probability mode, "exact", "lean", "f16" (P.V in f16, sm90a) or None (the default
-            kernel).
+            kernel: lean on sm90a, exact elsewhere).
         rotate: FP8 only: rotate q and k by the same random Hadamard rotation before quantising.
         seed: the rotation's sign seed.
     """
