@@ -197,11 +197,14 @@ from zyfa_kernel_build import defines
 # Run 54 (eighteenth session, NOTES.md "Predictions, run 54"): MAX3's negative-value fallback by the running
 # max's sign and the int min (ZYFA_WS_MAX3_LB, "max3lb") on the four MAX3 kernels; time it with
 # ZYFA_BENCH_INPUTS="gaussian sink" (the sink input makes most of a row's scores negative, as model-like data).
+# Run 55 (nineteenth session, NOTES.md "Predictions, run 55"): the per-block mask test as one compare against the
+# first masked block, computed once per item (ZYFA_WS_MASK_FIRST, "maskj"), on lean d128 and BF16 d128.
 MAX3_LB = [("max3lb", None, ["-DZYFA_WS_MAX3_LB=1"])]
+MASK_FIRST = [("maskj", None, ["-DZYFA_WS_MASK_FIRST=1"])]
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_bf16_hd128_causal_sm90a": MAX3_LB,
+    "fa_fwd_bf16_hd128_causal_sm90a": MAX3_LB + MASK_FIRST,
     "fa_fwd_bf16_hd192x128_causal_sm90a": MAX3_LB,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": MAX3_LB,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": MAX3_LB + MASK_FIRST,
     "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": MAX3_LB,
 }
 debug_done = set()
