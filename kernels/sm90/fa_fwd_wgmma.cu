@@ -320,7 +320,9 @@
 // the per-block test (key0 + tile_n > seqlen_k, or key0 + tile_n - 1 > row0 + diag in 64 bits): in lean d128's
 // SASS that test is ~10 uniform instructions per loop iteration (UISETP .EX pairs, USEL, ULOP3, PLOP3) of ~280
 // on its fast path, and lean's loop is issue-bound (runs 33-34). Same decisions, bitwise the same output
-// (kernels/tools/tests/test_mask_first_block.py checks the two tests agree).
+// (kernels/tools/tests/test_mask_first_block.py checks the two tests agree). Run 31 measured the same change
+// ("maskfrom") at 0.99..1.01 when lean d128's fast path was ~390 instructions; it is ~280 now, and run 51's
+// trim of ~9 uniform instructions gained 1-2% (NOTES.md "Predictions, run 55").
 #define ZYFA_WS_MASK_FIRST 0
 #endif
 #ifndef ZYFA_WS_BOUND
