@@ -198,7 +198,8 @@ from zyfa_kernel_build import defines
 # max's sign and the int min (ZYFA_WS_MAX3_LB, "max3lb") on the four MAX3 kernels; time it with
 # ZYFA_BENCH_INPUTS="gaussian sink" (the sink input makes most of a row's scores negative, as model-like data).
 # Run 55 (nineteenth session, NOTES.md "Predictions, run 55"): the per-block mask test as one compare against the
-# first masked block, computed once per item (ZYFA_WS_MASK_FIRST, "maskj"), on lean d128 and BF16 d128.
+# first masked block, computed once per item (ZYFA_WS_MASK_FIRST, "maskj"; run 31's "maskfrom" again, on the
+# shorter loop of today), on lean d128 and BF16 d128.
 MAX3_LB = [("max3lb", None, ["-DZYFA_WS_MAX3_LB=1"])]
 MASK_FIRST = [("maskj", None, ["-DZYFA_WS_MASK_FIRST=1"])]
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
