@@ -16,7 +16,8 @@
  *     compiled into this program, on causal shapes of seqlen 8K and 16K (median of 20 launches
  *     timed with CUDA events after 3 warm-ups; TFLOP/s with causal FLOPs = 2 B H S^2 (d_qk + d_v) / 2),
  *     plus the relative L2 difference between the two kernels' outputs (information only: they use
- *     different KV block sizes, so the contract's per-block P rounding differs).
+ *     different KV block sizes, so the contract's per-block P rounding differs), and a `bench clock`
+ *     line: the ws launches' SM clock (NVML, sampled while each runs) and TFLOP/s per GHz.
  *     The bench also checks the ws output bitwise against one more launch at each size.
  * Usage: test [--bench | --bench-only | --profile | --profile-2k | --refs-only | --bench-shape B S HQ HKV]
  * (--profile: one ws launch at seqlen 8K, for ncu; --bench-shape: the timing of that one shape). Exit status 0 when every check passes, 1 when
@@ -60,6 +61,8 @@
 
 #define ZYFA_TEST_KERNEL_NS zyfa_sm90_ws  // the kernel the harness tests
 #include "sm90/test_harness.cu"
+
+#include <dlfcn.h>  // NVML, opened at run time (SmClock)
 
 namespace {
 
@@ -393,29 +396,81 @@ struct BenchShape {
   int batch, seq, hq, hkv;
 };
 
+// The SM clock while a launch runs, from NVML (libnvidia-ml.so.1, opened at run time: no header or link
+// dependency; the device found by its PCI bus id, as CUDA numbers devices its own way). The H200 runs
+// power-capped and its clock moves by 10-25% between launches and builds (kernels/sm90/NOTES.md), which is
+// most of the self-test's pass-to-pass spread; cycles (ms x MHz) compare builds of the same work per clock.
+class SmClock {
+ public:
+  SmClock() {
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return;
+    const auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
+    const auto by_bus = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    clock_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(lib, "nvmlDeviceGetClockInfo"));
+    int dev = 0;
+    char bus[32] = {};
+    const bool ok = init != nullptr && by_bus != nullptr && clock_ != nullptr && cudaGetDevice(&dev) == cudaSuccess &&
+                    cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) == cudaSuccess && init() == 0 && by_bus(bus, &dev_) == 0;
+    if (!ok) clock_ = nullptr;
+  }
+  // The current SM clock in MHz; 0 without NVML.
+  float mhz() const {
+    constexpr int kNvmlClockSm = 1;  // nvmlClockType_t NVML_CLOCK_SM
+    unsigned v = 0;
+    return clock_ != nullptr && clock_(dev_, kNvmlClockSm, &v) == 0 ? static_cast<float>(v) : 0.0f;
+  }
+
+ private:
+  int (*clock_)(void*, int, unsigned*) = nullptr;
+  void* dev_ = nullptr;
+};
+
+struct Timing {
+  float ms;         // median of 20 launches
+  float mcycles;    // median of the launches' ms x mean SM MHz while each ran / 1000; 0 without NVML
+  float mhz;        // median of the launches' mean SM MHz; 0 without NVML
+};
+
+// 3 warm-up launches, then 20 timed with CUDA events; the SM clock is sampled while each runs (the host polls
+// the end event instead of blocking on it).
 template <typename Launch>
-float median_ms(Launch launch) {
+Timing timed(Launch launch) {
+  static const SmClock clock;
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));
   for (int i = 0; i < 3; ++i) launch();
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> ms;
+  std::vector<float> ms, mcycles, mhz;
   for (int i = 0; i < 20; ++i) {
     CHECK_CUDA(cudaEventRecord(e0));
     launch();
     CHECK_CUDA(cudaEventRecord(e1));
-    CHECK_CUDA(cudaEventSynchronize(e1));
+    double sum = 0.0;
+    int n = 0;
+    cudaError_t q;
+    while ((q = cudaEventQuery(e1)) == cudaErrorNotReady) {
+      const float f = clock.mhz();
+      if (f > 0.0f) sum += f, ++n;
+    }
+    CHECK_CUDA(q);
     float t = 0.0f;
     CHECK_CUDA(cudaEventElapsedTime(&t, e0, e1));
+    const float f = n > 0 ? static_cast<float>(sum / n) : clock.mhz();  // a launch shorter than one sample
     ms.push_back(t);
+    mhz.push_back(f);
+    mcycles.push_back(t * f * 1e-3f);
   }
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaEventDestroy(e0));
   CHECK_CUDA(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return 0.5f * (ms[9] + ms[10]);
+  const auto median = [](std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return 0.5f * (v[9] + v[10]);
+  };
+  return {median(ms), median(mcycles), median(mhz)};
 }
 
 double bf16_rel_l2(const std::vector<uint16_t>& a, const std::vector<uint16_t>& ref) {
@@ -558,19 +613,20 @@ void bench(const BenchShape& sh, bool profile_only = false) {
   uint8_t* const dvt = vt_alloc(args);
   zyfa_fwd_args args_vt = args_ws;
   args_vt.v = dvt;
-  const float ms_prep = median_ms([&] { vt_launch(args_ws, dvt); });
-  const float ms_ws = median_ms([&] {
+  const float ms_prep = timed([&] { vt_launch(args_ws, dvt); }).ms;
+  const Timing t_ws = timed([&] {
     vt_launch(args_ws, dvt);
     ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(ZYFA_LAUNCH_ARGS(args_vt));
   });
   std::printf("bench note: V pre-transpose pass %.3f ms of the ws time\n", ms_prep);
   args_ws = args_vt;
 #else
-  const float ms_ws = median_ms([&] { ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(ZYFA_LAUNCH_ARGS(args_ws)); });
+  const Timing t_ws = timed([&] { ZYFA_KERNEL_NAME<<<grid_ws, kThreads, kSmemBytes>>>(ZYFA_LAUNCH_ARGS(args_ws)); });
 #endif
-  const float ms_simple = median_ms([&] {
+  const float ms_ws = t_ws.ms;
+  const float ms_simple = timed([&] {
     zyfa_simple_timing_kernel<<<grid_simple, zyfa_sm90_simple::kThreads, zyfa_sm90_simple::kSmemBytes>>>(args_simple);
-  });
+  }).ms;
   std::vector<uint16_t> ows(no), osimple(no);
   CHECK_CUDA(cudaMemcpy(ows.data(), dout_ws, no * 2, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(osimple.data(), dout_simple, no * 2, cudaMemcpyDeviceToHost));
@@ -590,6 +646,14 @@ void bench(const BenchShape& sh, bool profile_only = false) {
               ms_simple, flops / ms_simple * 1e-9, ms_simple / ms_ws, bf16_rel_l2(ows, osimple), re.ws, re.simple,
               re.ws_contract, re.lse_contract_max,
               repeatable ? "bitwise" : "DIFFERS");
+  // The same launches per SM clock cycle (TFLOP/s per GHz = FLOP per cycle / 1000), on its own line so that
+  // readers of the line above are unchanged.
+  if (t_ws.mcycles > 0.0f) {
+    std::printf("bench clock ws %4.0f MHz %7.2f Mcycles %6.1f TFLOP/s/GHz\n", t_ws.mhz, t_ws.mcycles,
+                flops / t_ws.mcycles * 1e-9);
+  } else {
+    std::printf("bench clock n/a (no NVML)\n");
+  }
 #if defined(ZYFA_WS_TMA) && ZYFA_WS_TMA
   std::printf("bench note: tma maps %s\n", tma_maps_for(args_ws).valid ? "valid: TMA loads" : "INVALID: cp.async loads");
 #endif

@@ -404,45 +404,9 @@ if [[ "${ZYFA_BENCH:-1}" == 1 && "${ZYFA_BENCH_REPEAT:-1}" == 1 ]]; then
 fi
 for input in "${bench_inputs[@]}"; do
   [[ "${ZYFA_BENCH:-1}" == 1 ]] || break
-  # Compact table: ws TFLOP/s per build and shape, pass 1 / pass 2; [x]: the better pass over the
-  # better pass of the variant's default build (experiments only).
-  echo "== TFLOP/s per build and shape, $input inputs (pass 1/pass 2 [best vs default]) ==" | tee -a "$summary"
-  python3 - "$(bench_log "" "$input" NAME)" "$(bench_log 2 "$input" NAME)" \
-    "$(printf '%s\n' "${lines[@]}" | awk '$1 != "debug" {print $1 ":" $2}' | tr '\n' ' ')" <<'PYEOF' | tee -a "$summary"
-import re, sys, os
-log1, log2, builds = sys.argv[1], sys.argv[2], [b.split(":", 1) for b in sys.argv[3].split()]
-pat = re.compile(r"^bench \S+\s+b(\d+) s(\d+)\s+hq(\d+)\s+hkv(\d+)\s+\| ws\s+\S+ ms\s+([\d.]+) TFLOP/s.*?contract \(16 rows\) out (\S+) lse max (\S+) \| repeat (\S+)")
-def read(path):
-    r = {}
-    if os.path.exists(path):
-        for ln in open(path):
-            m = pat.match(ln)
-            if m:
-                r[f"b{m[1]}s{m[2]}h{m[3]}"] = (float(m[5]), m[6], m[7], m[8])
-    return r
-rows, shapes, best = [], [], {}
-for kind, name in builds:
-    p1, p2 = read(log1.replace("NAME", name)), read(log2.replace("NAME", name))
-    for k in list(p1) + list(p2):
-        if k not in shapes:
-            shapes.append(k)
-    rows.append((kind, name, p1, p2))
-    if kind == "main":
-        best[name] = {k: max(p1.get(k, (0,))[0], p2.get(k, (0,))[0]) for k in set(p1) | set(p2)}
-w = max([len(n) for _, n, _, _ in rows] + [10])
-print(f"{'build':<{w}} " + " ".join(f"{s:>22}" for s in shapes) + "  16K: contract out/lse, repeat")
-for kind, name, p1, p2 in rows:
-    base = next((b for b in best if name == b or name.startswith(b + "_")), None)
-    cells = []
-    for s in shapes:
-        a, b = p1.get(s, (0,))[0], p2.get(s, (0,))[0]
-        ref = best.get(base, {}).get(s, 0) if base else 0
-        rel = f" [{max(a, b) / ref:.3f}]" if ref and kind != "main" else ""
-        cells.append(f"{a:6.1f}/{b:6.1f}{rel}")
-    last = p1.get(shapes[-1]) if shapes else None
-    tail = f"  {last[1]}/{last[2]}, {last[3]}" if last else "  (no bench lines)"
-    print(f"{name:<{w}} " + " ".join(f"{c:>22}" for c in cells) + tail)
-PYEOF
+  # Compact tables (tools/device/selftest_table.py): ws TFLOP/s, then TFLOP/s per GHz, per build and shape.
+  python3 "$repo/tools/device/selftest_table.py" "$input" "$(bench_log "" "$input" NAME)" "$(bench_log 2 "$input" NAME)" \
+    "$(printf '%s\n' "${lines[@]}" | awk '$1 != "debug" {print $1 ":" $2}' | tr '\n' ' ')" | tee -a "$summary"
 done
 cp "$dir"/cubin_*.log "$out"/ 2>/dev/null
 # tar is missing on some device images: Python's tarfile instead.

@@ -3,8 +3,8 @@
 Device time is scarce, so a broken branch of the script costs a whole call. Here NVCC points at a stand-in
 compiler that writes a cubin and its ptxas lines, or a stand-in test program that prints the lines the real
 one prints (its TFLOP/s set per build and input by the environment), and the summary must hold: the
-resources lines, a PASS per build, one TFLOP/s table per input of ZYFA_BENCH_INPUTS with each experiment's
-ratio to its variant's default, and exit status 0.
+resources lines, a PASS per build, one TFLOP/s table and one TFLOP/s-per-GHz table per input of
+ZYFA_BENCH_INPUTS with each experiment's ratio to its variant's default, and exit status 0.
 """
 
 from __future__ import annotations
@@ -36,7 +36,9 @@ else:
     os.chmod(out, os.stat(out).st_mode | stat.S_IEXEC)
 """
 
-# Stand-in test program: TFLOP/s = FAKE_TFLOPS_<input> (default 1000) times 1.1 for builds named *_max3lb.
+# Stand-in test program: TFLOP/s = FAKE_TFLOPS_<input> (default 1000) times 1.1 for builds named *_max3lb,
+# which also run at a 1.1 / 1.05 higher SM clock: per GHz they are 1.05x the default (the clock line after
+# each shape).
 FAKE_TEST_PROGRAM = r"""#!/usr/bin/env python3
 import os, sys
 if sys.argv[1:2] != ["--bench-only"]:
@@ -44,12 +46,15 @@ if sys.argv[1:2] != ["--bench-only"]:
     sys.exit(0)
 inp = os.environ.get("ZYFA_BENCH_INPUT", "gaussian")
 tflops = float(os.environ.get("FAKE_TFLOPS_" + inp, "1000"))
-tflops *= 1.1 if sys.argv[0].endswith("_max3lb") else 1.0
+exp = sys.argv[0].endswith("_max3lb")
+tflops *= 1.1 if exp else 1.0
+per_ghz = tflops / 2.0 / (1.1 / 1.05 if exp else 1.0)
 for b, s in ((16, 2048), (2, 16384)):
     print(f"bench e4m3-l b{b} s{s:<5d} hq32 hkv8  | ws    1.000 ms {tflops:6.1f} TFLOP/s | simple 9.0 ms "
           "400.0 TFLOP/s | x2.50 | ws vs simple out rel L2 1.0e-02 | "
           "vs f64 (16 rows) ws 1.0e-02 simple 1.0e-02 | "
           "ws vs contract (16 rows) out 1.0e-03 lse max 1.0e-04 | repeat bitwise")
+    print(f"bench clock ws 2000 MHz    1.00 Mcycles {per_ghz:6.1f} TFLOP/s/GHz")
 """
 
 
@@ -91,6 +96,17 @@ def test_two_inputs_two_tables(tmp_path: Path) -> None:
         assert len(re.findall(rf"{base:.1f}/ *{base:.1f}", row)) == 2, (inp, row)
         exp = re.search(rf"^{name}_max3lb +(.*)$", body, re.M)[1]
         assert exp.count("[1.100]") == 2 and f"{1.1 * base:.1f}" in exp, (inp, exp)
+    # The same per GHz of SM clock, from the clock lines: the experiment's higher clock taken out.
+    per_ghz = re.findall(
+        r"^== TFLOP/s per GHz of SM clock per build and shape, (\w+) inputs.*?\n(.*?)(?=^==|^total)",
+        summary,
+        re.M | re.S,
+    )
+    assert [t[0] for t in per_ghz] == ["gaussian", "sink"]
+    for inp, body in per_ghz:
+        base = (800.0 if inp == "sink" else 1000.0) / 2.0
+        assert len(re.findall(rf"{base:.1f}/ *{base:.1f}", re.search(rf"^{name} +(.*)$", body, re.M)[1])) == 2
+        assert re.search(rf"^{name}_max3lb +(.*)$", body, re.M)[1].count("[1.050]") == 2, (inp, body)
     # Both passes of both inputs ran every build: four logs per build.
     with tarfile.open(out / "sm90_wgmma_logs.tgz") as tgz:
         logs = tgz.getnames()
