@@ -51,7 +51,7 @@ from zyfa_core.manifest import (
     select,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.2.1"
 
 __all__ = [
     "ABI_VERSION",

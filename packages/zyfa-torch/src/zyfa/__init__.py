@@ -21,7 +21,7 @@ from zyfa.interface import flash_attn_func
 from zyfa.quantize import fp8_quantize
 from zyfa.rotation import hadamard_matrix, rotate, rotate_qk, rotation_matrix
 
-__version__ = "0.2.0"
+__version__ = "0.2.1"
 
 __all__ = [
     "__version__",
