@@ -62,7 +62,7 @@
 #define ZYFA_TEST_KERNEL_NS zyfa_sm90_ws  // the kernel the harness tests
 #include "sm90/test_harness.cu"
 
-#include <dlfcn.h>  // NVML, opened at run time (SmClock)
+#include "sm90/sm_clock.h"
 
 namespace {
 
@@ -396,47 +396,30 @@ struct BenchShape {
   int batch, seq, hq, hkv;
 };
 
-// The SM clock while a launch runs, from NVML (libnvidia-ml.so.1, opened at run time: no header or link
-// dependency; the device found by its PCI bus id, as CUDA numbers devices its own way). The H200 runs
-// power-capped and its clock moves by 10-25% between launches and builds (kernels/sm90/NOTES.md), which is
-// most of the self-test's pass-to-pass spread; cycles (ms x MHz) compare builds of the same work per clock.
-class SmClock {
- public:
-  SmClock() {
-    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) return;
-    const auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
-    const auto by_bus = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
-    clock_ = reinterpret_cast<int (*)(void*, int, unsigned*)>(dlsym(lib, "nvmlDeviceGetClockInfo"));
-    int dev = 0;
-    char bus[32] = {};
-    const bool ok = init != nullptr && by_bus != nullptr && clock_ != nullptr && cudaGetDevice(&dev) == cudaSuccess &&
-                    cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) == cudaSuccess && init() == 0 && by_bus(bus, &dev_) == 0;
-    if (!ok) clock_ = nullptr;
-  }
-  // The current SM clock in MHz; 0 without NVML.
-  float mhz() const {
-    constexpr int kNvmlClockSm = 1;  // nvmlClockType_t NVML_CLOCK_SM
-    unsigned v = 0;
-    return clock_ != nullptr && clock_(dev_, kNvmlClockSm, &v) == 0 ? static_cast<float>(v) : 0.0f;
-  }
-
- private:
-  int (*clock_)(void*, int, unsigned*) = nullptr;
-  void* dev_ = nullptr;
-};
-
 struct Timing {
   float ms;         // median of 20 launches
   float mcycles;    // median of the launches' ms x mean SM MHz while each ran / 1000; 0 without NVML
   float mhz;        // median of the launches' mean SM MHz; 0 without NVML
 };
 
+// The SM clock of the current device (sm90/sm_clock.h). The H200 runs power-capped and its clock moves by
+// 10-25% between launches and builds (kernels/sm90/NOTES.md), most of the self-test's pass-to-pass spread;
+// cycles (ms x MHz) compare builds of the same work per clock.
+const SmClock& sm_clock() {
+  static const SmClock clock = [] {
+    int dev = 0;
+    char bus[32] = {};
+    const bool ok = cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetPCIBusId(bus, sizeof(bus), dev) == cudaSuccess;
+    return SmClock(ok ? bus : "");
+  }();
+  return clock;
+}
+
 // 3 warm-up launches, then 20 timed with CUDA events; the SM clock is sampled while each runs (the host polls
 // the end event instead of blocking on it).
 template <typename Launch>
 Timing timed(Launch launch) {
-  static const SmClock clock;
+  const SmClock& clock = sm_clock();
   cudaEvent_t e0, e1;
   CHECK_CUDA(cudaEventCreate(&e0));
   CHECK_CUDA(cudaEventCreate(&e1));

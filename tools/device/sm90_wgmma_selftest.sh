@@ -244,9 +244,10 @@ for line in "${lines[@]}"; do
       -Xptxas -v "$repo/kernels/sm90/fa_fwd_wgmma.cu" -o "$dir/$name.cubin" >"$dir/cubin_$name.log" 2>&1 &
     pids+=("$!")
   fi
-  # -ffp-contract=off: the host reference must round every float operation as written.
+  # -ffp-contract=off: the host reference must round every float operation as written; -ldl: sm90/sm_clock.h's
+  # dlopen on a C library older than glibc 2.34.
   "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I"$repo/kernels" $defines \
-    -Xcompiler -ffp-contract=off "$repo/kernels/sm90/test_fa_fwd_wgmma.cu" -o "$dir/test_$name" \
+    -Xcompiler -ffp-contract=off "$repo/kernels/sm90/test_fa_fwd_wgmma.cu" -o "$dir/test_$name" -ldl \
     >"$dir/build_$name.log" 2>&1 &
   pids+=("$!")
 done
