@@ -13,11 +13,13 @@ from numbers import Real
 import torch
 from torch import Tensor
 
+from zyfa_core.manifest import P_MODES
+
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
 # (d_qk, d_v) pairs the kernels serve.
 SUPPORTED_HEAD_DIMS = ((128, 128), (192, 128))
-# FP8 P modes (zyfa.reference has the numerics of each; the C++ op's kPModes keeps this order).
-P_MODES = ("exact", "lean", "f16")
+# P_MODES: the FP8 P modes, one list for the manifest and the op (zyfa.reference has the numerics of
+# each; the C++ op's kPModes keeps this order).
 # Kernels load q/k/v with 16-byte vector loads: pointers and the batch/seq/head strides must keep
 # every row 16-byte aligned.
 ALIGN_BYTES = 16

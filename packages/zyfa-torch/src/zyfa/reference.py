@@ -38,7 +38,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from zyfa_core.manifest import FP8_MAX_STALE_TAU
+from zyfa_core.manifest import FP8_MAX_STALE_TAU, P_MODES
 
 __all__ = [
     "E4M3_MAX",
@@ -58,7 +58,6 @@ E4M3_MAX = 448.0
 _LEAN_MAX_CODE = 126  # code 127 is NaN in e4m3fn
 _LOG2E = math.log2(math.e)
 _LN2 = math.log(2.0)
-P_MODES = ("exact", "lean", "f16")
 ROW_SUMS = ("rounded", "unrounded")
 
 
