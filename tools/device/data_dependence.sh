@@ -4,7 +4,7 @@
 #
 #     bash tools/device/data_dependence.sh        (through the device tool; results in $OUT)
 #
-# Stages, each with its own time limit (a failed stage does not stop the next):
+# Stages (a failed or timed-out stage does not stop the next):
 #   install  h200_run.sh's wheels and install stages (the carried peers into /tmp/zyfa-site, the zyfa packages
 #            with their cubins built by nvcc there); carry [".carry/fa4-site.tar.xz", ".whl"] for the peers
 #   probe    tools/device/wgmma_data_probe.cu: the tensor pipe alone on five value patterns and on operand tiles
@@ -15,28 +15,21 @@
 #            Gaussian and model-like, one launch each (where do they wait? how many instructions and shared-memory
 #            wavefronts per FLOP do the peers spend?): details, raw metrics and per-SASS-line source counters
 #            as CSV, packed in ncu.tgz (read them here with tools/ncu_compare.py: details / raw / source views)
-# Environment: DD_WORKLOADS (time stage), DD_IMPLS (ncu stage), DD_SKIP (stages to skip, comma-separated).
+# The stages share one budget (tools/device/stages.sh): each runs under min(its cap, time left - what the
+# later stages keep back), and the console ends with each stage's outcome; every stage's output is in log.txt.
+# Environment: DD_WORKLOADS (time stage), DD_IMPLS (ncu stage), DD_SKIP (stages to skip, comma-separated),
+# DD_TOTAL_S (the budget, default 560 s: the device tool's per-command limit is 600 s).
 set -u -o pipefail
 OUT=${OUT:-/tmp/zyfa-dd}
 mkdir -p "$OUT"
-T0=$SECONDS
+LOG="$OUT/log.txt"
+: >"$LOG"
+TOTAL=${DD_TOTAL_S:-560}
 SKIP=",${DD_SKIP:-},"
 ML=model-like
 WORKLOADS=${DD_WORKLOADS:-gaussian,$ML,$ML+rot,$ML:sink_tokens=0,$ML:k_outlier_channels=0,$ML:rope_dims=0,$ML:sink_value_scale=1,$ML:sink_tokens=0:k_outlier_channels=0:rope_dims=0}
 TIME_IMPLS=${DD_TIME_IMPLS:-zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean,fa4-bf16,cudnn-fp8}
 IMPLS=${DD_IMPLS:-zyfa-fp8-lean,zyfa-bf16,fa4-bf16,cudnn-fp8}
-
-stage() {  # stage NAME LIMIT_S FUNCTION: run unless skipped, log its time and exit status
-  local name=$1 limit=$2
-  shift 2
-  if [[ $SKIP == *",$name,"* ]]; then
-    echo "=== $name skipped"
-    return
-  fi
-  echo "=== $name (limit ${limit}s, t=$((SECONDS - T0))s)"
-  timeout "$limit" bash "$0" "$@"  # the script runs the stage's function in a child (timeout needs a program)
-  echo "=== $name rc=$? (t=$((SECONDS - T0))s)"
-}
 
 install() {
   OUT=/tmp/zyfa-install ZYFA_SKIP=tests,throughput,accuracy,clocks,report ZYFA_TOTAL_S=220 \
@@ -66,17 +59,20 @@ profile() {
   ls -la "$dir" "$OUT/ncu.tgz"
 }
 
+export OUT WORKLOADS TIME_IMPLS IMPLS
+export -f install probe time_workloads profile
+source "$(dirname "${BASH_SOURCE[0]}")/stages.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/site_path.sh"
+log "data_dependence.sh: budget ${TOTAL}s, repo $(git rev-parse --short HEAD 2>/dev/null || cat REVISION 2>/dev/null)"
+nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv | tee -a "$LOG"
+# Reserves: what the later stages need at the least (probe 30 s, time 60 s, ncu 120 s).
+stage install 260 210 install
+tail -3 "$OUT/install.txt" 2>/dev/null
+# The install stage's h200_run.sh fills the site (or a warm machine kept it): the later stages need it.
 [[ -d $SITE ]] && export PYTHONPATH="$(site_pythonpath)${PYTHONPATH:+:$PYTHONPATH}"
-if [[ $# -gt 0 ]]; then  # child: one stage's function
-  "$1"
-  exit
-fi
-git rev-parse --short HEAD 2>/dev/null || cat REVISION 2>/dev/null
-nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv
-stage install 260 install
-tail -3 "$OUT/install.txt"
-stage probe 120 probe
-stage time 150 time_workloads
-stage ncu 240 profile
-echo "=== done t=$((SECONDS - T0))s"
+stage probe 120 180 probe
+stage time 150 120 time_workloads
+stage ncu 240 0 profile
+tail -n 40 "$OUT/probe.txt" "$OUT/time.txt" 2>/dev/null
+stage_table
+log "=== done t=$(elapsed)s"

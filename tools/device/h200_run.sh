@@ -67,7 +67,6 @@ mkdir -p "$OUT"
 LOG="$OUT/log.txt"
 : >"$LOG"
 PY="${PYTHON:-python3}"
-T0=$(date +%s)
 TOTAL="${ZYFA_TOTAL_S:-510}"
 SEQLENS="${ZYFA_SEQLENS:-16384,2048,4096,8192,32768}"
 TOKENS="${ZYFA_TOKENS:-32768}"
@@ -84,47 +83,11 @@ IMPLS="${ZYFA_IMPLS:-zyfa,fa4-bf16,cudnn-bf16,cudnn-fp8,sdpa-flash,sdpa-cudnn,sd
 PYTEST_PATHS="${ZYFA_PYTEST_PATHS:-packages/zyfa-core/tests packages/zyfa-torch/tests packages/zyfa-bench/tests}"
 SKIP=",${ZYFA_SKIP:-},"
 SITE=/tmp/zyfa-site
-STATUS=()
+# log, elapsed, left, stage, stage_table; the budget counts from here.
+source "$(dirname "${BASH_SOURCE[0]}")/stages.sh"
 
 # The CLI through the interpreter that holds torch (its console script may not be on PATH).
 zb() { "$PY" -m zyfa_bench.cli "$@"; }
-log() { printf '%s\n' "$*" | tee -a "$LOG"; }
-elapsed() { echo $(($(date +%s) - T0)); }
-left() { echo $((T0 + TOTAL - $(date +%s))); }
-
-# stage NAME CAP_SECONDS RESERVE_SECONDS FUNCTION [ARGS...]: run the (exported) shell FUNCTION in a child
-# bash under a timeout of min(CAP, time left - RESERVE), RESERVE being what the later stages need at least.
-# SIGINT first (Python writes nothing half: result files are rewritten whole after every row), SIGKILL
-# 15 s later.
-stage() {
-    local name=$1 cap=$2 reserve=$3
-    shift 3
-    if [[ $SKIP == *",$name,"* ]]; then
-        STATUS+=("$name|skipped (ZYFA_SKIP)|0")
-        return 0
-    fi
-    local limit=$(($(left) - reserve))
-    ((limit > cap)) && limit=$cap
-    if ((limit < 5)); then
-        log "=== $name: not started, only $(left) s of the budget left"
-        STATUS+=("$name|not started: budget spent|0")
-        return 0
-    fi
-    log "=== $name (limit ${limit}s, t=$(elapsed)s)"
-    local start rc
-    start=$(date +%s)
-    timeout --signal=INT --kill-after=15 "$limit" bash -c '"$@"' _ "$@" >>"$LOG" 2>&1
-    rc=$?
-    local took=$(($(date +%s) - start)) what
-    case $rc in
-        0) what="ok" ;;
-        124 | 137) what="TIMED OUT after ${limit}s" ;;
-        *) what="FAILED (exit $rc)" ;;
-    esac
-    log "=== $name: $what in ${took}s"
-    STATUS+=("$name|$what|$took")
-    return 0
-}
 
 do_env() {
     nvidia-smi || echo "nvidia-smi failed"
@@ -308,9 +271,5 @@ if [[ -s "$OUT/report.md" ]]; then
         "${files[@]}" 2>&1 | tee -a "$LOG" | cut -c1-220
 fi
 echo
-printf '%-11s %-32s %6s\n' stage outcome seconds | tee -a "$LOG"
-for s in "${STATUS[@]}"; do
-    IFS='|' read -r n w t <<<"$s"
-    printf '%-11s %-32s %6s\n' "$n" "$w" "$t" | tee -a "$LOG"
-done
+stage_table
 log "total $(elapsed)s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
