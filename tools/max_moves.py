@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -41,21 +42,30 @@ def scores_log2(q: torch.Tensor, k: torch.Tensor, head: int, group: int) -> torc
     return t.masked_fill_(torch.ones_like(t, dtype=torch.bool).triu(1), -math.inf)
 
 
+def walk_blocks(
+    t: torch.Tensor, tau: float, forward: bool = True
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+    """Yield (i, block, m) for every (q tile, key block) pair in the kernels' visiting order (i: the block's
+    place in its tile's walk), m being each row's running max before the block: the kernels' max, kept
+    stale until a block's max exceeds it by more than tau (BF16 8, FP8 0)."""
+    for qt in range(t.shape[0] // TILE):
+        rows = t[qt * TILE : (qt + 1) * TILE]
+        m = torch.full((TILE,), -math.inf)
+        for i, j in enumerate(range(qt + 1) if forward else range(qt, -1, -1)):
+            block = rows[:, j * TILE : (j + 1) * TILE]
+            yield i, block, m
+            new = torch.maximum(m, block.amax(1))
+            m = torch.where((new > m + tau) | torch.isinf(m), new, m)
+
+
 def move_share(t: torch.Tensor, tau: float, forward: bool) -> float:
     """Share of (warp, block) pairs, after the first block, where some row raised its max by more than tau."""
-    n_tiles = t.shape[0] // TILE
     moves = pairs = 0
-    for qt in range(n_tiles):
-        block_max = t[qt * TILE : (qt + 1) * TILE, : (qt + 1) * TILE].reshape(TILE, qt + 1, TILE).amax(-1)
-        order = range(qt + 1) if forward else range(qt, -1, -1)
-        m = torch.full((TILE,), -math.inf)
-        for i, j in enumerate(order):
-            new = torch.maximum(m, block_max[:, j])
-            moved = new > m + tau
-            if i > 0:
-                moves += int(moved.reshape(-1, WARP_ROWS).any(-1).sum())
-                pairs += TILE // WARP_ROWS
-            m = torch.where(moved | torch.isinf(m), new, m)
+    for i, block, m in walk_blocks(t, tau, forward):
+        if i > 0:
+            moved = block.amax(1) > m + tau
+            moves += int(moved.reshape(-1, WARP_ROWS).any(-1).sum())
+            pairs += TILE // WARP_ROWS
     return moves / max(pairs, 1)
 
 
@@ -65,21 +75,15 @@ def max3_fallback_share(t: torch.Tensor, tau: float) -> tuple[float, float]:
     A thread holds keys 8 j + 2 tig + x (j < 16, x < 2) of rows g and g + 8 of its warp's 16 (tig, g: the
     lane's quad index and quad); the triple takes the fallback when any of its 32 threads does (the branch
     diverges). The running max is the kernel's: stale by up to tau (BF16 8, FP8 0)."""
-    n_tiles = t.shape[0] // TILE
     old = new = triples = 0
-    for qt in range(n_tiles):
-        m = torch.full((TILE,), -math.inf)  # running max per row, blocks visited from key 0
-        for j in range(qt + 1):
-            block = t[qt * TILE : (qt + 1) * TILE, j * TILE : (j + 1) * TILE]
-            # (row, j, tig, x) -> all negative (or masked) per (row, tig)
-            all_neg = (block.reshape(TILE, 16, 4, 2) < 0).all(dim=3).all(dim=1)
-            need = all_neg & (m < 0)[:, None]
-            # rows as (warp, half, g): the half's 8 rows x 4 tig are one branch
-            old += int(all_neg.reshape(-1, 2, 8 * 4).any(-1).sum())
-            new += int(need.reshape(-1, 2, 8 * 4).any(-1).sum())
-            triples += TILE // WARP_ROWS * 2
-            new_m = torch.maximum(m, block.amax(1))
-            m = torch.where((new_m > m + tau) | torch.isinf(m), new_m, m)
+    for _, block, m in walk_blocks(t, tau):
+        # (row, j, tig, x) -> all negative (or masked) per (row, tig)
+        all_neg = (block.reshape(TILE, 16, 4, 2) < 0).all(dim=3).all(dim=1)
+        need = all_neg & (m < 0)[:, None]
+        # rows as (warp, half, g): the half's 8 rows x 4 tig are one branch
+        old += int(all_neg.reshape(-1, 2, 8 * 4).any(-1).sum())
+        new += int(need.reshape(-1, 2, 8 * 4).any(-1).sum())
+        triples += TILE // WARP_ROWS * 2
     return old / max(triples, 1), new / max(triples, 1)
 
 
