@@ -43,6 +43,7 @@ probe() {
 }
 
 time_workloads() {
+  set -o pipefail  # the stage fails with the timing script, not with tee
   python3 tools/device/workload_cycles.py time --workloads "$WORKLOADS" --impls "$TIME_IMPLS" | tee "$OUT/time.txt"
 }
 
@@ -51,6 +52,10 @@ profile() {
   rm -rf "$dir" && mkdir -p "$dir"
   ncu --clock-control none --profile-from-start off --set full --import-source no -f -o "$dir/report" \
     python3 tools/device/workload_cycles.py profile --impls "$IMPLS" > "$dir/ncu_console.txt" 2>&1
+  if [[ ! -s $dir/report.ncu-rep ]]; then  # no report, nothing to export: say why and fail the stage
+    tail -20 "$dir/ncu_console.txt"
+    return 1
+  fi
   ncu -i "$dir/report.ncu-rep" --page details --csv > "$dir/details.csv" 2>&1
   ncu -i "$dir/report.ncu-rep" --page raw --csv > "$dir/raw.csv" 2>&1
   ncu -i "$dir/report.ncu-rep" --page source --print-source sass --csv > "$dir/source.csv" 2>&1
