@@ -44,26 +44,28 @@ def scores_log2(q: torch.Tensor, k: torch.Tensor, head: int, group: int) -> torc
 
 def walk_blocks(
     t: torch.Tensor, tau: float, forward: bool = True
-) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-    """Yield (i, block, m) for every (q tile, key block) pair in the kernels' visiting order (i: the block's
-    place in its tile's walk), m being each row's running max before the block: the kernels' max, kept
-    stale until a block's max exceeds it by more than tau (BF16 8, FP8 0)."""
+) -> Iterator[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Yield (i, block, block_max, m) for every (q tile, key block) pair in the kernels' visiting order
+    (i: the block's place in its tile's walk; block_max: each row's max in the block), m being each row's
+    running max before the block: the kernels' max, kept stale until a block's max exceeds it by more than
+    tau (BF16 8, FP8 0)."""
     for qt in range(t.shape[0] // TILE):
         rows = t[qt * TILE : (qt + 1) * TILE]
         m = torch.full((TILE,), -math.inf)
         for i, j in enumerate(range(qt + 1) if forward else range(qt, -1, -1)):
             block = rows[:, j * TILE : (j + 1) * TILE]
-            yield i, block, m
-            new = torch.maximum(m, block.amax(1))
+            block_max = block.amax(1)
+            yield i, block, block_max, m
+            new = torch.maximum(m, block_max)
             m = torch.where((new > m + tau) | torch.isinf(m), new, m)
 
 
 def move_share(t: torch.Tensor, tau: float, forward: bool) -> float:
     """Share of (warp, block) pairs, after the first block, where some row raised its max by more than tau."""
     moves = pairs = 0
-    for i, block, m in walk_blocks(t, tau, forward):
+    for i, _, block_max, m in walk_blocks(t, tau, forward):
         if i > 0:
-            moved = block.amax(1) > m + tau
+            moved = block_max > m + tau
             moves += int(moved.reshape(-1, WARP_ROWS).any(-1).sum())
             pairs += TILE // WARP_ROWS
     return moves / max(pairs, 1)
@@ -76,7 +78,7 @@ def max3_fallback_share(t: torch.Tensor, tau: float) -> tuple[float, float]:
     lane's quad index and quad); the triple takes the fallback when any of its 32 threads does (the branch
     diverges). The running max is the kernel's: stale by up to tau (BF16 8, FP8 0)."""
     old = new = triples = 0
-    for _, block, m in walk_blocks(t, tau):
+    for _, block, _, m in walk_blocks(t, tau):
         # (row, j, tig, x) -> all negative (or masked) per (row, tig)
         all_neg = (block.reshape(TILE, 16, 4, 2) < 0).all(dim=3).all(dim=1)
         need = all_neg & (m < 0)[:, None]
