@@ -54,7 +54,9 @@
 #     clocks      zyfa-bench clocks on model-like data, 16K d=128, 5 s per implementation -> $OUT/clocks.json
 #     report      $OUT/report.md, $OUT/throughput.png, $OUT/accuracy.png, then the short tables
 # Files back in $OUT (8, the device tool's limit): log.txt pytest.txt throughput.json accuracy.json
-# clocks.json report.md throughput.png accuracy.png.
+# clocks.json report.md throughput.png accuracy.png, and throughput-<workload>.json per extra workload;
+# beyond 8 (with the caller's console copy), report.md and the figures travel as report.tar
+# (fit_out_files in stages.sh; `zyfa-bench report` makes them again from the JSON).
 #
 # Expected runtime: ~6-8 min (install ~1-2 min with the nvcc build, tests ~1 min, sweep <= ~3 min
 # (capped by --time-budget), accuracy ~30 s, clocks ~20 s, report ~10 s); never more than ZYFA_TOTAL_S.
@@ -263,6 +265,8 @@ stage accuracy 80 "$(reserve_for clocks report)" do_accuracy
 stage clocks "$CLOCKS_S" "$(reserve_for report)" do_clocks
 stage report 40 0 do_report
 rm -f "$OUT"/*.tmp
+# The caller's console copy ($OUT/product_console.txt) and a second workload's JSON make nine files.
+fit_out_files "$OUT" 8 report.tar report.md throughput.png accuracy.png
 
 # The short tables last: the report's summary, then each stage's outcome.
 if [[ -s "$OUT/report.md" ]]; then

@@ -58,3 +58,21 @@ stage_table() {
         printf '%-11s %-32s %6s\n' "$n" "$w" "$t" | tee -a "$LOG"
     done
 }
+
+# fit_out_files DIR MAX TAR FILE...: the device tool brings back at most MAX (8) files from $OUT and drops
+# the rest. When more than MAX files lie under DIR (a second workload's JSON and the caller's console copy
+# make nine in h200_run.sh), pack the named FILEs (those present) into DIR/TAR: the report and figures
+# are made from the JSON again by `zyfa-bench report`, the JSON and logs are not.
+fit_out_files() {
+    local dir=$1 max=$2 tarname=$3 n f present=()
+    shift 3
+    n=$(find "$dir" -type f | wc -l)
+    ((n <= max)) && return 0
+    for f in "$@"; do [[ -f $dir/$f ]] && present+=("$f"); done
+    if ((${#present[@]} < 2)) || ((n - ${#present[@]} + 1 > max)); then
+        log "WARNING: $n files in $dir and packing ${present[*]:-nothing} cannot bring them to $max: some stay behind"
+        ((${#present[@]} < 2)) && return 0
+    fi
+    tar -C "$dir" -cf "$dir/$tarname" "${present[@]}" && (cd "$dir" && rm -f "${present[@]}")
+    log "$n files in $dir, the device tool returns $max: ${present[*]} packed into $tarname"
+}

@@ -84,3 +84,53 @@ def test_device_scripts_use_the_shared_runner():
         text = (DEVICE / name).read_text()
         assert "/stages.sh" in text and "stage() {" not in text, name
         subprocess.run(["bash", "-n", str(DEVICE / name)], check=True)
+
+
+FIT = r"""
+set -u
+LOG=$1/log.txt
+: >"$LOG"
+TOTAL=60
+SKIP=","
+source "$2/stages.sh"
+fit_out_files "$1/out" 8 report.tar report.md throughput.png accuracy.png
+"""
+
+
+def _fit(tmp_path: Path, names: list[str]) -> tuple[set[str], str]:
+    out = tmp_path / "out"
+    out.mkdir()
+    for n in names:
+        (out / n).write_text(f"content of {n}\n")
+    script = tmp_path / "fit.sh"
+    script.write_text(FIT)
+    subprocess.run(["bash", str(script), str(tmp_path), str(DEVICE)], check=True, timeout=30)
+    return {p.name for p in out.iterdir()}, (tmp_path / "log.txt").read_text()
+
+
+RESULTS = ["log.txt", "pytest.txt", "throughput.json", "accuracy.json", "report.md", "throughput.png"]
+
+
+def test_eight_files_travel_as_they_are(tmp_path):
+    names = [*RESULTS, "accuracy.png", "throughput-model-like.json"]
+    left, log = _fit(tmp_path, names)
+    assert left == set(names) and log == ""
+
+
+def test_a_ninth_file_packs_the_report_and_figures(tmp_path):
+    # The product run on two workloads, with the caller's console copy: nine files, the tool returns eight.
+    names = [*RESULTS, "accuracy.png", "throughput-model-like.json", "product_console.txt"]
+    left, log = _fit(tmp_path, names)
+    assert len(left) <= 8 and "report.tar" in left
+    assert not {"report.md", "throughput.png", "accuracy.png"} & left
+    listing = subprocess.run(
+        ["tar", "-tf", str(tmp_path / "out" / "report.tar")], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert sorted(listing) == ["accuracy.png", "report.md", "throughput.png"]
+    assert "packed into report.tar" in log
+
+
+def test_too_many_files_are_said_not_hidden(tmp_path):
+    names = [*RESULTS, *(f"extra{i}.json" for i in range(6))]
+    left, log = _fit(tmp_path, names)
+    assert "WARNING: 12 files" in log and "report.tar" in left
