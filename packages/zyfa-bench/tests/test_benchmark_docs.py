@@ -1,13 +1,16 @@
 """docs/benchmarks/index.md's headline tables against the committed runs they quote.
 
 "Where things stand" is written by hand beside a product run's report; a figure typed wrong or left from an
-older run would tell users something no run measured. Each of its three tables is checked here against the
-JSON of the run it names: the TFLOP/s table cell by cell (rounded to the TFLOP/s), the targets table's ratios
-as zyfa_bench.report computes them from that JSON (column "measured (call N)": call N's Gaussian sweep;
-"model-like (call M)": call M's model-like sweep, with "Gaussian in call M: x" its Gaussian one), and the
-accuracy table's columns that come from the run's accuracy.json. A new product run that changes the section
-must keep this layout or change this test with it. Skipped outside a repository checkout (an installed
-zyfa-bench has no docs) and where the dated folders were held back (a device call's tree).
+older run would tell users something no run measured. Two layouts are checked:
+- a run's headline (zyfa_bench.headline, the top of its report.md), marked by `headline.MARKER` before its
+  tables: the section's tables must be the headline made again from the linked run's JSON, verbatim;
+- the sixteenth session's hand-made layout (no marker): each of its three tables against the JSON of the run
+  it names: the TFLOP/s table cell by cell (rounded to the TFLOP/s), the targets table's ratios as
+  zyfa_bench.report computes them from that JSON (column "measured (call N)": call N's Gaussian sweep;
+  "model-like (call M)": call M's model-like sweep, with "Gaussian in call M: x" its Gaussian one), and the
+  accuracy table's columns that come from the run's accuracy.json.
+Skipped outside a repository checkout (an installed zyfa-bench has no docs) and where the dated folders were
+held back (a device call's tree).
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from zyfa_bench.report import targets_table
-from zyfa_bench.results import load_results
+from zyfa_bench.headline import MARKER, headline, tables_of
+from zyfa_bench.report import build_report, targets_table
 
 BENCH = Path(__file__).resolve().parents[3] / "docs" / "benchmarks"
 INDEX = BENCH / "index.md"
@@ -73,14 +76,17 @@ def _run_dir(call: int | None = None) -> Path:
     return folder
 
 
+def _result_files(folder: Path, kind: str = "throughput") -> list[Path]:
+    """A run's JSON of one kind in h200_run.sh's order (throughput.json, then the other workloads'):
+    where two files give GEMM ceilings, the report takes the first file's."""
+    first = folder / f"{kind}.json"
+    return [first] * first.is_file() + sorted(folder.glob(f"{kind}-*.json"))
+
+
 def _rows(folder: Path, kind: str = "throughput") -> tuple[list[dict], dict]:
-    rows, ceilings = [], {}
-    for path in sorted(folder.glob(f"{kind}*.json")):
-        doc = load_results(path)
-        rows += doc["rows"]
-        ceilings.update(doc.get("ceilings") or {})
-    assert rows, f"no {kind} JSON in {folder}"
-    return rows, ceilings
+    _, rows, ceilings = build_report(_result_files(folder, kind))
+    assert rows[kind], f"no {kind} JSON in {folder}"
+    return rows[kind], ceilings
 
 
 def _measured_targets(folder: Path) -> dict[str, tuple[int, float] | None]:
@@ -93,8 +99,16 @@ def _measured_targets(folder: Path) -> dict[str, tuple[int, float] | None]:
     return out
 
 
+def _hand_made() -> str:
+    """The section, when it keeps the hand-made layout; the headline's is checked by its own test."""
+    section = _section()
+    if MARKER in section:
+        pytest.skip("the section quotes a run's headline (test_headline_tables_are_the_runs)")
+    return section
+
+
 def test_tflops_table_is_the_runs():
-    table = _tables(_section())[0]
+    table = _tables(_hand_made())[0]
     header, body = table[0], table[1:]
     rows, _ = _rows(_run_dir())
     tflops = {
@@ -132,7 +146,7 @@ def _model_like(name: str) -> str:
 def test_targets_table_is_the_runs():
     """Row i of the index's table is the report's Gaussian target i (the same order: the seven of
     zyfa_bench.report.TARGETS, then the worst seqlen per shape and precision)."""
-    table = _tables(_section())[1]
+    table = _tables(_hand_made())[1]
     header, body = table[0], table[1:]
     checked = 0
     for i, title in enumerate(header):
@@ -159,7 +173,7 @@ def test_targets_table_is_the_runs():
 
 
 def test_accuracy_table_is_the_runs():
-    table = _tables(_section())[2]
+    table = _tables(_hand_made())[2]
     header, body = table[0], table[1:]
     rows, _ = _rows(_run_dir(), "accuracy")
     err = {
@@ -175,3 +189,51 @@ def test_accuracy_table_is_the_runs():
             assert float(text) == float(f"{err[(impl, workload)]:.{digits - 1}e}"), (title, workload, text)
             checked += 1
     assert checked == 8
+
+
+def _headline_of(folder: Path) -> str:
+    files = _result_files(folder) + _result_files(folder, "accuracy")
+    assert files, f"no result JSON in {folder}"
+    _, rows, ceilings = build_report(files)
+    return headline(rows, ceilings)
+
+
+def _check_headline(section: str, folder: Path) -> None:
+    """The tables after MARKER are the headline of the run in `folder`, verbatim and in order."""
+    want = tables_of(_headline_of(folder))
+    got = tables_of(section.split(MARKER, 1)[1])
+    assert len(got) >= len(want), (
+        f"the section has {len(got)} tables after the marker, the headline {len(want)}"
+    )
+    for i, (g, w) in enumerate(zip(got[: len(want)], want, strict=True)):
+        assert g == w, (
+            f"table {i + 1} after the marker is not the run's headline table:\n{g}\n--- the run's:\n{w}"
+        )
+
+
+def test_headline_tables_are_the_runs():
+    section = _section()
+    if MARKER not in section:
+        pytest.skip("the section keeps the hand-made layout (checked by the tests above)")
+    _check_headline(section, _run_dir())
+
+
+def test_a_changed_headline_figure_fails():
+    """The verbatim check on a real run (the sixteenth session's product run): its own headline passes, the
+    same with one digit changed, one line dropped or the tables reordered does not."""
+    folder = BENCH / "2026-12-04" / "session16_call2"
+    if not folder.is_dir():
+        pytest.skip(f"{folder.parent.name}/ is not in this tree")
+    tables = _headline_of(folder)
+    section = f"## Where things stand\n\nprose\n\n{MARKER}\n\n{tables}\n\nmore prose\n"
+    _check_headline(section, folder)
+    assert "| 761 / 1041 / 636 |" in section
+    for broken in (
+        section.replace("| 761 / 1041 / 636 |", "| 761 / 1042 / 636 |"),
+        section.replace("\n| mla192 | gaussian |", "\n| mla192 | model-like |", 1),
+        "\n".join(ln for ln in section.splitlines() if "ZYFA FP8 / ZYFA BF16, 192/128" not in ln),
+        section.replace("2.94e-2 | 0.89×", "2.94e-2 | 0.88×"),
+    ):
+        assert broken != section
+        with pytest.raises(AssertionError):
+            _check_headline(broken, folder)

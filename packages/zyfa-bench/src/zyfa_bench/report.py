@@ -165,35 +165,40 @@ def _value(
     return next((r["tflops"] for r in pool if r["impl"] == key), None), key
 
 
-def targets_table(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
-    """Issue-5 targets with measured ratios (and 'no data' where a side is missing), once per workload
-    (Gaussian first; the others name their workload in the target)."""
-    body = []
+def target_results(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each of TARGETS once per workload present (Gaussian first): {"workload", "target", "seqlen", "need",
+    "ratio" (None without data on either side), "impl" (the ZYFA variant a "zyfa-best" side took)}."""
+    out = []
     workloads = sorted({_workload(r) for r in rows}, key=lambda w: (w != "gaussian", w)) or ["gaussian"]
     for wl in workloads:
         sub = [r for r in rows if _workload(r) == wl]
         for desc, shape, prec, s, num, den, need in TARGETS:
-            name = desc if wl == "gaussian" else f"{desc} ({wl})"
             (a, a_impl), (b, _) = (
                 _value(sub, ceilings, shape, prec, s, num),
                 _value(sub, ceilings, shape, prec, s, den),
             )
-            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0:
-                ratio = a / b
-                shown = f"{ratio:.2f}× ({a_impl})" if num == "zyfa-best" else f"{ratio:.2f}×"
-                body.append([name, s, shown, f"≥ {need:.2f}×", "met" if ratio >= need else "MISSED"])
-            elif wl == workloads[0]:
-                body.append([name, s, "no data", f"≥ {need:.2f}×", "–"])
-    body += _every_seqlen_targets(rows)
-    return _table(["target", "seqlen", "measured", "needed", ""], body)
+            ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0
+            out.append(
+                {
+                    "workload": wl,
+                    "target": desc,
+                    "seqlen": s,
+                    "need": need,
+                    "ratio": a / b if ok else None,
+                    "impl": a_impl if num == "zyfa-best" else None,
+                }
+            )
+    return out
 
 
-def _every_seqlen_targets(rows: list[dict[str, Any]]) -> list[list[Any]]:
+def worst_seqlens(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (shape, workload, precision): the seqlen where ZYFA's best variant stands lowest against the best
+    peer, {"shape", "workload", "precision", "seqlen", "ratio"}, ordered by (shape [workload], precision)."""
     out = []
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in _ok(rows):
-        groups[(_panel(r), r["precision"])].append(r)
-    for (shape, prec), grp in sorted(groups.items()):
+        groups[(r.get("shape", r.get("label", "?")), _workload(r), r["precision"])].append(r)
+    for (shape, wl, prec), grp in groups.items():
         worst = None
         for s in sorted({r["seqlen_q"] for r in grp}):
             z = max(
@@ -207,17 +212,31 @@ def _every_seqlen_targets(rows: list[dict[str, Any]]) -> list[list[Any]]:
             if z and p and (worst is None or z / p < worst[1]):
                 worst = (s, z / p)
         if worst:
-            need = "≥ 1.00×"
             out.append(
-                [
-                    f"{shape} {prec}: ZYFA vs best peer, worst seqlen",
-                    worst[0],
-                    f"{worst[1]:.2f}×",
-                    need,
-                    "met" if worst[1] >= 1.0 else "MISSED",
-                ]
+                {"shape": shape, "workload": wl, "precision": prec, "seqlen": worst[0], "ratio": worst[1]}
             )
-    return out
+    return sorted(out, key=lambda t: (_panel(t), t["precision"]))
+
+
+def targets_table(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
+    """Issue-5 targets with measured ratios (and 'no data' where a side is missing), once per workload
+    (Gaussian first; the others name their workload in the target)."""
+    body = []
+    results = target_results(rows, ceilings)
+    first = results[0]["workload"]
+    for t in results:
+        name = t["target"] if t["workload"] == "gaussian" else f"{t['target']} ({t['workload']})"
+        need = f"≥ {t['need']:.2f}×"
+        if t["ratio"] is not None:
+            shown = f"{t['ratio']:.2f}× ({t['impl']})" if t["impl"] else f"{t['ratio']:.2f}×"
+            body.append([name, t["seqlen"], shown, need, "met" if t["ratio"] >= t["need"] else "MISSED"])
+        elif t["workload"] == first:
+            body.append([name, t["seqlen"], "no data", need, "–"])
+    for w in worst_seqlens(rows):
+        verdict = "met" if w["ratio"] >= 1.0 else "MISSED"
+        name = f"{_panel(w)} {w['precision']}: ZYFA vs best peer, worst seqlen"
+        body.append([name, w["seqlen"], f"{w['ratio']:.2f}×", "≥ 1.00×", verdict])
+    return _table(["target", "seqlen", "measured", "needed", ""], body)
 
 
 # ---------------------------------------------------------------- accuracy
@@ -417,14 +436,20 @@ def _header(doc: dict[str, Any]) -> str:
 
 
 def build_report(paths: list[str | Path]) -> tuple[str, dict[str, list[dict[str, Any]]], dict[str, Any]]:
-    """(markdown, rows by kind, merged ceilings) for the result files `paths`."""
+    """(markdown, rows by kind, merged ceilings) for the result files `paths`; where several files give a
+    GEMM ceiling, the first one's."""
+    from zyfa_bench.headline import headline  # it builds on this module's targets
+
     docs = [load_results(p) for p in paths]
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     ceilings: dict[str, Any] = {}
     for d in docs:
         rows[d["kind"]] += d["rows"]
-        ceilings.update(d.get("ceilings") or {})
+        for key, value in (d.get("ceilings") or {}).items():
+            ceilings.setdefault(key, value)  # the first file's (h200_run.sh measures them once, first)
     parts = ["# zyfa-bench report", "\n".join(_header(d) for d in docs)]
+    if rows["throughput"] or rows["accuracy"]:
+        parts += ["## Headline (what docs/benchmarks/index.md quotes)", headline(rows, ceilings)]
     if rows["throughput"]:
         parts += ["## Throughput", throughput_tables(rows["throughput"])]
         if ceilings:
@@ -495,6 +520,8 @@ def write_report(paths: list[str | Path], out_dir: str | Path) -> dict[str, Path
 
 def summary_text(paths: list[str | Path]) -> str:
     """The short console summary: throughput pivots, targets, accuracy (no detail table)."""
+    from zyfa_bench.headline import headline
+
     _, rows, ceilings = build_report(paths)
     parts = []
     if rows["throughput"]:
@@ -503,4 +530,6 @@ def summary_text(paths: list[str | Path]) -> str:
         parts += [accuracy_tables(rows["accuracy"]), accuracy_targets(rows["accuracy"])]
     if rows["clocks"]:
         parts.append(clocks_table(rows["clocks"]))
+    if rows["throughput"] or rows["accuracy"]:
+        parts.append(headline(rows, ceilings))  # last: what the device tool's output tail keeps
     return "\n\n".join(p for p in parts if p)

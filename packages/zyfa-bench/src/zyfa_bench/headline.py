@@ -1,0 +1,169 @@
+"""A product run's headline: the three tables docs/benchmarks/index.md quotes under "Where things stand".
+
+From one run's rows (every workload's sweep and the accuracy run):
+- TFLOP/s at the targets' seqlen, one line per (shape, workload), ZYFA's FP8 P modes in one column;
+- issue 5's targets with one column per workload and a verdict across them (a target met on Gaussian
+  inputs only says so);
+- the FP8 kernels' own error (relative L2 vs float64 on the dequantised inputs, rotation off) per workload,
+  with its ratio to cuDNN FP8's (issue 5 asks for <= 0.5x).
+report.md opens with it, so the index can quote a run's tables as its JSON gives them, and
+tests/test_benchmark_docs.py checks that it does.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from zyfa_bench.report import _ok, _spread, _table, _workload, target_results, worst_seqlens
+
+__all__ = ["MARKER", "fp8_errors", "headline", "tables_of", "targets_by_workload", "tflops_table"]
+
+# The line the index puts before a headline's tables: test_benchmark_docs.py then checks them verbatim.
+MARKER = "<!-- zyfa-bench headline -->"
+
+
+def _workloads(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted({_workload(r) for r in rows}, key=lambda w: (w != "gaussian", w))
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """(title, impls) per column: ZYFA BF16, ZYFA's FP8 P modes together ("zyfa-fp8 exact / lean / f16"),
+    then each peer, in the order the run measured them."""
+    impls = list(dict.fromkeys(r["impl"] for r in rows))
+    zyfa_fp8 = [i for i in impls if i.startswith("zyfa-fp8-")]
+    cols = [(i, [i]) for i in impls if i.startswith("zyfa") and i not in zyfa_fp8]
+    if zyfa_fp8:
+        cols.append(("zyfa-fp8 " + " / ".join(i.removeprefix("zyfa-fp8-") for i in zyfa_fp8), zyfa_fp8))
+    return cols + [(i, [i]) for i in impls if not i.startswith("zyfa")]
+
+
+def tflops_table(rows: list[dict[str, Any]], seqlen: int) -> str:
+    """TFLOP/s (rounded) at `seqlen`: a line per (shape, workload), a column per implementation group."""
+    ok = [r for r in _ok(rows) if r["seqlen_q"] == seqlen]
+    tflops = {(r["shape"], _workload(r), r["impl"]): r["tflops"] for r in ok}
+    cols = _columns(ok)
+    body = []
+    for wl in _workloads(ok):
+        for shape in dict.fromkeys(r["shape"] for r in ok if _workload(r) == wl):
+            cells = [
+                " / ".join(
+                    f"{tflops[(shape, wl, i)]:.0f}" if (shape, wl, i) in tflops else "–" for i in impls
+                )
+                for _, impls in cols
+            ]
+            body.append([shape, wl, *cells])
+    return _table(["shape", "workload", *(title for title, _ in cols)], body)
+
+
+def _verdict(met: dict[str, bool]) -> str:
+    """'met', 'MISSED', or 'met on <workloads> only' when the workloads disagree."""
+    if not met:
+        return "no data"
+    if all(met.values()):
+        return "met"
+    if not any(met.values()):
+        return "MISSED"
+    return "met on " + ", ".join(w for w, m in met.items() if m) + " only"
+
+
+def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
+    """Issue 5's targets, one ratio column per workload (with the ZYFA variant behind it), then ZYFA
+    against the best peer at its worst seqlen per shape and precision."""
+    workloads = _workloads(rows) or ["gaussian"]
+    cells: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for t in target_results(rows, ceilings):
+        cells.setdefault((t["target"], t["seqlen"], f"≥ {t['need']:.2f}×"), {})[t["workload"]] = t
+    body = []
+    for (target, seqlen, need), by_wl in cells.items():
+        shown, met = [], {}
+        for wl in workloads:
+            t = by_wl.get(wl)
+            if t is None or t["ratio"] is None:
+                shown.append("–")
+                continue
+            shown.append(f"{t['ratio']:.2f}×" + (f" ({t['impl']})" if t["impl"] else ""))
+            met[wl] = t["ratio"] >= t["need"]
+        body.append([target, seqlen, *shown, need, _verdict(met)])
+    worst: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for w in worst_seqlens(rows):
+        worst.setdefault((w["shape"], w["precision"]), {})[w["workload"]] = w
+    for (shape, prec), by_wl in worst.items():
+        seqlens = sorted({r["seqlen_q"] for r in _ok(rows) if r.get("shape") == shape})
+        span = f"{seqlens[0]}-{seqlens[-1]}" if len(seqlens) > 1 else str(seqlens[0])
+        shown = [
+            f"{by_wl[wl]['ratio']:.2f}× at {by_wl[wl]['seqlen']}" if wl in by_wl else "–" for wl in workloads
+        ]
+        met = {wl: w["ratio"] >= 1.0 for wl, w in by_wl.items()}
+        body.append(
+            [f"{shape} {prec.upper()} vs the best peer, worst seqlen", span, *shown, "≥ 1.00×", _verdict(met)]
+        )
+    return _table(["target", "seqlen", *workloads, "needed", ""], body)
+
+
+def _sci(x: float) -> str:
+    """3 significant digits, the exponent without padding: 2.02e-2."""
+    mantissa, exp = f"{x:.2e}".split("e")
+    return f"{mantissa}e{int(exp)}"
+
+
+def fp8_errors(rows: list[dict[str, Any]]) -> str:
+    """Per shape and FP8 implementation: median rel L2 vs float64 on the dequantised inputs (rotation off)
+    per workload, and its ratio to cuDNN FP8's."""
+    med: dict[tuple[str, str, str], float] = {}
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for r in _ok(rows):
+        if (
+            r.get("precision") == "fp8"
+            and not r.get("rotate")
+            and r["impl"] != "exact-attention-on-fp8-inputs"
+        ):
+            groups.setdefault((r["shape"], _workload(r), r["impl"]), []).append(r.get("rel_l2_vs_dequant"))
+    for key, vals in groups.items():
+        if (sp := _spread(vals)) is not None:
+            med[key] = sp[0]
+    workloads = _workloads(rows)
+    impls = list(dict.fromkeys(k[2] for k in med))
+    impls = [i for i in impls if i != "cudnn-fp8"] + [i for i in impls if i == "cudnn-fp8"]
+    body = []
+    for shape in dict.fromkeys(k[0] for k in med):
+        for impl in impls:
+            line: list[Any] = [shape, impl]
+            for wl in workloads:
+                err, ref = med.get((shape, wl, impl)), med.get((shape, wl, "cudnn-fp8"))
+                line.append(_sci(err) if err is not None else "–")
+                line.append(f"{err / ref:.2f}×" if err is not None and ref and impl != "cudnn-fp8" else "–")
+            body.append(line)
+    header = ["shape", "impl"] + [h for wl in workloads for h in (f"{wl} rel L2", f"{wl} / cudnn-fp8")]
+    return _table(header, body)
+
+
+def headline(rows: dict[str, list[dict[str, Any]]], ceilings: dict[str, Any], seqlen: int = 16384) -> str:
+    """The three tables with a line saying what each shows; rows by kind as report.build_report gives them."""
+    parts = []
+    thr, acc = rows.get("throughput") or [], rows.get("accuracy") or []
+    if thr:
+        gemm = ", ".join(
+            f"{name} {ceilings[key]:.0f}"
+            for name, key in (("BF16", "bf16_gemm_tflops"), ("FP8", "fp8_gemm_tflops"))
+            if isinstance(ceilings.get(key), (int, float))
+        )
+        parts.append(
+            f"TFLOP/s at seqlen {seqlen} (causal FLOPs; GEMM ceilings in the run: {gemm or 'none'}):"
+        )
+        parts.append(tflops_table(thr, seqlen))
+        parts.append("Issue 5's targets per workload (the ZYFA variant behind each ratio in brackets):")
+        parts.append(targets_by_workload(thr, ceilings))
+    if acc:
+        seqlens = sorted({r["seqlen_q"] for r in _ok(acc)})
+        parts.append(
+            f"FP8 error at seqlen {', '.join(map(str, seqlens))}: relative L2 vs float64 on the dequantised "
+            "inputs, rotation off, median over seeds; issue 5 asks for <= 0.50x cuDNN FP8's:"
+        )
+        parts.append(fp8_errors(acc))
+    return "\n\n".join(parts)
+
+
+def tables_of(text: str) -> list[str]:
+    """The markdown tables in text, each as its lines joined (for a verbatim comparison)."""
+    return [m.group(0).strip() for m in re.finditer(r"(?m)(^\|.*\|\n?)+", text)]

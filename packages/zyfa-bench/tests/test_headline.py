@@ -1,0 +1,96 @@
+"""The headline tables of a run (zyfa_bench.headline) from fixture JSON: what the benchmark index quotes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from zyfa_bench.headline import tables_of
+from zyfa_bench.report import build_report, summary_text
+
+DATA = Path(__file__).parent / "data"
+THROUGHPUT, ACCURACY = DATA / "throughput_fixture.json", DATA / "accuracy_fixture.json"
+
+
+def _model_like(tmp_path: Path, scale: float) -> Path:
+    """The throughput fixture as a model-like sweep, every rate scaled, its GEMM ceilings doubled (the
+    report must keep the first file's)."""
+    doc = json.loads(THROUGHPUT.read_text())
+    for r in doc["rows"]:
+        r["workload"] = "model-like"
+        if isinstance(r.get("tflops"), (int, float)):
+            r["tflops"] *= scale
+    doc["ceilings"] = {k: 2 * v for k, v in doc["ceilings"].items()}
+    path = tmp_path / "throughput-model-like.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _headline(paths: list[Path]) -> list[list[str]]:
+    text, _, _ = build_report(paths)
+    section = text.split("## Headline")[1].split("\n## ")[0]
+    return [t.splitlines() for t in tables_of(section)]
+
+
+def _line(table: list[str], start: str) -> str:
+    return next(ln for ln in table if ln.startswith(start))
+
+
+def test_tflops_at_16k_per_shape_and_workload(tmp_path):
+    tflops, _ = _headline([THROUGHPUT, _model_like(tmp_path, 0.5)])
+    assert tflops[0] == (
+        "| shape | workload | zyfa-bf16 | zyfa-fp8 exact / lean | fa4-bf16 | cudnn-bf16 | sdpa-flash "
+        "| cudnn-fp8 |"
+    )
+    assert (
+        _line(tflops, "| gqa128 | gaussian |")
+        == "| gqa128 | gaussian | 600 | 1050 / 1000 | 632 | 574 | 339 | 885 |"
+    )
+    # No lean kernel and an unsupported sdpa-flash at 192/128: shown as missing, not dropped or zero.
+    assert (
+        _line(tflops, "| mla192 | gaussian |") == "| mla192 | gaussian | 650 | 900 / – | 664 | – | – | 630 |"
+    )
+    assert (
+        _line(tflops, "| gqa128 | model-like |")
+        == "| gqa128 | model-like | 300 | 525 / 500 | 316 | 287 | 170 | 442 |"
+    )
+
+
+def test_targets_per_workload_and_one_verdict(tmp_path):
+    _, targets = _headline([THROUGHPUT, _model_like(tmp_path, 0.5)])
+    assert targets[0] == "| target | seqlen | gaussian | model-like | needed |  |"
+    # Ratios between two kernels keep when every rate halves; the ratio to the GEMM ceiling (the first
+    # file's, 1234) halves with them: met on Gaussian inputs only.
+    assert _line(targets, "| FP8 d128 GQA vs cuDNN FP8") == (
+        "| FP8 d128 GQA vs cuDNN FP8 (FP8 out) | 16384 | 1.19× (zyfa-fp8-exact) | 1.19× (zyfa-fp8-exact) "
+        "| ≥ 1.15× | met |"
+    )
+    assert _line(targets, "| FP8 d128 GQA vs FP8 GEMM") == (
+        "| FP8 d128 GQA vs FP8 GEMM ceiling | 16384 | 0.85× (zyfa-fp8-exact) | 0.43× (zyfa-fp8-exact) "
+        "| ≥ 0.80× | met on gaussian only |"
+    )
+    assert _line(targets, "| BF16 d128 GQA vs FlashAttention-4").endswith("| ≥ 1.05× | MISSED |")
+    # BF16 d128 trails FA4 at every seqlen in the fixture; its worst is 2K (0.949).
+    assert _line(targets, "| gqa128 BF16 vs the best peer") == (
+        "| gqa128 BF16 vs the best peer, worst seqlen | 2048-32768 | 0.95× at 2048 | 0.95× at 2048 "
+        "| ≥ 1.00× | MISSED |"
+    )
+
+
+def test_fp8_errors_with_their_ratio_to_cudnn():
+    (errors,) = _headline([ACCURACY])
+    assert errors[0] == (
+        "| shape | impl | gaussian rel L2 | gaussian / cudnn-fp8 | model-like rel L2 "
+        "| model-like / cudnn-fp8 |"
+    )
+    # Medians over the two seeds: 0.0125 and 0.0335; rotation-on rows and BF16 rows are not in it.
+    assert errors[2:] == [
+        "| gqa128 | zyfa-fp8-exact | 1.25e-2 | 0.37× | 1.25e-2 | 0.37× |",
+        "| gqa128 | cudnn-fp8 | 3.35e-2 | – | 3.35e-2 | – |",
+    ]
+
+
+def test_the_console_summary_ends_with_the_headline():
+    text = summary_text([THROUGHPUT, ACCURACY])
+    # Last, so the device tool's output tail (its last 12,000 characters) holds it.
+    assert text.rstrip().splitlines()[-1] == "| gqa128 | cudnn-fp8 | 3.35e-2 | – | 3.35e-2 | – |"
