@@ -266,8 +266,6 @@ stage accuracy 80 "$(reserve_for clocks report)" do_accuracy
 stage clocks "$CLOCKS_S" "$(reserve_for report)" do_clocks
 stage report 40 0 do_report
 rm -f "$OUT"/*.tmp
-# The caller's console copy ($OUT/product_console.txt) and a second workload's JSON make nine files.
-fit_out_files "$OUT" 8 report.tar report.md throughput.png accuracy.png
 
 # The short tables last: the report's summary, then each stage's outcome.
 if [[ -s "$OUT/report.md" ]]; then
@@ -277,4 +275,7 @@ if [[ -s "$OUT/report.md" ]]; then
 fi
 echo
 stage_table
+# Last (the summary above reads report.md): the caller's console copy ($OUT/product_console.txt) and a second
+# workload's JSON make nine files.
+fit_out_files "$OUT" 8 report.tar report.md throughput.png accuracy.png
 log "total $(elapsed)s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -94,3 +94,15 @@ def test_the_console_summary_ends_with_the_headline():
     text = summary_text([THROUGHPUT, ACCURACY])
     # Last, so the device tool's output tail (its last 12,000 characters) holds it.
     assert text.rstrip().splitlines()[-1] == "| gqa128 | cudnn-fp8 | 3.35e-2 | – | 3.35e-2 | – |"
+
+
+def test_a_run_without_the_targets_seqlen_says_so(tmp_path):
+    doc = json.loads(THROUGHPUT.read_text())
+    doc["rows"] = [r for r in doc["rows"] if r["seqlen_q"] != 16384]
+    path = tmp_path / "throughput.json"
+    path.write_text(json.dumps(doc))
+    text, _, _ = build_report([path])
+    section = text.split("## Headline")[1].split("\n## ")[0]
+    assert "No throughput row at seqlen 16384, the targets' seqlen." in section
+    (targets,) = [t.splitlines() for t in tables_of(section)]  # no empty TFLOP/s table
+    assert _line(targets, "| FP8 d128 GQA vs cuDNN FP8").endswith("| – | ≥ 1.15× | no data |")

@@ -148,10 +148,13 @@ def headline(rows: dict[str, list[dict[str, Any]]], ceilings: dict[str, Any], se
             for name, key in (("BF16", "bf16_gemm_tflops"), ("FP8", "fp8_gemm_tflops"))
             if isinstance(ceilings.get(key), (int, float))
         )
-        parts.append(
-            f"TFLOP/s at seqlen {seqlen} (causal FLOPs; GEMM ceilings in the run: {gemm or 'none'}):"
-        )
-        parts.append(tflops_table(thr, seqlen))
+        if any(r["seqlen_q"] == seqlen for r in _ok(thr)):
+            caption = (
+                f"TFLOP/s at seqlen {seqlen} (causal FLOPs; GEMM ceilings in the run: {gemm or 'none'}):"
+            )
+            parts += [caption, tflops_table(thr, seqlen)]
+        else:
+            parts.append(f"No throughput row at seqlen {seqlen}, the targets' seqlen.")
         parts.append("Issue 5's targets per workload (the ZYFA variant behind each ratio in brackets):")
         parts.append(targets_by_workload(thr, ceilings))
     if acc:
