@@ -106,3 +106,17 @@ def test_a_run_without_the_targets_seqlen_says_so(tmp_path):
     assert "No throughput row at seqlen 16384, the targets' seqlen." in section
     (targets,) = [t.splitlines() for t in tables_of(section)]  # no empty TFLOP/s table
     assert _line(targets, "| FP8 d128 GQA vs cuDNN FP8").endswith("| – | ≥ 1.15× | no data |")
+
+
+def test_the_caption_names_each_ceiling_and_how_it_was_measured(tmp_path):
+    doc = json.loads(THROUGHPUT.read_text())
+    doc["ceilings"].update(
+        {"fp8_gemm_sm_mhz": 1750.0, "fp8_gemm_burst_tflops": 1471.0, "fp8_gemm_burst_sm_mhz": 1980.0}
+    )
+    path = tmp_path / "throughput.json"
+    path.write_text(json.dumps(doc))
+    text, _, _ = build_report([path])
+    want = (
+        "GEMM ceilings in the run: BF16 678, one burst; FP8 1234 at 1750 MHz, sustained (burst 1471 at 1980"
+    )
+    assert want in text

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from zyfa_bench.inputs import Inputs, make_inputs, quantize_inputs
 from zyfa_bench.peers.base import Peer
+from zyfa_bench.results import failure_reason
 from zyfa_bench.spec import Spec, shape_name
 from zyfa_bench.workloads import Captured, Workload, describe
 
@@ -203,7 +204,7 @@ def _measure(
         prepared = peer.prepare(inputs)
         out = prepared.output()
     except Exception as exc:  # every failure is a row, never the end of the run
-        return {**row, "status": "error", "reason": f"{type(exc).__name__}: {str(exc).strip()[:400]}"}
+        return {**row, "status": "error", "reason": failure_reason(exc)}
     row["notes"] = list(row["notes"]) + prepared.notes
     e_dq, e_true = errors(out, ref_dq), errors(out, truth)
     return {

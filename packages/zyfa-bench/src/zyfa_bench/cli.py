@@ -17,6 +17,7 @@ import torch
 
 from zyfa_bench import __version__
 from zyfa_bench.peers import all_peers, select
+from zyfa_bench.results import failure_reason
 from zyfa_bench.spec import PRESETS, Spec, parse_shape, specs_for_tokens
 
 __all__ = ["build_parser", "main"]
@@ -355,10 +356,11 @@ def _workload(text: str) -> Any:
 # ------------------------------------------------------------------------------------------- commands
 def cmd_throughput(args: argparse.Namespace) -> int:
     """zyfa-bench throughput."""
+    from zyfa_bench.ceilings import ceilings
     from zyfa_bench.clocks import ClockSampler
     from zyfa_bench.report import throughput_tables
     from zyfa_bench.results import ResultWriter
-    from zyfa_bench.throughput import Problem, SweepOptions, ceilings, run_sweep
+    from zyfa_bench.throughput import Problem, SweepOptions, run_sweep
 
     device = torch.device(args.device)
     peers = select(_words(args.impl), precisions=tuple(_words(args.precision)))
@@ -504,7 +506,7 @@ def _clock_run(peer: Any, inputs: Any, seconds: float, sampler: Any) -> dict[str
             medians.append(time_calls([call], device=inputs.device, warmup=1, repeats=10).median_ms)
         t1 = time.monotonic()
     except Exception as exc:  # one implementation's failure is its row
-        return {"status": "error", "reason": f"{type(exc).__name__}: {exc}"[:400]}
+        return {"status": "error", "reason": failure_reason(exc)}
     ms = sorted(medians)[len(medians) // 2]
     tflops = attention_flops(inputs.spec) / (ms * 1e-3) / 1e12
     clocks = sampler.window(t0, t1)

@@ -138,16 +138,29 @@ def fp8_errors(rows: list[dict[str, Any]]) -> str:
     return _table(header, body)
 
 
+def _ceiling(ceilings: dict[str, Any], name: str) -> str:
+    """'FP8 1290 at 1750 MHz, sustained (burst 1471 at 1980 MHz)'; a run before zyfa_bench.ceilings measured
+    both has one figure, from a burst."""
+    key = f"{name.lower()}_gemm_"
+
+    def fig(kind: str) -> str:
+        value, mhz = ceilings.get(f"{key}{kind}tflops"), ceilings.get(f"{key}{kind}sm_mhz")
+        if not isinstance(value, (int, float)):
+            return ""
+        return f"{value:.0f}" + (f" at {mhz:.0f} MHz" if isinstance(mhz, (int, float)) else "")
+
+    sustained, burst = fig(""), fig("burst_")
+    if not sustained:
+        return ""
+    return f"{name} {sustained}, sustained (burst {burst})" if burst else f"{name} {sustained}, one burst"
+
+
 def headline(rows: dict[str, list[dict[str, Any]]], ceilings: dict[str, Any], seqlen: int = 16384) -> str:
     """The three tables with a line saying what each shows; rows by kind as report.build_report gives them."""
     parts = []
     thr, acc = rows.get("throughput") or [], rows.get("accuracy") or []
     if thr:
-        gemm = ", ".join(
-            f"{name} {ceilings[key]:.0f}"
-            for name, key in (("BF16", "bf16_gemm_tflops"), ("FP8", "fp8_gemm_tflops"))
-            if isinstance(ceilings.get(key), (int, float))
-        )
+        gemm = "; ".join(filter(None, (_ceiling(ceilings, "BF16"), _ceiling(ceilings, "FP8"))))
         if any(r["seqlen_q"] == seqlen for r in _ok(thr)):
             caption = (
                 f"TFLOP/s at seqlen {seqlen} (causal FLOPs; GEMM ceilings in the run: {gemm or 'none'}):"

@@ -40,7 +40,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["SCHEMA", "ResultWriter", "device_info", "environment", "load_results", "versions"]
+__all__ = [
+    "SCHEMA",
+    "ResultWriter",
+    "device_info",
+    "environment",
+    "failure_reason",
+    "load_results",
+    "versions",
+]
 
 SCHEMA = "zyfa-bench/1"
 
@@ -66,6 +74,11 @@ TRACKED = (
     "rich",
     "matplotlib",
 )
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A failed measurement's "reason": the exception's type and its first 400 characters."""
+    return f"{type(exc).__name__}: {str(exc).strip()[:400]}"
 
 
 def versions() -> dict[str, str | None]:

@@ -14,8 +14,8 @@ its own timed rounds are attached to its row.  Any failure becomes a row with it
 is known; the sweep goes on.  With rounds = 1 each implementation is prepared, timed (one run of all
 repeats), checked and measured in turn, before the next one is prepared.
 
-`ceilings` measures, in the same run, the BF16 and FP8 GEMM rates the attention figures are compared
-with (issue 5: "≥ 80% of the FP8 GEMM rate measured in the same run").
+The BF16 and FP8 GEMM rates the attention figures are compared with come from `zyfa_bench.ceilings`, in the
+same run (issue 5: "≥ 80% of the FP8 GEMM rate measured in the same run").
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from zyfa_bench.clocks import ClockSampler, normalised_throughput
 from zyfa_bench.flops import attention_flops
 from zyfa_bench.inputs import Inputs, make_inputs, quantize_inputs
 from zyfa_bench.peers.base import Peer, Prepared, Unsupported
+from zyfa_bench.results import failure_reason
 from zyfa_bench.spec import Spec
 from zyfa_bench.timing import (
     CallTimes,
@@ -40,11 +41,10 @@ from zyfa_bench.timing import (
     host_overhead,
     l2_bytes,
     summarise_runs,
-    time_calls,
 )
 from zyfa_bench.workloads import Workload, describe
 
-__all__ = ["Problem", "SweepOptions", "ceilings", "run_sweep"]
+__all__ = ["Problem", "SweepOptions", "run_sweep"]
 
 
 @dataclass
@@ -183,7 +183,7 @@ def _time_rounds(ready: list[_Ready], device: torch.device, options: SweepOption
                     )
                 )
             except Exception as exc:  # a peer's failure is a row, not the end of the sweep
-                item.error = f"timing failed: {_why(exc)}"
+                item.error = f"timing failed: {failure_reason(exc)}"
 
 
 def _input_sets(
@@ -198,7 +198,7 @@ def _input_sets(
             try:
                 quantize_inputs(inputs, rotate=options.rotate, seed=seed)
             except Exception as exc:  # FP8 peers then report this instead of running
-                inputs.meta["fp8_error"] = f"FP8 inputs could not be made: {_why(exc)}"
+                inputs.meta["fp8_error"] = f"FP8 inputs could not be made: {failure_reason(exc)}"
         return inputs
 
     first = one(0)
@@ -241,7 +241,7 @@ def _prepare(
     except Unsupported as exc:
         return {"status": "unsupported", "reason": str(exc)}
     except Exception as exc:  # a peer's failure is a row, not the end of the sweep
-        return {"status": "error", "reason": _why(exc)}
+        return {"status": "error", "reason": failure_reason(exc)}
 
 
 def _finish(
@@ -284,7 +284,7 @@ def _check(prepared: Prepared, inputs: Inputs, precision: str, rows: int) -> flo
     try:
         out = prepared.output()
     except Exception as exc:
-        return f"check failed: {_why(exc)}"
+        return f"check failed: {failure_reason(exc)}"
     spec = inputs.spec
     r = min(rows, spec.seqlen_q)
     group = spec.heads_q // spec.heads_kv
@@ -302,45 +302,3 @@ def _check(prepared: Prepared, inputs: Inputs, precision: str, rows: int) -> flo
         seqlen_q_total=spec.seqlen_q,
     )
     return errors(out[:1, -r:, :group], ref)["rel_l2"]
-
-
-def _why(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).strip()[:400]}"
-
-
-def ceilings(
-    device: torch.device, *, n: int = 8192, repeats: int = 10, sampler: ClockSampler | None = None
-) -> dict[str, Any]:
-    """BF16 (torch.matmul) and FP8 (torch._scaled_mm, e4m3fn, BF16 out) GEMM TFLOP/s at n×n×n, random data.
-
-    Random, not zero, operands: zeros run measurably faster on this hardware.  Each entry is a number or
-    the reason it could not be measured; with a sampler, the mean SM clock of each GEMM's timed region too.
-    """
-    if device.type != "cuda":
-        return {"note": "no GPU: no GEMM ceilings"}
-    out: dict[str, Any] = {"n": n}
-    gen = torch.Generator(device=device).manual_seed(1234)
-    a = torch.randn(n, n, device=device, generator=gen).bfloat16()
-    b = torch.randn(n, n, device=device, generator=gen).bfloat16()
-    flops = 2.0 * n**3
-    try:
-        t = time_calls([lambda: a @ b], device=device, warmup=3, repeats=repeats)
-        out["bf16_gemm_tflops"] = flops / (t.median_ms * 1e-3) / 1e12
-        if sampler is not None:
-            out["bf16_gemm_sm_mhz"] = sampler.window(t.t_start, t.t_end)["sm_mhz_mean"]
-    except Exception as exc:
-        out["bf16_gemm_tflops"] = f"failed: {_why(exc)}"
-    try:
-        a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
-        one = torch.ones((), device=device, dtype=torch.float32)
-
-        def mm() -> torch.Tensor:
-            return torch._scaled_mm(a8, b8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
-
-        t = time_calls([mm], device=device, warmup=3, repeats=repeats)
-        out["fp8_gemm_tflops"] = flops / (t.median_ms * 1e-3) / 1e12
-        if sampler is not None:
-            out["fp8_gemm_sm_mhz"] = sampler.window(t.t_start, t.t_end)["sm_mhz_mean"]
-    except Exception as exc:
-        out["fp8_gemm_tflops"] = f"failed: {_why(exc)}"
-    return out
