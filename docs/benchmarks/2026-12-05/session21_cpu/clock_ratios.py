@@ -3,6 +3,8 @@
 Each throughput row carries the mean SM clock its timed calls ran at (NVML samples inside the timed region)
 and TFLOP/s per GHz. On a power-capped H200 a kernel that does more work per cycle can be clocked lower, so
 TFLOP/s = (TFLOP/s per GHz) x clock; this splits each TFLOP/s ratio into those two factors, per seqlen.
+A second table does the same for ZYFA's best d=128 kernel of each precision at 16K against the run's GEMM
+ceiling of that precision (each run's ceiling was a 10-call burst, at the top clock).
 Run from the repository root: python3 docs/benchmarks/2026-12-05/session21_cpu/clock_ratios.py [FIRST]
 (FIRST: the first run folder to include, e.g. 2026-12-03/session12_call3; default: every sweep).
 """
@@ -29,7 +31,7 @@ def sweeps(first: str = "") -> list[tuple[str, dict]]:
     (folders in name order: dated folders, then sessionN_callM)."""
     out = []
     for path in sorted(BENCH.glob("2026-12-*/*/throughput.json"), key=_order):
-        if _order(path) < _order(BENCH / first / "throughput.json"):
+        if first and _order(path) < _order(BENCH / first / "throughput.json"):
             continue
         rows = json.loads(path.read_text())["rows"]
         ok = {
@@ -73,6 +75,27 @@ def main() -> None:
             lower = sum(c < 1 for c in clock)
             print(
                 f"{zyfa} / {peer} {shape} | {s} | {len(got)} | {cells[0]} | {lower} | {cells[1]} | {cells[2]}"
+            )
+
+    print()
+    print(
+        "run | kernel at 16K | TFLOP/s | its clock | GEMM TFLOP/s | GEMM clock | TFLOP/s ratio "
+        "| per-GHz ratio"
+    )
+    for name, t in runs:
+        ceil = json.loads((BENCH / name / "throughput.json").read_text()).get("ceilings") or {}
+        for impl, dtype in (("zyfa-fp8-lean", "fp8"), ("zyfa-bf16", "bf16")):
+            row, gemm, mhz = (
+                t.get((impl, "gqa128", 16384)),
+                ceil.get(f"{dtype}_gemm_tflops"),
+                ceil.get(f"{dtype}_gemm_sm_mhz"),
+            )
+            if row is None or not isinstance(gemm, float) or not mhz:
+                continue
+            per_ghz = row["tflops_per_ghz"] / (gemm / mhz * 1e3)
+            print(
+                f"{name} | {impl} | {row['tflops']:.0f} | {row['clocks']['sm_mhz_mean']:.0f} | {gemm:.0f} "
+                f"| {mhz:.0f} | {row['tflops'] / gemm:.3f} | {per_ghz:.3f}"
             )
 
 
