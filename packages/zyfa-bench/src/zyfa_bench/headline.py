@@ -15,16 +15,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zyfa_bench.report import _ok, _spread, _table, _workload, target_results, worst_seqlens
+from zyfa_bench.report import _ok, _spread, _table, _workload, target_results, workloads, worst_seqlens
 
 __all__ = ["MARKER", "fp8_errors", "headline", "tables_of", "targets_by_workload", "tflops_table"]
 
 # The line the index puts before a headline's tables: test_benchmark_docs.py then checks them verbatim.
 MARKER = "<!-- zyfa-bench headline -->"
-
-
-def _workloads(rows: list[dict[str, Any]]) -> list[str]:
-    return sorted({_workload(r) for r in rows}, key=lambda w: (w != "gaussian", w))
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
@@ -44,7 +40,7 @@ def tflops_table(rows: list[dict[str, Any]], seqlen: int) -> str:
     tflops = {(r["shape"], _workload(r), r["impl"]): r["tflops"] for r in ok}
     cols = _columns(ok)
     body = []
-    for wl in _workloads(ok):
+    for wl in workloads(ok):
         for shape in dict.fromkeys(r["shape"] for r in ok if _workload(r) == wl):
             cells = [
                 " / ".join(
@@ -70,14 +66,14 @@ def _verdict(met: dict[str, bool]) -> str:
 def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
     """Issue 5's targets, one ratio column per workload (with the ZYFA variant behind it), then ZYFA
     against the best peer at its worst seqlen per shape and precision."""
-    workloads = _workloads(rows) or ["gaussian"]
+    wls = workloads(rows) or ["gaussian"]
     cells: dict[tuple[str, int, str], dict[str, Any]] = {}
     for t in target_results(rows, ceilings):
         cells.setdefault((t["target"], t["seqlen"], f"≥ {t['need']:.2f}×"), {})[t["workload"]] = t
     body = []
     for (target, seqlen, need), by_wl in cells.items():
         shown, met = [], {}
-        for wl in workloads:
+        for wl in wls:
             t = by_wl.get(wl)
             if t is None or t["ratio"] is None:
                 shown.append("–")
@@ -91,14 +87,12 @@ def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) ->
     for (shape, prec), by_wl in worst.items():
         seqlens = sorted({r["seqlen_q"] for r in _ok(rows) if r.get("shape") == shape})
         span = f"{seqlens[0]}-{seqlens[-1]}" if len(seqlens) > 1 else str(seqlens[0])
-        shown = [
-            f"{by_wl[wl]['ratio']:.2f}× at {by_wl[wl]['seqlen']}" if wl in by_wl else "–" for wl in workloads
-        ]
+        shown = [f"{by_wl[wl]['ratio']:.2f}× at {by_wl[wl]['seqlen']}" if wl in by_wl else "–" for wl in wls]
         met = {wl: w["ratio"] >= 1.0 for wl, w in by_wl.items()}
         body.append(
             [f"{shape} {prec.upper()} vs the best peer, worst seqlen", span, *shown, "≥ 1.00×", _verdict(met)]
         )
-    return _table(["target", "seqlen", *workloads, "needed", ""], body)
+    return _table(["target", "seqlen", *wls, "needed", ""], body)
 
 
 def _sci(x: float) -> str:
@@ -122,19 +116,19 @@ def fp8_errors(rows: list[dict[str, Any]]) -> str:
     for key, vals in groups.items():
         if (sp := _spread(vals)) is not None:
             med[key] = sp[0]
-    workloads = _workloads(rows)
+    wls = workloads(rows)
     impls = list(dict.fromkeys(k[2] for k in med))
     impls = [i for i in impls if i != "cudnn-fp8"] + [i for i in impls if i == "cudnn-fp8"]
     body = []
     for shape in dict.fromkeys(k[0] for k in med):
         for impl in impls:
             line: list[Any] = [shape, impl]
-            for wl in workloads:
+            for wl in wls:
                 err, ref = med.get((shape, wl, impl)), med.get((shape, wl, "cudnn-fp8"))
                 line.append(_sci(err) if err is not None else "–")
                 line.append(f"{err / ref:.2f}×" if err is not None and ref and impl != "cudnn-fp8" else "–")
             body.append(line)
-    header = ["shape", "impl"] + [h for wl in workloads for h in (f"{wl} rel L2", f"{wl} / cudnn-fp8")]
+    header = ["shape", "impl"] + [h for wl in wls for h in (f"{wl} rel L2", f"{wl} / cudnn-fp8")]
     return _table(header, body)
 
 

@@ -68,6 +68,11 @@ def _workload(r: dict[str, Any]) -> str:
     return r.get("workload") or "gaussian"
 
 
+def workloads(rows: list[dict[str, Any]]) -> list[str]:
+    """The workloads of `rows`, Gaussian first, then by name."""
+    return sorted({_workload(r) for r in rows}, key=lambda w: (w != "gaussian", w))
+
+
 def _panel(r: dict[str, Any]) -> str:
     """A throughput row's shape, with its workload when that is not the Gaussian default."""
     shape = r.get("shape", r.get("label", "?"))
@@ -169,8 +174,7 @@ def target_results(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> list
     """Each of TARGETS once per workload present (Gaussian first): {"workload", "target", "seqlen", "need",
     "ratio" (None without data on either side), "impl" (the ZYFA variant a "zyfa-best" side took)}."""
     out = []
-    workloads = sorted({_workload(r) for r in rows}, key=lambda w: (w != "gaussian", w)) or ["gaussian"]
-    for wl in workloads:
+    for wl in workloads(rows) or ["gaussian"]:
         sub = [r for r in rows if _workload(r) == wl]
         for desc, shape, prec, s, num, den, need in TARGETS:
             (a, a_impl), (b, _) = (
