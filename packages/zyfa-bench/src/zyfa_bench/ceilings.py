@@ -23,10 +23,13 @@ from zyfa_bench.clocks import ClockSampler
 from zyfa_bench.results import failure_reason
 from zyfa_bench.timing import Timing, synchronize, time_calls
 
-__all__ = ["SUSTAINED_TIMED_S", "ceilings", "gemm_rates"]
+__all__ = ["MAX_TIMED_CALLS", "SUSTAINED_TIMED_S", "ceilings", "gemm_rates"]
 
-# How long the sustained figure's timed calls last at the least (the sweep's rows time ~0.1-0.2 s each).
+# How long the sustained figure's timed calls last at the least (the sweep's rows time ~0.1-0.2 s each),
+# in at most MAX_TIMED_CALLS calls (an 8192³ GEMM takes ~0.7-1.4 ms; a small one in a test would take
+# tens of thousands).
 SUSTAINED_TIMED_S = 0.5
+MAX_TIMED_CALLS = 2000
 
 
 def _hold(call: Callable[[], object], device: torch.device, seconds: float) -> int:
@@ -61,7 +64,9 @@ def gemm_rates(
     burst = time_calls([call], device=device, warmup=3, repeats=repeats)
     rate(burst, "burst_")
     _hold(call, device, sustain_s)
-    timed = max(repeats, math.ceil(SUSTAINED_TIMED_S * 1e3 / max(burst.median_ms, 1e-3)))
+    timed = max(
+        repeats, min(MAX_TIMED_CALLS, math.ceil(SUSTAINED_TIMED_S * 1e3 / max(burst.median_ms, 1e-3)))
+    )
     rate(time_calls([call], device=device, warmup=0, repeats=timed), "")
     return out
 
