@@ -80,7 +80,7 @@ def _result_files(folder: Path, kind: str = "throughput") -> list[Path]:
     """A run's JSON of one kind in h200_run.sh's order (throughput.json, then the other workloads'):
     where two files give GEMM ceilings, the report takes the first file's."""
     first = folder / f"{kind}.json"
-    return [first] * first.is_file() + sorted(folder.glob(f"{kind}-*.json"))
+    return ([first] if first.is_file() else []) + sorted(folder.glob(f"{kind}-*.json"))
 
 
 def _rows(folder: Path, kind: str = "throughput") -> tuple[list[dict], dict]:
