@@ -220,7 +220,8 @@ def test_headline_tables_are_the_runs():
 
 def test_a_changed_headline_figure_fails():
     """The verbatim check on a real run (the sixteenth session's product run): its own headline passes, the
-    same with one digit changed, one line dropped or the tables reordered does not."""
+    same with a TFLOP/s figure changed, a line's workload renamed, a target dropped or an error ratio changed
+    does not."""
     folder = BENCH / "2026-12-04" / "session16_call2"
     if not folder.is_dir():
         pytest.skip(f"{folder.parent.name}/ is not in this tree")
