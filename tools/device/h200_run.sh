@@ -17,6 +17,7 @@
 #     ZYFA_CLOCKS_SEQLEN=16384   seqlen of the clocks runs
 #     ZYFA_CLOCKS_SHAPE=gqa128   head shape of the clocks runs
 #     ZYFA_CLOCKS_IMPLS=...      implementations of the clocks runs (default: ZYFA's three d128 kernels, cuDNN FP8)
+#     ZYFA_CLOCKS_WORKLOAD=model-like   input workload of the clocks runs
 #     ZYFA_CLOCKS_S=45           the clocks stage's time limit in seconds (each implementation runs 4 s)
 #     ZYFA_IMPLS=...             implementations of the throughput sweep (default: zyfa + NVIDIA peers)
 #     ZYFA_REPEATS=30 ZYFA_ROUNDS=3   timed calls per row, in interleaved rounds over the implementations
@@ -51,7 +52,7 @@
 #     accuracy    zyfa-bench accuracy at 4K (batch 1), Gaussian and model-like inputs, rotation off/on
 #                 -> $OUT/accuracy.json (FA4 is left out here: a new process would JIT-compile it again;
 #                 every throughput row already carries a float64 check of its output, FA4's too)
-#     clocks      zyfa-bench clocks on model-like data, 16K d=128, 5 s per implementation -> $OUT/clocks.json
+#     clocks      zyfa-bench clocks (model-like data by default), 16K d=128, 4 s per implementation -> $OUT/clocks.json
 #     report      $OUT/report.md, $OUT/throughput.png, $OUT/accuracy.png, then the short tables
 # Files back in $OUT (8, the device tool's limit): log.txt pytest.txt throughput.json accuracy.json
 # clocks.json report.md throughput.png accuracy.png, and throughput-<workload>.json per extra workload;
@@ -78,6 +79,7 @@ SHAPES="${ZYFA_SHAPES:-gqa128,mla192}"
 WORKLOADS="${ZYFA_WORKLOADS:-gaussian}"
 CLOCKS_SHAPE="${ZYFA_CLOCKS_SHAPE:-gqa128}"
 CLOCKS_IMPLS="${ZYFA_CLOCKS_IMPLS:-zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean,cudnn-fp8}"
+CLOCKS_WORKLOAD="${ZYFA_CLOCKS_WORKLOAD:-model-like}"
 CLOCKS_S="${ZYFA_CLOCKS_S:-45}"
 REPEATS="${ZYFA_REPEATS:-30}"  # timed calls per row, split over ROUNDS interleaved rounds
 ROUNDS="${ZYFA_ROUNDS:-3}"     # (a power-capped H200 moves its clock by 10%; every peer sees every state)
@@ -192,7 +194,7 @@ do_accuracy() {
 }
 
 do_clocks() {
-    zb clocks --quiet --shape "$CLOCKS_SHAPE" --seqlen "$CLOCKS_SEQLEN" --tokens "$TOKENS" --workload model-like \
+    zb clocks --quiet --shape "$CLOCKS_SHAPE" --seqlen "$CLOCKS_SEQLEN" --tokens "$TOKENS" --workload "$CLOCKS_WORKLOAD" \
         --impl "$CLOCKS_IMPLS" --seconds 4 --json "$OUT/clocks.json"
 }
 
@@ -215,7 +217,7 @@ do_report() {
     zb report "${files[@]}" --out "$OUT"
 }
 
-export OUT LOG PY SITE SEQLENS SHAPES WORKLOADS TOKENS ACC_SEQLEN CLOCKS_SEQLEN CLOCKS_SHAPE CLOCKS_IMPLS IMPLS PYTEST_PATHS REPEATS ROUNDS
+export OUT LOG PY SITE SEQLENS SHAPES WORKLOADS TOKENS ACC_SEQLEN CLOCKS_SEQLEN CLOCKS_SHAPE CLOCKS_IMPLS CLOCKS_WORKLOAD IMPLS PYTEST_PATHS REPEATS ROUNDS
 export -f zb result_files do_env do_wheels do_install do_tests do_throughput do_accuracy do_clocks do_report
 
 # A `git archive` snapshot (run from a carried folder) names its commit in REVISION; git would name the
