@@ -26,21 +26,21 @@ PAIRS = [
 SEQLENS = (2048, 4096, 8192, 16384, 32768)
 
 
-def sweeps(first: str = "") -> list[tuple[str, dict]]:
-    """(run folder, {(impl, shape, seqlen): row}) of every Gaussian sweep with clock samples, from `first` on
-    (folders in name order: dated folders, then sessionN_callM)."""
+def sweeps(first: str = "") -> list[tuple[str, dict, dict]]:
+    """(run folder, {(impl, shape, seqlen): row}, ceilings) of every Gaussian sweep with clock samples, from
+    `first` on (folders in name order: dated folders, then sessionN_callM)."""
     out = []
     for path in sorted(BENCH.glob("2026-12-*/*/throughput.json"), key=_order):
         if first and _order(path) < _order(BENCH / first / "throughput.json"):
             continue
-        rows = json.loads(path.read_text())["rows"]
+        doc = json.loads(path.read_text())
         ok = {
             (r["impl"], r["shape"], r["seqlen_q"]): r
-            for r in rows
+            for r in doc["rows"]
             if r["status"] == "ok" and r.get("workload", "gaussian") == "gaussian" and r.get("tflops_per_ghz")
         }
         if ok:
-            out.append((f"{path.parent.parent.name}/{path.parent.name}", ok))
+            out.append((f"{path.parent.parent.name}/{path.parent.name}", ok, doc.get("ceilings") or {}))
     return out
 
 
@@ -52,7 +52,7 @@ def _order(path: Path) -> tuple[str, int, int]:
 
 def main() -> None:
     runs = sweeps(sys.argv[1] if len(sys.argv) > 1 else "")
-    print(f"{len(runs)} sweeps: {', '.join(name for name, _ in runs)}")
+    print(f"{len(runs)} sweeps: {', '.join(name for name, _, _ in runs)}")
     print(
         "pair | seqlen | runs | clock ratio mean (min-max) | runs with a lower clock "
         "| per-GHz ratio mean (min-max) | TFLOP/s ratio mean (min-max)"
@@ -61,7 +61,7 @@ def main() -> None:
         for s in SEQLENS:
             got = [
                 (t[(zyfa, shape, s)], t[(peer, shape, s)])
-                for _, t in runs
+                for _, t, _ in runs
                 if (zyfa, shape, s) in t and (peer, shape, s) in t
             ]
             if not got:
@@ -82,8 +82,7 @@ def main() -> None:
         "run | kernel at 16K | TFLOP/s | its clock | GEMM TFLOP/s | GEMM clock | TFLOP/s ratio "
         "| per-GHz ratio"
     )
-    for name, t in runs:
-        ceil = json.loads((BENCH / name / "throughput.json").read_text()).get("ceilings") or {}
+    for name, t, ceil in runs:
         for impl, dtype in (("zyfa-fp8-lean", "fp8"), ("zyfa-bf16", "bf16")):
             row, gemm, mhz = (
                 t.get((impl, "gqa128", 16384)),
