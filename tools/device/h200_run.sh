@@ -278,6 +278,6 @@ fi
 echo
 stage_table
 # Last (the summary above reads report.md): the caller's console copy ($OUT/product_console.txt) and a second
-# workload's JSON make nine files.
+# workload's JSON make nine files (ten with the clocks stage).
 fit_out_files "$OUT" 8 report.tar report.md throughput.png accuracy.png
 log "total $(elapsed)s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
