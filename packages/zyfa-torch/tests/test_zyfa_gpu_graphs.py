@@ -215,7 +215,7 @@ def test_cuda_graph_capture_replay_bitwise(mode):
 def test_cuda_graph_refuses_tensor_descales():
     """A tensor descale cannot be read on the host during capture: a clear error, not a broken capture."""
     case = Case("fp8-exact", seed=11)
-    # The case's p_mode travels with the tensors: the default differs per GPU (lean on sm90a), case() is exact.
+    # p_mode travels with the tensors: the default differs per GPU (lean on sm90a), case() is exact.
     tensors = {n: torch.tensor(case.kw[n], device="cuda") for n in ("q_descale", "k_descale", "v_descale")}
     tensors["p_mode"] = case.p_mode
     zyfa.flash_attn_func(case.q, case.k, case.v, causal=True, **tensors)  # warm-up, outside capture
