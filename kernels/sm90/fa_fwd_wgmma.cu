@@ -315,7 +315,7 @@
 // Run 54 (H200, twenty-second session call 2; ratio to 0, best of two passes, 2K / 4K / 8K / 16K or the 192/128
 // shapes): on sink inputs (most scores negative, as model-like data) BF16 d128 1.075 / 1.077 / 1.074 / 1.105,
 // lean d128 1.152 / 1.169 / 1.165 / 1.128, BF16 192/128 1.05..1.08, lean 192/128 1.08..1.11; on Gaussian inputs
-// 1.00..1.03; every case passed with the same errors as 0 on all four kernels. On wherever MAX3 is.
+// 1.00..1.03; every case passed with the same errors as 0 on all four kernels. Acts only where MAX3 is on.
 #define ZYFA_WS_MAX3_LB 1
 #endif
 #ifndef ZYFA_WS_MASK_FIRST

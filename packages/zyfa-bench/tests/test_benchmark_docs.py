@@ -34,7 +34,7 @@ def _run_dir() -> Path:
     link = re.search(r"\[report\]\((\S+)/report\.md\)", _section())
     assert link, "the section links no report"
     folder = BENCH / link.group(1)
-    if _held((BENCH / link.group(1)).parent):
+    if _held(folder.parent):
         pytest.skip(f"{folder.parent.name}/ is not in this tree")
     return folder
 
