@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from zyfa_bench.report import build_report, summary_text, write_report
+from zyfa_bench.report import build_report, ratio_text, summary_text, write_report
 
 DATA = Path(__file__).parent / "data"
 FILES = [DATA / "throughput_fixture.json", DATA / "accuracy_fixture.json"]
@@ -110,3 +110,18 @@ def test_report_rejects_non_results(tmp_path):
     bad.write_text("{}")
     with pytest.raises(ValueError):
         build_report([bad])
+
+
+@pytest.mark.parametrize(
+    ("ratio", "need", "shown"),
+    [
+        (1.2097, 1.15, "1.21×"),  # clear of the target either way: two decimals
+        (1.0466, 1.05, "1.047×"),  # "1.05×" would look met: three decimals
+        (1.5997, 1.60, "1.5997×"),  # three decimals still round onto the target: four
+        (0.9951, 1.00, "0.995×"),
+        (1.0501, 1.05, "1.05×"),  # met and shown met
+        (0.7949, 0.80, "0.79×"),  # "0.79×" is on the right side already
+    ],
+)
+def test_a_ratio_near_its_target_shows_the_digit_that_decides(ratio, need, shown):
+    assert ratio_text(ratio, need) == shown

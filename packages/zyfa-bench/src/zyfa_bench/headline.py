@@ -15,7 +15,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zyfa_bench.report import _ok, _spread, _table, _workload, target_results, workloads, worst_seqlens
+from zyfa_bench.report import (
+    _ok,
+    _spread,
+    _table,
+    _workload,
+    ratio_text,
+    target_results,
+    workloads,
+    worst_seqlens,
+)
 
 __all__ = ["MARKER", "fp8_errors", "headline", "tables_of", "targets_by_workload", "tflops_table"]
 
@@ -78,7 +87,7 @@ def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) ->
             if t is None or t["ratio"] is None:
                 shown.append("–")
                 continue
-            shown.append(f"{t['ratio']:.2f}×" + (f" ({t['impl']})" if t["impl"] else ""))
+            shown.append(ratio_text(t["ratio"], t["need"]) + (f" ({t['impl']})" if t["impl"] else ""))
             met[wl] = t["ratio"] >= t["need"]
         body.append([target, seqlen, *shown, need, _verdict(met)])
     worst: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -87,7 +96,8 @@ def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) ->
     for (shape, prec), by_wl in worst.items():
         seqlens = sorted({r["seqlen_q"] for r in _ok(rows) if r.get("shape") == shape})
         span = f"{seqlens[0]}-{seqlens[-1]}" if len(seqlens) > 1 else str(seqlens[0])
-        shown = [f"{by_wl[wl]['ratio']:.2f}× at {by_wl[wl]['seqlen']}" if wl in by_wl else "–" for wl in wls]
+        at = {wl: f"{ratio_text(w['ratio'], 1.0)} at {w['seqlen']}" for wl, w in by_wl.items()}
+        shown = [at.get(wl, "–") for wl in wls]
         met = {wl: w["ratio"] >= 1.0 for wl, w in by_wl.items()}
         body.append(
             [f"{shape} {prec.upper()} vs the best peer, worst seqlen", span, *shown, "≥ 1.00×", _verdict(met)]
