@@ -64,7 +64,7 @@
  * ZYFA_SMEM_BYTES, ZYFA_LEAN_P, ZYFA_WS_PV_F16 (p_mode "f16": P.V in f16); optional ZYFA_WS_OVERLAP,
  * ZYFA_WS_PINGPONG (default 1), ZYFA_WS_STAGES (ring depth), ZYFA_WS_VSTAGE (e4m3 V path),
  * ZYFA_WS_FAST_SOFTMAX, ZYFA_WS_RESCALE_SKIP, ZYFA_WS_PREGS, ZYFA_WS_CREGS, ZYFA_WS_OPROMOTE,
- * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_MAX3_LB, ZYFA_WS_MASK_FIRST,
+ * ZYFA_WS_LSUM, ZYFA_WS_MAXTREE, ZYFA_WS_ORDER, ZYFA_WS_SMX2, ZYFA_WS_MAX3, ZYFA_WS_MAX3_LB,
  * ZYFA_WS_RESCALE_EARLY, ZYFA_WS_LOADFAST, ZYFA_WS_PERSISTENT (persistent CTAs: a different grid), ZYFA_WS_LPT_PAIRS,
  * ZYFA_WS_PSCHED, ZYFA_WS_TMA, ZYFA_WS_LEAN_SAT, ZYFA_WS_VT_LDSM, ZYFA_WS_VPRE, ZYFA_WS_BOUND (timing experiments and schedule
  * switches; see their definitions).
@@ -317,17 +317,6 @@
 // lean d128 1.152 / 1.169 / 1.165 / 1.128, BF16 192/128 1.05..1.08, lean 192/128 1.08..1.11; on Gaussian inputs
 // 1.00..1.03; every case passed with the same errors as 0 on all four kernels. Acts only where MAX3 is on.
 #define ZYFA_WS_MAX3_LB 1
-#endif
-#ifndef ZYFA_WS_MASK_FIRST
-// Experiment (nineteenth session, not yet measured): whether KV block j needs the tail / causal mask, as
-// j >= j_mask with j_mask (the first such block of this warpgroup's item) computed once per item, instead of
-// the per-block test (key0 + tile_n > seqlen_k, or key0 + tile_n - 1 > row0 + diag in 64 bits): in lean d128's
-// SASS that test is ~10 uniform instructions per loop iteration (UISETP .EX pairs, USEL, ULOP3, PLOP3) of ~280
-// on its fast path, and lean's loop is issue-bound (runs 33-34). Same decisions, bitwise the same output
-// (kernels/tools/tests/test_mask_first_block.py checks the two tests agree). Run 31 measured the same change
-// ("maskfrom") at 0.99..1.01 when lean d128's fast path was ~390 instructions; it is ~280 now, and run 51's
-// trim of ~9 uniform instructions gained 1-2% (NOTES.md "Predictions, run 55").
-#define ZYFA_WS_MASK_FIRST 0
 #endif
 #ifndef ZYFA_WS_BOUND
 // Timing bounds (experiments only; WRONG OUTPUT, the tests fail by design): what the loop would cost
@@ -1918,12 +1907,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       }
     }
   };
-  // Block j is whole and fully visible to every row of this warpgroup iff (j + 1) tile_n <= key_end.
-  const int64_t key_end = blk.causal ? min(static_cast<int64_t>(seqlen_k), wg_row0 + blk.diag + 1)
-                                     : static_cast<int64_t>(seqlen_k);
-  const int j_mask = key_end <= 0 ? 0 : static_cast<int>(key_end / kTileN);  // first block that needs the mask
+  // Block j needs the tail / causal mask iff it is not whole and fully visible to every row of this warpgroup.
+  // (Testing j against the first such block, computed once per item, measured even twice: runs 31 and 55.)
   auto need_mask = [&](int j) {
-    if constexpr (ZYFA_WS_MASK_FIRST != 0) return j >= j_mask;
     const int key0 = j * kTileN;
     return key0 + kTileN > seqlen_k || (blk.causal && key0 + kTileN - 1 > wg_row0 + blk.diag);
   };

@@ -200,14 +200,13 @@ from zyfa_kernel_build import defines
 # Outcome (twenty-second session call 2): sink inputs +5..17%, Gaussian 1.00..1.03, every case passed: the
 # default since; "max3lb0" builds the old FMNMX fallback.
 # Run 55 (nineteenth session, NOTES.md "Predictions, run 55"): the per-block mask test as one compare against the
-# first masked block, computed once per item (ZYFA_WS_MASK_FIRST, "maskj"; run 31's "maskfrom" again, on the
-# shorter loop of today), on lean d128 and BF16 d128.
+# first masked block ("maskj", run 31's "maskfrom" again); twenty-third session call 2: lean d128 0.99..1.01, BF16
+# d128 0.99..1.00 at 2K-8K: removed for good.
 MAX3_LB = [("max3lb0", None, ["-DZYFA_WS_MAX3_LB=0"])]
-MASK_FIRST = [("maskj", None, ["-DZYFA_WS_MASK_FIRST=1"])]
 EXPERIMENTS: dict[str, list[tuple[str, object, list[str]]]] = {
-    "fa_fwd_bf16_hd128_causal_sm90a": MAX3_LB + MASK_FIRST,
+    "fa_fwd_bf16_hd128_causal_sm90a": MAX3_LB,
     "fa_fwd_bf16_hd192x128_causal_sm90a": MAX3_LB,
-    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": MAX3_LB + MASK_FIRST,
+    "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a": MAX3_LB,
     "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a": MAX3_LB,
 }
 debug_done = set()
