@@ -95,7 +95,7 @@ ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
 KIND_SUFFIX = {"cuda": ".cubin", "hip": ".hsaco", "asmgen": ".hsaco"}
 
-# Hardware limits checked after a build (DESIGN.md "Verification without AMD hardware").
+# Hardware limits checked after a build (docs/architecture.md, "Verification without AMD hardware").
 GFX950_MAX_REGISTERS = 512  # unified VGPR + AGPR file per lane
 GFX950_MAX_LDS = 160 * 1024
 SM90_MAX_SMEM = 227 * 1024  # opt-in dynamic + static shared memory per block
