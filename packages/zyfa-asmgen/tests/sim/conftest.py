@@ -36,7 +36,7 @@ def _oracle(rel: str) -> OracleFile:
     for p in (ORACLES / rel, ORACLES / f"{rel}.gz"):
         if p.is_file():
             return OracleFile(p)
-    pytest.fail(f"oracle file {rel} is missing from {ORACLES} (data/oracles/README.md lists what belongs there)")
+    pytest.fail(f"oracle file {rel} is missing from {ORACLES} (data/oracles/README.md lists its files)")
 
 
 @pytest.fixture(scope="session")

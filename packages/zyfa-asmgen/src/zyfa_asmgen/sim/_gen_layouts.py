@@ -3,8 +3,8 @@
     python -m zyfa_asmgen.sim._gen_layouts [ORACLE_DIR]   # default: tests/sim/data/oracles
 
 The simulator's MFMA semantics read lane/register positions only from this file, and this file is
-a lossless re-encoding of the oracle layouts mfma_layouts/*.json (stored gzip-compressed in the
-repository's packages/zyfa-asmgen/tests/sim/data/oracles, with their provenance; tests/sim/test_mfma.py compares
+a lossless re-encoding of the oracle layouts mfma_layouts/*.json (stored gzip-compressed, with
+their provenance, in packages/zyfa-asmgen/tests/sim/data/oracles; tests/sim/test_mfma.py compares
 every element against the JSON). Per operand X in A, B, D an int16 array of shape (rows, cols, 3)
 holds [lane, register, low bit] of element X[row][col].
 """
@@ -47,7 +47,8 @@ def main(oracle_dir: str) -> None:
     arrays, sources = {}, {}
     for stem, name in FILES.items():
         plain = src / f"{stem}.json"
-        raw = plain.read_bytes() if plain.is_file() else gzip.decompress((src / f"{stem}.json.gz").read_bytes())
+        packed = src / f"{stem}.json.gz"
+        raw = plain.read_bytes() if plain.is_file() else gzip.decompress(packed.read_bytes())
         d = json.loads(raw)
         m, n, k = d["M"], d["N"], d["K"]
         arrays[f"{name}/A"] = table(d["A"], "i", "k", m, k)
