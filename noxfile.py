@@ -104,8 +104,9 @@ def _fingerprint(requirements: list[str], env: dict[str, str]) -> str:
     paths = [ROOT / r.split("[")[0] for r in requirements]  # 'packages/zyfa-torch[test]' -> its dir
     local = [p for p in paths if p.is_dir()]
     if any(p.name == "zyfa-core" for p in local):
-        # Its build compiles kernels/ with the toolchains found: nvcc appearing or going counts too.
-        local.append(ROOT / "kernels")
+        # Its build compiles kernels/ with the toolchains found (nvcc appearing or going counts too) and
+        # runs the gfx950 generator from zyfa-asmgen's sources.
+        local += [ROOT / "kernels", ROOT / "packages" / "zyfa-asmgen"]
         digest.update(f"nvcc={shutil.which('nvcc')}".encode())
     files = [p for p in paths if p.is_file()]  # e.g. -r docs/requirements.txt
     for f in files + _tree_files(local):
@@ -151,10 +152,14 @@ def install_zyfa(session: nox.Session, packages: list[str], requirements: Iterab
 
     zyfa-torch builds its C++ hot path zyfa._C against the installed torch, so torch and the packages
     before it come first, and zyfa-torch (with zyfa-bench, which needs it) is built without isolation,
-    as flash-attn is."""
+    as flash-attn is. zyfa-core, whose build compiles the kernels (minutes on a first run), installs in a
+    step of its own with `pip -v`: pip shows a build's output only then, and the kernel build prints
+    which kernel it compiles and how many are left."""
     late = [r for r in packages if r.startswith(("packages/zyfa-torch", "packages/zyfa-bench"))]
-    early = [r for r in packages if r not in late]
-    install(session, [TORCH, *requirements, SETUPTOOLS, *early], env=kernel_build_env())
+    core = [r for r in packages if r.startswith("packages/zyfa-core")]
+    early = [r for r in packages if r not in late and r not in core]
+    install(session, [TORCH, *requirements, SETUPTOOLS, *early])
+    install(session, [TORCH, "-v", *core], env=kernel_build_env(), step="kernels")
     install(session, [TORCH, "--no-build-isolation", *late], step="torch-ext")
 
 
