@@ -1,6 +1,6 @@
 """The GEMM ceilings of a run: the BF16 and FP8 GEMM rates the attention figures are compared with.
 
-Issue 5 asks for FP8 attention at >= 80% of "the FP8 GEMM rate measured in the same run". On a power-capped
+The FP8 target asks for attention at >= 80% of "the FP8 GEMM rate measured in the same run". On a power-capped
 card (an H200 at 700 W) that rate depends on how long the GEMM has been running: a few calls from a cool
 start run at the top clock (1980 MHz), while the sweep's attention rows, interleaved for minutes, run at
 the clock the power cap allows (1650-1900 MHz in an H200 sweep). So each GEMM is measured

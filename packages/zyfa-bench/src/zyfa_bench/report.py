@@ -320,7 +320,7 @@ def _header(doc: dict[str, Any]) -> str:
         if v.get(k)
     )
     return (
-        f"- `{doc['kind']}` run {doc.get('created')}: `{' '.join(doc.get('command', []))}`\n"
+        f"- `{doc['kind']}` measured {doc.get('created')}: `{' '.join(doc.get('command', []))}`\n"
         f"- device: {dev.get('name')} ({dev.get('backend')}, driver {dev.get('driver')})\n"
         f"- versions: {keep}"
     )
