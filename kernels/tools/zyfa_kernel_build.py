@@ -371,7 +371,7 @@ def source_files(v: dict[str, Any], root: Path) -> list[Path]:
         src = root / "kernels" / v["src"]
         if not src.is_file():
             raise BuildError(f"{v['name']}: source {src} does not exist (kernels/variants.bzl names it)")
-        headers = [p for p in src.parent.iterdir() if p.suffix in (".h", ".cuh", ".hpp", ".inc")]
+        headers = [p for p in src.parent.rglob("*") if p.suffix in (".h", ".cuh", ".hpp", ".inc")]
         files = [src, *sorted(headers)]
     return [*files, root / ABI_HEADER]
 
