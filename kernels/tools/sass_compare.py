@@ -75,7 +75,10 @@ def compare(before: Path, after: Path, only: str | None) -> int:
             bad += 1
             continue
         rb, ra = rows_b[name], rows_a[name]
-        res = f"registers {rb['registers']} -> {ra['registers']}, spill {rb['spill_bytes']} -> {ra['spill_bytes']}"
+        res = (
+            f"registers {rb['registers']} -> {ra['registers']}, "
+            f"spill {rb['spill_bytes']} -> {ra['spill_bytes']}"
+        )
         moved = (rb["registers"], rb["spill_bytes"]) != (ra["registers"], ra["spill_bytes"])
         fb, fa = before / rb["file"], after / ra["file"]
         if fb.read_bytes() == fa.read_bytes():

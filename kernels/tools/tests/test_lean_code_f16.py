@@ -20,7 +20,7 @@ from fractions import Fraction
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-MAGIC = 12582912.0  # 1.5 * 2^23: adding it rounds a value in [0, 2^22) to an integer (RNE), code_default's form
+MAGIC = 12582912.0  # 1.5 * 2^23: adding it rounds a value in [0, 2^22) to an integer (RNE)
 
 
 def round_f32(x: Fraction) -> float:

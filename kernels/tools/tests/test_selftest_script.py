@@ -36,8 +36,8 @@ else:
     os.chmod(out, os.stat(out).st_mode | stat.S_IEXEC)
 """
 
-# Stand-in test program: TFLOP/s = FAKE_TFLOPS_<input> (default 1000) at a 2 GHz SM clock (the clock line after
-# each shape): per GHz half the TFLOP/s.
+# Stand-in test program: TFLOP/s = FAKE_TFLOPS_<input> (default 1000) at a 2 GHz SM clock (the clock line
+# after each shape): per GHz half the TFLOP/s.
 FAKE_TEST_PROGRAM = r"""#!/usr/bin/env python3
 import os, sys
 if sys.argv[1:2] != ["--bench-only"]:

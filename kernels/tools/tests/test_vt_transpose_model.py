@@ -1,9 +1,9 @@
 """The sm90 kernel's e4m3 V transposer (staging -> Vt) modelled byte for byte.
 
-fa_fwd_wgmma's producer (kernels/sm90/fa_fwd_wgmma/load.cuh) turns a block of V rows (kTileN keys x 128 bytes of d, in a staging buffer)
-into Vt, the K-major B operand of the FP8 P.V wgmma: row d, 16-byte chunk h (16 keys) at position
-(h & 7) ^ (d & 7) of the 128-byte swizzle, region h >> 3, word tq of the chunk holding the bytes of keys
-16 h + 2 tq + {0, 1, 8, 9} (the key order of the packed P registers).
+The producer (kernels/sm90/fa_fwd_wgmma/load.cuh) turns a block of V rows (kTileN keys x 128 bytes of d,
+in a staging buffer) into Vt, the K-major B operand of the FP8 P.V wgmma: row d, 16-byte chunk h (16 keys) at
+position (h & 7) ^ (d & 7) of the 128-byte swizzle, region h >> 3, word tq of the chunk holding the bytes of
+keys 16 h + 2 tq + {0, 1, 8, 9} (the key order of the packed P registers).
 
 `transpose_staging_ldsm` does it with ldmatrix.x4.trans, two PRMT per pair of words and stmatrix.x4.
 
