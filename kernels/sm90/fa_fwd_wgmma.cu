@@ -102,75 +102,21 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const int seqlen_q = args.seqlen_q;
   const int seqlen_k = args.seqlen_k;
 #if ZYFA_WS_PERSISTENT
-  // Work items from the ABI args only (the grid is (SMs, 1, 1)): item i -> rank i / n_pairs (0: the
-  // longest causal rows, the last q tile), pair i % n_pairs (hb = batch * heads_q + head).
+  // The per-launch values of the persistent schedule (scheduler.cuh: persistent_block, cta_item).
   const uint32_t n_qtiles = seqlen_q > 0 ? static_cast<uint32_t>((seqlen_q + kTileM - 1) / kTileM) : 0u;
   const uint32_t n_pairs = static_cast<uint32_t>(args.heads_q) * static_cast<uint32_t>(args.batch);
   const uint32_t n_items = n_qtiles * n_pairs;
   const bool causal_all = (args.flags & ZYFA_FLAG_CAUSAL) != 0u;
   const int64_t diag_all = static_cast<int64_t>(seqlen_k) - seqlen_q;
   const int group_ratio = args.heads_q / args.heads_kv;
-  // With many (head, batch) pairs the items go pair-major (each pair's q tiles longest first, pairs one
-  // after another: L2 reuse of one head's K / V at a time); otherwise rank-major (longest first across pairs).
   const bool pair_major = n_pairs > kLptPairs;
   auto item_block = [&](uint32_t item) {
-    Block b;
-    const uint32_t rank = pair_major ? item % n_qtiles : item / n_pairs;
-    const uint32_t hb = pair_major ? item / n_qtiles : item - rank * n_pairs;
-    b.head = static_cast<int>(hb % static_cast<uint32_t>(args.heads_q));
-    b.batch = static_cast<int>(hb / static_cast<uint32_t>(args.heads_q));
-    b.q_row0 = static_cast<int>(n_qtiles - 1u - rank) * kTileM;
-    b.kv_head = b.head / group_ratio;
-    b.causal = causal_all;
-    b.diag = diag_all;
-    const int rows = min(kTileM, seqlen_q - b.q_row0);
-    int64_t kend = seqlen_k;
-    if (b.causal) kend = min(kend, static_cast<int64_t>(b.q_row0) + rows - 1 + b.diag + 1);
-    b.n_blocks = kend > 0 ? static_cast<int>((kend + kTileN - 1) / kTileN) : 0;
-    return b;
+    return persistent_block(item, pair_major, n_qtiles, n_pairs, args, group_ratio, causal_all, diag_all, seqlen_q,
+                            seqlen_k);
   };
   const uint32_t bar_q_empty = bars + 8u * (1 + 4 * kStages);  // 8 arrivals: one per consumer warp
-  // The k-th item of this CTA (>= n_items: none left): boustrophedon rounds of G = gridDim.x items (odd
-  // rounds reversed), so that in the rank-major list, whose costs fall along each round, the CTA that takes
-  // a round's longest item takes the next round's shortest: per-CTA work balances to within one round's
-  // spread instead of growing with it.
-  auto cta_item = [&](uint32_t k) {
-    const uint32_t lane_in_round = (k & 1u) ? gridDim.x - 1u - blockIdx.x : blockIdx.x;
-    return k * gridDim.x + lane_in_round;
-  };
 #else
-  // Tile grid (ceil(seqlen_q / 128), heads_q, batch), pairs hb = batch * heads + head (GQA groups adjacent),
-  // lin = x + nx (y + ny z). At most kLptPairs pairs: rank r = lin / nhb takes q tile nx - 1 - r of pair
-  // lin % nhb, so every pair's longest causal tiles start before any pair's shorter ones (LPT order for the
-  // causal tail). More pairs: blockIdx as launched, q tiles reversed inside each head (L2 reuse of one
-  // head's K / V). The groups of pairs below are one group (lin < nx * nhb: g0 = 0).
-  Block blk;
-  {
-    const uint32_t nx = gridDim.x, ny = gridDim.y, nhb = gridDim.y * gridDim.z;
-    const uint32_t lin = blockIdx.x + nx * (blockIdx.y + ny * blockIdx.z);
-    uint32_t gsz = nhb;  // pairs per group
-    const uint32_t group = lin / (gsz * nx);
-    const uint32_t g0 = group * gsz;                 // first pair of this group
-    const uint32_t gcur = min(gsz, nhb - g0);        // pairs in this group
-    const uint32_t local = lin - g0 * nx;            // < gcur * nx
-    const uint32_t rank = local / gcur;              // 0: the longest tiles
-    const uint32_t hb = g0 + (local - rank * gcur);
-    blk.head = static_cast<int>(hb % ny);
-    blk.batch = static_cast<int>(hb / ny);
-    blk.q_row0 = static_cast<int>(nx - 1u - rank) * kTileM;
-    if (nhb > kLptPairs) {  // many pairs: launch order, q tiles reversed (L2 reuse)
-      blk.head = static_cast<int>(blockIdx.y);
-      blk.batch = static_cast<int>(blockIdx.z);
-      blk.q_row0 = static_cast<int>(nx - 1u - blockIdx.x) * kTileM;
-    }
-  }
-  blk.kv_head = blk.head / (args.heads_q / args.heads_kv);
-  blk.causal = (args.flags & ZYFA_FLAG_CAUSAL) != 0u;
-  blk.diag = static_cast<int64_t>(seqlen_k) - seqlen_q;
-  const int q_rows = min(kTileM, seqlen_q - blk.q_row0);
-  int64_t kv_end = seqlen_k;  // keys [0, kv_end) are visible to at least one row of the tile
-  if (blk.causal) kv_end = min(kv_end, static_cast<int64_t>(blk.q_row0) + q_rows - 1 + blk.diag + 1);
-  blk.n_blocks = kv_end > 0 ? static_cast<int>((kv_end + kTileN - 1) / kTileN) : 0;
+  const Block blk = tile_block(args);
 #endif
 
   const int tid = static_cast<int>(threadIdx.x);
