@@ -68,7 +68,6 @@
 #include "sm90/warp_ptx.h"
 #include "sm90/wgmma.h"
 
-
 #if ZYFA_WS_TMA
 extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1)
     ZYFA_KERNEL_NAME(const zyfa_fwd_args args, const __grid_constant__ zyfa_tma_maps maps) {
@@ -337,9 +336,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 
   float o[kOAcc];
   float lones[4];  // kLSumOnes: the row sums of the P.V in flight
-  // Never read. Its zeroing only changes NVVM's virtual-register numbering, which ptxas's register allocation
-  // of the FP8 TMA variants (192/128 exact and f16) follows: without it their SASS is scheduled differently
-  // (kernels/tools/sass_compare.py), so it stays until a GPU timing run has checked that schedule.
+  // Never read. Zeroing it changes only NVVM's virtual-register numbering, which ptxas's register allocation
+  // follows: it keeps the FP8 TMA variants' (192/128 exact and f16) SASS the timed one, which ptxas schedules
+  // differently without it (kernels/tools/sass_compare.py shows the difference). Remove it together with a GPU
+  // timing run of those two variants.
   float sass_pin[kOAcc];
   float sacc[kSAcc];
   uint32_t p[kPRegs];

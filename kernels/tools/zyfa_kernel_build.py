@@ -363,8 +363,8 @@ def compile_gfx950(
 
 
 def source_files(v: dict[str, Any], root: Path) -> list[Path]:
-    """Files whose bytes define the kernel: the source, its directory's headers and the ABI header,
-    or (asmgen) the generator package's Python sources and the ABI header."""
+    """Files whose bytes define the kernel: the source, the headers in its folder and below, and the ABI
+    header, or (asmgen) the generator package's Python sources and the ABI header."""
     if v["kind"] == "asmgen":
         files = sorted((root / ASMGEN_SRC).rglob("*.py"))
     else:
