@@ -32,14 +32,14 @@ summary="$res/sm90_wgmma_summary.txt"
 : >"$summary"
 t_start=$SECONDS
 
-# One line per variant: "main", its name and its -D defines, as the kernel build has them.
+# One line per variant: its name and its -D defines, as the kernel build has them.
 mapfile -t lines < <(python3 - "$repo/kernels/tools" "${ZYFA_ONLY:-.}" <<'EOF'
 import sys
 sys.path.insert(0, sys.argv[1])
 from variant_defines import selected_variants  # the variants and their -D defines, as the kernel build has them
 from zyfa_kernel_build import defines
 for v in selected_variants(src="sm90/fa_fwd_wgmma.cu", only=sys.argv[2]):
-    print("main", v["name"], " ".join(defines(v)))
+    print(v["name"], " ".join(defines(v)))
 EOF
 )
 [[ ${#lines[@]} -gt 0 ]] || { echo "no wgmma variant in kernels/variants.bzl matches"; exit 1; }
@@ -53,7 +53,7 @@ cuobjdump="$(find_cuobjdump)"
 # ---- 1 + 2: builds, all in parallel
 pids=()
 for line in "${lines[@]}"; do
-  read -r kind name defines <<<"$line"
+  read -r name defines <<<"$line"
   # shellcheck disable=SC2086
   "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -cubin -I"$repo/kernels" $defines \
     -Xptxas -v "$repo/kernels/sm90/fa_fwd_wgmma.cu" -o "$dir/$name.cubin" >"$dir/cubin_$name.log" 2>&1 &
@@ -71,7 +71,7 @@ echo "builds done after $((SECONDS - t_start)) s"
 status=0
 echo "== resources (ptxas -v of the kernel cubin, SASS matrix instructions) ==" | tee -a "$summary"
 for line in "${lines[@]}"; do
-  read -r kind name defines <<<"$line"
+  read -r name defines <<<"$line"
   log="$dir/cubin_$name.log"
   if [[ ! -s "$dir/$name.cubin" ]]; then
     echo "CUBIN BUILD FAILED $name" | tee -a "$summary"; cat "$log" | tee -a "$summary"; status=1; continue
@@ -96,7 +96,7 @@ done
 
 if [[ "${ZYFA_BUILD_ONLY:-0}" == 1 ]]; then  # preflight without a GPU: every cubin and test program must build
   for line in "${lines[@]}"; do
-    read -r kind name defines <<<"$line"
+    read -r name defines <<<"$line"
     [[ -x "$dir/test_$name" ]] && continue
     echo "TEST BUILD FAILED $name" | tee -a "$summary"; tail -30 "$dir/build_$name.log" | tee -a "$summary"; status=1
   done
@@ -108,7 +108,7 @@ echo "== correctness (probe + cases), concurrently ==" | tee -a "$summary"
 run_pids=()
 run_names=()
 for line in "${lines[@]}"; do
-  read -r kind name defines <<<"$line"
+  read -r name defines <<<"$line"
   exe="$dir/test_$name"
   if [[ ! -x "$exe" ]]; then
     echo "TEST BUILD FAILED $name" | tee -a "$summary"; tail -30 "$dir/build_$name.log" | tee -a "$summary"; status=1
@@ -143,10 +143,10 @@ bench_log() {  # bench_log PASS INPUT NAME: the log path of one timing run
   echo "$out/bench$1_$tag$3.log"
 }
 bench_pass() {  # bench_pass PASS ("" or 2): every input, every build
-  local input line kind name defines log
+  local input line name defines log
   for input in "${bench_inputs[@]}"; do
     for line in "${lines[@]}"; do
-      read -r kind name defines <<<"$line"
+      read -r name defines <<<"$line"
       [[ -x "$dir/test_$name" ]] || continue
       log="$(bench_log "$1" "$input" "$name")"
       ZYFA_BENCH_INPUT=$input timeout 60 "$dir/test_$name" "${bench_args[@]}" >"$log" 2>&1 || status=1
@@ -163,7 +163,7 @@ fi
 if [[ "${ZYFA_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null 2>&1; then
   # compute-sanitizer of the first bf16 and the first e4m3 variant (ZYFA_SANITIZE_ALL=1: every variant), each tool in ZYFA_SANITIZE_TOOLS (default memcheck: all cases and the probe; racecheck, synccheck
   # and initcheck run the probe and the cases up to 1M score elements, --small) as concurrent processes.
-  san_names="$(awk '{print $2}' <<<"$(printf '%s\n' "${lines[@]}")")"
+  san_names="$(awk '{print $1}' <<<"$(printf '%s\n' "${lines[@]}")")"
   [[ "${ZYFA_SANITIZE_ALL:-0}" == 1 ]] || san_names="$(awk -F_ '!seen[$3]++' <<<"$san_names")"
   san_pids=()
   san_runs=()
@@ -190,7 +190,7 @@ fi
 if [[ "${ZYFA_NCU:-0}" == 1 || "${ZYFA_NCU:-0}" == all ]] && command -v ncu >/dev/null 2>&1; then
   # One launch at seqlen 8K per dtype (first bf16 and first e4m3 variant; ZYFA_NCU=all: every variant's
   # main build), clocks left alone.
-  ncu_names="$(awk '$1 == "main" {print $2}' <<<"$(printf '%s\n' "${lines[@]}")")"
+  ncu_names="$(awk '{print $1}' <<<"$(printf '%s\n' "${lines[@]}")")"
   [[ "${ZYFA_NCU}" == all ]] || ncu_names="$(awk -F_ '!seen[$3]++' <<<"$ncu_names")"
   for name in $ncu_names; do
     sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats
@@ -219,7 +219,7 @@ for input in "${bench_inputs[@]}"; do
   [[ "${ZYFA_BENCH:-1}" == 1 ]] || break
   # Compact tables (tools/device/selftest_table.py): ws TFLOP/s, then TFLOP/s per GHz, per build and shape.
   python3 "$repo/tools/device/selftest_table.py" "$input" "$(bench_log "" "$input" NAME)" "$(bench_log 2 "$input" NAME)" \
-    "$(printf '%s\n' "${lines[@]}" | awk '{print $1 ":" $2}' | tr '\n' ' ')" | tee -a "$summary"
+    "$(printf '%s\n' "${lines[@]}" | awk '{print $1}' | tr '\n' ' ')" | tee -a "$summary"
 done
 cp "$dir"/cubin_*.log "$out"/ 2>/dev/null
 # tar is missing on some device images: Python's tarfile instead.
