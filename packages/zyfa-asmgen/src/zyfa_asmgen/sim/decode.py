@@ -39,6 +39,7 @@ LITERAL, SDWA_SRC, DPP_SRC = 255, 249, 250
 # VOP3 opcodes below this have a 32-bit twin (VOPC 0-255, VOP2 256-319, VOP1 320-447): their VOP3 form
 # needs the _e64 suffix, or the assembler would pick the shorter encoding.
 _VOP3_ONLY_FROM = 0x1C0
+_LD_SCALE = 44  # VOP3P opcode of v_mfma_ld_scale_b32
 _OMOD = {1: "mul:2", 2: "mul:4", 3: "div:2"}
 _SDWA_SEL = ["BYTE_0", "BYTE_1", "BYTE_2", "BYTE_3", "WORD_0", "WORD_1", "DWORD"]
 _SDWA_UNUSED = ["UNUSED_PAD", "UNUSED_SEXT", "UNUSED_PRESERVE"]
@@ -129,7 +130,8 @@ class _Printer:
         return getattr(self.inst, field).offset
 
     def count(self, field: str) -> int:
-        return max(1, self.ops[field][1] // 32) if field in self.ops else 1
+        """Registers of an operand (the f8f6f4 MFMAs size A and B by their cbsz/blgp formats)."""
+        return self.inst.op_regs.get(field, 1) if field in self.ops else 1
 
     def lit(self) -> int | None:
         return getattr(self.inst, "literal", None)
@@ -163,6 +165,10 @@ class _Printer:
         return [self.sreg(f) for f in ("sdst", "ssrc0", "ssrc1") if f in self.ops], []
 
     def p_sopc(self) -> tuple[list[str], list[str]]:
+        if self.name == "s_set_gpr_idx_on":  # ssrc1 is the 4-bit index mode, not an operand code
+            mode = self.raw("ssrc1")
+            names = ",".join(n for k, n in enumerate(("SRC0", "SRC1", "SRC2", "DST")) if mode >> k & 1)
+            return [self.sreg("ssrc0"), f"gpr_idx({names})"], []
         return [self.sreg(f) for f in ("ssrc0", "ssrc1") if f in self.ops], []
 
     def p_sopk(self) -> tuple[list[str], list[str]]:
@@ -197,7 +203,7 @@ class _Printer:
         i = self.inst
         parts = [self.sreg(f) for f in ("sdata", "sbase") if f in self.ops]
         mods = []
-        if "soffset" in self.ops or "offset" in dict(type(i)._fields):
+        if "soffset" in self.ops:
             if i.imm and i.soffset_en:
                 parts.append(src_text(self.raw("soffset"), 1))
                 mods.append(f"offset:0x{i.offset:x}")
@@ -267,9 +273,26 @@ class _Printer:
         self.mnemonic = self.mnemonic_vop3  # type: ignore[method-assign]
         if "vdst" not in self.ops and "src0" not in self.ops:
             return [], self.vop3_mods(0)
+        if self.name.startswith("v_bitop3_"):
+            return self.bitop3()
+        if self.name in ("v_permlane16_swap_b32", "v_permlane32_swap_b32"):
+            # The VOP3 form's op_sel bits are the swap's bound_ctrl and fi.
+            opsel = self.inst.opsel
+            mods = [m for k, m in enumerate(("bound_ctrl:1", "fi:1")) if opsel >> k & 1]
+            return [self.vop3_dst(), self.src("src0")], mods
         srcs = self.vop3_srcs()
         dst = self.vop3_dst()
         return [dst, *srcs], self.vop3_mods(len(srcs))
+
+    def bitop3(self) -> tuple[list[str], list[str]]:
+        """v_bitop3_*: the 8-bit truth table lives in the omod (7:6), abs (5:3) and neg (2:0) fields."""
+        i = self.inst
+        table = i.omod << 6 | i.abs << 3 | i.neg
+        srcs = [self.src(f) for f in ("src0", "src1", "src2")]
+        mods = [f"bitop3:0x{table:x}"] if table else []
+        if i.opsel:
+            mods.append("op_sel:[" + ",".join(str(i.opsel >> k & 1) for k in (0, 1, 2, 3)) + "]")
+        return [self.vop3_dst(), *srcs], mods
 
     def vop3_dst(self) -> str:
         kind = self.ops.get("vdst", (None, 0, None))[2]
@@ -321,6 +344,20 @@ class _Printer:
         mods = [f"{k}:{getattr(i, k)}" for k in ("cbsz", "abid", "blgp") if getattr(i, k)]
         return [d, a, b, c], mods
 
+    def p_vop3px2(self) -> tuple[list[str], list[str]]:
+        """v_mfma_scale_*: the v_mfma_ld_scale_b32 dwords (scale sources, op_sel) fused with the MFMA."""
+        i = self.inst
+        d = src_text(self.code("vdst"), self.count("vdst"), acc=bool(i.acc_cd))
+        a = src_text(self.code("src0"), self.count("src0"), acc=bool(i.acc & 1))
+        b = src_text(self.code("src1"), self.count("src1"), acc=bool(i.acc & 2))
+        c = src_text(self.code("src2"), self.count("src2"), acc=bool(i.acc_cd))
+        scales = [src_text(i.scale_src0, 1), src_text(i.scale_src1, 1)]
+        hi = i.opsel_hi | (self.inst._raw >> 14 & 1) << 2
+        mods = ["op_sel:[" + ",".join(str(i.opsel >> k & 1) for k in range(3)) + "]",
+                "op_sel_hi:[" + ",".join(str(hi >> k & 1) for k in range(3)) + "]"]  # fmt: skip
+        mods += [f"{k}:{getattr(i, k)}" for k in ("cbsz", "blgp") if getattr(i, k)]
+        return [d, a, b, c, *scales], mods
+
     def p_ds(self) -> tuple[list[str], list[str]]:
         i, acc = self.inst, bool(self.inst.acc)
         parts = []
@@ -364,7 +401,7 @@ class _Printer:
         saddr = self.raw("saddr")
         has_saddr = "saddr" in self.ops and saddr != 0x7F
         parts = []
-        if "vdst" in self.ops:
+        if "vdst" in self.ops and "_lds_" not in self.name:  # *_load_lds_* write LDS, not a VGPR
             parts.append(src_text(self.code("vdst"), self.count("vdst"), acc=acc))
         if self.fmt == "SCRATCH":
             parts.append(src_text(self.code("addr"), 1) if not i.sve and has_saddr is False else "off")
@@ -387,9 +424,27 @@ class _Printer:
     def p_vop2_sdwa(self) -> tuple[list[str], list[str]]:
         return self.sdwa(["vdst", "src0", "vsrc1"])
 
+    def p_vop1_dpp16(self) -> tuple[list[str], list[str]]:
+        return self.dpp(with_src1=False)
+
+    def p_vop2_dpp16(self) -> tuple[list[str], list[str]]:
+        return self.dpp(with_src1=True)
+
+    def dpp(self, with_src1: bool) -> tuple[list[str], list[str]]:
+        i, self.mnemonic = self.inst, (lambda: self.name + "_dpp")  # type: ignore[method-assign]
+        parts = [src_text(self.code("vdst"), 1), _modded(src_text(self.code("vsrc0"), 1), i.src0_neg, i.src0_abs, 0)]
+        if with_src1:
+            parts.append(_modded(src_text(self.code("vsrc1"), 1), i.src1_neg, i.src1_abs, 0))
+        if self.name == "v_cndmask_b32":
+            parts.append("vcc")
+        mods = [dpp_ctrl_text(i.dpp), f"row_mask:0x{i.row_mask:x}", f"bank_mask:0x{i.bank_mask:x}"]
+        if i.bc:
+            mods.append("bound_ctrl:1")
+        return parts, mods
+
     def sdwa(self, fields: list[str]) -> tuple[list[str], list[str]]:
         i, self.mnemonic = self.inst, (lambda: self.name + "_sdwa")  # type: ignore[method-assign]
-        parts = [src_text(self.code("vdst"), 1)]
+        parts = [src_text(self.code("vdst"), self.count("vdst"))]
         s0 = src_text(self.raw("vsrc0") + (0 if i.s0 else 256), 1)
         parts.append(_modded(s0, i.src0_neg, i.src0_abs, i.src0_sext))
         if "vsrc1" in fields:
@@ -405,6 +460,21 @@ class _Printer:
             sels.append(("src1_sel", _SDWA_SEL[i.src1_sel], "DWORD"))
         mods += [f"{k}:{v}" for k, v, default in sels if v != default]
         return parts, mods
+
+
+def dpp_ctrl_text(ctrl: int) -> str:
+    """The DPP control of the 9-bit dpp_ctrl field, as LLVM spells it."""
+    if ctrl <= 0xFF:
+        return "quad_perm:[" + ",".join(str(ctrl >> (2 * k) & 3) for k in range(4)) + "]"
+    ranges = {0x100: "row_shl", 0x110: "row_shr", 0x120: "row_ror", 0x150: "row_newbcast"}
+    base = ctrl & ~0xF
+    if base in ranges and ctrl & 0xF:
+        return f"{ranges[base]}:{ctrl & 0xF}"
+    fixed = {0x130: "wave_shl:1", 0x134: "wave_rol:1", 0x138: "wave_shr:1", 0x13C: "wave_ror:1",
+             0x140: "row_mirror", 0x141: "row_half_mirror", 0x142: "row_bcast:15", 0x143: "row_bcast:31"}  # fmt: skip
+    if ctrl in fixed:
+        return fixed[ctrl]
+    raise ValueError(f"dpp_ctrl {ctrl:#x} is reserved")
 
 
 def _modded(t: str, neg: int, abs_: int, sext: int) -> str:
@@ -428,6 +498,18 @@ def label_name(offset: int) -> str:
     return f".L{offset:06x}"
 
 
+def _decode_one(decode_inst: Callable[[bytes, str], Any], window: bytes) -> Any:
+    """Decode the instruction at the start of `window` (up to 16 bytes).
+
+    A v_mfma_scale_* is two VOP3P dwords pairs: v_mfma_ld_scale_b32 fused with the MFMA. The table's
+    format test only looks at the second pair, so an ordinary MFMA followed by another MFMA would pass
+    for one: the first pair must be the ld_scale opcode, else only 8 bytes are decoded."""
+    inst = decode_inst(window.ljust(16, b"\0"), "cdna")
+    if type(inst).__name__ == "VOP3PX2" and (int.from_bytes(window[:4], "little") >> 16) & 0x7F != _LD_SCALE:
+        inst = decode_inst(window[:8].ljust(16, b"\0"), "cdna")
+    return inst
+
+
 def decode_text(code: bytes, base: int = 0) -> list[DecodedInstruction]:
     """Decode a whole .text section (`base`: its offset, for error messages) into instructions.
 
@@ -440,7 +522,7 @@ def decode_text(code: bytes, base: int = 0) -> list[DecodedInstruction]:
     while pos < len(code):
         window = code[pos : pos + 16]
         try:
-            inst = decode_inst(window.ljust(16, b"\0"), "cdna")
+            inst = _decode_one(decode_inst, window)
             size = inst.size()
             if pos + size > len(code):
                 raise ValueError(f"a {size}-byte encoding runs past the end of the section")
