@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import ops_memory, ops_mfma, ops_scalar, ops_vector  # noqa: F401  (register handlers)
+from . import ops_memory, ops_mfma, ops_misc, ops_scalar, ops_vector  # noqa: F401  (register handlers)
 from .asm import KernelInfo, Program, parse_asm
 from .core import EXEC, LANES, M0, MASK32, VCC, Ctx, Op, Wave, compile_instruction
 from .errors import Deadlock, LaunchError, SimError
