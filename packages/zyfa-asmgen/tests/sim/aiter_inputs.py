@@ -1,0 +1,69 @@
+"""AITER's gfx950 attention code objects as test inputs, fetched from PyPI into a cache outside the
+repository (never committed: they are AMD's binaries under AITER's licence).
+
+The pinned wheel (about 40 MB) is downloaded once per cache with `pip download --no-deps`; only the
+eight fmha_v3_fwd .co files are kept. Cache: $ZYFA_CACHE/aiter/<version>, else
+~/.cache/zyfa/aiter/<version>. ZYFA_OFFLINE=1 forbids the download (the tests then skip unless the
+cache is filled). A uniquely named module: see asmgen_testlib.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+AITER_VERSION = "0.1.7.post2.dev18"
+AITER_REQUIREMENT = f"amd-aiter=={AITER_VERSION}"
+WHEEL_DIR = "aiter_meta/hsa/gfx950/fmha_v3_fwd/"
+CODE_OBJECTS = tuple(
+    f"fwd_{hd}_bf16{causal}{group}.co"
+    for hd in ("hd128", "hd192_hd128")
+    for causal in ("", "_causal")
+    for group in ("", "_group")
+)
+DOWNLOAD_TIMEOUT_S = 600
+
+
+def cache_dir() -> Path:
+    """Where the extracted .co files live."""
+    root = Path(os.environ["ZYFA_CACHE"]) if os.environ.get("ZYFA_CACHE") else Path.home() / ".cache" / "zyfa"
+    return root / "aiter" / AITER_VERSION
+
+
+def _complete(d: Path) -> bool:
+    return all((d / name).is_file() for name in CODE_OBJECTS)
+
+
+def _download(dest: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+               "--only-binary=:all:", AITER_REQUIREMENT, "-d", tmp]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S, check=False)
+        wheels = list(Path(tmp).glob("amd_aiter-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            raise RuntimeError(f"pip download {AITER_REQUIREMENT} failed: {' / '.join(tail)}")
+        dest.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheels[0]) as z:
+            for name in CODE_OBJECTS:
+                data = z.read(WHEEL_DIR + name)
+                part = dest / (name + ".part")
+                part.write_bytes(data)
+                part.replace(dest / name)
+
+
+def aiter_code_objects() -> tuple[dict[str, Path], str]:
+    """({file name: path} of the eight code objects, "") or ({}, the reason they cannot be had)."""
+    d = cache_dir()
+    if not _complete(d):
+        if os.environ.get("ZYFA_OFFLINE") == "1":
+            return {}, f"AITER's code objects are not in {d} and ZYFA_OFFLINE=1 forbids fetching {AITER_REQUIREMENT}"
+        try:
+            _download(d)
+        except (OSError, RuntimeError, KeyError, subprocess.TimeoutExpired, zipfile.BadZipFile) as e:
+            return {}, f"AITER's code objects ({AITER_REQUIREMENT} from PyPI) could not be had: {e}"
+    return {name: d / name for name in CODE_OBJECTS}, ""
