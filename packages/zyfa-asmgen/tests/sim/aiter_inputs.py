@@ -61,7 +61,10 @@ def aiter_code_objects() -> tuple[dict[str, Path], str]:
     d = cache_dir()
     if not _complete(d):
         if os.environ.get("ZYFA_OFFLINE") == "1":
-            return {}, f"AITER's code objects are not in {d} and ZYFA_OFFLINE=1 forbids fetching {AITER_REQUIREMENT}"
+            return (
+                {},
+                f"AITER's code objects are not in {d}; ZYFA_OFFLINE=1 forbids fetching {AITER_REQUIREMENT}",
+            )
         try:
             _download(d)
         except (OSError, RuntimeError, KeyError, subprocess.TimeoutExpired, zipfile.BadZipFile) as e:

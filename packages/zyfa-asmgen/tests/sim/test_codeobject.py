@@ -147,16 +147,20 @@ def test_descriptor_fields() -> None:
     rsrc1 = 5 | 2 << 6 | 3 << 16 | 1 << 21 | 1 << 23
     rsrc2 = 1 << 0 | 4 << 1 | 1 << 7 | 1 << 9 | 2 << 11
     rsrc3 = (128 // 4 - 1) | 1 << 16
-    kd = struct.pack("<IIII q 20x III HH4x", 65536, 16, 512, 0, -4096, rsrc3, rsrc1, rsrc2, 1 << 3 | 1 << 1, 3 | 1 << 7)
+    props, preload = 1 << 3 | 1 << 1, 3 | 1 << 7
+    kd = struct.pack("<IIII q 20x III HH4x", 65536, 16, 512, 0, -4096, rsrc3, rsrc1, rsrc2, props, preload)
+    want = {
+        "group_segment_fixed_size": 65536, "private_segment_fixed_size": 16, "kernarg_size": 512,
+        "kernel_code_entry_byte_offset": -4096, "next_free_vgpr": 48, "next_free_sgpr": 42,
+        "accum_offset": 128, "tg_split": 1, "float_denorm_mode_32": 3, "dx10_clamp": 1, "ieee_mode": 1,
+        "float_round_mode_32": 0, "enable_private_segment": 1, "user_sgpr_count": 4,
+        "system_vgpr_workitem_id": 2, "system_sgpr_workgroup_id_x": 1, "system_sgpr_workgroup_id_y": 0,
+        "system_sgpr_workgroup_id_z": 1, "user_sgpr_kernarg_segment_ptr": 1, "user_sgpr_dispatch_ptr": 1,
+        "user_sgpr_queue_ptr": 0, "user_sgpr_kernarg_preload_length": 3,
+        "user_sgpr_kernarg_preload_offset": 1,
+    }  # fmt: skip
     d = parse_descriptor(kd)
-    assert (d["group_segment_fixed_size"], d["private_segment_fixed_size"], d["kernarg_size"]) == (65536, 16, 512)
-    assert d["kernel_code_entry_byte_offset"] == -4096
-    assert (d["next_free_vgpr"], d["next_free_sgpr"], d["accum_offset"], d["tg_split"]) == (48, 42, 128, 1)
-    assert (d["float_denorm_mode_32"], d["dx10_clamp"], d["ieee_mode"], d["float_round_mode_32"]) == (3, 1, 1, 0)
-    assert (d["enable_private_segment"], d["user_sgpr_count"], d["system_vgpr_workitem_id"]) == (1, 4, 2)
-    assert (d["system_sgpr_workgroup_id_x"], d["system_sgpr_workgroup_id_y"], d["system_sgpr_workgroup_id_z"]) == (1, 0, 1)
-    assert (d["user_sgpr_kernarg_segment_ptr"], d["user_sgpr_dispatch_ptr"], d["user_sgpr_queue_ptr"]) == (1, 1, 0)
-    assert (d["user_sgpr_kernarg_preload_length"], d["user_sgpr_kernarg_preload_offset"]) == (3, 1)
+    assert {k: d[k] for k in want} == want
     with pytest.raises(DescriptorError, match="64 bytes, got 63"):
         parse_descriptor(kd[:63])
     wave32 = kd[:56] + struct.pack("<H", 1 << 10) + kd[58:]
@@ -182,3 +186,31 @@ def test_msgpack() -> None:
         unpackb(bytes.fromhex("d4 01 02"))  # fixext 1
     with pytest.raises(MsgpackError, match="left after"):
         unpackb(b"\x01\x02")
+
+
+# ---- command line -------------------------------------------------------------------------------
+
+
+def test_cli_summary_listing_and_roundtrip(built, tmp_path, capsys) -> None:
+    from zyfa_asmgen.__main__ import main
+
+    _, hsaco = built
+    assert main(["codeobject", str(hsaco)]) == 0
+    out = capsys.readouterr().out
+    assert "code object v6, target amdgcn-amd-amdhsa--gfx950" in out
+    assert f"kernel {VAR['name']}: entry instruction 0" in out
+    assert "descriptor group_segment_fixed_size = 0" in out and "simulator lacks: nothing" in out
+    assert main(["codeobject", str(hsaco), "--disassemble", "-o", str(tmp_path / "k.s")]) == 0
+    listing = (tmp_path / "k.s").read_text()
+    assert listing.startswith(".text\n") and f"\n{VAR['name']}:\n" in listing
+    assert "v_mfma_f32_32x32x16_bf16" in listing
+    assert main(["codeobject", str(hsaco), "--roundtrip"]) == 0
+    assert "reassembled by the pinned clang, identical" in capsys.readouterr().out
+
+
+def test_cli_bad_file(tmp_path, capsys) -> None:
+    from zyfa_asmgen.__main__ import main
+
+    (tmp_path / "x.co").write_bytes(b"\x7fELF\x01\x01" + bytes(80))
+    assert main(["codeobject", str(tmp_path / "x.co")]) == 1
+    assert "only ELF64 little-endian is supported" in capsys.readouterr().err

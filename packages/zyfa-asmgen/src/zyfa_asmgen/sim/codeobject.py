@@ -40,7 +40,7 @@ SUPPORTED_CODE_OBJECT_VERSIONS = (5, 6)
 NT_AMDGPU_METADATA = 32
 
 
-class CodeObjectError(SimError):
+class CodeObjectError(SimError, ValueError):
     """The file is not a gfx950 code object of a supported version, or its tables disagree."""
 
 
@@ -84,7 +84,8 @@ def _check_header(elf: ElfFile, path: Path) -> int:
         )
     mach = elf.flags & EF_AMDGPU_MACH_MASK
     if mach != EF_AMDGPU_MACH_GFX950:
-        raise CodeObjectError(f"{path}: processor {mach:#05x} in e_flags, not gfx950 ({EF_AMDGPU_MACH_GFX950:#05x})")
+        want = EF_AMDGPU_MACH_GFX950
+        raise CodeObjectError(f"{path}: processor {mach:#05x} in e_flags, not gfx950 ({want:#05x})")
     return version
 
 

@@ -52,7 +52,7 @@ _SOPP_NO_OPERAND = {
 _SOPP_BRANCH_PREFIX = ("s_branch", "s_cbranch_")
 
 
-class DecodeError(SimError):
+class DecodeError(SimError, ValueError):
     """An encoding the decoder does not know (message: byte offset and the bytes)."""
 
 
@@ -432,7 +432,8 @@ class _Printer:
 
     def dpp(self, with_src1: bool) -> tuple[list[str], list[str]]:
         i, self.mnemonic = self.inst, (lambda: self.name + "_dpp")  # type: ignore[method-assign]
-        parts = [src_text(self.code("vdst"), 1), _modded(src_text(self.code("vsrc0"), 1), i.src0_neg, i.src0_abs, 0)]
+        src0 = _modded(src_text(self.code("vsrc0"), 1), i.src0_neg, i.src0_abs, 0)
+        parts = [src_text(self.code("vdst"), 1), src0]
         if with_src1:
             parts.append(_modded(src_text(self.code("vsrc1"), 1), i.src1_neg, i.src1_abs, 0))
         if self.name == "v_cndmask_b32":
@@ -454,8 +455,11 @@ class _Printer:
         if i.omod:
             mods.append(_OMOD[i.omod])
         # Defaults (DWORD selects, UNUSED_PAD) are left out: some opcodes (v_cvt_f32_fp8) take no dst_sel.
-        sels = [("dst_sel", _SDWA_SEL[i.dst_sel], "DWORD"), ("dst_unused", _SDWA_UNUSED[i.dst_unused], "UNUSED_PAD"),
-                ("src0_sel", _SDWA_SEL[i.src0_sel], "DWORD")]  # fmt: skip
+        sels = [
+            ("dst_sel", _SDWA_SEL[i.dst_sel], "DWORD"),
+            ("dst_unused", _SDWA_UNUSED[i.dst_unused], "UNUSED_PAD"),
+            ("src0_sel", _SDWA_SEL[i.src0_sel], "DWORD"),
+        ]
         if "vsrc1" in fields:
             sels.append(("src1_sel", _SDWA_SEL[i.src1_sel], "DWORD"))
         mods += [f"{k}:{v}" for k, v, default in sels if v != default]
@@ -471,7 +475,8 @@ def dpp_ctrl_text(ctrl: int) -> str:
     if base in ranges and ctrl & 0xF:
         return f"{ranges[base]}:{ctrl & 0xF}"
     fixed = {0x130: "wave_shl:1", 0x134: "wave_rol:1", 0x138: "wave_shr:1", 0x13C: "wave_ror:1",
-             0x140: "row_mirror", 0x141: "row_half_mirror", 0x142: "row_bcast:15", 0x143: "row_bcast:31"}  # fmt: skip
+             0x140: "row_mirror", 0x141: "row_half_mirror",
+             0x142: "row_bcast:15", 0x143: "row_bcast:31"}  # fmt: skip
     if ctrl in fixed:
         return fixed[ctrl]
     raise ValueError(f"dpp_ctrl {ctrl:#x} is reserved")

@@ -28,7 +28,8 @@ class _Reader:
 
     def take(self, n: int) -> bytes:
         if self.pos + n > len(self.data):
-            raise MsgpackError(f"truncated at byte {self.pos} (needs {n} more, has {len(self.data) - self.pos})")
+            left = len(self.data) - self.pos
+            raise MsgpackError(f"truncated at byte {self.pos} (needs {n} more, has {left})")
         out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out

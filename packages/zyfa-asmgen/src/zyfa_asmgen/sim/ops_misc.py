@@ -1,7 +1,7 @@
 """Instructions outside the scalar, vector, memory and MFMA families of the other ops_* modules.
 
-    v_nop   a VALU instruction that changes no state; it takes a VALU issue slot and is one wait
-            state for the hazard rules, as every instruction is (CDNA4 ISA, "VOP1 instructions").
+v_nop   a VALU instruction that changes no state; it takes a VALU issue slot and is one wait
+        state for the hazard rules, as every instruction is (CDNA4 ISA, "VOP1 instructions").
 """
 
 from __future__ import annotations

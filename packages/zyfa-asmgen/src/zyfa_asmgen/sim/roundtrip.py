@@ -20,7 +20,7 @@ from .elf import parse_elf, read_elf
 from .errors import SimError
 
 
-class RoundTripError(SimError):
+class RoundTripError(SimError, ValueError):
     """Reassembling the decoded text did not give back the original bytes."""
 
 
