@@ -118,6 +118,7 @@ class _Printer:
         for suf in ("_e32", "_e64"):
             name = name.removesuffix(suf)
         self.name = _RENAMES.get(name, name)
+        self.suffix = ""  # the encoding suffix a printer adds: _e64, _dpp, _sdwa
         self.target: int | None = None
 
     # ---- fields ----
@@ -152,11 +153,8 @@ class _Printer:
         if fn is None:
             raise ValueError(f"no printer for the {self.fmt} encoding")
         parts, mods = fn()
-        head = self.mnemonic() + (" " + ", ".join(parts) if parts else "")
+        head = self.name + self.suffix + (" " + ", ".join(parts) if parts else "")
         return " ".join([head, *mods])
-
-    def mnemonic(self) -> str:
-        return self.name
 
     def p_sop1(self) -> tuple[list[str], list[str]]:
         return [self.sreg(f) for f in ("sdst", "ssrc0") if f in self.ops], []
@@ -266,11 +264,11 @@ class _Printer:
             mods.append(_OMOD[i.omod])
         return mods
 
-    def mnemonic_vop3(self) -> str:
-        return self.name + ("_e64" if self.inst.op.value < _VOP3_ONLY_FROM else "")
+    def set_vop3_suffix(self) -> None:
+        self.suffix = "_e64" if self.inst.op.value < _VOP3_ONLY_FROM else ""
 
     def p_vop3(self) -> tuple[list[str], list[str]]:
-        self.mnemonic = self.mnemonic_vop3  # type: ignore[method-assign]
+        self.set_vop3_suffix()
         if "vdst" not in self.ops and "src0" not in self.ops:
             return [], self.vop3_mods(0)
         if self.name.startswith("v_bitop3_"):
@@ -301,13 +299,13 @@ class _Printer:
         return src_text(self.code("vdst"), self.count("vdst"))
 
     def p_vop3_sdst(self) -> tuple[list[str], list[str]]:
-        self.mnemonic = self.mnemonic_vop3  # type: ignore[method-assign]
+        self.set_vop3_suffix()
         srcs = self.vop3_srcs()
         sdst = src_text(self.raw("vdst"), 2)
         return [sdst, *srcs], self.vop3_mods(len(srcs))
 
     def p_vop3sd(self) -> tuple[list[str], list[str]]:
-        self.mnemonic = self.mnemonic_vop3  # type: ignore[method-assign]
+        self.set_vop3_suffix()
         srcs = self.vop3_srcs()
         vdst = src_text(self.code("vdst"), self.count("vdst"))
         return [vdst, src_text(self.raw("sdst"), 2), *srcs], self.vop3_mods(len(srcs))
@@ -431,7 +429,7 @@ class _Printer:
         return self.dpp(with_src1=True)
 
     def dpp(self, with_src1: bool) -> tuple[list[str], list[str]]:
-        i, self.mnemonic = self.inst, (lambda: self.name + "_dpp")  # type: ignore[method-assign]
+        i, self.suffix = self.inst, "_dpp"
         src0 = _modded(src_text(self.code("vsrc0"), 1), i.src0_neg, i.src0_abs, 0)
         parts = [src_text(self.code("vdst"), 1), src0]
         if with_src1:
@@ -444,7 +442,7 @@ class _Printer:
         return parts, mods
 
     def sdwa(self, fields: list[str]) -> tuple[list[str], list[str]]:
-        i, self.mnemonic = self.inst, (lambda: self.name + "_sdwa")  # type: ignore[method-assign]
+        i, self.suffix = self.inst, "_sdwa"
         parts = [src_text(self.code("vdst"), self.count("vdst"))]
         s0 = src_text(self.raw("vsrc0") + (0 if i.s0 else 256), 1)
         parts.append(_modded(s0, i.src0_neg, i.src0_abs, i.src0_sext))
