@@ -1,10 +1,11 @@
 """Loading gfx950 code objects: the descriptor, the metadata note and the decoded program of a
 binary equal what the simulator reads from the same kernel's assembly, and the loaded kernel runs.
 
-ZYFA's BF16 HIP kernel is built to a .hsaco from its assembly; the loaded binary and the parsed
-assembly must give the same descriptor (up to the descriptor's register granules), the same
-metadata, the same instruction stream and bitwise the same outputs on fresh random inputs, which
-also match the float64 reference. Malformed files fail with messages that name the problem.
+ZYFA's BF16 HIP kernel and its generated FP8 kernel are built to .hsaco files from their assembly;
+the loaded binary and the parsed assembly must give the same descriptor (up to the descriptor's
+register granules), the same metadata and the same instruction stream; the BF16 kernel loaded from
+its binary gives bitwise the outputs of its assembly on fresh random inputs, which also match the
+float64 reference. Malformed files fail with messages that name the problem.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ import struct
 
 import numpy as np
 import pytest
+from asmgen_testlib import read_variants
 
 from zyfa_asmgen.assembler import build_hsaco
 from zyfa_asmgen.sim import parse_asm
+from zyfa_asmgen.sim.cli import locate_kernel
 from zyfa_asmgen.sim.codeobject import CodeObjectError, load_code_object
 from zyfa_asmgen.sim.decode import DecodeError, decode_text
 from zyfa_asmgen.sim.elf import ElfError
@@ -23,11 +26,13 @@ from zyfa_asmgen.sim.kdescriptor import DescriptorError, parse_descriptor
 from zyfa_asmgen.sim.msgpack import MsgpackError, unpackb
 
 from .aiter_inputs import aiter_code_objects
+from .conftest import REPO
 from .test_fa_fwd_bf16 import VARIANTS, _defines, check, run
 
 pytest.importorskip("tinygrad", reason="the decoder's CDNA4 tables: pip install 'zyfa-asmgen[decode]'")
 
 VAR = VARIANTS[0] if VARIANTS else None
+GENERATED = next((v for v in read_variants() if v["kind"] == "asmgen" and v["arch"] == "gfx950"), None)
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +46,25 @@ def built(hip_src, toolchain, tmp_path_factory):
     return asm, build_hsaco(d / "k.s", d / "k.hsaco", toolchain)
 
 
-def test_descriptor_matches_the_assembly(built) -> None:
-    asm, hsaco = built
-    text_desc = parse_asm(asm).kernel(VAR["name"]).descriptor
+@pytest.fixture(scope="module", params=["hip", "generated"])
+def any_built(request, built, toolchain, tmp_path_factory):
+    """(kernel name, assembly text, .hsaco path) of the HIP kernel, then of the generated one."""
+    if request.param == "hip":
+        return VAR["name"], *built
+    if GENERATED is None:
+        pytest.skip("no gfx950 asmgen variant in kernels/variants.bzl")
+    asm = locate_kernel(GENERATED["name"], None, REPO / "kernels" / "variants.bzl").asm
+    d = tmp_path_factory.mktemp("gen")
+    (d / "k.s").write_text(asm)
+    return GENERATED["name"], asm, build_hsaco(d / "k.s", d / "k.hsaco", toolchain)
+
+
+def test_descriptor_matches_the_assembly(any_built) -> None:
+    name, asm, hsaco = any_built
+    text_desc = parse_asm(asm).kernel(name).descriptor
     co = load_code_object(hsaco)
     assert co.code_object_version == 6 and co.target.endswith("gfx950")
-    desc = co.kernel(VAR["name"]).descriptor
+    desc = co.kernel(name).descriptor
     granular = {"next_free_vgpr": 8, "next_free_sgpr": None}
     shared = [k for k in desc if k in text_desc and k not in granular]
     assert len(shared) >= 20
@@ -56,18 +74,18 @@ def test_descriptor_matches_the_assembly(built) -> None:
     assert text_desc["next_free_sgpr"] <= desc["next_free_sgpr"] <= 102
 
 
-def test_metadata_note_matches_the_yaml(built) -> None:
-    asm, hsaco = built
-    yaml_meta = parse_asm(asm).kernel(VAR["name"]).metadata
-    note_meta = load_code_object(hsaco).kernel(VAR["name"]).metadata
+def test_metadata_note_matches_the_yaml(any_built) -> None:
+    name, asm, hsaco = any_built
+    yaml_meta = parse_asm(asm).kernel(name).metadata
+    note_meta = load_code_object(hsaco).kernel(name).metadata
     assert note_meta == yaml_meta
     assert note_meta[".kernarg_segment_size"] == 192
 
 
-def test_decoded_program_is_the_assembled_one(built) -> None:
+def test_decoded_program_is_the_assembled_one(any_built) -> None:
     """The compiler's own assembly, instruction by instruction (mnemonic and register operands), then
     only the s_nop padding the linker puts after the code; the entry at the same index."""
-    asm, hsaco = built
+    name, asm, hsaco = any_built
     parsed = parse_asm(asm).instructions
     loaded = load_code_object(hsaco).program
 
@@ -76,7 +94,7 @@ def test_decoded_program_is_the_assembled_one(built) -> None:
 
     assert [key(i) for i in loaded.instructions[: len(parsed)]] == [key(i) for i in parsed]
     assert {i.op for i in loaded.instructions[len(parsed) :]} <= {"s_nop"}
-    assert loaded.kernel(VAR["name"]).entry == 0
+    assert loaded.kernel(name).entry == 0
 
 
 def test_loaded_kernel_runs_like_its_assembly(built) -> None:
