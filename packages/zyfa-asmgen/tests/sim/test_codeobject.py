@@ -135,6 +135,17 @@ def test_unknown_encoding_names_offset_and_bytes() -> None:
         decode_text(good + struct.pack("<I", 0xFF800000))
 
 
+def test_missing_tables_name_the_pin(monkeypatch) -> None:
+    from zyfa_asmgen.sim import decode
+
+    def no_module(name: str):
+        raise ImportError(name)
+
+    monkeypatch.setattr(decode.importlib, "import_module", no_module)
+    with pytest.raises(DecodeError, match=r"tinygrad==0\.14\.0.*zyfa-asmgen\[decode\]"):
+        decode_text(struct.pack("<I", 0xBF800000))
+
+
 def test_truncated_instruction_is_an_error() -> None:
     vop3 = bytes.fromhex("0000cfd1 02050e04")  # an 8-byte VOP3 encoding
     assert len(decode_text(vop3)) == 1
