@@ -55,6 +55,11 @@ int guarded(zyfa_core_error *error, const std::string &kernel, const char *call,
 
 extern "C" int zyfa_core_api_version(void) { return ZYFA_CORE_API_VERSION; }
 
+extern "C" int zyfa_check_tensors(const zyfa_tensor_view *q, const zyfa_tensor_view *k, const zyfa_tensor_view *v,
+                                  zyfa_call_dims *dims, zyfa_core_error *error) {
+  return guarded(error, "", "check", [&] { *dims = zyfa_core::check_tensors(*q, *k, *v); });
+}
+
 extern "C" int zyfa_check_scalars(const char *who, int fp8, double softmax_scale, const double descales[3],
                                   float narrowed[4], zyfa_core_error *error) {
   return guarded(error, "", "check", [&] {

@@ -8,6 +8,8 @@
 #include <array>
 #include <string>
 
+#include "zyfa_core_api.h"
+
 namespace zyfa_core {
 
 // The FP8 P modes, in the order zyfa_check_p_mode numbers them (1, 2, 3; 0 is None).
@@ -15,6 +17,9 @@ constexpr const char *P_MODES[3] = {"exact", "lean", "f16"};
 
 // The shortest text that reads back as `x` (Python's repr of a float for finite values; nan, inf, -inf).
 std::string format_float(double x);
+
+// See zyfa_check_tensors in zyfa_core_api.h.
+zyfa_call_dims check_tensors(const zyfa_tensor_view &q, const zyfa_tensor_view &k, const zyfa_tensor_view &v);
 
 // See zyfa_check_scalars in zyfa_core_api.h. Returns softmax_scale, q, k, v descales as float32.
 std::array<float, 4> check_scalars(const std::string &who, bool fp8, double softmax_scale,

@@ -35,6 +35,41 @@ zyfa_fwd_args args_from(const py::bytes &bytes) {
   return a;
 }
 
+// A zyfa_tensor_view with its own storage, from Python's (sizes, strides, element_size, storage_offset,
+// dtype code, dtype name, device name, address or None).
+struct View {
+  std::vector<long long> sizes, strides;
+  std::string dtype_name, device;
+  zyfa_tensor_view view{};
+};
+
+View view_from(const py::tuple &t) {
+  if (t.size() != 8) throw ArgumentError("check_tensors: a tensor is described by 8 values", true);
+  View v;
+  v.sizes = t[0].cast<std::vector<long long>>();
+  v.strides = t[1].cast<std::vector<long long>>();
+  v.dtype_name = t[5].cast<std::string>();
+  v.device = t[6].cast<std::string>();
+  if (v.strides.size() != v.sizes.size()) throw ArgumentError("check_tensors: sizes and strides differ in length");
+  v.view.dim = static_cast<int>(v.sizes.size());
+  v.view.sizes = v.sizes.data();
+  v.view.strides = v.strides.data();
+  v.view.element_size = t[2].cast<long long>();
+  v.view.storage_offset = t[3].cast<long long>();
+  v.view.dtype = t[4].cast<int>();
+  v.view.dtype_name = v.dtype_name.c_str();
+  v.view.device = v.device.c_str();
+  v.view.address_known = !t[7].is_none();
+  v.view.address = v.view.address_known ? t[7].cast<unsigned long long>() : 0;
+  return v;
+}
+
+py::tuple check_tensors_py(const py::tuple &q, const py::tuple &k, const py::tuple &v) {
+  const View a = view_from(q), b = view_from(k), c = view_from(v);
+  const zyfa_call_dims d = check_tensors(a.view, b.view, c.view);
+  return py::make_tuple(d.batch, d.seqlen_q, d.seqlen_k, d.heads_q, d.heads_kv, d.d_qk, d.d_v);
+}
+
 py::dict probe_dict() {
   ProbeReport r;
   {
@@ -195,6 +230,10 @@ PYBIND11_MODULE(_driver, m) {
           return new LoadedPlan(load_plan(spec, device, path));
         }, py::arg("plan"), py::arg("device"), py::arg("path"), py::return_value_policy::take_ownership,
         "Load a plan's kernels (and V pre-pass) from the code object at `path` on `device`.");
+  m.def("check_tensors", &check_tensors_py, py::arg("q"), py::arg("k"), py::arg("v"),
+        "See zyfa_check_tensors in zyfa_core_api.h; each tensor is (sizes, strides, element_size, storage_offset, "
+        "dtype code (DTYPE_*), dtype name, device name, data address or None). Returns (batch, seqlen_q, seqlen_k, "
+        "heads_q, heads_kv, d_qk, d_v).");
   m.def("check_scalars", [](const std::string &who, bool fp8, double scale, double qd, double kd, double vd) {
           const auto n = check_scalars(who, fp8, scale, {qd, kd, vd});
           return py::make_tuple(n[0], n[1], n[2], n[3]);
@@ -217,5 +256,8 @@ PYBIND11_MODULE(_driver, m) {
         "elements), strides (3, bytes), box (4). Returns the 128 map bytes. CUDA only.");
   m.attr("P_MODES") = py::make_tuple(P_MODES[0], P_MODES[1], P_MODES[2]);
   m.attr("API_VERSION") = ZYFA_CORE_API_VERSION;
+  m.attr("DTYPE_OTHER") = ZYFA_DTYPE_OTHER;
+  m.attr("DTYPE_BF16") = ZYFA_DTYPE_BF16;
+  m.attr("DTYPE_E4M3FN") = ZYFA_DTYPE_E4M3FN;
   m.attr("TENSOR_MAP_BYTES") = TENSOR_MAP_BYTES;
 }

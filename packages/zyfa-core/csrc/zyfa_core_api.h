@@ -38,6 +38,34 @@ typedef struct zyfa_core_error {
 
 ZYFA_CORE_EXPORT int zyfa_core_api_version(void);
 
+/* A tensor as the checks see it: torch-free, filled by the caller from its tensor type. */
+#define ZYFA_DTYPE_OTHER 0
+#define ZYFA_DTYPE_BF16 1
+#define ZYFA_DTYPE_E4M3FN 2
+
+typedef struct zyfa_tensor_view {
+  int dim;                      /* rank */
+  const long long *sizes;       /* dim values */
+  const long long *strides;     /* dim values, in elements */
+  long long element_size;       /* bytes */
+  long long storage_offset;     /* elements (messages only) */
+  int dtype;                    /* ZYFA_DTYPE_* */
+  const char *dtype_name;       /* the caller's name of its dtype, for messages, e.g. "torch.float16" */
+  const char *device;           /* the caller's name of its device, compared and named, e.g. "cuda:0" */
+  unsigned long long address;   /* the data pointer, checked for alignment when address_known */
+  int address_known;            /* 0 where no data exists yet (a traced FakeTensor) */
+} zyfa_tensor_view;
+
+/* The problem sizes of one call (flash-attn layout). */
+typedef struct zyfa_call_dims {
+  long long batch, seqlen_q, seqlen_k, heads_q, heads_kv, d_qk, d_v;
+} zyfa_call_dims;
+
+/* q, k, v of one call: rank 4, one supported dtype, matching shapes (GQA/MQA heads), supported head dims,
+ * grid and int32 limits, one device, head_dim contiguous and rows 16-byte aligned. Fills `dims`. */
+ZYFA_CORE_EXPORT int zyfa_check_tensors(const zyfa_tensor_view *q, const zyfa_tensor_view *k,
+                                        const zyfa_tensor_view *v, zyfa_call_dims *dims, zyfa_core_error *error);
+
 /* The op's scalars, checked as the kernels take them (float32): softmax_scale finite and non-zero,
  * descales finite and > 0 (1.0 for bf16), and the one factor the kernels fold them into (softmax_scale *
  * q_descale * k_descale * log2(e) for FP8, softmax_scale * log2(e) for bf16) finite and non-zero, all

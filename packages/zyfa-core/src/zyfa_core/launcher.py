@@ -36,6 +36,7 @@ __all__ = [
     "device_properties",
     "check_p_mode",
     "check_scalars",
+    "check_tensors",
     "launch",
     "launch_grid",
     "native_plan",
@@ -219,6 +220,25 @@ def check_args(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
     and batch <= 65535; persistent grid: items < 2**31; V pre-pass: heads_kv and batch <= 65535). Needs no GPU.
     """
     _plan(spec).check(_args_bytes(args))
+
+
+TensorView = tuple[Sequence[int], Sequence[int], int, int, str, str, str, "int | None"]
+"""A tensor as `check_tensors` takes it: (sizes, strides in elements, element bytes, storage offset,
+kernel dtype ("bf16", "e4m3fn", or "" for any other), the caller's dtype name, the caller's device name,
+the data address or None where it cannot be read yet)."""
+
+
+def check_tensors(q: TensorView, k: TensorView, v: TensorView) -> tuple[int, int, int, int, int, int, int]:
+    """The checks of an attention call's q, k, v (flash-attn layout), as zyfa-torch's op runs them on every
+    path: rank 4; dtype bf16 or e4m3fn, shared (TypeError otherwise); matching batch, seqlen_k and kv heads;
+    heads_q a positive multiple of heads_kv; d_qk equal for q and k; (d_qk, d_v) in (128, 128), (192, 128);
+    heads_q and batch <= 65535; sizes in int32; one device; head_dim contiguous; data pointer and
+    batch/seq/head strides 16-byte aligned (size-1 dims excepted). Returns (batch, seqlen_q, seqlen_k,
+    heads_q, heads_kv, d_qk, d_v). Needs no GPU."""
+    module = _extension()
+    codes = {"bf16": module.DTYPE_BF16, "e4m3fn": module.DTYPE_E4M3FN}
+    views = [(*t[:4], codes.get(t[4], module.DTYPE_OTHER), *t[5:]) for t in (q, k, v)]
+    return tuple(module.check_tensors(*views))
 
 
 def check_scalars(
