@@ -163,7 +163,10 @@ class _MockCore:
         abi = types.SimpleNamespace(ZyfaFwdArgs=_MockArgs, FLAG_CAUSAL=0x1, FLAG_LSE=0x2)
         manifest = types.SimpleNamespace(select=self.select)
         launcher = types.SimpleNamespace(
-            available_backend=lambda: self.backend, device_arch=lambda i: f"arch{i}", launch=self.launch
+            available_backend=lambda: self.backend,
+            backend_report=lambda: {"backend": self.backend, "library": "", "attempts": ["mock: no driver"]},
+            device_arch=lambda i: f"arch{i}",
+            launch=self.launch,
         )
         for name, mod in (
             ("zyfa_core", types.SimpleNamespace()),
@@ -193,7 +196,10 @@ class _MockCore:
     def select(self, arch, dtype, d_qk, d_v, causal, p_mode=None):
         self.selects.append((arch, dtype, d_qk, d_v, causal, p_mode))
         return types.SimpleNamespace(
-            name="mock_kernel", tile_n=self.tile_n, p_mode=p_mode or ("exact" if dtype == "e4m3fn" else None)
+            name="mock_kernel",
+            tile_n=self.tile_n,
+            p_mode=p_mode or ("exact" if dtype == "e4m3fn" else None),
+            v_prep="",
         )
 
     def launch(self, spec, args, *, stream, device):

@@ -185,6 +185,9 @@ def _fwd_fake(
     return_lse: bool,
     p_mode: str | None = None,
 ) -> tuple[Tensor, Tensor]:
+    # While torch.compile traces, the checks of the tensors and p_mode run here (on the example sizes).
+    _validate.check_tensors(q, k, v)
+    _validate.check_p_mode(q.dtype, p_mode)
     _validate.check_descale_devices(q, (q_descale, k_descale, v_descale))
     out_shape, lse_shape = _out_shapes(q, k, v, return_lse)
     out = q.new_empty(out_shape, dtype=torch.bfloat16)
@@ -409,7 +412,7 @@ def hot_path() -> str:
 
 def checked_natively(q: object, k: object, v: object) -> bool:
     """True when zyfa::fwd's C++ kernel will check these tensors itself (CUDA tensors, zyfa._C loaded,
-    not tracing), so `flash_attn_func` may skip its Python tensor checks."""
+    not tracing), so `flash_attn_func` need not run the same checks before the op."""
     return (
         _NATIVE is not None
         and isinstance(q, Tensor)

@@ -15,6 +15,7 @@ from numbers import Real
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
 from zyfa_core import launcher
 
@@ -90,34 +91,34 @@ def _size(n: object) -> int | None:
         return None
 
 
-def _view(x: Tensor, tracing: bool) -> tuple | None:
+def _address(x: Tensor) -> int | None:
+    """The data pointer, or None where there is none yet (a FakeTensor while torch.compile traces)."""
+    return None if is_fake(x) else x.data_ptr()
+
+
+def _view(x: Tensor) -> tuple | None:
     """What zyfa_core's check_tensors takes of `x`; None when a traced size has no example value."""
     sizes = [_size(n) for n in x.shape]
     strides = [_size(n) for n in x.stride()]
     offset = _size(x.storage_offset())
     if None in sizes or None in strides or offset is None:
         return None
-    # A FakeTensor's data pointer cannot be read: its alignment is checked on the real tensor at run time.
-    address = None if tracing else x.data_ptr()
     kernel_dtype = _KERNEL_DTYPES.get(x.dtype, "")
-    return (sizes, strides, x.element_size(), offset, kernel_dtype, str(x.dtype), str(x.device), address)
+    return (sizes, strides, x.element_size(), offset, kernel_dtype, str(x.dtype), str(x.device), _address(x))
 
 
 def check_tensors(q: Tensor, k: Tensor, v: Tensor) -> Dims:
     """Check dtype, rank, shapes, head dims, device, strides and alignment of q, k, v; return the sizes.
 
-    While torch.compile traces, the checks run on the example sizes without guarding on them (the op
-    checks the real tensors again when it runs)."""
+    On FakeTensors (the op's fake implementation, while torch.compile traces) the checks run on the
+    example sizes without guarding on them, and the data pointers are checked when the op runs."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
             raise TypeError(f"zyfa: {name} must be a torch.Tensor, got {type(x).__name__}")
-    tracing = torch.compiler.is_compiling()
-    views = [_view(x, tracing) for x in (q, k, v)]
-    if None not in views:
-        dims = launcher.check_tensors(*views)
-        if not tracing:
-            return Dims(*dims)
-    return Dims(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3])
+    views = [_view(x) for x in (q, k, v)]
+    if None in views:
+        return Dims(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3])
+    return Dims(*launcher.check_tensors(*views))
 
 
 def check_scale(softmax_scale: float | None, d_qk: int) -> float:

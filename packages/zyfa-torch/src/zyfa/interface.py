@@ -67,10 +67,14 @@ def flash_attn_func(
     selected for (device arch, dtype, d_qk, d_v, causal, p_mode). The op is forward-only.
     """
     _validate.check_options(dropout_p, causal, window_size, softcap, alibi_slopes, return_attn_probs)
-    # On CUDA with zyfa._C loaded, its kernel checks the tensors (same checks, exceptions, messages).
-    d_qk = q.shape[3] if _ops.checked_natively(q, k, v) else _validate.check_tensors(q, k, v).d_qk
-    _validate.check_p_mode(q.dtype, p_mode)
-    scale = _validate.check_scale(softmax_scale, d_qk)
+    # The op checks the tensors and p_mode with zyfa_core's checks; they run here first for the CPU and
+    # the Python GPU path, so that a bad call fails before anything else. On CUDA with zyfa._C loaded its
+    # kernel runs them; while torch.compile traces, the op's fake implementation does (dynamo does not
+    # trace into zyfa_core's C++).
+    if not torch.compiler.is_compiling() and not _ops.checked_natively(q, k, v):
+        _validate.check_tensors(q, k, v)
+        _validate.check_p_mode(q.dtype, p_mode)
+    scale = _validate.check_scale(softmax_scale, q.shape[3])
     descales = _validate.check_descales(q.dtype, q_descale, k_descale, v_descale)
     _validate.check_descale_devices(q, descales)
     if any(isinstance(d, Tensor) for d in descales):
