@@ -217,7 +217,12 @@ PYBIND11_MODULE(_driver, m) {
       .def_readonly("multiprocessors", &LoadedPlan::multiprocessors)
       .def_property_readonly("handle", [](const LoadedPlan &p) { return reinterpret_cast<std::uintptr_t>(&p); },
                              "This plan's address for zyfa_plan_launch (zyfa_core_api.h); valid while it lives.")
-      .def_property_readonly("param_count", [](const LoadedPlan &p) { return p.kernel.param_count; })
+      .def_property_readonly(
+          "kernel_params",
+          [](const LoadedPlan &p) {
+            return py::make_tuple(p.kernel.param_count, p.kernel.param_size, p.kernel.second_param_size);
+          },
+          "The kernel's declared parameters (count, first bytes, second bytes); zeros where the driver cannot tell.")
       .def("launch", [](const LoadedPlan &p, const py::bytes &args, std::uintptr_t stream, std::uint64_t workspace) {
              const zyfa_fwd_args a = args_from(args);
              py::gil_scoped_release no_gil;
