@@ -5,8 +5,8 @@ against the torch that is installed at build time, as flash-attn does, so instal
 
     pip install --no-build-isolation packages/zyfa-torch
 
-It needs torch's headers and a C++ compiler, nothing of CUDA or HIP: it checks and launches through zyfa_core's
-C API (packages/zyfa-core/csrc/zyfa_core_api.h), found at run time in zyfa_core's extension.
+It needs torch's headers and a C++ compiler, nothing of CUDA or HIP: it checks and launches through
+zyfa_core's C API (packages/zyfa-core/csrc/zyfa_core_api.h), found at run time in zyfa_core's extension.
 Without torch at build time (e.g. an isolated build) the package builds without it and says why; `zyfa`
 then runs its Python path, which works the same, with more host time per call (see zyfa.overhead).
 
@@ -59,7 +59,10 @@ def extension_kwargs() -> dict:
         return {}
     include = include_dirs()
     if include is None:
-        _say(f"{ABI_HEADER} or {CORE_API_HEADER} not found above {HERE} (set ZYFA_REPO_ROOT): building without zyfa._C")
+        _say(
+            f"{ABI_HEADER} or {CORE_API_HEADER} not found above {HERE} (set ZYFA_REPO_ROOT): "
+            "building without zyfa._C"
+        )
         return {}
     _say(f"building the C++ hot path zyfa._C against torch {torch.__version__}")
     ext = CppExtension(

@@ -490,11 +490,12 @@ void check_parameters(const Kernel &k, size_t size, size_t second_size) {
            " (ABI mismatch between the code object and zyfa_core, or a manifest 'loads' that is wrong)");
 }
 
-// The launch itself, shared by Kernel::launch (Python) and zyfa_driver_launch / zyfa_driver_launch2 (C,
-// below). `args` (and `second`, the TMA maps, when second_size is not 0) must stay readable until the
-// driver returns (it copies the parameter bytes during the call). Throws DriverFailure for a parameter
-// mismatch with the kernel's declared parameters or a failing driver call.
 }  // namespace
+
+// The launch itself, for the launch plan (plan.cpp). `args` (and `second`, the TMA maps or the V pre-pass's
+// workspace pointer, when second_size is not 0) must stay readable until the driver returns (it copies the
+// parameter bytes during the call). Throws DriverFailure for a parameter mismatch with the kernel's declared
+// parameters or a failing driver call.
 
 void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
                   const void *args, size_t size, const void *second, size_t second_size) {

@@ -300,7 +300,8 @@ def _tma_case(dtype: str = "bf16", **overrides) -> tuple[mf.KernelSpec, abi.Zyfa
     """GQA (8 query heads over 2 kv heads), q/k/v as views of packed buffers (non-contiguous strides)."""
     spec = mf.KernelSpec(
         name="fa_fwd_tma_test", file="x.cubin", arch="sm90a", dtype=dtype, d_qk=192, d_v=128, causal=True,
-        p_mode=None, kind="cuda", tile_m=128, tile_n=176, threads=384, smem_bytes=0, registers=0, spill_bytes=0,
+        p_mode=None, kind="cuda", tile_m=128, tile_n=176, threads=384, smem_bytes=0, registers=0,
+        spill_bytes=0,
         abi_version=abi.ABI_VERSION, source_sha256="0" * 64, path=Path("x.cubin"), loads="tma",
     )  # fmt: skip
     b, sq, sk, hq, hkv, dqk, dv = 3, 300, 500, 8, 2, 192, 128

@@ -291,13 +291,14 @@ from zyfa_core import _driver
 
 class Error(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_int), ("code", ctypes.c_long), ("kernel", ctypes.c_char * 128),
-                ("call", ctypes.c_char * 128), ("error_name", ctypes.c_char * 64), ("message", ctypes.c_char * 1024)]
+                ("call", ctypes.c_char * 128), ("error_name", ctypes.c_char * 64),
+                ("message", ctypes.c_char * 1024)]
 
 lib = ctypes.CDLL(_driver.__file__)
 lib.zyfa_plan_launch.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_ulonglong,
                                  ctypes.POINTER(Error)]
-lib.zyfa_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_ulonglong),
-                                          ctypes.POINTER(Error)]
+lib.zyfa_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                          ctypes.POINTER(ctypes.c_ulonglong), ctypes.POINTER(Error)]
 handle = zyfa_core.launcher.native_plan(spec, 0)
 raw = bytes(args)
 error = Error()
@@ -366,8 +367,11 @@ def test_native_plan_launch_refuses_bad_structs_before_the_driver(
 ) -> None:
     """A hand-filled struct outside the kernel's limits is refused by the plan (a ValueError kind) before
     any launch: the C API checks as zyfa_core.check_args does."""
-    poke = f"import struct\nraw_args = bytearray(bytes(args))\nstruct.pack_into({fmt!r}, raw_args, {offset}, {value})\n"
-    snippet = args_snippet(hq=2, hkv=1) + poke + native().replace("raw = bytes(args)", "raw = bytes(raw_args)")
+    poke = "import struct\nraw_args = bytearray(bytes(args))\n"
+    poke += f"struct.pack_into({fmt!r}, raw_args, {offset}, {value})\n"
+    snippet = (
+        args_snippet(hq=2, hkv=1) + poke + native().replace("raw = bytes(args)", "raw = bytes(raw_args)")
+    )
     out, calls = run_with_fake("cuda", snippet, cuda_dir)
     assert out["rc"] != 0 and out["kind"] in (1, 2), out
     assert message in out["message"] and out["message"].startswith(SM90_BF16)
@@ -644,7 +648,9 @@ def test_native_plan_tma_launch(run_with_fake, tma_dir: Path) -> None:
 def test_tma_maps_bytes_with_an_encoder(run_with_fake, tma_dir: Path) -> None:
     """`tma_maps_bytes` builds the maps with the plan's geometry: a given encoder gets each map's element
     type, address, dims, byte strides and box; its answer must be 128 bytes; unusable strides give zeros."""
-    snippet = tma_args() + """
+    snippet = (
+        tma_args()
+        + """
 seen = []
 def encode(element, address, dims, strides, box):
     seen.append([element, address, list(dims), list(strides), list(box)])
@@ -660,6 +666,7 @@ except ValueError as exc:
     short = str(exc)
 print(json.dumps({"seen": seen, "maps": maps.hex(), "zero": zero == bytes(448), "short": short}))
 """
+    )
     out, _ = run_with_fake("cuda", snippet, tma_dir)
     expect = expected_encodes(3)
     assert [s[0] for s in out["seen"]] == ["bf16"] * 3
@@ -679,10 +686,10 @@ def test_hip_refuses_tensor_maps_and_a_second_parameter(run_with_fake, hip_dir: 
         + """
 drv = zyfa_core.launcher._driver()
 errors = []
-tma = drv.Plan(name=spec.name, dtype="bf16", d_qk=128, d_v=128, causal=True, tile_m=32, tile_n=64, threads=64,
-               smem=0, grid="tiles", loads="tma", v_prep="")
-prep = drv.Plan(name=spec.name, dtype="bf16", d_qk=128, d_v=128, causal=True, tile_m=32, tile_n=64, threads=64,
-                smem=0, grid="tiles", loads="cp.async", v_prep=spec.name)
+shape = dict(name=spec.name, dtype="bf16", d_qk=128, d_v=128, causal=True, tile_m=32, tile_n=64, threads=64,
+             smem=0, grid="tiles")
+tma = drv.Plan(**shape, loads="tma", v_prep="")
+prep = drv.Plan(**shape, loads="cp.async", v_prep=spec.name)
 for call in (lambda: drv.encode_tensor_map("bf16", 0x1000, [64, 1, 1, 1], [128, 128, 128], [64, 1, 1, 1]),
              lambda: drv.load_plan(tma, 0, str(spec.path)).launch(bytes(args), 0, 0),
              lambda: drv.load_plan(prep, 0, str(spec.path)).launch(bytes(args), 0, 0x7F4000000000)):
@@ -696,9 +703,12 @@ print(json.dumps(errors))
     )
     out, calls = run_with_fake("hip", snippet, hip_dir)
     assert out[0].startswith("cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA")
-    assert out[1].startswith(f"{GFX950_BF16}: cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA")
+    assert out[1].startswith(
+        f"{GFX950_BF16}: cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA"
+    )
     assert out[2] == (
-        f"{GFX950_BF16}: launch failed: a second kernel parameter (TMA maps) is CUDA only; the loaded backend is HIP"
+        f"{GFX950_BF16}: launch failed: a second kernel parameter (TMA maps) is CUDA only; "
+        "the loaded backend is HIP"
     )
     assert calls_named(calls, "hipModuleLaunchKernel") == []
 

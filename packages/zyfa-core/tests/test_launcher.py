@@ -91,7 +91,11 @@ def _with_float(args: zyfa_core.ZyfaFwdArgs, offset: int, value: float) -> zyfa_
         (172, 0.0, "q_descale must be finite and > 0, got 0.0"),
         (176, -2.0, "k_descale must be finite and > 0, got -2.0"),
         (180, float("inf"), "v_descale must be finite and > 0, got inf"),
-        (172, 1e-30, "softmax_scale * q_descale * k_descale * log2(e) = 0.0 in float32"),  # with k_descale 1e-30
+        (
+            172,
+            1e-30,
+            "softmax_scale * q_descale * k_descale * log2(e) = 0.0 in float32",
+        ),  # with k_descale 1e-30
     ],
 )
 def test_scalars_in_a_hand_filled_struct(tmp_path: Path, manifest_tools, offset, value, message) -> None:

@@ -283,7 +283,9 @@ def test_extreme_but_representable_descales_are_accepted():
     q, k, v = make_qkv(1, 64, 64, 2, 2, seed=7)
     q8, k8, v8, _ = quantize3(q, k, v)
     plain = zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=1.0, k_descale=1.0, v_descale=1.0)
-    scaled = zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=2.0**60, k_descale=2.0**-60, v_descale=1.0)
+    scaled = zyfa.flash_attn_func(
+        q8, k8, v8, causal=True, q_descale=2.0**60, k_descale=2.0**-60, v_descale=1.0
+    )
     assert torch.isfinite(plain.float()).all() and torch.equal(plain, scaled)
 
 
@@ -304,7 +306,9 @@ def test_tensor_descales_on_another_device_are_refused(device):
     others = (torch.tensor(ds[1]), torch.tensor(ds[2]))
     with pytest.raises(ValueError, match=message):
         torch.ops.zyfa.fwd_tensor_descales(q8, k8, v8, 0.1, True, elsewhere, *others, False, None)
-    cpu = zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=torch.tensor(ds[0]), k_descale=ds[1], v_descale=ds[2])
+    cpu = zyfa.flash_attn_func(
+        q8, k8, v8, causal=True, q_descale=torch.tensor(ds[0]), k_descale=ds[1], v_descale=ds[2]
+    )
     assert torch.isfinite(cpu.float()).all()
 
 

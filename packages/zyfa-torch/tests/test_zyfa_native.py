@@ -16,7 +16,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -368,7 +367,9 @@ def test_tma_launch_path_against_fake_driver(native, tmp_path):
     launches = [fields for call, fields in lines if call == "cuLaunchKernel"]
     assert [call for call, _ in lines] == (["cuTensorMapEncodeTiled"] * 3 + ["cuLaunchKernel"]) * 4
     geometry = out["tma"]["geometry"]
-    for fields, (address, (b, s, h, d), (stride_b, stride_s, stride_h)) in zip(encodes, geometry * 4, strict=True):
+    for fields, (address, (b, s, h, d), (stride_b, stride_s, stride_h)) in zip(
+        encodes, geometry * 4, strict=True
+    ):
         assert int(fields["address"], 16) == address and fields["dtype"] == "9" and fields["rank"] == "4"
         assert fields["dims"] == f"{d},{s},{h},{b}"
         assert fields["strides"] == f"{2 * stride_s},{2 * stride_h},{2 * stride_b}"
@@ -444,3 +445,19 @@ def test_extensions_use_no_iostreams():
         code = "\n".join(line.split("//")[0] for line in source.read_text().splitlines())
         for banned in ("<sstream>", "<iostream>", "<fstream>", "ostringstream", "std::cout", "std::cerr"):
             assert banned not in code, f"{source.name} uses {banned}"
+
+
+def test_packages_pin_each_other():
+    """zyfa-torch's C++ op calls zyfa_core's C API and zyfa-bench runs zyfa: each pins the exact release
+    below it (no compatibility code for other versions), and the pins name the versions the packages say."""
+    import re
+
+    import zyfa
+    import zyfa_core
+
+    def requires(package):
+        text = (REPO / "packages" / package / "pyproject.toml").read_text()
+        return re.findall(r'^\s*"(zyfa-[a-z]+[^"]*)"', text, re.MULTILINE)
+
+    assert f"zyfa-core=={zyfa_core.__version__}" in requires("zyfa-torch")
+    assert f"zyfa-torch=={zyfa.__version__}" in requires("zyfa-bench")

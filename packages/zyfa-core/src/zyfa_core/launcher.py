@@ -216,8 +216,9 @@ def check_args(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
     non-null, 16-byte aligned q/k/v/out (lse non-null when FLAG_LSE), positive sizes, heads_q % heads_kv
     == 0, d_qk/d_v equal to the kernel's, strides non-negative and 16-byte multiples (except along size-1
     dims, which are never stepped), flags matching the kernel's causality, scale and descales as
-    `zyfa_core.check_scalars` takes them (in float32), reserved 0, and the grid limits (tile grid: heads_q
-    and batch <= 65535; persistent grid: items < 2**31; V pre-pass: heads_kv and batch <= 65535). Needs no GPU.
+    `check_scalars` takes them (in float32), reserved 0, and the grid limits (tile grid: heads_q and
+    batch <= 65535; persistent grid: items < 2**31; V pre-pass: heads_kv and batch <= 65535). Needs no
+    GPU.
     """
     _plan(spec).check(_args_bytes(args))
 

@@ -54,7 +54,8 @@ def check_options(
     window = _window(window_size)
     if window != (-1, -1):
         raise NotImplementedError(
-            f"zyfa: window_size={window} is not supported; only window_size=(-1, -1) or None (no local window)"
+            f"zyfa: window_size={window} is not supported; "
+            "only window_size=(-1, -1) or None (no local window)"
         )
     if softcap != 0.0:
         raise NotImplementedError(f"zyfa: softcap={softcap} is not supported; only softcap=0.0")
@@ -75,7 +76,8 @@ def _window(window_size: object) -> tuple:
         return tuple(window_size)  # type: ignore[call-overload]
     except TypeError:
         raise ValueError(
-            f"zyfa: window_size must be a pair of ints or None, got {type(window_size).__name__} {window_size!r}"
+            "zyfa: window_size must be a pair of ints or None, got "
+            f"{type(window_size).__name__} {window_size!r}"
         ) from None
 
 
