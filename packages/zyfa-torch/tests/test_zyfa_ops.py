@@ -291,6 +291,26 @@ def test_dispatch_empty_does_not_launch(core):
     assert core.launches == [] and core.selects == []
 
 
+@pytest.mark.parametrize(
+    ("descales", "match"),
+    [
+        ((1e39, 1.0, 1.0), r"q_descale = 1e\+39 overflows float32"),
+        ((1.0, 1e-50, 1.0), r"k_descale = 1e-50 is 0 in float32"),
+        ((1e20, 1e20, 1.0), r"softmax_scale \* q_descale \* k_descale \* log2\(e\) = inf in float32"),
+    ],
+)
+def test_dispatch_refuses_scalars_the_kernel_cannot_take(core, descales, match):
+    """The Python GPU path refuses, before selecting or launching anything, the scalars zyfa_core's checks
+    refuse on every path (they would reach the kernel as inf or 0)."""
+    q, k, v = make_qkv(1, 64, 64, 2, 2, seed=12)
+    q8, k8, v8, _ = quantize3(q, k, v)
+    core.inputs = (q8, k8, v8)
+    qd, kd, vd = descales
+    with pytest.raises(ValueError, match=match):
+        zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
+    assert core.launches == [] and core.selects == []
+
+
 def test_dispatch_errors(monkeypatch):
     mock = _MockCore(backend=None)
     mock.install(monkeypatch)
