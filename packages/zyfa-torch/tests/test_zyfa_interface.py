@@ -289,17 +289,16 @@ def test_extreme_but_representable_descales_are_accepted():
     assert torch.isfinite(plain.float()).all() and torch.equal(plain, scaled)
 
 
-@pytest.mark.parametrize("device", ["meta", "cuda:7"])
+@pytest.mark.parametrize("device", ["meta", "cuda:0"])
 def test_tensor_descales_on_another_device_are_refused(device):
     """A descale tensor on `meta` would send the call to the op's fake implementation (uninitialised
-    output); on another GPU it cannot be read for q's device. Both are refused, through flash_attn_func
+    output); one on a GPU is not on q's device (the CPU). Both are refused, through flash_attn_func
     and through the op directly; CPU tensors stay fine."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA or ROCm GPU")
     q, k, v = make_qkv(1, 64, 64, 2, 2, seed=8)
     q8, k8, v8, ds = quantize3(q, k, v)
-    try:
-        elsewhere = torch.tensor(1.0, device=device)
-    except (RuntimeError, AssertionError) as exc:
-        pytest.skip(f"no {device} tensors here: {exc}")
+    elsewhere = torch.tensor(1.0, device=device)
     message = rf"q_descale is a tensor on {device}; tensor descales must be on q's device \(cpu\) or the CPU"
     with pytest.raises(ValueError, match=message):
         zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=elsewhere, k_descale=ds[1], v_descale=ds[2])
