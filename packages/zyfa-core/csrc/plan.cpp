@@ -19,6 +19,7 @@ constexpr std::int64_t MAX_WORK_ITEMS = 2147483647;  // the persistent kernel co
 constexpr std::int64_t TMA_ALIGN = 16;  // cuTensorMapEncodeTiled: address and strides multiples of 16 bytes
 constexpr std::int64_t TMA_STRIDE_LIMIT = std::int64_t{1} << 40;  // ... and strides below 2^40 bytes
 constexpr std::uint32_t TMA_BOX_BYTES = 128;  // a box row is one 128-byte swizzle row
+constexpr std::int64_t MAX_STRIDE = std::int64_t{1} << 61;  // elements; in bytes (x 2 at most) still an int64
 
 [[noreturn]] void refuse(const std::string &message) { throw ArgumentError(message); }
 
@@ -116,11 +117,14 @@ void check_strides(const PlanSpec &spec, const zyfa_fwd_args &a) {
       const std::string name = std::string(t.name) + "_stride_" + dims[d];
       const std::int64_t stride = t.strides[d];
       if (stride < 0) refuse(spec.name + ": args." + name + " = " + std::to_string(stride) + " is negative");
-      // stride * elem cannot overflow: elem <= 2 and a stride of 2^62 elements or more is refused with it.
-      if (stride > (std::int64_t{1} << 61) || (stride * t.elem) % VECTOR_BYTES) {
+      if (stride > MAX_STRIDE) {  // so that stride * elem below cannot overflow
+        refuse(spec.name + ": args." + name + " = " + std::to_string(stride) + " elements is too large (at most " +
+               std::to_string(MAX_STRIDE) + ")");
+      }
+      if ((stride * t.elem) % VECTOR_BYTES) {
         refuse(spec.name + ": args." + name + " = " + std::to_string(stride) + " elements (" +
-               (stride > (std::int64_t{1} << 61) ? std::string("too many") : std::to_string(stride * t.elem)) +
-               " bytes) is not a multiple of " + std::to_string(VECTOR_BYTES) + " bytes; make the tensor contiguous");
+               std::to_string(stride * t.elem) + " bytes) is not a multiple of " + std::to_string(VECTOR_BYTES) +
+               " bytes; make the tensor contiguous");
       }
     }
   }

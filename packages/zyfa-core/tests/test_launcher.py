@@ -61,6 +61,7 @@ def test_good_args_pass(spec: zyfa_core.KernelSpec) -> None:
         ({"heads_q": 65536 * 2, "heads_kv": 2}, "65535"),
         ({"q_stride_seq": 1028}, "q_stride_seq = 1028 elements"),
         ({"out_stride_head": -128}, "out_stride_head = -128 is negative"),
+        ({"k_stride_batch": 2**62}, f"k_stride_batch = {2**62} elements is too large"),
         ({"flags": 0}, "needs FLAG_CAUSAL set"),
         ({"flags": zyfa_core.FLAG_CAUSAL | 0x10}, "unknown bits 0x10"),
         ({"k_descale": 0.5}, "descales apply to float8_e4m3fn inputs only; pass 1.0 for bf16"),
