@@ -17,6 +17,7 @@ from zyfa_bench.tables import (
     md_table,
     ok_rows,
     ratio_text,
+    sides_text,
     spread,
     target_results,
     workload_of,
@@ -68,8 +69,9 @@ def _verdict(met: dict[str, bool]) -> str:
 
 
 def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
-    """The performance targets, one ratio column per workload (with the ZYFA variant behind it), then ZYFA
-    against the best peer at its worst seqlen per shape and precision."""
+    """The performance targets, one ratio column per workload (with the ZYFA variant behind it, and the peer
+    where a target takes the fastest one), then ZYFA against the best peer at its worst seqlen per shape
+    and precision."""
     wls = workloads(rows) or ["gaussian"]
     cells: dict[tuple[str, int, str], dict[str, Any]] = {}
     for t in target_results(rows, ceilings):
@@ -82,7 +84,7 @@ def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) ->
             if t is None or t["ratio"] is None:
                 shown.append("–")
                 continue
-            shown.append(ratio_text(t["ratio"], t["need"]) + (f" ({t['impl']})" if t["impl"] else ""))
+            shown.append(ratio_text(t["ratio"], t["need"]) + sides_text(t))
             met[wl] = t["ratio"] >= t["need"]
         body.append([target, seqlen, *shown, need, _verdict(met)])
     worst: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -167,7 +169,10 @@ def headline(rows: dict[str, list[dict[str, Any]]], ceilings: dict[str, Any], se
             parts += [caption, tflops_table(thr, seqlen)]
         else:
             parts.append(f"No throughput row at seqlen {seqlen}, the targets' seqlen.")
-        parts.append("Targets per workload (the ZYFA variant behind each ratio in brackets):")
+        parts.append(
+            "Targets per workload (in brackets: the ZYFA variant behind each ratio, then the peer where a "
+            "target takes the fastest one):"
+        )
         parts.append(targets_by_workload(thr, ceilings))
     if acc:
         seqlens = sorted({r["seqlen_q"] for r in ok_rows(acc)})

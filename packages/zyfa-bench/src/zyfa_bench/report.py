@@ -25,12 +25,14 @@ from zyfa_bench.headline import headline
 from zyfa_bench.results import load_results
 from zyfa_bench.tables import (
     TARGETS,
+    VERSION_KEYS,
     fmt,
     impl_order,
     md_table,
     ok_rows,
     panel,
     ratio_text,
+    sides_text,
     spread,
     target_results,
     workload_of,
@@ -125,7 +127,7 @@ def targets_table(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
         name = t["target"] if t["workload"] == "gaussian" else f"{t['target']} ({t['workload']})"
         need = f"≥ {t['need']:.2f}×"
         if t["ratio"] is not None:
-            shown = ratio_text(t["ratio"], t["need"]) + (f" ({t['impl']})" if t["impl"] else "")
+            shown = ratio_text(t["ratio"], t["need"]) + sides_text(t)
             body.append([name, t["seqlen"], shown, need, "met" if t["ratio"] >= t["need"] else "MISSED"])
         elif t["workload"] == first:
             body.append([name, t["seqlen"], "no data", need, "–"])
@@ -307,18 +309,7 @@ def plot_accuracy(rows: list[dict[str, Any]], path: Path) -> Path | None:
 def _header(doc: dict[str, Any]) -> str:
     dev = doc.get("device", {})
     v = doc.get("versions", {})
-    keep = ", ".join(
-        f"{k} {v[k]}"
-        for k in (
-            "zyfa-torch",
-            "zyfa-core",
-            "torch",
-            "nvidia-cudnn-frontend",
-            "flash-attn-4",
-            "cudnn-library",
-        )
-        if v.get(k)
-    )
+    keep = ", ".join(f"{k} {v[k]}" for k in VERSION_KEYS if v.get(k))
     return (
         f"- `{doc['kind']}` measured {doc.get('created')}: `{' '.join(doc.get('command', []))}`\n"
         f"- device: {dev.get('name')} ({dev.get('backend')}, driver {dev.get('driver')})\n"
