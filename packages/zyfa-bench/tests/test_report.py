@@ -49,7 +49,7 @@ def test_fa3_counts_as_the_fastest_peer(tmp_path):
     path = tmp_path / "throughput.json"
     path.write_text(json.dumps(doc))
     text, _, _ = build_report([path])
-    assert "| 0.857× (zyfa-bf16 / fa3-bf16) |" in _target(text, "BF16 d128 GQA vs the fastest BF16 peer")
+    assert "| 0.86× (zyfa-bf16 / fa3-bf16) |" in _target(text, "BF16 d128 GQA vs the fastest BF16 peer")
     line = _target(text, "FP8 d128 GQA vs the fastest FP8 peer")  # 1050 / 1000
     assert "| 1.05× (zyfa-fp8-exact / fa3-fp8) |" in line and "| MISSED |" in line
     assert "| 1.19× (zyfa-fp8-exact) |" in _target(text, "FP8 d128 GQA vs cuDNN FP8 (FP8 out)")  # unchanged
