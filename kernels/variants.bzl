@@ -121,10 +121,10 @@ VARIANTS = [
     # ---- AMD MI355X (gfx950)
     {"name": "fa_fwd_bf16_hd128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
-     "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0, "tag": ""},
+     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": ""},
     {"name": "fa_fwd_bf16_hd192x128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
-     "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0, "tag": ""},
+     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": ""},
     {"name": "fa_fwd_e4m3fn_hd128_causal_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "rowwise_fp8",
      "tile_m": 64, "tile_n": 1, "threads": 64, "smem_bytes": 0, "tag": ""},
