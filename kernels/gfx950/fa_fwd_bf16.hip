@@ -8,8 +8,8 @@
 // acc * (vd / l). The design is described in docs/gfx950-bf16-kernel.md.
 //
 // Configuration: ZYFA_THREADS = 512 (8 wave64s), ZYFA_TILE_M = 256 query rows per workgroup (32 per
-// wave), ZYFA_TILE_N = 64 keys per block. Grid = (ceil(sq / 256), hq, b); the kernel renumbers the
-// workgroups so that the query tiles with the most keys (the last ones, causal) start first.
+// wave), ZYFA_TILE_N = 64 keys per block. Grid = (ceil(sq / 256), hq, b); with
+// ZYFA_TILE_DESCENDING = 1, blockIdx.x = ceil(sq / 256) - 1 - query tile (longest rows first).
 //
 // MFMA v_mfma_f32_32x32x16_bf16 (D = A.B + C, A 32x16, B 16x32; lane l = j + 32h, h = l / 32):
 //   A: lane holds row i = l % 32, k = 8h .. 8h+7      B: lane holds column j = l % 32, same k
@@ -40,6 +40,9 @@
 #ifndef ZYFA_KERNEL_NAME
 #error "build with -DZYFA_KERNEL_NAME=<kernel key>"
 #endif
+#ifndef ZYFA_TILE_DESCENDING  // the variant's tile_order: 1 = "descending", absent or 0 = "ascending"
+#define ZYFA_TILE_DESCENDING 0
+#endif
 
 #define ZYFA_DEVICE __attribute__((device)) __attribute__((always_inline)) static inline
 #define ZYFA_MEMBER __attribute__((device)) __attribute__((always_inline)) inline
@@ -68,8 +71,8 @@ constexpr int kKRow = 2 * kDqk + 16;      // LDS bytes per K row (16 B pad: rows
 constexpr int kVRow = 2 * kDv + 16;
 constexpr int kKStage = kTileN * kKRow;
 constexpr int kVStage = kTileN * kVRow;
-constexpr int kKChunks = kTileN * kDqk / 8 / kThreads;  // 16-byte pieces of a K block per thread
-constexpr int kVChunks = kTileN * kDv / 8 / kThreads;
+constexpr int kKChunks = kDqk / 64;  // 16-byte pieces of a K block per thread (8 threads per row)
+constexpr int kVChunks = kDv / 64;
 constexpr int kLdsBytes = 2 * kKStage + 2 * kVStage;
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr float kLn2 = 0.69314718055994530942f;
@@ -82,8 +85,8 @@ static_assert(kThreads == 512 && kTileM == 32 * kWaves, "eight waves of 32 query
 static_assert(kTileN == 64, "tile_n = 64: two 32-key S^T tiles per block");
 static_assert(kDqk % 16 == 0 && kDqk <= 256, "d_qk must be a multiple of 16, at most 256");
 static_assert(kDv % 32 == 0 && kDv <= 256, "d_v must be a multiple of 32, at most 256");
-static_assert(kTileN * kDqk / 8 % kThreads == 0 && kTileN * kDv / 8 % kThreads == 0,
-              "a K or V block must split into whole 16-byte pieces per thread");
+static_assert(kThreads == 8 * kTileN && kDqk % 64 == 0 && kDv % 64 == 0,
+              "K and V blocks are loaded by 8 threads per row, 16 bytes each per 128-byte column group");
 static_assert(kLdsBytes <= 160 * 1024, "two K and V stages must fit gfx950's 160 KiB of LDS");
 
 typedef zyfa_fwd_args __attribute__((aligned(16))) __attribute__((address_space(4))) kernarg_args;
@@ -129,7 +132,8 @@ ZYFA_DEVICE __amdgpu_buffer_rsrc_t rows_rsrc(const void *base, int rows, long lo
   return __builtin_amdgcn_make_buffer_rsrc(const_cast<void *>(base), 0, static_cast<int>(n), kBufferWord3);
 }
 
-// One block of kTileN rows (K or V) in flight: `chunks` 16-byte pieces per thread.
+// One block of kTileN rows (K or V) in flight. Thread t loads row t / 8, 16-byte pieces 8c + t % 8
+// (no division, so the index math stays in 32-bit VALU and SALU instructions).
 template <int kChunks, int kD>
 struct BlockLoad {
   u32x4 r[kChunks];
@@ -139,8 +143,7 @@ struct BlockLoad {
     const __amdgpu_buffer_rsrc_t rsrc = rows_rsrc(head + n0 * stride, sk - n0, 2 * stride, 2 * kD);
     #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      const int idx = tid + kThreads * c;
-      const int row = idx / (kD / 8), col = idx % (kD / 8);
+      const int row = tid / 8, col = 8 * c + tid % 8;
       r[c] = __builtin_amdgcn_raw_buffer_load_b128(rsrc, static_cast<int>(row * 2 * stride) + 16 * col, 0, 0);
     }
   }
@@ -149,8 +152,7 @@ struct BlockLoad {
   ZYFA_MEMBER void store(lds_byte *stage, int tid) const {
     #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
-      const int idx = tid + kThreads * c;
-      const int row = idx / (kD / 8), col = idx % (kD / 8);
+      const int row = tid / 8, col = 8 * c + tid % 8;
       *reinterpret_cast<lds_u32x4 *>(stage + row * (2 * kD + 16) + 16 * col) = r[c];
     }
   }
@@ -179,15 +181,14 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   const int sq = a.seqlen_q;
   const int sk = a.seqlen_k;
 
-  // Longest rows first: workgroup ids in dispatch order (x fastest) map to the query tiles from the
-  // last one down, every (head, batch) of a tile before the next tile.
+  // Longest rows first (tile_order "descending"): blockIdx.x counts query tiles from the last one
+  // down, so the causal tiles with the most keys are dispatched first and the short ones fill the
+  // tail of the launch.
   const int n_tiles = (sq + kTileM - 1) / kTileM;
-  const int heads_batch = a.heads_q * a.batch;
-  const int linear = __builtin_amdgcn_workgroup_id_x() +
-                     n_tiles * (__builtin_amdgcn_workgroup_id_y() + a.heads_q * __builtin_amdgcn_workgroup_id_z());
-  const int tile = n_tiles - 1 - linear / heads_batch;
-  const int hq = linear % heads_batch % a.heads_q;
-  const int bz = linear % heads_batch / a.heads_q;
+  const int bx = __builtin_amdgcn_workgroup_id_x();
+  const int tile = ZYFA_TILE_DESCENDING ? n_tiles - 1 - bx : bx;
+  const int hq = __builtin_amdgcn_workgroup_id_y();
+  const int bz = __builtin_amdgcn_workgroup_id_z();
   const unsigned group = static_cast<unsigned>(a.heads_q) / static_cast<unsigned>(a.heads_kv);
   const int hkv = static_cast<int>(static_cast<unsigned>(hq) / group);
   const bool causal = (a.flags & ZYFA_FLAG_CAUSAL) != 0;
@@ -244,15 +245,13 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   f32x16 st[kKeyTiles];
   bf16x8 p_frag[kKeyTiles][2];
 
-  // Prologue: K_0 into stage 0; K_1 and V_0 in flight. Two barrier intervals, so that K_0 is written
-  // two intervals before it is read, as every later block is (the ping-pong's race-free distance).
+  // Prologue: K_0 into stage 0; K_1 and V_0 in flight.
   if (n_blocks > 0) {
     k_next.issue(k_head, a.k_stride_seq, 0, sk, tid);
     k_next.store(k_stage(0), tid);
     v_next.issue(v_head, a.v_stride_seq, 0, sk, tid);
   }
   if (n_blocks > 1) k_next.issue(k_head, a.k_stride_seq, kTileN, sk, tid);
-  lds_barrier();
   lds_barrier();
   // Ping-pong: waves 4-7 run one barrier interval behind waves 0-3, so that in every interval one
   // group issues its MFMAs (priority 1) while the other does its softmax on the same SIMDs.
