@@ -52,6 +52,7 @@ typedef __bf16 bf16x4 __attribute__((ext_vector_type(4)));
 typedef short i16x4 __attribute__((ext_vector_type(4)));
 typedef unsigned u32x4 __attribute__((ext_vector_type(4)));
 typedef float f32x16 __attribute__((ext_vector_type(16)));
+typedef float f32x2 __attribute__((ext_vector_type(2)));
 typedef __attribute__((address_space(3))) i16x4 lds_i16x4;
 typedef __attribute__((address_space(3))) u32x4 lds_u32x4;
 typedef __attribute__((address_space(3))) unsigned char lds_byte;
@@ -76,6 +77,9 @@ constexpr int kVChunks = kDv / 64;
 constexpr int kLdsBytes = 2 * kKStage + 2 * kVStage;
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr float kLn2 = 0.69314718055994530942f;
+// Instruction classes of __builtin_amdgcn_sched_group_barrier (LLVM's SchedGroupMask).
+constexpr int kSchedMfma = 0x008;
+constexpr int kSchedDsRead = 0x100;
 // gfx9 buffer descriptor word 3 for raw 32-bit loads (DATA_FORMAT 32); rows past seqlen_k read 0.
 constexpr int kBufferWord3 = 0x00020000;
 
@@ -92,6 +96,13 @@ static_assert(kLdsBytes <= 160 * 1024, "two K and V stages must fit gfx950's 160
 typedef zyfa_fwd_args __attribute__((aligned(16))) __attribute__((address_space(4))) kernarg_args;
 
 ZYFA_DEVICE float fmax_(float a, float b) { return a > b ? a : b; }
+// max(a, b, c) in one v_max3_f32. Inline assembly: the compiler's fmax (IEEE mode) first quiets each
+// MFMA result with a v_max_f32 x, x, one more VALU operation per score. No NaN reaches it here.
+ZYFA_DEVICE float max3(float a, float b, float c) {
+  float r;
+  asm("v_max3_f32 %0, %1, %2, %3" : "=v"(r) : "v"(a), "v"(b), "v"(c));
+  return r;
+}
 
 // Register r of a 32x32 MFMA result in this lane's half h holds row/key 8*(r/4) + 4h + r%4.
 ZYFA_DEVICE int d_row(int r, int h) { return 8 * (r / 4) + 4 * h + (r % 4); }
@@ -277,6 +288,14 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
                                                            0, 0, 0);
         }
       }
+      // Schedule: K reads run two MFMAs ahead (an LDS read's latency is about two 32x32x16 MFMAs).
+      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 4, 0);
+      #pragma unroll
+      for (int g = 0; g < kKeyTiles * kQkSteps / 2 - 2; ++g) {
+        __builtin_amdgcn_sched_group_barrier(kSchedMfma, 2, 0);
+        __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2, 0);
+      }
+      __builtin_amdgcn_sched_group_barrier(kSchedMfma, 4, 0);
     }
     if (nb > 0) {
       // B element e of step s of key tile kt is P at key 32kt + 16s + 8(e/4) + 4h + e%4; the two
@@ -296,6 +315,14 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
           }
         }
       }
+      // Schedule: the V^T reads of the next four MFMAs go out before the current four.
+      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
+      #pragma unroll
+      for (int g = 0; g < 2 * kKeyTiles - 1; ++g) {
+        __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
+        __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
+      }
+      __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
     }
     __builtin_amdgcn_s_setprio(0);
     lds_barrier();
@@ -312,36 +339,53 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
           }
         }
       }
+      // Block max: a tree of three-input maxima over the 32 scores (S, not t: C > 0).
       float bmax = neg_inf;
       #pragma unroll
       for (int kt = 0; kt < kKeyTiles; ++kt) {
         #pragma unroll
-        for (int r = 0; r < 16; ++r) bmax = fmax_(bmax, st[kt][r]);
+        for (int r = 0; r < 16; r += 2) bmax = max3(bmax, st[kt][r], st[kt][r + 1]);
       }
       const float bmax_row = row_max(bmax);
       const float m_new = fmax_(m, bmax_row == neg_inf ? neg_inf : bmax_row * c);  // c may be 0
       const bool live = m_new != neg_inf;  // false: nothing visible yet, the block changes nothing
       const float alpha = m == neg_inf ? 0.0f : __builtin_amdgcn_exp2f(m - m_new);
       const float m_use = live ? m_new : 0.0f;  // masked S = -inf gives p = 0 either way
-      float psum = 0.0f;
+      // p = exp2(S * C - m) on pairs of scores (packed FMA and add), P rounded to bf16 for P.V.
+      const f32x2 c2 = {c, c}, neg_m2 = {-m_use, -m_use};
+      f32x2 psum2 = {0.0f, 0.0f};
       #pragma unroll
       for (int kt = 0; kt < kKeyTiles; ++kt) {
         #pragma unroll
         for (int s = 0; s < 2; ++s) {
           #pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const float p = __builtin_amdgcn_exp2f(__builtin_fmaf(st[kt][8 * s + e], c, -m_use));
-            psum = psum + p;
-            p_frag[kt][s][e] = static_cast<__bf16>(p);
+          for (int e = 0; e < 8; e += 2) {
+            const f32x2 x = {st[kt][8 * s + e], st[kt][8 * s + e + 1]};
+            const f32x2 t = __builtin_elementwise_fma(x, c2, neg_m2);
+            const f32x2 p = {__builtin_amdgcn_exp2f(t[0]), __builtin_amdgcn_exp2f(t[1])};
+            psum2 = psum2 + p;
+            p_frag[kt][s][e] = static_cast<__bf16>(p[0]);
+            p_frag[kt][s][e + 1] = static_cast<__bf16>(p[1]);
           }
         }
       }
-      psum = row_sum(psum);
+      const float psum = row_sum(psum2[0] + psum2[1]);
       if (live) {
         l = l * alpha + psum;
         m = m_new;
+      }
+      // O *= alpha, skipped when no row of the wave changed its max (alpha == 1 exactly: the same bits).
+      if (__builtin_amdgcn_ballot_w64(live && alpha != 1.0f) != 0) {
+        const f32x2 a2 = {live ? alpha : 1.0f, live ? alpha : 1.0f};
         #pragma unroll
-        for (int t = 0; t < kDvTiles; ++t) acc[t] *= alpha;
+        for (int t = 0; t < kDvTiles; ++t) {
+          #pragma unroll
+          for (int r = 0; r < 16; r += 2) {
+            const f32x2 o = f32x2{acc[t][r], acc[t][r + 1]} * a2;
+            acc[t][r] = o[0];
+            acc[t][r + 1] = o[1];
+          }
+        }
       }
     }
     lds_barrier();
