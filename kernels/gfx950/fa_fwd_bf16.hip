@@ -136,27 +136,35 @@ ZYFA_DEVICE void lds_barrier() {
   __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
 }
 
-// Raw buffer over `rows` rows of `row_bytes` stride starting at `base`; bytes past the last row's
-// `used` bytes read 0.
-ZYFA_DEVICE __amdgpu_buffer_rsrc_t rows_rsrc(const void *base, int rows, long long stride_bytes, int used) {
-  const long long n = rows > 0 ? (rows - 1) * stride_bytes + used : 0;
-  return __builtin_amdgcn_make_buffer_rsrc(const_cast<void *>(base), 0, static_cast<int>(n), kBufferWord3);
-}
-
-// One block of kTileN rows (K or V) in flight. Thread t loads row t / 8, 16-byte pieces 8c + t % 8
-// (no division, so the index math stays in 32-bit VALU and SALU instructions).
+// One block of kTileN rows (K or V) streamed from global memory: `next` is the first byte of the next
+// block to load. Thread t loads row t / 8, 16-byte pieces 8c + t % 8 (no division, so the index math
+// stays in 32-bit VALU and SALU instructions). Loads go through a raw buffer that ends at row seqlen_k:
+// rows past it read 0, so a block past the end may be loaded (and stored) without a branch.
 template <int kChunks, int kD>
-struct BlockLoad {
+struct BlockStream {
+  const unsigned char *next;
+  long long row_bytes;
+  int rows_left;  // rows from `next` to seqlen_k; <= 0 past the end
+  int lane_off[kChunks];
   u32x4 r[kChunks];
 
-  // Issue the loads of rows [n0, n0 + kTileN) of a [seqlen][stride] bf16 tensor (rows >= sk read 0).
-  ZYFA_MEMBER void issue(const __bf16 *head, long long stride, int n0, int sk, int tid) {
-    const __amdgpu_buffer_rsrc_t rsrc = rows_rsrc(head + n0 * stride, sk - n0, 2 * stride, 2 * kD);
+  ZYFA_MEMBER BlockStream(const __bf16 *head, long long stride, int sk, int tid)
+      : next(reinterpret_cast<const unsigned char *>(head)), row_bytes(2 * stride), rows_left(sk) {
     #pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int row = tid / 8, col = 8 * c + tid % 8;
-      r[c] = __builtin_amdgcn_raw_buffer_load_b128(rsrc, static_cast<int>(row * 2 * stride) + 16 * col, 0, 0);
-    }
+    for (int c = 0; c < kChunks; ++c) lane_off[c] = static_cast<int>(tid / 8 * row_bytes) + 16 * (8 * c + tid % 8);
+  }
+
+  // Issue the loads of the next block. The buffer covers at most kTileN rows, so its byte count
+  // (and every lane offset) stays below 64 rows of the tensor.
+  ZYFA_MEMBER void issue() {
+    const int rows = rows_left < kTileN ? rows_left : kTileN;
+    const int bytes = rows > 0 ? static_cast<int>((rows - 1) * row_bytes) + 2 * kD : 0;
+    const __amdgpu_buffer_rsrc_t rsrc =
+        __builtin_amdgcn_make_buffer_rsrc(const_cast<unsigned char *>(next), 0, bytes, kBufferWord3);
+    #pragma unroll
+    for (int c = 0; c < kChunks; ++c) r[c] = __builtin_amdgcn_raw_buffer_load_b128(rsrc, lane_off[c], 0, 0);
+    next += kTileN * row_bytes;
+    rows_left -= kTileN;
   }
 
   // Store the block into an LDS stage of rows padded to kD * 2 + 16 bytes.
@@ -239,8 +247,8 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
 
   const __bf16 *k_head = static_cast<const __bf16 *>(a.k) + bz * a.k_stride_batch + hkv * a.k_stride_head;
   const __bf16 *v_head = static_cast<const __bf16 *>(a.v) + bz * a.v_stride_batch + hkv * a.v_stride_head;
-  BlockLoad<kKChunks, kDqk> k_next;
-  BlockLoad<kVChunks, kDv> v_next;
+  BlockStream<kKChunks, kDqk> k_next(k_head, a.k_stride_seq, sk, tid);
+  BlockStream<kVChunks, kDv> v_next(v_head, a.v_stride_seq, sk, tid);
 
   // This lane's LDS byte offsets: K rows for the A operand of S^T (key l % 32, dims 8h ..), and the
   // ds_read_b64_tr_b16 source of V^T (lane S = 16g + 4i + u reads key 4(g / 2) + i, dv 16(g % 2) + 4u).
@@ -257,12 +265,10 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   bf16x8 p_frag[kKeyTiles][2];
 
   // Prologue: K_0 into stage 0; K_1 and V_0 in flight.
-  if (n_blocks > 0) {
-    k_next.issue(k_head, a.k_stride_seq, 0, sk, tid);
-    k_next.store(k_stage(0), tid);
-    v_next.issue(v_head, a.v_stride_seq, 0, sk, tid);
-  }
-  if (n_blocks > 1) k_next.issue(k_head, a.k_stride_seq, kTileN, sk, tid);
+  k_next.issue();
+  k_next.store(k_stage(0), tid);
+  v_next.issue();
+  k_next.issue();
   lds_barrier();
   // Ping-pong: waves 4-7 run one barrier interval behind waves 0-3, so that in every interval one
   // group issues its MFMAs (priority 1) while the other does its softmax on the same SIMDs.
@@ -270,12 +276,10 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   if (second_group) __builtin_amdgcn_s_barrier();
 
   for (int nb = 0; nb <= n_blocks; ++nb) {
-    // ---- MFMA half: stage K_{nb+1} and V_nb, then S_nb = K_nb Q^T and O += V_{nb-1} P_{nb-1}.
+    // ---- MFMA half: S_nb = K_nb Q^T; stage K_{nb+1} and V_nb, load K_{nb+2} and V_{nb+1}; then
+    // O += V_{nb-1} P_{nb-1}. The staging needs no branch: a stage written here is read two barrier
+    // intervals later and was last read two intervals before, whatever the block (past the end: 0).
     __builtin_amdgcn_s_setprio(1);
-    if (nb + 1 < n_blocks) k_next.store(k_stage(nb + 1), tid);
-    if (nb < n_blocks) v_next.store(v_stage(nb), tid);
-    if (nb + 2 < n_blocks) k_next.issue(k_head, a.k_stride_seq, (nb + 2) * kTileN, sk, tid);
-    if (nb + 1 < n_blocks) v_next.issue(v_head, a.v_stride_seq, (nb + 1) * kTileN, sk, tid);
     if (nb < n_blocks) {
       const lds_byte *ks = k_stage(nb) + k_lane;
       #pragma unroll
@@ -297,6 +301,10 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
       }
       __builtin_amdgcn_sched_group_barrier(kSchedMfma, 4, 0);
     }
+    k_next.store(k_stage(nb + 1), tid);
+    v_next.store(v_stage(nb), tid);
+    k_next.issue();
+    v_next.issue();
     if (nb > 0) {
       // B element e of step s of key tile kt is P at key 32kt + 16s + 8(e/4) + 4h + e%4; the two
       // transposing reads give A element e = V at that key, column 32t + j.
