@@ -96,11 +96,24 @@ static_assert(kLdsBytes <= 160 * 1024, "two K and V stages must fit gfx950's 160
 typedef zyfa_fwd_args __attribute__((aligned(16))) __attribute__((address_space(4))) kernarg_args;
 
 ZYFA_DEVICE float fmax_(float a, float b) { return a > b ? a : b; }
-// max(a, b, c) in one v_max3_f32. Inline assembly: the compiler's fmax (IEEE mode) first quiets each
-// MFMA result with a v_max_f32 x, x, one more VALU operation per score. No NaN reaches it here.
-ZYFA_DEVICE float max3(float a, float b, float c) {
+// The max of the 32 scores of a lane's two S^T tiles in sixteen chained v_max3_f32, one inline-assembly
+// statement: the compiler's fmax (IEEE mode) would first quiet each MFMA result with a v_max_f32 x, x,
+// and it puts an s_nop between two asm statements of which one reads the other's result. No NaN
+// reaches it (-inf marks masked keys); v_max3_f32 reading VALU results needs no wait states, and the
+// MFMAs that wrote the scores are a barrier and many instructions back.
+ZYFA_DEVICE float max_of_32(const f32x16 &x, const f32x16 &y) {
   float r;
-  asm("v_max3_f32 %0, %1, %2, %3" : "=v"(r) : "v"(a), "v"(b), "v"(c));
+  asm("v_max3_f32 %0, %1, %2, %3\n\t"
+      "v_max3_f32 %0, %0, %4, %5\n\tv_max3_f32 %0, %0, %6, %7\n\tv_max3_f32 %0, %0, %8, %9\n\t"
+      "v_max3_f32 %0, %0, %10, %11\n\tv_max3_f32 %0, %0, %12, %13\n\tv_max3_f32 %0, %0, %14, %15\n\t"
+      "v_max3_f32 %0, %0, %16, %17\n\tv_max3_f32 %0, %0, %18, %19\n\tv_max3_f32 %0, %0, %20, %21\n\t"
+      "v_max3_f32 %0, %0, %22, %23\n\tv_max3_f32 %0, %0, %24, %25\n\tv_max3_f32 %0, %0, %26, %27\n\t"
+      "v_max3_f32 %0, %0, %28, %29\n\tv_max3_f32 %0, %0, %30, %31\n\tv_max_f32 %0, %0, %32"
+      : "=&v"(r)
+      : "v"(x[0]), "v"(x[1]), "v"(x[2]), "v"(x[3]), "v"(x[4]), "v"(x[5]), "v"(x[6]), "v"(x[7]), "v"(x[8]),
+        "v"(x[9]), "v"(x[10]), "v"(x[11]), "v"(x[12]), "v"(x[13]), "v"(x[14]), "v"(x[15]), "v"(y[0]),
+        "v"(y[1]), "v"(y[2]), "v"(y[3]), "v"(y[4]), "v"(y[5]), "v"(y[6]), "v"(y[7]), "v"(y[8]), "v"(y[9]),
+        "v"(y[10]), "v"(y[11]), "v"(y[12]), "v"(y[13]), "v"(y[14]), "v"(y[15]));
   return r;
 }
 
@@ -347,13 +360,9 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
           }
         }
       }
-      // Block max: a tree of three-input maxima over the 32 scores (S, not t: C > 0).
-      float bmax = neg_inf;
-      #pragma unroll
-      for (int kt = 0; kt < kKeyTiles; ++kt) {
-        #pragma unroll
-        for (int r = 0; r < 16; r += 2) bmax = max3(bmax, st[kt][r], st[kt][r + 1]);
-      }
+      // Block max over the lane's 32 scores (S, not t: C > 0).
+      static_assert(kKeyTiles == 2, "max_of_32 takes the two S^T tiles of a 64-key block");
+      const float bmax = max_of_32(st[0], st[1]);
       const float bmax_row = row_max(bmax);
       const float m_new = fmax_(m, bmax_row == neg_inf ? neg_inf : bmax_row * c);  // c may be 0
       const bool live = m_new != neg_inf;  // false: nothing visible yet, the block changes nothing
