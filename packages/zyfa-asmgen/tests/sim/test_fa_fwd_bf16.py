@@ -248,7 +248,9 @@ def test_product_kernel_every_nop_is_needed(product_asm) -> None:
     missed = [i for i in nops if not reported & set(range(i + 2, i + 5))]
     after_asm = [i for i in missed if "#ASMEND" in lines[i - 1]]
     buffer = [i for i in missed if UNMODELLED_NOP_BEFORE.search(lines[i + 1])]
-    others = [(i + 1, lines[i - 1].strip(), lines[i + 1].strip()) for i in missed if i not in after_asm + buffer]
+    others = [
+        (i + 1, lines[i - 1].strip(), lines[i + 1].strip()) for i in missed if i not in {*after_asm, *buffer}
+    ]
     assert len(buffer) <= 2 and len(others) <= UNEXPLAINED_NOPS, others
     assert len(missed) < len(nops) // 4, (len(missed), len(nops))
 

@@ -441,7 +441,8 @@ def run(args: argparse.Namespace) -> int:
     sim = Simulator(src.asm, entry["name"])
     ntiles = -(-shape.seqlen_q // entry["tile_m"])
     tiles = select_tiles(args.workgroups, ntiles)
-    wgs = [(tile_of(t, ntiles, entry), h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for t in tiles]
+    xs = [tile_of(t, ntiles, entry) for t in tiles]
+    wgs = [(x, h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for x in xs]
     grid = (ntiles, shape.heads_q, shape.batch)
     try:
         res = sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=wgs, trace=True)
@@ -486,8 +487,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads-q", type=int, default=2)
     p.add_argument("--heads-kv", type=int, default=1)
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--workgroups", default="all", help="'all' or query tiles (blockIdx.x) i,j,... run for "
-                   "every head and batch")  # fmt: skip
+    p.add_argument("--workgroups", default="all", help="'all' or query tiles i,j,... run for every head "
+                   "and batch (the row's tile_order maps them to blockIdx.x)")  # fmt: skip
     p.add_argument("--descales", type=float, nargs=3, default=(0.5, 0.25, 2.0), metavar=("Q", "K", "V"),
                    help="FP8 descale factors (ignored for bf16)")  # fmt: skip
     p.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
