@@ -80,6 +80,7 @@ constexpr float kLn2 = 0.69314718055994530942f;
 // Instruction classes of __builtin_amdgcn_sched_group_barrier (LLVM's SchedGroupMask).
 constexpr int kSchedMfma = 0x008;
 constexpr int kSchedDsRead = 0x100;
+constexpr int kKAhead = 8;  // K reads in flight ahead of the S MFMAs (even)
 // gfx9 buffer descriptor word 3 for raw 32-bit loads (DATA_FORMAT 32); rows past seqlen_k read 0.
 constexpr int kBufferWord3 = 0x00020000;
 
@@ -305,14 +306,16 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
                                                            0, 0, 0);
         }
       }
-      // Schedule: K reads run two MFMAs ahead (an LDS read's latency is about two 32x32x16 MFMAs).
-      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 4, 0);
+      // Schedule: K reads run kKAhead MFMAs ahead (one read per MFMA). An LDS read takes about two
+      // 32x32x16 MFMAs alone, but four waves read at once: in the timing model (d = 128) 4 ahead costs
+      // 3070 cycles per key block, 6 ahead 3026, 8 ahead 2969, 10 to 16 ahead more again (registers).
+      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, kKAhead, 0);
       #pragma unroll
-      for (int g = 0; g < kKeyTiles * kQkSteps / 2 - 2; ++g) {
+      for (int g = 0; g < (kKeyTiles * kQkSteps - kKAhead) / 2; ++g) {
         __builtin_amdgcn_sched_group_barrier(kSchedMfma, 2, 0);
         __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2, 0);
       }
-      __builtin_amdgcn_sched_group_barrier(kSchedMfma, 4, 0);
+      __builtin_amdgcn_sched_group_barrier(kSchedMfma, kKAhead, 0);
     }
     k_next.store(k_stage(nb + 1), tid);
     v_next.store(v_stage(nb), tid);
