@@ -23,8 +23,8 @@
 // is per lane. 32x32x16 over 16x16x32: the same matrix rate, but each K and V element read from LDS
 // feeds 32 query rows instead of 16 (half the LDS reads per FLOP) and a row lives in 2 lanes, not 4.
 //
-// LDS (static): two K stages [64][d_qk] and two V stages [64][d_v] of bf16, rows padded by 16 bytes
-// (d128: 69,632 B; d192/128: 86,016 B). Registers: Q^T d_qk/4 VGPRs, O^T d_v/2, S^T 32, P 16, and
+// LDS (static): three K stages [64][d_qk] and three V stages [64][d_v] of bf16, rows padded by 16
+// bytes (d128: 104,448 B; d192/128: 129,024 B). Registers: Q^T d_qk/4 VGPRs, O^T d_v/2, S^T 32, P 16, and
 // the next blocks' K and V in flight (16 or 20).
 //
 // Requirements checked by the launcher: d_qk == ZYFA_D_QK, d_v == ZYFA_D_V (the kernel writes
@@ -74,7 +74,11 @@ constexpr int kKStage = kTileN * kKRow;
 constexpr int kVStage = kTileN * kVRow;
 constexpr int kKChunks = kDqk / 64;  // 16-byte pieces of a K block per thread (8 threads per row)
 constexpr int kVChunks = kDv / 64;
-constexpr int kLdsBytes = 2 * kKStage + 2 * kVStage;
+// Three K and three V stages: K is staged in the softmax half and V in the MFMA half (which balances
+// the halves), and either way a stage is written two barrier intervals or more after its last read
+// and before its next one, as the ping-pong's one-interval skew between the wave groups requires.
+constexpr int kStages = 3;
+constexpr int kLdsBytes = kStages * (kKStage + kVStage);
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr float kLn2 = 0.69314718055994530942f;
 // Instruction classes of __builtin_amdgcn_sched_group_barrier (LLVM's SchedGroupMask).
@@ -92,7 +96,7 @@ static_assert(kDqk % 16 == 0 && kDqk <= 256, "d_qk must be a multiple of 16, at 
 static_assert(kDv % 32 == 0 && kDv <= 256, "d_v must be a multiple of 32, at most 256");
 static_assert(kThreads == 8 * kTileN && kDqk % 64 == 0 && kDv % 64 == 0,
               "K and V blocks are loaded by 8 threads per row, 16 bytes each per 128-byte column group");
-static_assert(kLdsBytes <= 160 * 1024, "two K and V stages must fit gfx950's 160 KiB of LDS");
+static_assert(kLdsBytes <= 160 * 1024, "three K and V stages must fit gfx950's 160 KiB of LDS");
 
 typedef zyfa_fwd_args __attribute__((aligned(16))) __attribute__((address_space(4))) kernarg_args;
 
@@ -203,8 +207,8 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   if (a.d_qk != kDqk || a.d_v != kDv) return;
   __attribute__((shared)) static __attribute__((aligned(16))) unsigned char lds_raw[kLdsBytes];
   lds_byte *const lds = (lds_byte *)lds_raw;  // the LDS address space: ds_read / ds_write
-  auto k_stage = [&](int nb) { return lds + (nb & 1) * kKStage; };
-  auto v_stage = [&](int nb) { return lds + 2 * kKStage + (nb & 1) * kVStage; };
+  auto k_stage = [&](int stage) { return lds + stage * kKStage; };
+  auto v_stage = [&](int stage) { return lds + kStages * kKStage + stage * kVStage; };
 
   const int tid = __builtin_amdgcn_workitem_id_x();
   const int wave = __builtin_amdgcn_readfirstlane(tid / 64);
@@ -278,9 +282,11 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   f32x16 st[kKeyTiles];
   bf16x8 p_frag[kKeyTiles][2];
 
-  // Prologue: K_0 into stage 0; K_1 and V_0 in flight.
+  // Prologue: K_0 and K_1 into stages 0 and 1; V_0 and K_2 in flight.
   k_next.issue();
   k_next.store(k_stage(0), tid);
+  k_next.issue();
+  k_next.store(k_stage(1), tid);
   v_next.issue();
   k_next.issue();
   lds_barrier();
@@ -289,13 +295,14 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   const bool second_group = wave >= kWaves / 2;
   if (second_group) __builtin_amdgcn_s_barrier();
 
-  for (int nb = 0; nb <= n_blocks; ++nb) {
-    // ---- MFMA half: S_nb = K_nb Q^T; stage K_{nb+1} and V_nb, load K_{nb+2} and V_{nb+1}; then
-    // O += V_{nb-1} P_{nb-1}. The staging needs no branch: a stage written here is read two barrier
-    // intervals later and was last read two intervals before, whatever the block (past the end: 0).
+  int cur = 0;  // nb % 3, kept without a division: the stage of K_nb and V_nb
+  for (int nb = 0; nb <= n_blocks; ++nb, cur = cur == 2 ? 0 : cur + 1) {
+    const int nxt = cur == 2 ? 0 : cur + 1, prv = cur == 0 ? 2 : cur - 1;  // (nb + 1) % 3, (nb + 2) % 3
+    // ---- MFMA half: S_nb = K_nb Q^T; stage V_nb (read two intervals later), load V_{nb+1}; then
+    // O += V_{nb-1} P_{nb-1}. The staging needs no branch: a block past the end is zeros.
     __builtin_amdgcn_s_setprio(1);
     if (nb < n_blocks) {
-      const lds_byte *ks = k_stage(nb) + k_lane;
+      const lds_byte *ks = k_stage(cur) + k_lane;
       #pragma unroll
       for (int kt = 0; kt < kKeyTiles; ++kt) {
         st[kt] = (f32x16){};
@@ -317,14 +324,12 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
       }
       __builtin_amdgcn_sched_group_barrier(kSchedMfma, kKAhead, 0);
     }
-    k_next.store(k_stage(nb + 1), tid);
-    v_next.store(v_stage(nb), tid);
-    k_next.issue();
+    v_next.store(v_stage(cur), tid);
     v_next.issue();
     if (nb > 0) {
       // B element e of step s of key tile kt is P at key 32kt + 16s + 8(e/4) + 4h + e%4; the two
       // transposing reads give A element e = V at that key, column 32t + j.
-      const lds_byte *vs = v_stage(nb - 1) + v_lane;
+      const lds_byte *vs = v_stage(prv) + v_lane;
       #pragma unroll
       for (int kt = 0; kt < kKeyTiles; ++kt) {
         #pragma unroll
@@ -351,7 +356,10 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
     __builtin_amdgcn_s_setprio(0);
     lds_barrier();
 
-    // ---- Softmax half: P_nb, m, l and the rescale of O by alpha.
+    // ---- Softmax half: stage K_{nb+2} (read three intervals later), load K_{nb+3}; P_nb, m, l and
+    // the rescale of O by alpha.
+    k_next.store(k_stage(prv), tid);
+    k_next.issue();
     if (nb < n_blocks) {
       const int n0 = nb * kTileN;
       if (n0 + kTileN > wave_first_limit) {  // a block that crosses some row's limit of this wave
