@@ -123,8 +123,8 @@ VARIANTS = [
      "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
      "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 34816, "tag": "simple"},
     # ---- AMD MI355X (gfx950)
-    # BF16: eight waves (two ping-pong groups of four), 32 query rows each, K and V through double-buffered
-    # LDS (docs/gfx950-bf16-kernel.md); the LDS size is read from the code object.
+    # BF16: eight waves (two ping-pong groups of four), 32 query rows each, K and V through LDS in three
+    # stages (docs/gfx950-bf16-kernel.md); the LDS size is read from the code object.
     {"name": "fa_fwd_bf16_hd128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
      "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "descending"},

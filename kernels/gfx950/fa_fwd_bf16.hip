@@ -314,8 +314,8 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
         }
       }
       // Schedule: K reads run kKAhead MFMAs ahead (one read per MFMA). An LDS read takes about two
-      // 32x32x16 MFMAs alone, but four waves read at once: in the timing model (d = 128) 4 ahead costs
-      // 3070 cycles per key block, 6 ahead 3026, 8 ahead 2969, 10 to 16 ahead more again (registers).
+      // 32x32x16 MFMAs alone, but four waves read at once: in the timing model (d = 128) 6 ahead costs
+      // 2976 cycles per key block, 8 ahead 2873, 10 ahead 3086, 12 ahead 3181 (registers).
       __builtin_amdgcn_sched_group_barrier(kSchedDsRead, kKAhead, 0);
       #pragma unroll
       for (int g = 0; g < (kKeyTiles * kQkSteps - kKAhead) / 2; ++g) {
