@@ -29,9 +29,9 @@
 //
 // Requirements checked by the launcher: d_qk == ZYFA_D_QK, d_v == ZYFA_D_V (the kernel writes
 // nothing otherwise); q, k, v and out rows 16-byte aligned (base pointers 16-byte aligned, batch, seq
-// and head strides multiples of 8 elements); heads_q % heads_kv == 0; k and v seq strides below
-// 2^24 elements (a block's buffer offsets are 32-bit: 64 rows of 2 bytes). Rows with no visible key
-// write 0 and lse = +inf.
+// and head strides multiples of 8 elements); heads_q % heads_kv == 0. Not checked by the launcher:
+// k and v seq strides below 2^24 elements (a block's buffer offsets are 32-bit: 64 rows of 2 bytes
+// each). Rows with no visible key write 0 and lse = +inf.
 #include "abi/zyfa_abi.h"
 
 // The contract fixes each rounding step (l * alpha, then + sum; alpha = exp2(m - m_new)); HIP's
