@@ -40,6 +40,10 @@ Fields:
               ABI 3; the manifest row's "v_prep" names the entry, "" when absent). Only src
               sm90/fa_fwd_wgmma.cu, e4m3fn with p_mode exact or lean, d_v 128, tile_n a multiple of 64
               (-DZYFA_WS_VPRE=1); the V stages then need no staging buffers (2 x tile_n x 128 bytes less).
+  tile_order  optional, written to the manifest row ("ascending" when absent): "descending" = blockIdx.x
+              computes query tile ceil(seqlen_q / tile_m) - 1 - blockIdx.x, so the causal tiles with the most
+              keys start first and the short ones fill the tail (grid "tiles", src gfx950/fa_fwd_bf16.hip,
+              built with -DZYFA_TILE_DESCENDING=1). The launch grid is the same.
 """
 
 VARIANTS = [
@@ -119,12 +123,14 @@ VARIANTS = [
      "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_simple.cu",
      "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 34816, "tag": "simple"},
     # ---- AMD MI355X (gfx950)
+    # BF16: eight waves (two ping-pong groups of four), 32 query rows each, K and V through LDS in three
+    # stages (docs/gfx950-bf16-kernel.md); the LDS size is read from the code object.
     {"name": "fa_fwd_bf16_hd128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
-     "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0, "tag": ""},
+     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
     {"name": "fa_fwd_bf16_hd192x128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
-     "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0, "tag": ""},
+     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
     {"name": "fa_fwd_e4m3fn_hd128_causal_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "rowwise_fp8",
      "tile_m": 64, "tile_n": 1, "threads": 64, "smem_bytes": 0, "tag": ""},

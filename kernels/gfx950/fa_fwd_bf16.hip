@@ -1,44 +1,62 @@
-// BF16 causal attention forward for gfx950 (MI355X, CDNA4): the first, simple ZYFA kernel.
+// BF16 causal attention forward for gfx950 (MI355X, CDNA4): eight waves, K and V through LDS,
+// two wave groups in ping-pong.
 //
 // Computes out = softmax(scale * q k^T, causal) v for flash-attn's layouts (q [b, sq, hq, d_qk],
 // k [b, sk, hkv, d_qk], v [b, sk, hkv, d_v], out [b, sq, hq, d_v] bf16; optional lse float32
-// [b, hq, sq]) with exactly the ZYFA BF16 numerics: online softmax in base 2 over key blocks of
-// ZYFA_TILE_N keys, P rounded to bf16 for P.V, row sum l of the unrounded fp32 P, final acc * (vd / l).
+// [b, hq, sq]) with the ZYFA BF16 numerics (docs/numerics.md): online softmax in base 2 over key
+// blocks of ZYFA_TILE_N keys, P rounded to bf16 for P.V, row sum l of the unrounded fp32 P, final
+// acc * (vd / l). The design is described in docs/gfx950-bf16-kernel.md.
 //
-// Configuration: one wave64 per workgroup, ZYFA_TILE_M = 32 query rows, ZYFA_TILE_N = 32 keys per
-// block, no LDS (ZYFA_SMEM_BYTES = 0). Grid = (ceil(sq / 32), hq, b).
+// Configuration: ZYFA_THREADS = 512 (8 wave64s), ZYFA_TILE_M = 256 query rows per workgroup (32 per
+// wave), ZYFA_TILE_N = 64 keys per block. Grid = (ceil(sq / 256), hq, b); with
+// ZYFA_TILE_DESCENDING = 1, blockIdx.x = ceil(sq / 256) - 1 - query tile (longest rows first).
 //
 // MFMA v_mfma_f32_32x32x16_bf16 (D = A.B + C, A 32x16, B 16x32; lane l = j + 32h, h = l / 32):
 //   A: lane holds row i = l % 32, k = 8h .. 8h+7      B: lane holds column j = l % 32, same k
 //   D: lane holds column j = l % 32, register r holds row 8*(r/4) + 4h + r%4
-// We compute transposed products so that every lane owns ONE query row (column j of D):
-//   S^T[key][row] = K . Q^T   (A = K block: 16 contiguous bytes of one key row per lane;
-//                              B = Q^T: 16 contiguous bytes of one query row, kept in VGPRs)
-//   O^T[dv][row] += V^T . P^T (B = P^T straight from the S^T registers, A = V^T gathered with
-//                              2-byte loads, keys permuted the same way as P's registers)
-// so row max / row sum need one exchange with the partner lane l ^ 32 (ds_bpermute) and the
-// rescale by alpha is per lane. Registers: Q d_qk/4 VGPRs, O d_v/2 (64) VGPRs, S 16 VGPRs.
+// Products are transposed so that every lane owns ONE query row (column j of D):
+//   S^T[key][row] = K . Q^T   (A = 32 keys x 16 dims of K by ds_read_b128 from LDS;
+//                              B = Q^T: 16 contiguous dims of one query row, kept in VGPRs)
+//   O^T[dv][row] += V^T . P^T (B = P^T straight from the S^T registers; A = V^T by two
+//                              ds_read_b64_tr_b16 from the row-major V block in LDS)
+// Row max and row sum need one v_permlane32_swap with the partner lane l ^ 32; the rescale by alpha
+// is per lane. 32x32x16 over 16x16x32: the same matrix rate, but each K and V element read from LDS
+// feeds 32 query rows instead of 16 (half the LDS reads per FLOP) and a row lives in 2 lanes, not 4.
+//
+// LDS (static): three K stages [64][d_qk] and three V stages [64][d_v] of bf16, rows padded by 16
+// bytes (d128: 104,448 B; d192/128: 129,024 B). Registers: Q^T d_qk/4 VGPRs, O^T d_v/2, S^T 32, P 16, and
+// the next blocks' K and V in flight (16 or 20).
 //
 // Requirements checked by the launcher: d_qk == ZYFA_D_QK, d_v == ZYFA_D_V (the kernel writes
-// nothing otherwise); q, k and out rows 16-byte aligned (base pointers 16-byte aligned, batch, seq
-// and head strides multiples of 8 elements: 16-byte loads, 8-byte stores; v is read 2 bytes at a
-// time); heads_q % heads_kv == 0. Rows with no visible key write 0 and lse = +inf.
+// nothing otherwise); q, k, v and out rows 16-byte aligned (base pointers 16-byte aligned, batch, seq
+// and head strides multiples of 8 elements); heads_q % heads_kv == 0. Not checked by the launcher:
+// k and v seq strides below 2^24 elements (a block's buffer offsets are 32-bit: 64 rows of 2 bytes
+// each). Rows with no visible key write 0 and lse = +inf.
 #include "abi/zyfa_abi.h"
 
-// The contract fixes each rounding step (t = S * C, then t - m, then exp2; l * alpha, then + sum);
-// HIP's default fp-contract=fast would fuse them into FMAs and drift from the reference.
+// The contract fixes each rounding step (l * alpha, then + sum; alpha = exp2(m - m_new)); HIP's
+// default fp-contract=fast would fuse them. The one fused step, t - m as fma(S, C, -m), is explicit.
 #pragma clang fp contract(off)
 
 #ifndef ZYFA_KERNEL_NAME
 #error "build with -DZYFA_KERNEL_NAME=<kernel key>"
 #endif
+#ifndef ZYFA_TILE_DESCENDING  // the variant's tile_order: 1 = "descending", absent or 0 = "ascending"
+#define ZYFA_TILE_DESCENDING 0
+#endif
 
 #define ZYFA_DEVICE __attribute__((device)) __attribute__((always_inline)) static inline
+#define ZYFA_MEMBER __attribute__((device)) __attribute__((always_inline)) inline
 
 typedef __bf16 bf16x8 __attribute__((ext_vector_type(8)));
-typedef unsigned short u16x8 __attribute__((ext_vector_type(8)));
-typedef float f32x16 __attribute__((ext_vector_type(16)));
 typedef __bf16 bf16x4 __attribute__((ext_vector_type(4)));
+typedef short i16x4 __attribute__((ext_vector_type(4)));
+typedef unsigned u32x4 __attribute__((ext_vector_type(4)));
+typedef float f32x16 __attribute__((ext_vector_type(16)));
+typedef float f32x2 __attribute__((ext_vector_type(2)));
+typedef __attribute__((address_space(3))) i16x4 lds_i16x4;
+typedef __attribute__((address_space(3))) u32x4 lds_u32x4;
+typedef __attribute__((address_space(3))) unsigned char lds_byte;
 
 namespace {
 
@@ -47,34 +65,136 @@ constexpr int kTileN = ZYFA_TILE_N;
 constexpr int kThreads = ZYFA_THREADS;
 constexpr int kDqk = ZYFA_D_QK;
 constexpr int kDv = ZYFA_D_V;
-constexpr int kQkSteps = kDqk / 16;  // MFMA k-steps of 16 dims for S
-constexpr int kDvTiles = kDv / 32;   // 32-wide output column tiles for O
+constexpr int kWaves = kThreads / 64;
+constexpr int kQkSteps = kDqk / 16;       // MFMA k-steps of 16 dims for S
+constexpr int kDvTiles = kDv / 32;        // 32-wide output column tiles for O
+constexpr int kKeyTiles = kTileN / 32;    // 32-key S^T tiles per block
+constexpr int kKRow = 2 * kDqk + 16;      // LDS bytes per K row (16 B pad: rows start on other banks)
+constexpr int kVRow = 2 * kDv + 16;
+constexpr int kKStage = kTileN * kKRow;
+constexpr int kVStage = kTileN * kVRow;
+constexpr int kKChunks = kDqk / 64;  // 16-byte pieces of a K block per thread (8 threads per row)
+constexpr int kVChunks = kDv / 64;
+// Three K and three V stages: K is staged in the softmax half and V in the MFMA half (which balances
+// the halves), and either way a stage is written two barrier intervals or more after its last read
+// and before its next one, as the ping-pong's one-interval skew between the wave groups requires.
+constexpr int kStages = 3;
+constexpr int kLdsBytes = kStages * (kKStage + kVStage);
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr float kLn2 = 0.69314718055994530942f;
+// Instruction classes of __builtin_amdgcn_sched_group_barrier (LLVM's SchedGroupMask).
+constexpr int kSchedMfma = 0x008;
+constexpr int kSchedDsRead = 0x100;
+constexpr int kKAhead = 8;  // K reads in flight ahead of the S MFMAs (even)
+// gfx9 buffer descriptor word 3 for raw 32-bit loads (DATA_FORMAT 32); rows past seqlen_k read 0.
+constexpr int kBufferWord3 = 0x00020000;
 
 static_assert(ZYFA_DTYPE_E4M3 == 0, "fa_fwd_bf16.hip is the BF16 kernel");
-static_assert(ZYFA_SMEM_BYTES == 0, "this kernel uses no LDS");
-static_assert(kTileM == 32 && kTileN == 32, "the 32x32x16 MFMA tiling needs tile_m = tile_n = 32");
-static_assert(kThreads == 64, "one wave64 per workgroup");
+static_assert(ZYFA_SMEM_BYTES == 0, "the LDS is static; the build reads its size from the code object");
+static_assert(kThreads == 512 && kTileM == 32 * kWaves, "eight waves of 32 query rows: tile_m = 256");
+static_assert(kTileN == 64, "tile_n = 64: two 32-key S^T tiles per block");
 static_assert(kDqk % 16 == 0 && kDqk <= 256, "d_qk must be a multiple of 16, at most 256");
 static_assert(kDv % 32 == 0 && kDv <= 256, "d_v must be a multiple of 32, at most 256");
+static_assert(kThreads == 8 * kTileN && kDqk % 64 == 0 && kDv % 64 == 0,
+              "K and V blocks are loaded by 8 threads per row, 16 bytes each per 128-byte column group");
+static_assert(kLdsBytes <= 160 * 1024, "three K and V stages must fit gfx950's 160 KiB of LDS");
 
 typedef zyfa_fwd_args __attribute__((aligned(16))) __attribute__((address_space(4))) kernarg_args;
 
-ZYFA_DEVICE float f32_from_bits(int x) { return __builtin_bit_cast(float, x); }
-ZYFA_DEVICE int bits_from_f32(float x) { return __builtin_bit_cast(int, x); }
-
-// Value of the partner lane l ^ 32 (the other half of the same query row).
-ZYFA_DEVICE float partner(float x, int lane) {
-  return f32_from_bits(__builtin_amdgcn_ds_bpermute((lane ^ 32) << 2, bits_from_f32(x)));
-}
-
 ZYFA_DEVICE float fmax_(float a, float b) { return a > b ? a : b; }
-
-ZYFA_DEVICE bf16x8 load_bf16x8(const __bf16 *p) { return *reinterpret_cast<const bf16x8 *>(p); }
+// The max of the 32 scores of a lane's two S^T tiles in sixteen chained v_max3_f32, one inline-assembly
+// statement: the compiler's fmax (IEEE mode) would first quiet each MFMA result with a v_max_f32 x, x,
+// and it puts an s_nop between two asm statements of which one reads the other's result. No NaN
+// reaches it (-inf marks masked keys); v_max3_f32 reading VALU results needs no wait states, and the
+// MFMAs that wrote the scores are a barrier and many instructions back.
+ZYFA_DEVICE float max_of_32(const f32x16 &x, const f32x16 &y) {
+  float r;
+  asm("v_max3_f32 %0, %1, %2, %3\n\t"
+      "v_max3_f32 %0, %0, %4, %5\n\tv_max3_f32 %0, %0, %6, %7\n\tv_max3_f32 %0, %0, %8, %9\n\t"
+      "v_max3_f32 %0, %0, %10, %11\n\tv_max3_f32 %0, %0, %12, %13\n\tv_max3_f32 %0, %0, %14, %15\n\t"
+      "v_max3_f32 %0, %0, %16, %17\n\tv_max3_f32 %0, %0, %18, %19\n\tv_max3_f32 %0, %0, %20, %21\n\t"
+      "v_max3_f32 %0, %0, %22, %23\n\tv_max3_f32 %0, %0, %24, %25\n\tv_max3_f32 %0, %0, %26, %27\n\t"
+      "v_max3_f32 %0, %0, %28, %29\n\tv_max3_f32 %0, %0, %30, %31\n\tv_max_f32 %0, %0, %32"
+      : "=&v"(r)
+      : "v"(x[0]), "v"(x[1]), "v"(x[2]), "v"(x[3]), "v"(x[4]), "v"(x[5]), "v"(x[6]), "v"(x[7]), "v"(x[8]),
+        "v"(x[9]), "v"(x[10]), "v"(x[11]), "v"(x[12]), "v"(x[13]), "v"(x[14]), "v"(x[15]), "v"(y[0]),
+        "v"(y[1]), "v"(y[2]), "v"(y[3]), "v"(y[4]), "v"(y[5]), "v"(y[6]), "v"(y[7]), "v"(y[8]), "v"(y[9]),
+        "v"(y[10]), "v"(y[11]), "v"(y[12]), "v"(y[13]), "v"(y[14]), "v"(y[15]));
+  return r;
+}
 
 // Register r of a 32x32 MFMA result in this lane's half h holds row/key 8*(r/4) + 4h + r%4.
 ZYFA_DEVICE int d_row(int r, int h) { return 8 * (r / 4) + 4 * h + (r % 4); }
+
+// The pair {x of lane l, x of lane l ^ 32} in every lane: one VALU swap of the two 32-lane halves.
+// Inline assembly: the pinned clang's __builtin_amdgcn_permlane32_swap returns its first result in
+// both elements. The s_nop 1 gives the two wait states gfx950 needs between a VALU write of an
+// operand and the swap, which the compiler does not count inside an asm statement.
+struct Pair {
+  float a, b;
+};
+ZYFA_DEVICE Pair with_partner(float x) {
+  float a = x, b = x;
+  asm("s_nop 1\n\tv_permlane32_swap_b32 %0, %1" : "+v"(a), "+v"(b));
+  return {a, b};
+}
+ZYFA_DEVICE float row_max(float x) {
+  const Pair p = with_partner(x);
+  return fmax_(p.a, p.b);
+}
+ZYFA_DEVICE float row_sum(float x) {
+  const Pair p = with_partner(x);
+  return p.a + p.b;
+}
+
+// All LDS writes of this wave done and visible to the workgroup, then the barrier. The fences are
+// limited to LDS ("local"), so global loads in flight stay in flight across the barrier.
+ZYFA_DEVICE void lds_barrier() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup", "local");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup", "local");
+}
+
+// One block of kTileN rows (K or V) streamed from global memory: `next` is the first byte of the next
+// block to load. Thread t loads row t / 8, 16-byte pieces 8c + t % 8 (no division, so the index math
+// stays in 32-bit VALU and SALU instructions). Loads go through a raw buffer that ends at row seqlen_k:
+// rows past it read 0, so a block past the end may be loaded (and stored) without a branch.
+template <int kChunks, int kD>
+struct BlockStream {
+  const unsigned char *next;
+  long long row_bytes;
+  int rows_left;  // rows from `next` to seqlen_k; <= 0 past the end
+  int lane_off[kChunks];
+  u32x4 r[kChunks];
+
+  ZYFA_MEMBER BlockStream(const __bf16 *head, long long stride, int sk, int tid)
+      : next(reinterpret_cast<const unsigned char *>(head)), row_bytes(2 * stride), rows_left(sk) {
+    #pragma unroll
+    for (int c = 0; c < kChunks; ++c) lane_off[c] = static_cast<int>(tid / 8 * row_bytes) + 16 * (8 * c + tid % 8);
+  }
+
+  // Issue the loads of the next block. The buffer covers at most kTileN rows, so its byte count
+  // (and every lane offset) stays below 64 rows of the tensor.
+  ZYFA_MEMBER void issue() {
+    const int rows = rows_left < kTileN ? rows_left : kTileN;
+    const int bytes = rows > 0 ? static_cast<int>((rows - 1) * row_bytes) + 2 * kD : 0;
+    const __amdgpu_buffer_rsrc_t rsrc =
+        __builtin_amdgcn_make_buffer_rsrc(const_cast<unsigned char *>(next), 0, bytes, kBufferWord3);
+    #pragma unroll
+    for (int c = 0; c < kChunks; ++c) r[c] = __builtin_amdgcn_raw_buffer_load_b128(rsrc, lane_off[c], 0, 0);
+    next += kTileN * row_bytes;
+    rows_left -= kTileN;
+  }
+
+  // Store the block into an LDS stage of rows padded to kD * 2 + 16 bytes.
+  ZYFA_MEMBER void store(lds_byte *stage, int tid) const {
+    #pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int row = tid / 8, col = 8 * c + tid % 8;
+      *reinterpret_cast<lds_u32x4 *>(stage + row * (2 * kD + 16) + 16 * col) = r[c];
+    }
+  }
+};
 
 }  // namespace
 
@@ -86,144 +206,235 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   (void)args;
   const kernarg_args &a = *(const kernarg_args *)__builtin_amdgcn_kernarg_segment_ptr();
   if (a.d_qk != kDqk || a.d_v != kDv) return;
+  __attribute__((shared)) static __attribute__((aligned(16))) unsigned char lds_raw[kLdsBytes];
+  lds_byte *const lds = (lds_byte *)lds_raw;  // the LDS address space: ds_read / ds_write
+  auto k_stage = [&](int stage) { return lds + stage * kKStage; };
+  auto v_stage = [&](int stage) { return lds + kStages * kKStage + stage * kVStage; };
 
-  const int lane = __builtin_amdgcn_workitem_id_x();
-  const int j = lane & 31;  // query row inside the tile (column of every D)
+  const int tid = __builtin_amdgcn_workitem_id_x();
+  const int wave = __builtin_amdgcn_readfirstlane(tid / 64);
+  const int lane = tid % 64;
+  const int j = lane & 31;  // query row inside the wave's 32 (column of every D)
   const int h = lane >> 5;  // which half of the row's keys / dv this lane holds
-  const int m0 = __builtin_amdgcn_workgroup_id_x() * kTileM;
-  const int hq = __builtin_amdgcn_workgroup_id_y();
-  const int bz = __builtin_amdgcn_workgroup_id_z();
   const int sq = a.seqlen_q;
   const int sk = a.seqlen_k;
+
+  // Longest rows first (tile_order "descending"): blockIdx.x counts query tiles from the last one
+  // down, so the causal tiles with the most keys are dispatched first and the short ones fill the
+  // tail of the launch.
+  const int n_tiles = (sq + kTileM - 1) / kTileM;
+  const int bx = __builtin_amdgcn_workgroup_id_x();
+  const int tile = ZYFA_TILE_DESCENDING ? n_tiles - 1 - bx : bx;
+  const int hq = __builtin_amdgcn_workgroup_id_y();
+  const int bz = __builtin_amdgcn_workgroup_id_z();
   const unsigned group = static_cast<unsigned>(a.heads_q) / static_cast<unsigned>(a.heads_kv);
   const int hkv = static_cast<int>(static_cast<unsigned>(hq) / group);
   const bool causal = (a.flags & ZYFA_FLAG_CAUSAL) != 0;
 
   // Keys visible to a row: [0, limit). Bottom-right causal: key <= row + sk - sq.
-  const int row = m0 + j;
+  const int m0 = tile * kTileM;
+  const int w0 = m0 + 32 * wave;  // this wave's first row
+  const int row = w0 + j;
   const bool row_ok = row < sq;
   const long long diag = static_cast<long long>(sk) - sq;
-  const long long row_limit_ll = causal ? row + 1 + diag : sk;
-  const int row_limit = static_cast<int>(row_limit_ll < sk ? row_limit_ll : sk);
-  // Keys any row of this tile sees (wave-uniform): the loop covers ceil(tile_limit / 32) blocks.
-  const int last_row = (m0 + kTileM - 1 < sq ? m0 + kTileM - 1 : sq - 1);
-  const long long tile_limit_ll = causal ? last_row + 1 + diag : sk;
-  const int tile_limit = static_cast<int>(tile_limit_ll < sk ? tile_limit_ll : sk);
-  const int n_blocks = tile_limit > 0 ? (tile_limit + kTileN - 1) / kTileN : 0;
+  auto limit_of = [&](int r) {
+    const long long lim = causal ? r + 1 + diag : sk;
+    return static_cast<int>(lim < sk ? (lim > 0 ? lim : 0) : sk);
+  };
+  const int row_limit = limit_of(row);
+  const int wave_first_limit = limit_of(w0);  // blocks ending at or below it need no mask
+  const int tile_limit = limit_of(m0 + kTileM - 1 < sq ? m0 + kTileM - 1 : sq - 1);
+  const int n_blocks = (tile_limit + kTileN - 1) / kTileN;  // workgroup-uniform
 
-  const float c = a.softmax_scale * a.q_descale * a.k_descale * kLog2e;
+  // C = scale * log2(e) > 0 by folding its sign into Q (exact in bf16): then max_j(S_j) * C is the
+  // max of the t_j = S_j * C of the contract, bit for bit.
+  float c = a.softmax_scale * a.q_descale * a.k_descale * kLog2e;
+  const unsigned q_sign = c < 0.0f ? 0x80008000u : 0u;
+  c = c < 0.0f ? -c : c;
   const float neg_inf = -__builtin_inff();
 
   // Q^T operand (B of the S MFMA): this lane's row, dims 16s + 8h .. +7. Rows past sq read the last
   // row instead (their results are never stored).
   const __bf16 *q_row = static_cast<const __bf16 *>(a.q) + bz * a.q_stride_batch +
-                        static_cast<long long>(row_ok ? row : sq - 1) * a.q_stride_seq +
-                        hq * a.q_stride_head;
+                        static_cast<long long>(row_ok ? row : sq - 1) * a.q_stride_seq + hq * a.q_stride_head;
   bf16x8 q_frag[kQkSteps];
   #pragma unroll
-  for (int s = 0; s < kQkSteps; ++s) q_frag[s] = load_bf16x8(q_row + 16 * s + 8 * h);
+  for (int s = 0; s < kQkSteps; ++s) {
+    const u32x4 x = *reinterpret_cast<const u32x4 *>(q_row + 16 * s + 8 * h);
+    q_frag[s] = __builtin_bit_cast(bf16x8, x ^ q_sign);
+  }
 
   const __bf16 *k_head = static_cast<const __bf16 *>(a.k) + bz * a.k_stride_batch + hkv * a.k_stride_head;
-  const unsigned short *v_head = static_cast<const unsigned short *>(a.v) + bz * a.v_stride_batch +
-                                 hkv * a.v_stride_head;
+  const __bf16 *v_head = static_cast<const __bf16 *>(a.v) + bz * a.v_stride_batch + hkv * a.v_stride_head;
+  BlockStream<kKChunks, kDqk> k_next(k_head, a.k_stride_seq, sk, tid);
+  BlockStream<kVChunks, kDv> v_next(v_head, a.v_stride_seq, sk, tid);
+
+  // This lane's LDS byte offsets: K rows for the A operand of S^T (key l % 32, dims 8h ..), and the
+  // ds_read_b64_tr_b16 source of V^T (lane S = 16g + 4i + u reads key 4(g / 2) + i, dv 16(g % 2) + 4u).
+  const int k_lane = j * kKRow + 16 * h;
+  const int g = lane / 16, i4 = (lane % 16) / 4, u4 = lane % 4;
+  const int v_lane = (4 * (g / 2) + i4) * kVRow + 2 * (16 * (g % 2) + 4 * u4);
 
   float m = neg_inf;  // running row max of t (base-2 units)
   float l = 0.0f;     // running row sum of unrounded p
   f32x16 acc[kDvTiles];
   #pragma unroll
   for (int t = 0; t < kDvTiles; ++t) acc[t] = (f32x16){};
+  f32x16 st[kKeyTiles];
+  bf16x8 p_frag[kKeyTiles][2];
 
-  for (int nb = 0; nb < n_blocks; ++nb) {
-    const int n0 = nb * kTileN;
+  // Prologue: K_0 and K_1 into stages 0 and 1; V_0 and K_2 in flight.
+  k_next.issue();
+  k_next.store(k_stage(0), tid);
+  k_next.issue();
+  k_next.store(k_stage(1), tid);
+  v_next.issue();
+  k_next.issue();
+  lds_barrier();
+  // Ping-pong: waves 4-7 run one barrier interval behind waves 0-3, so that in every interval one
+  // group issues its MFMAs (priority 1) while the other does its softmax on the same SIMDs.
+  const bool second_group = wave >= kWaves / 2;
+  if (second_group) __builtin_amdgcn_s_barrier();
 
-    // S^T = K . Q^T. This lane feeds key n0 + j (zeros past sk; the load reads a valid key).
-    const int key_a = n0 + j;
-    const bool key_a_ok = key_a < sk;
-    const __bf16 *k_row = k_head + static_cast<long long>(key_a_ok ? key_a : sk - 1) * a.k_stride_seq;
-    f32x16 st = (f32x16){};
-    #pragma unroll
-    for (int s = 0; s < kQkSteps; ++s) {
-      bf16x8 k_frag = load_bf16x8(k_row + 16 * s + 8 * h);
-      if (!key_a_ok) k_frag = (bf16x8){};
-      st = __builtin_amdgcn_mfma_f32_32x32x16_bf16(k_frag, q_frag[s], st, 0, 0, 0);
-    }
-
-    // t = S * C, masked keys -inf; block max over the row's 32 keys (16 here, 16 in lane ^ 32).
-    float tv[16];
-    float bmax = neg_inf;
-    #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      const int key = n0 + d_row(r, h);
-      tv[r] = key < row_limit ? st[r] * c : neg_inf;
-      bmax = fmax_(bmax, tv[r]);
-    }
-    bmax = fmax_(bmax, partner(bmax, lane));
-    const float m_new = fmax_(m, bmax);
-    const bool live = m_new != neg_inf;  // false: nothing visible yet, the block changes nothing
-    const float alpha = m == neg_inf ? 0.0f : __builtin_amdgcn_exp2f(m - m_new);
-
-    float p[16];
-    float psum = 0.0f;
-    #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      p[r] = live ? __builtin_amdgcn_exp2f(tv[r] - m_new) : 0.0f;
-      psum = psum + p[r];
-    }
-    psum = psum + partner(psum, lane);
-    if (live) {
-      l = l * alpha + psum;
-      m = m_new;
+  int cur = 0;  // nb % 3, kept without a division: the stage of K_nb and V_nb
+  for (int nb = 0; nb <= n_blocks; ++nb, cur = cur == 2 ? 0 : cur + 1) {
+    const int nxt = cur == 2 ? 0 : cur + 1, prv = cur == 0 ? 2 : cur - 1;  // (nb + 1) % 3, (nb + 2) % 3
+    // ---- MFMA half: S_nb = K_nb Q^T; stage V_nb (read two intervals later), load V_{nb+1}; then
+    // O += V_{nb-1} P_{nb-1}. The staging needs no branch: a block past the end is zeros.
+    __builtin_amdgcn_s_setprio(1);
+    if (nb < n_blocks) {
+      const lds_byte *ks = k_stage(cur) + k_lane;
       #pragma unroll
-      for (int t = 0; t < kDvTiles; ++t) acc[t] *= alpha;
-    }
-
-    // O^T += V^T . P^T over two k-steps of 16 keys. B element e of step s is p[8s + e], i.e. key
-    // n0 + 16s + 8(e/4) + 4h + e%4; A element e must be V at that same key, column 32t + j.
-    #pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      bf16x8 p_frag;
-      long long v_off[8];
-      bool v_ok[8];
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        p_frag[e] = static_cast<__bf16>(p[8 * s + e]);
-        const int key = n0 + d_row(8 * s + e, h);
-        v_ok[e] = key < sk;
-        v_off[e] = static_cast<long long>(v_ok[e] ? key : sk - 1) * a.v_stride_seq + j;
-      }
-      #pragma unroll
-      for (int t = 0; t < kDvTiles; ++t) {
-        u16x8 v_bits;
+      for (int kt = 0; kt < kKeyTiles; ++kt) {
+        st[kt] = (f32x16){};
         #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const unsigned short x = v_head[v_off[e] + 32 * t];  // always a valid key: no branch
-          v_bits[e] = v_ok[e] ? x : 0;
+        for (int s = 0; s < kQkSteps; ++s) {
+          const u32x4 kx = *reinterpret_cast<const lds_u32x4 *>(ks + 32 * kt * kKRow + 32 * s);
+          st[kt] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(__builtin_bit_cast(bf16x8, kx), q_frag[s], st[kt],
+                                                           0, 0, 0);
         }
-        acc[t] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(__builtin_bit_cast(bf16x8, v_bits), p_frag,
-                                                         acc[t], 0, 0, 0);
+      }
+      // Schedule: K reads run kKAhead MFMAs ahead (one read per MFMA). An LDS read takes about two
+      // 32x32x16 MFMAs alone, but four waves read at once: in the timing model (d = 128) 6 ahead costs
+      // 2976 cycles per key block, 8 ahead 2873, 10 ahead 3086, 12 ahead 3181 (registers).
+      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, kKAhead, 0);
+      #pragma unroll
+      for (int g = 0; g < (kKeyTiles * kQkSteps - kKAhead) / 2; ++g) {
+        __builtin_amdgcn_sched_group_barrier(kSchedMfma, 2, 0);
+        __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2, 0);
+      }
+      __builtin_amdgcn_sched_group_barrier(kSchedMfma, kKAhead, 0);
+    }
+    v_next.store(v_stage(cur), tid);
+    v_next.issue();
+    if (nb > 0) {
+      // B element e of step s of key tile kt is P at key 32kt + 16s + 8(e/4) + 4h + e%4; the two
+      // transposing reads give A element e = V at that key, column 32t + j.
+      const lds_byte *vs = v_stage(prv) + v_lane;
+      #pragma unroll
+      for (int kt = 0; kt < kKeyTiles; ++kt) {
+        #pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          #pragma unroll
+          for (int t = 0; t < kDvTiles; ++t) {
+            const lds_byte *p0 = vs + (32 * kt + 16 * s) * kVRow + 64 * t;
+            const i16x4 lo = __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4 *)p0);
+            const i16x4 hi = __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4 *)(p0 + 8 * kVRow));
+            const bf16x8 va = __builtin_bit_cast(bf16x8, __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7));
+            acc[t] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(va, p_frag[kt][s], acc[t], 0, 0, 0);
+          }
+        }
+      }
+      // Schedule: the V^T reads of the next four MFMAs go out before the current four.
+      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
+      #pragma unroll
+      for (int g = 0; g < 2 * kKeyTiles - 1; ++g) {
+        __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
+        __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
+      }
+      __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
+    }
+    __builtin_amdgcn_s_setprio(0);
+    lds_barrier();
+
+    // ---- Softmax half: stage K_{nb+2} (read three intervals later), load K_{nb+3}; P_nb, m, l and
+    // the rescale of O by alpha.
+    k_next.store(k_stage(prv), tid);
+    k_next.issue();
+    if (nb < n_blocks) {
+      const int n0 = nb * kTileN;
+      if (n0 + kTileN > wave_first_limit) {  // a block that crosses some row's limit of this wave
+        #pragma unroll
+        for (int kt = 0; kt < kKeyTiles; ++kt) {
+          #pragma unroll
+          for (int r = 0; r < 16; ++r) {
+            if (n0 + 32 * kt + d_row(r, h) >= row_limit) st[kt][r] = neg_inf;
+          }
+        }
+      }
+      // Block max over the lane's 32 scores (S, not t: C > 0).
+      static_assert(kKeyTiles == 2, "max_of_32 takes the two S^T tiles of a 64-key block");
+      const float bmax = max_of_32(st[0], st[1]);
+      const float bmax_row = row_max(bmax);
+      const float m_new = fmax_(m, bmax_row == neg_inf ? neg_inf : bmax_row * c);  // c may be 0
+      const bool live = m_new != neg_inf;  // false: nothing visible yet, the block changes nothing
+      const float alpha = m == neg_inf ? 0.0f : __builtin_amdgcn_exp2f(m - m_new);
+      const float m_use = live ? m_new : 0.0f;  // masked S = -inf gives p = 0 either way
+      // p = exp2(S * C - m) on pairs of scores (packed FMA and add), P rounded to bf16 for P.V.
+      const f32x2 c2 = {c, c}, neg_m2 = {-m_use, -m_use};
+      f32x2 psum2 = {0.0f, 0.0f};
+      #pragma unroll
+      for (int kt = 0; kt < kKeyTiles; ++kt) {
+        #pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          #pragma unroll
+          for (int e = 0; e < 8; e += 2) {
+            const f32x2 x = {st[kt][8 * s + e], st[kt][8 * s + e + 1]};
+            const f32x2 t = __builtin_elementwise_fma(x, c2, neg_m2);
+            const f32x2 p = {__builtin_amdgcn_exp2f(t[0]), __builtin_amdgcn_exp2f(t[1])};
+            psum2 = psum2 + p;
+            p_frag[kt][s][e] = static_cast<__bf16>(p[0]);
+            p_frag[kt][s][e + 1] = static_cast<__bf16>(p[1]);
+          }
+        }
+      }
+      const float psum = row_sum(psum2[0] + psum2[1]);
+      if (live) {
+        l = l * alpha + psum;
+        m = m_new;
+      }
+      // O *= alpha, skipped when no row of the wave changed its max (alpha == 1 exactly: the same bits).
+      if (__builtin_amdgcn_ballot_w64(live && alpha != 1.0f) != 0) {
+        const f32x2 a2 = {live ? alpha : 1.0f, live ? alpha : 1.0f};
+        #pragma unroll
+        for (int t = 0; t < kDvTiles; ++t) {
+          #pragma unroll
+          for (int r = 0; r < 16; r += 2) {
+            const f32x2 o = f32x2{acc[t][r], acc[t][r + 1]} * a2;
+            acc[t][r] = o[0];
+            acc[t][r + 1] = o[1];
+          }
+        }
       }
     }
+    lds_barrier();
   }
+  if (!second_group) __builtin_amdgcn_s_barrier();
 
   if (!row_ok) return;
-  // out = acc * (v_descale / l), bf16 RNE; a row that saw no key (l == 0) writes 0.
-  const float vd = a.v_descale;
+  // out = acc * (v_descale / l), bf16 RNE; a row that saw no key (l == 0) writes 0. A row that saw a
+  // key has l >= 1 (its max key adds exp2(0) = 1), so vd / max(l, 1) needs no select.
+  const float scale = a.v_descale / fmax_(l, 1.0f);
   __bf16 *out_row = static_cast<__bf16 *>(a.out) + bz * a.out_stride_batch +
                     static_cast<long long>(row) * a.out_stride_seq + hq * a.out_stride_head;
-  // A row that saw a key has l >= 1 (its max key adds exp2(0) = 1, and rescaling never takes that
-  // away), a row that saw none has l == 0 and acc == 0: scaling by vd / max(l, 1) writes 0 for it with
-  // no select. One IEEE division per row, then a multiply per element (as the sm90 ws kernels do since
-  // their run 15, where 64 divisions per thread cost 2-10% at 2K-8K); within ~2 ulp of fp32 of
-  // (acc / l) * vd before the bf16 rounding.
-  const float scale = vd / fmax_(l, 1.0f);
   #pragma unroll
   for (int t = 0; t < kDvTiles; ++t) {
     #pragma unroll
-    for (int g = 0; g < 4; ++g) {
+    for (int q4 = 0; q4 < 4; ++q4) {
       bf16x4 o;
       #pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = static_cast<__bf16>(acc[t][4 * g + e] * scale);
-      *reinterpret_cast<bf16x4 *>(out_row + 32 * t + d_row(4 * g, h)) = o;
+      for (int e = 0; e < 4; ++e) o[e] = static_cast<__bf16>(acc[t][4 * q4 + e] * scale);
+      *reinterpret_cast<bf16x4 *>(out_row + 32 * t + d_row(4 * q4, h)) = o;
     }
   }
   // lse = (m + log2 l) * ln 2 in natural-log units; +inf for a row that saw no key.

@@ -75,7 +75,13 @@ OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
     "loads": str,
     "stale_tau": float,
     "v_prep": bool,
+    "tile_order": str,
 }
+# Query-tile order of a "tiles" grid: "ascending" = blockIdx.x is the query tile; "descending" = blockIdx.x
+# is ceil(seqlen_q / tile_m) - 1 - tile, so the causal tiles with the most keys are dispatched first
+# (built with -DZYFA_TILE_DESCENDING=1; only src gfx950/fa_fwd_bf16.hip reads it).
+TILE_ORDERS = ("ascending", "descending")
+DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip",)
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
 # which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself).
 GRID_MODES = ("tiles", "persistent")
@@ -142,6 +148,7 @@ def variant_problems(v: Any, root: Path = ROOT) -> list[str]:
     problems += loads_problems(v)
     problems += stale_problems(v, fp8_max_stale_tau(root))
     problems += v_prep_problems(v)
+    problems += tile_order_problems(v)
     if v["kind"] not in ARCH_KINDS.get(v["arch"], ()):
         problems.append(f"{label}: kind {v['kind']!r} is not built for arch {v['arch']!r} ({ARCH_KINDS})")
     if v["dtype"] not in DTYPES:
@@ -190,6 +197,21 @@ def loads_problems(v: dict[str, Any]) -> list[str]:
         return [f"{label}: loads {loads!r} is not one of {LOADS_MODES}"]
     if loads == "tma" and v["src"] != PERSISTENT_SRC:  # e4m3fn: Q / K only (V is transposed)
         return [f"{label}: loads 'tma' needs src {PERSISTENT_SRC!r} (ZYFA_WS_TMA)"]
+    return []
+
+
+def tile_order(v: dict[str, Any]) -> str:
+    """The variant's query-tile order: its "tile_order" field, "ascending" when absent."""
+    return v.get("tile_order", "ascending")
+
+
+def tile_order_problems(v: dict[str, Any]) -> list[str]:
+    """What is wrong with the variant's tile_order (an unknown order, or descending where it is not built)."""
+    label, order = v["name"], tile_order(v)
+    if order not in TILE_ORDERS:
+        return [f"{label}: tile_order {order!r} is not one of {TILE_ORDERS}"]
+    if order == "descending" and (v["src"] not in DESCENDING_SRCS or grid_mode(v) != "tiles"):
+        return [f"{label}: tile_order 'descending' needs grid 'tiles' and src in {DESCENDING_SRCS}"]
     return []
 
 
@@ -296,6 +318,8 @@ def defines(v: dict[str, Any]) -> list[str]:
         values["ZYFA_WS_STALE_TAU"] = f"{stale_tau(v)!r}f"  # a float literal, e.g. 8.0f
     if v_prep_entry(v):
         values["ZYFA_WS_VPRE"] = 1
+    if tile_order(v) == "descending":
+        values["ZYFA_TILE_DESCENDING"] = 1
     return [f"-D{key}={value}" for key, value in values.items()]
 
 
@@ -404,6 +428,7 @@ def compile_variant(
     row["loads"] = loads_mode(v)  # "tma": the kernel takes zyfa_tma_maps as a second parameter
     row["stale_tau"] = stale_tau(v)  # the reference needs it to reproduce the kernel's running max
     row["v_prep"] = v_prep_entry(v)  # "": none; else the entry a launcher runs first (ABI 3)
+    row["tile_order"] = tile_order(v)  # which query tile blockIdx.x computes (the simulator maps it)
     row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
     row["toolchain"] = dict(tc.versions)
     return row

@@ -93,6 +93,9 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"stale_tau": -1.0}, "stale_tau -1.0 must be a finite number >= 0"),
         ({"stale_tau": float("nan")}, "stale_tau nan must be a finite number >= 0"),
         ({"stale_tau": 8.0}, "stale_tau > 0 needs src 'sm90/fa_fwd_wgmma.cu' (ZYFA_WS_STALE_TAU)"),
+        ({"tile_order": "sideways"}, "tile_order 'sideways' is not one of ('ascending', 'descending')"),
+        ({"tile_order": 1}, "tile_order = 1 has the wrong type"),
+        ({"tile_order": "descending"}, "tile_order 'descending' needs grid 'tiles' and src in"),
     ],
 )
 def test_bad_variants_are_named(change: dict, needle: str) -> None:
@@ -210,3 +213,14 @@ def test_v_prep_defines_ws_vpre_only_where_the_pass_exists() -> None:
         assert any("v_prep needs src" in p for p in problems), (bad, problems)
     (problem,) = kb.variant_problems(variant(**lean, v_prep=1))
     assert "v_prep = 1 has the wrong type" in problem
+
+
+def test_descending_tile_order_sets_its_define() -> None:
+    """tile_order "descending" on the BF16 HIP kernel is valid and adds -DZYFA_TILE_DESCENDING=1; absent and
+    "ascending" are the same variant with the same defines."""
+    hip = variant(kind="hip", src="gfx950/fa_fwd_bf16.hip")
+    down = dict(hip, tile_order="descending")
+    assert kb.variant_problems(down) == [] and "-DZYFA_TILE_DESCENDING=1" in kb.defines(down)
+    assert kb.defines(hip) == kb.defines(dict(hip, tile_order="ascending"))
+    assert not any("TILE_DESCENDING" in d for d in kb.defines(hip))
+    assert kb.tile_order(hip) == "ascending"

@@ -138,7 +138,8 @@ def _build_asm(v: dict[str, Any], repo: Path) -> str:
     defines = {"ZYFA_KERNEL_NAME": v["name"], "ZYFA_DTYPE_E4M3": int(v["dtype"] == "e4m3fn"),
                "ZYFA_D_QK": v["d_qk"], "ZYFA_D_V": v["d_v"], "ZYFA_TILE_M": v["tile_m"],
                "ZYFA_TILE_N": v["tile_n"], "ZYFA_THREADS": v["threads"], "ZYFA_SMEM_BYTES": v["smem_bytes"],
-               "ZYFA_LEAN_P": int(v["p_mode"] == "lean")}  # fmt: skip
+               "ZYFA_LEAN_P": int(v["p_mode"] == "lean"),
+               "ZYFA_TILE_DESCENDING": int(v.get("tile_order") == "descending")}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{v['name']}.s"
         compile_hip(repo / "kernels" / v["src"], out, defines, [repo / "kernels"])
@@ -278,6 +279,12 @@ def key_blocks(tile: int, entry: dict, shape: Shape) -> int:
     return -(-keys // entry["tile_n"])
 
 
+def tile_of(x: int, ntiles: int, entry: dict) -> int:
+    """The query tile workgroup x computes (and, the map being its own inverse, the x of a tile): the row's
+    tile_order, "descending" = the last tile first."""
+    return ntiles - 1 - x if entry.get("tile_order") == "descending" else x
+
+
 def select_tiles(spec: str, ntiles: int) -> list[int]:
     """--workgroups: 'all', or comma-separated query-tile indices (blockIdx.x)."""
     if spec == "all":
@@ -349,7 +356,7 @@ def parse_shape(text: str) -> Shape:
 def launch_lines(entry: dict, shape: Shape, a: float, b: float, slots: int, peak: float) -> list[str]:
     """Modelled time and TFLOP/s of a full launch of `shape` from per-workgroup cycles a + b * blocks."""
     ntiles = -(-shape.seqlen_q // entry["tile_m"])
-    per_tile = [a + b * key_blocks(t, entry, shape) for t in range(ntiles)]
+    per_tile = [a + b * key_blocks(tile_of(x, ntiles, entry), entry, shape) for x in range(ntiles)]
     costs = per_tile * (shape.heads_q * shape.batch)  # dispatch order: x fastest
     lt = model_launch(costs, slots, MI355X)
     pairs = shape.seqlen_q * shape.seqlen_k / (2 if entry["causal"] else 1)
@@ -387,7 +394,7 @@ def timing_section(
     xs, ys = [], []
     for w in own:
         cu = model_cu(sim, [res.traces[w]], entry["threads"], MI355X)
-        blocks = key_blocks(w[0], entry, shape)
+        blocks = key_blocks(tile_of(w[0], -(-shape.seqlen_q // entry["tile_m"]), entry), entry, shape)
         lines = format_cu(cu, [f"workgroup {w} ({blocks} key blocks)"])
         rep.add(*(("  " + x) for x in (lines if w == own[0] else lines[1:])))
         xs.append(blocks)
@@ -434,7 +441,8 @@ def run(args: argparse.Namespace) -> int:
     sim = Simulator(src.asm, entry["name"])
     ntiles = -(-shape.seqlen_q // entry["tile_m"])
     tiles = select_tiles(args.workgroups, ntiles)
-    wgs = [(t, h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for t in tiles]
+    xs = [tile_of(t, ntiles, entry) for t in tiles]
+    wgs = [(x, h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for x in xs]
     grid = (ntiles, shape.heads_q, shape.batch)
     try:
         res = sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=wgs, trace=True)
@@ -479,8 +487,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads-q", type=int, default=2)
     p.add_argument("--heads-kv", type=int, default=1)
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--workgroups", default="all", help="'all' or query tiles (blockIdx.x) i,j,... run for "
-                   "every head and batch")  # fmt: skip
+    p.add_argument("--workgroups", default="all", help="'all' or query tiles i,j,... run for every head "
+                   "and batch (the row's tile_order maps them to blockIdx.x)")  # fmt: skip
     p.add_argument("--descales", type=float, nargs=3, default=(0.5, 0.25, 2.0), metavar=("Q", "K", "V"),
                    help="FP8 descale factors (ignored for bf16)")  # fmt: skip
     p.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
