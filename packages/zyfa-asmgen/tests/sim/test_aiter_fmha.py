@@ -1,6 +1,6 @@
 """AITER's gfx950 BF16 attention kernels (fmha_v3_fwd, d=128 and d=192/128, causal and not) loaded
 from their shipped code objects and run in the simulator with AITER's own kernel arguments
-(aiter_run.py), against the float64 reference.
+(zyfa_asmgen.sim.aiter), against the float64 reference.
 
 Inputs come from the pinned wheel (aiter_inputs.py); without it the tests skip with the reason.
 Tolerance: FA3's rule as for our own kernels (error at most twice that of a numpy emulation of bf16
@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 
 from zyfa_asmgen.sim import ops_memory
+from zyfa_asmgen.sim.aiter import AiterKernel, AiterRun, run_aiter
 from zyfa_asmgen.sim.codeobject import load_code_object
 from zyfa_asmgen.sim.errors import MemoryFault
 
 from .aiter_inputs import V3_FIELDS, V3_KERNARG_BYTES, aiter_code_objects
-from .aiter_run import AiterRun, aiter_name, run_aiter
 from .test_kernels import attention_reference
 
 pytest.importorskip("tinygrad", reason="the decoder's CDNA4 tables: pip install 'zyfa-asmgen[decode]'")
@@ -62,6 +62,10 @@ def aiter() -> dict:
     return cos
 
 
+def _path(aiter: dict, d: int, causal: bool):
+    return aiter[AiterKernel(d, causal).file_name]
+
+
 def check(r: AiterRun, causal: bool) -> None:
     unexpected = [str(f) for f in r.res.findings if not _documented(f)]
     assert not unexpected, "\n".join(unexpected)
@@ -95,8 +99,8 @@ CASES = [  # d_qk, causal, seqlen, hq, hkv: every case has 2+ workgroups
 
 @pytest.mark.parametrize(("d", "causal", "s", "hq", "hkv"), CASES, ids=lambda v: str(v))
 def test_aiter_fmha_fwd(aiter, d, causal, s, hq, hkv) -> None:
-    r = run_aiter(aiter[aiter_name(d, causal)], causal, s, hq, np.random.default_rng(), d_qk=d, hkv=hkv)
-    assert len(r.res.workgroups) >= 2 and r.res.waves == len(r.res.workgroups) * r.threads // 64
+    r = run_aiter(_path(aiter, d, causal), s, hq, np.random.default_rng(), heads_kv=hkv)
+    assert len(r.res.workgroups) >= 2 and r.res.waves == len(r.res.workgroups) * r.kernel.threads // 64
     check(r, causal)
 
 
@@ -105,13 +109,13 @@ def test_range_check_without_soffset_breaks_aiter(aiter, monkeypatch) -> None:
     causal kernel's K prefetch past the last tile leaves the (unpadded) K tensor."""
     monkeypatch.setattr(ops_memory, "RANGE_CHECK_SOFFSET", False)
     with pytest.raises(MemoryFault, match="buffer_load_dwordx4 .* lds"):
-        run_aiter(aiter[aiter_name(192, True)], True, 256, 1, np.random.default_rng(), d_qk=192)
+        run_aiter(_path(aiter, 192, True), 256, 1, np.random.default_rng())
 
 
 def test_forward_wave_order_exposes_the_two_tile_race(aiter) -> None:
     """Run wave by wave to each barrier, the causal two-tile kernel gives wrong rows: the next
     tile's LDS-DMA of one wave lands before another wave's reads of the current tile."""
-    r = run_aiter(aiter[aiter_name(128, True)], True, 512, 1, np.random.default_rng(), wave_order="forward")
+    r = run_aiter(_path(aiter, 128, True), 512, 1, np.random.default_rng(), wave_order="forward")
     ref, _, _ = attention_reference(r.q, r.k, r.v, causal=True)
     assert np.abs(r.out.astype(np.float64) - ref).max() > 0.1
     assert any(f.kind == "lds_race" for f in r.res.findings)
