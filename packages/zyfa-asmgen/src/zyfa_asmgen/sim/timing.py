@@ -87,6 +87,10 @@ class MachineModel:
     branch_taken_cycles: int = 32
     barrier_cycles: int = 16
     hbm_bytes_per_s: float = 8.0e12
+    # A VALU op of one wave may run while another wave's MFMA occupies the SIMD's matrix core (the
+    # CDNA3 ISA's co-execution of independent VALU and MFMA work). False asks "what if they could
+    # not overlap at all" (calibration bounds the hardware between the two).
+    valu_mfma_coexec: bool = False
 
     def assumptions(self) -> list[str]:
         """Every figure the model uses, with where it comes from."""
@@ -490,6 +494,10 @@ class _Cu:
             if self.valu_free[s] > t:
                 st["valu_busy"] += self.valu_free[s] - t
                 w.ready = self.valu_free[s]
+                return False
+            if cls == C_VALU and not spec.valu_mfma_coexec and self.xdl_free[s] > t:
+                st["matrix_core"] += self.xdl_free[s] - t
+                w.ready = self.xdl_free[s]
                 return False
             if cls == C_MFMA:
                 if self.xdl_free[s] > t:
