@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from . import cli
-from .modelled import SEQLENS, TOKENS, Contender, aiter_contender, score, zyfa_contender
+from .modelled import SEQLENS, TOKENS, Contender, aiter_contender, describe_fits, score, zyfa_contender
 
 AITER_BOARD = ("fwd_hd128_bf16_causal.co", "fwd_hd192_hd128_bf16_causal.co")
 HEADER = ("Every figure is MODELLED by zyfa_asmgen.sim (timing.py, steady.py), calibrated against "
@@ -124,7 +124,11 @@ def run(args: argparse.Namespace) -> int:
     seqlens = [int(s) for s in args.seqlens.split(",")]
     if not seqlens or min(seqlens) < 1 or any(args.tokens % s for s in seqlens):
         raise ValueError(f"--seqlens {args.seqlens!r}: positive divisors of --tokens {args.tokens}")
-    rows = score(contenders(args, log), seqlens, args.tokens)
+    board = contenders(args, log)
+    rows = score(board, seqlens, args.tokens)
+    for c in board:
+        if c.source == "aiter":
+            log(describe_fits(c))
     if not rows:
         raise RuntimeError("no kernel could be modelled: " + "; ".join(notes))
     for c in rows:

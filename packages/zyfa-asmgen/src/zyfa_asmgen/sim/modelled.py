@@ -68,8 +68,9 @@ def zyfa_contender(name: str, manifest_dir: Path | None, variants: Path | None, 
     sim, res, _ = cli.traced_launch(src, layout, shape, tiles, np.random.default_rng(seed))
     runs = [(cli.key_blocks(t, entry, shape), res.traces[(t, 0, 0)]) for t in tiles]
     cost = fit_cost(sim, runs, entry["threads"])
+    origin = src.origin.replace(f"{src.repo}/", "") if src.repo else src.origin  # repository-relative
     return Contender(name, "zyfa", entry["d_qk"], entry["d_v"], entry["dtype"], bool(entry["causal"]),
-                     f"{src.origin}; {_fit_text(cost)}", lambda s: cli.launch_estimate(entry, s, cost))  # fmt: skip
+                     f"{origin}; {_fit_text(cost)}", lambda s: cli.launch_estimate(entry, s, cost))  # fmt: skip
 
 
 def aiter_fit(path: Path, tune: int, seed: int = 0, spec: MachineModel = MI355X) -> WorkgroupCost:
@@ -114,6 +115,14 @@ def aiter_contender(path: Path, seed: int = 0, spec: MachineModel = MI355X) -> C
     c = Contender(f"aiter {path.stem}", "aiter", kern.d_qk, 128, "bf16", kern.causal, "", launch)
     c.fits = fits  # type: ignore[attr-defined]
     return c
+
+
+def describe_fits(c: Contender) -> str:
+    """How a contender's workgroup cost was fitted (for AITER's, one fit per tune option used)."""
+    fits = getattr(c, "fits", None)
+    if fits is None:
+        return f"{c.name}: {c.fit}"
+    return "; ".join(f"{c.name} (s_opt {tune}): {_fit_text(cost)}" for tune, cost in sorted(fits.items()))
 
 
 def board_shapes(d_qk: int, seqlens: Sequence[int], tokens: int) -> list[cli.Shape]:
