@@ -75,5 +75,12 @@ def aiter_code_objects() -> tuple[dict[str, Path], str]:
 # The kernel-argument ABI lives with the simulator (zyfa_asmgen.sim.aiter); re-exported for tests.
 from zyfa_asmgen.sim.aiter import V3_FIELDS, V3_KERNARG_BYTES, pack_kernarg  # noqa: E402
 
-__all__ = ["AITER_VERSION", "CODE_OBJECTS", "V3_FIELDS", "V3_KERNARG_BYTES", "aiter_code_objects", "cache_dir",
-           "pack_kernarg"]
+__all__ = [
+    "AITER_VERSION",
+    "CODE_OBJECTS",
+    "V3_FIELDS",
+    "V3_KERNARG_BYTES",
+    "aiter_code_objects",
+    "cache_dir",
+    "pack_kernarg",
+]

@@ -42,8 +42,13 @@ LLVM_WAIT_STATE_DEVIATIONS = {
 # with no s_barrier between (causal kernels), and d=192's PV MFMA reads ds_read_b64_tr_b16 results about
 # 100 instructions after issue with no lgkmcnt wait covering them.
 TIMING_PROTECTED = (
-    re.compile(r"^LDS-DMA of line \d+ landing writes LDS byte \d+ (read|written) by wave \d+ (\(line \d+\) )?with no s_barrier"),
-    re.compile(r"^reads a\d+ while 'ds_read_b64_tr_b16 a\[\d+:\d+\], v\d+ offset:\d+' \(line \d+\) is outstanding"),
+    re.compile(
+        r"^LDS-DMA of line \d+ landing writes LDS byte \d+ (read|written) by wave \d+ "
+        r"(\(line \d+\) )?with no s_barrier"
+    ),
+    re.compile(
+        r"^reads a\d+ while 'ds_read_b64_tr_b16 a\[\d+:\d+\], v\d+ offset:\d+' \(line \d+\) is outstanding"
+    ),
 )
 
 

@@ -98,7 +98,9 @@ def kernel_of(path: str | Path) -> AiterKernel:
         raise ValueError(f"{path}: not an fmha_v3_fwd BF16 code object name (fwd_hd128_bf16[_causal].co, "
                          "fwd_hd192_hd128_bf16[_causal].co)")  # fmt: skip
     if m.group(3):
-        raise ValueError(f"{path}: group (variable-length) mode kernels are not supported; use the batch-mode one")
+        raise ValueError(
+            f"{path}: group (variable-length) mode kernels are not supported; use the batch-mode one"
+        )
     return AiterKernel(int(m.group(1)), bool(m.group(2)))
 
 
@@ -169,14 +171,20 @@ def run_aiter(
     lse = np.full((1, heads_q, seqlen_q), np.nan, dtype=np.float32)
     mem = GlobalMemory()
     ptrs = [mem.map(x.view(np.uint16)) for x in (out, q, k, v)] + [mem.map(lse)]
-    args: dict[str, int | float] = dict(zip(("ptr_o", "ptr_q", "ptr_k", "ptr_v", "ptr_lse"), ptrs, strict=True))
+    args: dict[str, int | float] = dict(
+        zip(("ptr_o", "ptr_q", "ptr_k", "ptr_v", "ptr_lse"), ptrs, strict=True)
+    )
     args |= {"scalar": 1.0 / np.sqrt(d), "s_seq_len": seqlen_q, "s_gqa": heads_q // hkv, "s_lse": 1,
              "s_opt": tune_option(kern.causal, heads_q, seqlen_q) if tune is None else tune,
              "s_kv_seq_len": sk, "s_qk_head_dim": d, "s_v_head_dim": D_V, "s_q_head_num": heads_q,
              "s_lse_Hs": seqlen_q * 4}  # fmt: skip
     for prefix, (h, dim, rows) in {"s_": (heads_q, d, seqlen_q), "s_k_": (hkv, d, sk), "s_v_": (hkv, D_V, sk),
                                    "s_o_": (heads_q, D_V, seqlen_q)}.items():  # fmt: skip
-        args[f"{prefix}Seqs"], args[f"{prefix}Hs"], args[f"{prefix}Bs"] = h * dim * 2, dim * 2, rows * h * dim * 2
+        args[f"{prefix}Seqs"], args[f"{prefix}Hs"], args[f"{prefix}Bs"] = (
+            h * dim * 2,
+            dim * 2,
+            rows * h * dim * 2,
+        )
     args["s_Ts"] = kern.ts_qo * int(args["s_Seqs"])
     sim = Simulator(co.program, name)
     res = sim.launch(kern.grid(1, heads_q, seqlen_q), (kern.threads, 1, 1), pack_kernarg(args), mem,

@@ -37,7 +37,9 @@ ANCHORS = (
 )  # fmt: skip
 
 
-def calibrate(aiter_dir: Path, spec: MachineModel = MI355X, anchors: tuple[Anchor, ...] = ANCHORS) -> list[dict]:
+def calibrate(
+    aiter_dir: Path, spec: MachineModel = MI355X, anchors: tuple[Anchor, ...] = ANCHORS
+) -> list[dict]:
     """Model every anchor whose code object is in aiter_dir: one row each (modelled, published, ratio)."""
     rows = []
     for a in anchors:

@@ -41,7 +41,9 @@ def contenders(args: argparse.Namespace, log) -> list[Contender]:
     names = args.kernels.split(",") if args.kernels else gfx950_kernels(args.manifest_dir, args.variants)
     for name in names:
         try:
-            out.append(zyfa_contender(name, args.manifest_dir, args.variants, args.abi_header, args.fit_seqlen))
+            out.append(
+                zyfa_contender(name, args.manifest_dir, args.variants, args.abi_header, args.fit_seqlen)
+            )
             log(f"{name}: {out[-1].fit}")
         except (OSError, KeyError, ValueError, RuntimeError) as e:
             log(f"{name}: skipped ({e})")
@@ -156,6 +158,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--aiter-dir", type=Path, help="directory with AITER's fmha_v3_fwd .co files")
     p.add_argument("--seqlens", default=",".join(map(str, SEQLENS)), help="causal seqlens of the board")
     p.add_argument("--tokens", type=int, default=TOKENS, help="tokens per call (batch = tokens / seqlen)")
-    p.add_argument("--fit-seqlen", type=int, default=512, help="seqlen of the traced fit launch of our kernels")
+    p.add_argument(
+        "--fit-seqlen", type=int, default=512, help="seqlen of the traced fit launch of our kernels"
+    )
     p.add_argument("--out", type=Path, help="write scoreboard.json, scoreboard.md, scoreboard.png here")
     p.add_argument("--calibrate", action="store_true", help="print modelled / published for AITER's anchors")

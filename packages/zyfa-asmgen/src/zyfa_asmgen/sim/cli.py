@@ -461,7 +461,9 @@ def run(args: argparse.Namespace) -> int:
     tiles = select_tiles(args.workgroups, ntiles)
     grid = (ntiles, shape.heads_q, shape.batch)
     try:
-        sim, res, inp = traced_launch(src, layout, shape, tiles, np.random.default_rng(args.seed), args.descales)
+        sim, res, inp = traced_launch(
+            src, layout, shape, tiles, np.random.default_rng(args.seed), args.descales
+        )
     except SimError as e:
         print(f"zyfa-asmgen sim {entry['name']}: the kernel failed in the simulator: {e}")
         return 1

@@ -438,7 +438,9 @@ class Workgroup:
                 self.report(w, "lds_race", msg)
         return out
 
-    def lds_write(self, w: Wave, addrs: np.ndarray, data: np.ndarray, inst: Any, line: int | None = None) -> None:
+    def lds_write(
+        self, w: Wave, addrs: np.ndarray, data: np.ndarray, inst: Any, line: int | None = None
+    ) -> None:
         """Write rows of bytes to LDS; out-of-range lanes are dropped (and reported)."""
         addrs = np.asarray(addrs, dtype=np.int64)
         nbytes = data.shape[1]

@@ -54,8 +54,14 @@ def _fit_text(cost: WorkgroupCost) -> str:
             f"(traced {pts}; worst residual {100 * cost.residual:.1f}%)")  # fmt: skip
 
 
-def zyfa_contender(name: str, manifest_dir: Path | None, variants: Path | None, abi_header: Path | None = None,
-                   fit_seqlen: int = 512, seed: int = 0) -> Contender:  # fmt: skip
+def zyfa_contender(
+    name: str,
+    manifest_dir: Path | None,
+    variants: Path | None,
+    abi_header: Path | None = None,
+    fit_seqlen: int = 512,
+    seed: int = 0,
+) -> Contender:
     """Fit one of our gfx950 kernels on a one-head launch of fit_seqlen (up to 4 evenly spaced tiles)."""
     src = cli.locate_kernel(name, manifest_dir, variants)
     entry = src.entry
@@ -70,7 +76,8 @@ def zyfa_contender(name: str, manifest_dir: Path | None, variants: Path | None, 
     cost = fit_cost(sim, runs, entry["threads"])
     origin = src.origin.replace(f"{src.repo}/", "") if src.repo else src.origin  # repository-relative
     return Contender(name, "zyfa", entry["d_qk"], entry["d_v"], entry["dtype"], bool(entry["causal"]),
-                     f"{origin}; {_fit_text(cost)}", lambda s: cli.launch_estimate(entry, s, cost))  # fmt: skip
+                     f"{origin}; {_fit_text(cost)}",
+                     lambda s: cli.launch_estimate(entry, s, cost))  # fmt: skip
 
 
 def aiter_fit(path: Path, tune: int, seed: int = 0, spec: MachineModel = MI355X) -> WorkgroupCost:
