@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from zyfa_asmgen.sim import ops_memory
-from zyfa_asmgen.sim.aiter import AiterKernel, AiterRun, run_aiter
+from zyfa_asmgen.sim.aiter import AiterKernel, AiterRun, run_aiter, run_aiter_group
 from zyfa_asmgen.sim.codeobject import load_code_object
 from zyfa_asmgen.sim.errors import MemoryFault
 
@@ -124,3 +124,28 @@ def test_forward_wave_order_exposes_the_two_tile_race(aiter) -> None:
     ref, _, _ = attention_reference(r.q, r.k, r.v, causal=True)
     assert np.abs(r.out.astype(np.float64) - ref).max() > 0.1
     assert any(f.kind == "lds_race" for f in r.res.findings)
+
+
+GROUP_CASES = [  # d_qk, causal, sequence lengths, hq, hkv: variable-length batches, ragged tails
+    (128, True, [512, 200], 2, 1),
+    (192, False, [200, 128], 2, 1),
+]
+
+
+@pytest.mark.parametrize(("d", "causal", "lens", "hq", "hkv"), GROUP_CASES, ids=lambda v: str(v))
+def test_aiter_fmha_fwd_group(aiter, d, causal, lens, hq, hkv) -> None:
+    """The `_group` (variable-length) kernels: each packed sequence against its own reference."""
+    r = run_aiter_group(
+        aiter[AiterKernel(d, causal, True).file_name], lens, hq, np.random.default_rng(), heads_kv=hkv
+    )
+    unexpected = [str(f) for f in r.res.findings if not _documented(f)]
+    assert not unexpected, "\n".join(unexpected)
+    assert not np.isnan(r.out.astype(np.float64)).any(), "unwritten output rows"
+    start = 0
+    for n in lens:
+        rows = slice(start, start + n)
+        ref, lref, emul = attention_reference(*(x[None, rows] for x in (r.q, r.k, r.v)), causal=causal)
+        err = np.abs(r.out[rows].astype(np.float64) - ref[0]).max()
+        assert err <= 2 * np.abs(emul - ref).max() + 1e-3, (n, err)
+        np.testing.assert_allclose(r.lse[:, rows].astype(np.float64), lref[0], rtol=0, atol=1e-4)
+        start += n

@@ -40,8 +40,10 @@ def test_causal_pairs_balance_the_work() -> None:
     blocks = {k.key_blocks(x, 8192, 8192) for x in range(k.grid(1, 1, 8192)[0])}
     assert blocks == {4 * (8192 // 256 + 1)}
     assert AiterKernel(192, False).key_blocks(0, 128, 1000) == 8  # ragged: ceil(1000 / 128)
-    with pytest.raises(ValueError, match="group"):
-        kernel_of("fwd_hd128_bf16_group.co")
+    group = kernel_of("fwd_hd192_hd128_bf16_causal_group.co")
+    assert group == AiterKernel(192, True, True) and group.grid(3, 16, 1000) == (16, 3, 4)
+    with pytest.raises(ValueError, match="not an fmha_v3_fwd BF16 code object"):
+        kernel_of("fwd_hd128_fp8.co")
 
 
 def test_estimate_spreads_waves_of_workgroups() -> None:

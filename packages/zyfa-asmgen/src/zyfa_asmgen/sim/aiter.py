@@ -8,8 +8,11 @@ fills them in `fmha_fwd_v3_dispatcher` and launches in `fmha_fwd_v3_kernel::laun
 (aiter_meta/hsa/gfx950/fmha_v3_fwd/codegen.py): strides in bytes; s_Ts = ts_qo rows; s_gqa =
 hq / hkv; tune option 5, or 3 for a causal launch whose head count is not a multiple of 8 or whose
 seqlen_q exceeds 16384; LSE on; 512 threads (256 for d=192); grid (ceil(ceil(s / ts_qo) / (2 if
-causal else 1)), heads, batch). The `_group` code objects are AITER's group (variable-length) mode,
-launched with grid (heads, batch, tiles) and sequence-start arrays; they are not modelled here.
+causal else 1)), heads, batch). The `_group` code objects are AITER's group (variable-length) mode
+(`fmha_fwd_v3_group_dispatcher`, `launch_kernel_group`): the same arguments with Q, K, V and O
+packed as (total tokens, heads, dim), batch strides 0, int32 sequence starts (batch + 1) in
+ptr_qseq / ptr_kseq (and the padding pointers, which default to them), seqlens the longest
+sequence, LSE as (heads, total tokens); grid (heads, batch, tiles of the longest sequence).
 No AITER code or binary is part of this package: the code objects are the caller's files.
 """
 
@@ -45,6 +48,7 @@ class AiterKernel:
 
     d_qk: int
     causal: bool
+    group: bool = False
 
     @property
     def ts_qo(self) -> int:
@@ -65,12 +69,13 @@ class AiterKernel:
     def file_name(self) -> str:
         """The code object's file name in the wheel."""
         hd = "hd128" if self.d_qk == 128 else "hd192_hd128"
-        return f"fwd_{hd}_bf16{'_causal' if self.causal else ''}.co"
+        return f"fwd_{hd}_bf16{'_causal' if self.causal else ''}{'_group' if self.group else ''}.co"
 
     def grid(self, batch: int, heads_q: int, seqlen_q: int) -> tuple[int, int, int]:
-        """AITER's launch grid."""
+        """AITER's launch grid (seqlen_q: the longest sequence in group mode)."""
         tiles = -(-seqlen_q // self.ts_qo)
-        return -(-tiles // (2 if self.causal else 1)), heads_q, batch
+        wgs = -(-tiles // (2 if self.causal else 1))
+        return (heads_q, batch, wgs) if self.group else (wgs, heads_q, batch)
 
     def tiles_of(self, x: int, seqlen_q: int) -> tuple[int, ...]:
         """Query tiles workgroup x runs: one, or for causal kernels x and T-1-x (balanced pairs)."""
@@ -92,16 +97,12 @@ class AiterKernel:
 
 
 def kernel_of(path: str | Path) -> AiterKernel:
-    """The AiterKernel of a code object file named as in the wheel; batch-mode BF16 kernels only."""
+    """The AiterKernel of a code object file named as in the wheel (BF16, batch or group mode)."""
     m = _NAME.search(Path(path).name)
     if m is None:
-        raise ValueError(f"{path}: not an fmha_v3_fwd BF16 code object name (fwd_hd128_bf16[_causal].co, "
-                         "fwd_hd192_hd128_bf16[_causal].co)")  # fmt: skip
-    if m.group(3):
-        raise ValueError(
-            f"{path}: group (variable-length) mode kernels are not supported; use the batch-mode one"
-        )
-    return AiterKernel(int(m.group(1)), bool(m.group(2)))
+        raise ValueError(f"{path}: not an fmha_v3_fwd BF16 code object name "
+                         "(fwd_hd128_bf16[_causal][_group].co, fwd_hd192_hd128_bf16[_causal][_group].co)")  # fmt: skip
+    return AiterKernel(int(m.group(1)), bool(m.group(2)), bool(m.group(3)))
 
 
 def tune_option(causal: bool, heads_q: int, seqlen_q: int) -> int:
@@ -140,6 +141,41 @@ class AiterRun:
     sim: Simulator
 
 
+def _common_args(kern: AiterKernel, heads_q: int, hkv: int, sq: int, sk: int, tune: int | None) -> dict:
+    """The fields batch and group mode fill alike; row and head strides of a (rows, heads, dim) layout."""
+    d = kern.d_qk
+    args: dict[str, int | float] = {
+        "scalar": 1.0 / np.sqrt(d), "s_seq_len": sq, "s_gqa": heads_q // hkv, "s_lse": 1,
+        "s_opt": tune_option(kern.causal, heads_q, sq) if tune is None else tune, "s_kv_seq_len": sk,
+        "s_qk_head_dim": d, "s_v_head_dim": D_V, "s_q_head_num": heads_q,
+    }  # fmt: skip
+    for prefix, (h, dim) in {
+        "s_": (heads_q, d),
+        "s_k_": (hkv, d),
+        "s_v_": (hkv, D_V),
+        "s_o_": (heads_q, D_V),
+    }.items():
+        args[f"{prefix}Seqs"], args[f"{prefix}Hs"] = h * dim * 2, dim * 2
+    args["s_Ts"] = kern.ts_qo * int(args["s_Seqs"])
+    return args
+
+
+def _inputs(rng: np.random.Generator, lead: tuple, sq: int, sk: int, hq: int, hkv: int, d: int):
+    """Fresh N(0,1) bf16 Q, K, V and a NaN-filled output, shaped lead + (rows, heads, dim)."""
+    q = rng.standard_normal((*lead, sq, hq, d)).astype(BF16)
+    k = rng.standard_normal((*lead, sk, hkv, d)).astype(BF16)
+    v = rng.standard_normal((*lead, sk, hkv, D_V)).astype(BF16)
+    return q, k, v, np.full((*lead, sq, hq, D_V), np.nan, dtype=BF16)
+
+
+def _launch(
+    path, kern: AiterKernel, grid, args: dict, mem: GlobalMemory, **kw
+) -> tuple[Simulator, LaunchResult]:
+    co = load_code_object(path)
+    sim = Simulator(co.program, next(iter(co.kernels)))
+    return sim, sim.launch(grid, (kern.threads, 1, 1), pack_kernarg(args), mem, **kw)
+
+
 def run_aiter(
     path: str | Path,
     seqlen_q: int,
@@ -158,35 +194,61 @@ def run_aiter(
     tune overrides s_opt (default: what AITER's host picks for this launch).
     """
     kern = kernel_of(path)
+    if kern.group:
+        raise ValueError(f"{path}: a group-mode kernel; use run_aiter_group")
     hkv, sk = heads_kv or heads_q, seqlen_k or seqlen_q
     if heads_q % hkv:
         raise ValueError(f"heads_q {heads_q} is not a multiple of heads_kv {hkv}")
-    co = load_code_object(path)
-    name = next(iter(co.kernels))
-    d = kern.d_qk
-    q = rng.standard_normal((1, seqlen_q, heads_q, d)).astype(BF16)
-    k = rng.standard_normal((1, sk, hkv, d)).astype(BF16)
-    v = rng.standard_normal((1, sk, hkv, D_V)).astype(BF16)
-    out = np.full((1, seqlen_q, heads_q, D_V), np.nan, dtype=BF16)
+    q, k, v, out = _inputs(rng, (1,), seqlen_q, sk, heads_q, hkv, kern.d_qk)
     lse = np.full((1, heads_q, seqlen_q), np.nan, dtype=np.float32)
     mem = GlobalMemory()
     ptrs = [mem.map(x.view(np.uint16)) for x in (out, q, k, v)] + [mem.map(lse)]
-    args: dict[str, int | float] = dict(
-        zip(("ptr_o", "ptr_q", "ptr_k", "ptr_v", "ptr_lse"), ptrs, strict=True)
-    )
-    args |= {"scalar": 1.0 / np.sqrt(d), "s_seq_len": seqlen_q, "s_gqa": heads_q // hkv, "s_lse": 1,
-             "s_opt": tune_option(kern.causal, heads_q, seqlen_q) if tune is None else tune,
-             "s_kv_seq_len": sk, "s_qk_head_dim": d, "s_v_head_dim": D_V, "s_q_head_num": heads_q,
-             "s_lse_Hs": seqlen_q * 4}  # fmt: skip
-    for prefix, (h, dim, rows) in {"s_": (heads_q, d, seqlen_q), "s_k_": (hkv, d, sk), "s_v_": (hkv, D_V, sk),
-                                   "s_o_": (heads_q, D_V, seqlen_q)}.items():  # fmt: skip
-        args[f"{prefix}Seqs"], args[f"{prefix}Hs"], args[f"{prefix}Bs"] = (
-            h * dim * 2,
-            dim * 2,
-            rows * h * dim * 2,
-        )
-    args["s_Ts"] = kern.ts_qo * int(args["s_Seqs"])
-    sim = Simulator(co.program, name)
-    res = sim.launch(kern.grid(1, heads_q, seqlen_q), (kern.threads, 1, 1), pack_kernarg(args), mem,
-                     workgroups=workgroups, wave_order=wave_order, trace=trace)  # fmt: skip
+    args = _common_args(kern, heads_q, hkv, seqlen_q, sk, tune)
+    args |= dict(zip(("ptr_o", "ptr_q", "ptr_k", "ptr_v", "ptr_lse"), ptrs, strict=True))
+    args["s_lse_Hs"] = seqlen_q * 4
+    for prefix, rows in (("s_", seqlen_q), ("s_k_", sk), ("s_v_", sk), ("s_o_", seqlen_q)):
+        args[f"{prefix}Bs"] = rows * int(args[f"{prefix}Seqs"])
+    grid = kern.grid(1, heads_q, seqlen_q)
+    sim, res = _launch(path, kern, grid, args, mem, workgroups=workgroups, wave_order=wave_order, trace=trace)
+    return AiterRun(kern, q, k, v, out, lse, res, sim)
+
+
+def run_aiter_group(
+    path: str | Path,
+    seqlens: list[int],
+    heads_q: int,
+    rng: np.random.Generator,
+    *,
+    heads_kv: int | None = None,
+    wave_order: str = "interleaved",
+) -> AiterRun:
+    """Run a group-mode (variable-length) kernel: sequences of `seqlens` packed as (tokens, heads, dim).
+
+    Queries and keys have the same lengths (causal: bottom-right aligned). The run's q/k/v/out are
+    the packed arrays; lse is (heads, total tokens).
+    """
+    kern = kernel_of(path)
+    if not kern.group:
+        raise ValueError(f"{path}: a batch-mode kernel; use run_aiter")
+    hkv = heads_kv or heads_q
+    if heads_q % hkv or not seqlens or min(seqlens) < 1:
+        raise ValueError(f"heads {heads_q}/{hkv}, seqlens {seqlens}: want hq a multiple of hkv, lengths >= 1")
+    total, longest = sum(seqlens), max(seqlens)
+    q, k, v, out = _inputs(rng, (), total, total, heads_q, hkv, kern.d_qk)
+    lse = np.full((heads_q, total), np.nan, dtype=np.float32)
+    starts = np.concatenate([[0], np.cumsum(seqlens)]).astype(np.int32)
+    mem = GlobalMemory()
+    ptrs = [mem.map(x.view(np.uint16)) for x in (out, q, k, v)] + [mem.map(lse)]
+    ps = mem.map(starts)
+    args = _common_args(kern, heads_q, hkv, longest, longest, None)
+    args |= dict(zip(("ptr_o", "ptr_q", "ptr_k", "ptr_v", "ptr_lse"), ptrs, strict=True))
+    args |= {
+        "s_lse_Hs": total * 4,
+        "ptr_qseq": ps,
+        "ptr_kseq": ps,
+        "ptr_qseq_padding": ps,
+        "ptr_kseq_padding": ps,
+    }
+    grid = kern.grid(len(seqlens), heads_q, longest)
+    sim, res = _launch(path, kern, grid, args, mem, wave_order=wave_order)
     return AiterRun(kern, q, k, v, out, lse, res, sim)
