@@ -100,8 +100,8 @@ def kernel_of(path: str | Path) -> AiterKernel:
     """The AiterKernel of a code object file named as in the wheel (BF16, batch or group mode)."""
     m = _NAME.search(Path(path).name)
     if m is None:
-        raise ValueError(f"{path}: not an fmha_v3_fwd BF16 code object name "
-                         "(fwd_hd128_bf16[_causal][_group].co, fwd_hd192_hd128_bf16[_causal][_group].co)")  # fmt: skip
+        known = "fwd_hd128_bf16[_causal][_group].co, fwd_hd192_hd128_bf16[_causal][_group].co"
+        raise ValueError(f"{path}: not an fmha_v3_fwd BF16 code object name ({known})")
     return AiterKernel(int(m.group(1)), bool(m.group(2)), bool(m.group(3)))
 
 
