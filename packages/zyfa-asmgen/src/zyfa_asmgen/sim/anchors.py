@@ -27,7 +27,7 @@ class Anchor:
 
 ANCHORS = (
     Anchor("fwd_hd128_bf16.co", (Shape(1, 75600, 75600, 5, 5),), 1196.0,
-           "AITER asm BF16, b1 h5 s75600 non-causal: ROCm/aiter PR #3495 (benchmark table)"),
+           "AITER asm BF16, b1 h5 s75600 non-causal: ROCm/aiter PR #3495"),
     Anchor("fwd_hd192_hd128_bf16_causal.co", (Shape(1, 16384, 16384, 16, 16),), 1288.0,
            "AITER asm BF16 d=192/128 default fmha_v3_fwd, b1 s16384 h16 causal: ROCm/aiter PR #4205"),
     Anchor("fwd_hd128_bf16_causal.co", (Shape(16, 8192, 8192, 16, 16), Shape(32, 8192, 8192, 8, 8)), 1015.0,
