@@ -97,7 +97,7 @@ CASES = [  # d_qk, causal, seqlen, hq, hkv: every case has 2+ workgroups
     (128, True, 512, 2, 2),  # a causal workgroup runs two query tiles
     (128, True, 200, 2, 2),
     (192, False, 200, 2, 2),
-    (192, True, 384, 2, 2),
+    (192, True, 384, 1, 1),  # three tiles: pairs (0, 2) and the middle tile alone
     (192, True, 256, 4, 1),  # GQA 4:1
 ]
 
