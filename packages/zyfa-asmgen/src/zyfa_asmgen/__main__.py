@@ -4,6 +4,7 @@
     build <generator> --variant-json JSON --abi-header H -o out.hsaco   emit + assemble + link
     sim   <kernel> [--seqlen-q N ...]                                   run a gfx950 kernel in the simulator
     codeobject FILE [--disassemble | --roundtrip]                       load a gfx950 code object
+    modelled [--aiter-dir DIR] [--out DIR] [--calibrate]                the gfx950 scoreboard (MODELLED)
 
 Each command lives in its own module under `zyfa_asmgen.commands` and registers itself through
 `register(subparsers)`; add a module to COMMANDS to add a command.
@@ -15,9 +16,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .commands import build, codeobject, emit, sim
+from .commands import build, codeobject, emit, modelled, sim
 
-COMMANDS = [emit, build, sim, codeobject]
+COMMANDS = [emit, build, sim, codeobject, modelled]
 
 
 def make_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,6 @@ cache is filled). A uniquely named module: see asmgen_testlib.py.
 from __future__ import annotations
 
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -73,31 +72,15 @@ def aiter_code_objects() -> tuple[dict[str, Path], str]:
     return {name: d / name for name in CODE_OBJECTS}, ""
 
 
-# ---- kernel arguments ---------------------------------------------------------------------------
+# The kernel-argument ABI lives with the simulator (zyfa_asmgen.sim.aiter); re-exported for tests.
+from zyfa_asmgen.sim.aiter import V3_FIELDS, V3_KERNARG_BYTES, pack_kernarg  # noqa: E402
 
-# AITER's `fmha_fwd_v3_args` (aiter_meta/csrc/include/mha_fwd.h in the pinned wheel): a packed struct
-# of 16-byte slots, an 8-byte pointer or a 4-byte value each, padded. The host fills it in
-# `fmha_fwd_v3_dispatcher` (aiter_meta/hsa/gfx950/fmha_v3_fwd/codegen.py): strides in bytes, the
-# query tile stride s_Ts = ts_qo rows, tune option 5 and the LSE flag. The kernel's own metadata
-# note lists the same slots (.args, 512 bytes), which the test checks.
-V3_FIELDS = (
-    "ptr_o", "ptr_q", "ptr_k", "ptr_v", "ptr_lse", "scalar", "s_seq_len", "s_Seqs", "s_Ts", "s_Hs",
-    "s_Bs", "s_gqa", "s_k_Seqs", "s_k_Hs", "s_k_Bs", "s_opt", "s_lse", "s_kv_seq_len", "s_qk_head_dim",
-    "s_v_head_dim", "s_q_head_num", "s_v_Seqs", "s_v_Hs", "s_v_Bs", "s_o_Seqs", "s_o_Hs", "s_o_Bs",
-    "ptr_qseq", "ptr_kseq", "s_lse_Hs", "ptr_qseq_padding", "ptr_kseq_padding",
-)  # fmt: skip
-V3_KERNARG_BYTES = 16 * len(V3_FIELDS)
-
-
-def fmha_fwd_v3_kernarg(values: dict[str, int | float]) -> bytes:
-    """Pack `fmha_fwd_v3_args`: pointers as u64, `scalar` as f32, the rest as u32, one 16-byte slot each."""
-    out = bytearray()
-    for name in V3_FIELDS:
-        v = values.get(name, 0)
-        if name.startswith("ptr_"):
-            out += struct.pack("<Q8x", v)
-        elif name == "scalar":
-            out += struct.pack("<f12x", v)
-        else:
-            out += struct.pack("<I12x", v)
-    return bytes(out)
+__all__ = [
+    "AITER_VERSION",
+    "CODE_OBJECTS",
+    "V3_FIELDS",
+    "V3_KERNARG_BYTES",
+    "aiter_code_objects",
+    "cache_dir",
+    "pack_kernarg",
+]

@@ -87,6 +87,55 @@ def test_lds_dma_read_before_vmcnt_is_reported() -> None:
     np.testing.assert_array_equal(r.wave.v[4:8].T.reshape(-1), np.arange(256, dtype=np.uint32))
 
 
+def test_lds_dma_lands_at_the_wait_that_retires_it() -> None:
+    """Before its s_waitcnt vmcnt an LDS-DMA load has not written LDS (the read sees the old bytes,
+    and is reported); the wait lands it; a wait that leaves it outstanding does not."""
+    mem = GlobalMemory()
+    a = _buf(mem)
+    regs = {0: np.arange(64, dtype=np.uint32) * 16, 1: np.arange(64, dtype=np.uint32) * 16}
+    s = {10: a & 0xFFFFFFFF, 11: a >> 32}
+    old = np.full(1024, 0xEE, dtype=np.uint8)
+    body = "  s_mov_b32 m0, 0\n  s_nop 0\n  global_load_lds_dwordx4 v0, s[10:11]\n{}  ds_read_b32 v4, v1\n"
+    body += "  s_waitcnt lgkmcnt(0)\n"
+    r = run_snippet(body.format(""), vgpr=regs, sgpr=s, mem=mem, lds_bytes=1024, lds_init=old)
+    assert (r.wave.v[4] == 0xEEEEEEEE).all() and "waitcnt" in kinds(r)
+    two = "  global_load_dword v8, v0, s[10:11]\n  s_waitcnt vmcnt(1)\n"  # retires the DMA, not the load
+    r = run_snippet(body.format(two), vgpr=regs, sgpr=s, mem=mem, lds_bytes=1024, lds_init=old)
+    np.testing.assert_array_equal(r.wave.v[4], np.arange(64, dtype=np.uint32) * 4)
+    wait_none = "  global_load_dword v8, v0, s[10:11]\n  s_waitcnt vmcnt(2)\n"
+    r = run_snippet(body.format(wait_none), vgpr=regs, sgpr=s, mem=mem, lds_bytes=1024, lds_init=old)
+    assert (r.wave.v[4] == 0xEEEEEEEE).all()
+
+
+def test_in_order_load_write_after_write_is_not_a_finding() -> None:
+    """A newer LDS read (or vector-memory load) may overwrite the registers of an older one on the
+    same counter: they return in order. A VALU overwrite, or one across counters, is still reported."""
+    z = {0: np.zeros(64, np.uint32)}
+    lds = "  ds_read_b64 v[2:3], v0\n  ds_read_b32 v3, v0 offset:8\n  s_waitcnt lgkmcnt(0)\n"
+    assert not kinds(run_snippet(lds, vgpr=z, lds_bytes=64))
+    assert "waitcnt" in kinds(run_snippet("  ds_read_b32 v3, v0\n  v_mov_b32 v3, 0\n", vgpr=z, lds_bytes=64))
+    vm = "  global_load_dword v1, v0, s[10:11]\n  global_load_dword v1, v0, s[10:11] offset:4\n"
+    vm += "  s_waitcnt vmcnt(0)\n"
+    assert not _load_snippet(vm)
+    mixed = "  global_load_dword v1, v0, s[10:11]\n  ds_read_b32 v1, v0\n  s_waitcnt vmcnt(0) lgkmcnt(0)\n"
+    mem = GlobalMemory()
+    a = _buf(mem)
+    r = run_snippet(mixed, vgpr=z, sgpr={10: a & 0xFFFFFFFF, 11: a >> 32}, mem=mem, lds_bytes=64)
+    assert "waitcnt" in kinds(r)
+
+
+def test_buffer_range_check_counts_soffset() -> None:
+    """Raw buffer: out of range iff soffset + offset + size > num_records (the lanes read 0)."""
+    mem = GlobalMemory()
+    a = _buf(mem, 128)
+    s = {8: a & 0xFFFFFFFF, 9: a >> 32, 10: 64 * 4, 11: 0x00027000, 12: 8}  # soffset 8: last 2 lanes out
+    r = run_snippet("  buffer_load_dword v1, v0, s[8:11], s12 offen\n  s_waitcnt vmcnt(0)",
+                    vgpr={0: np.arange(64, dtype=np.uint32) * 4}, sgpr=s, mem=mem)  # fmt: skip
+    want = np.arange(2, 66, dtype=np.uint32)
+    want[62:] = 0
+    np.testing.assert_array_equal(r.wave.v[1], want)
+
+
 def test_lds_out_of_range_is_reported() -> None:
     body = "  ds_write_b32 v0, v0 offset:60\n  s_waitcnt lgkmcnt(0)"
     r = run_snippet(body, vgpr={0: np.zeros(64, np.uint32) + 8}, lds_bytes=64)

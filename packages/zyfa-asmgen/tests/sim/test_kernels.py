@@ -143,9 +143,16 @@ def run_reduce(asm: str, n: int, blocks: int, wave_order: str = "forward", rng=N
     return res, x.reshape(blocks, n), out
 
 
-@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("order", ["forward", "reverse", "interleaved"])
 def test_lds_reduce_multiwave(hip, order) -> None:
     asm = hip("lds_reduce")
     res, x, out = run_reduce(asm, 1000, 2, order)
     assert not res.findings, "\n".join(str(f) for f in res.findings)
     np.testing.assert_allclose(out, x.sum(1, dtype=np.float64), rtol=1e-5, atol=1e-4)
+
+
+def test_unknown_wave_order_is_refused(hip) -> None:
+    from zyfa_asmgen.sim.errors import LaunchError
+
+    with pytest.raises(LaunchError, match="wave_order 'sideways': one of forward, reverse, interleaved"):
+        run_reduce(hip("lds_reduce"), 64, 1, "sideways")

@@ -155,7 +155,7 @@ def test_launch_model() -> None:
 
 def test_fp8_attention_loop_calibration_point() -> None:
     """A plain FP8 attention inner loop (exact exp2, K/V from LDS, 2 waves per SIMD, no ping-pong)
-    models at about 40% of the FP8 peak, next to the seeds' AITER figure (39% at 32K tokens) and
+    models at about 35% of the FP8 peak, near the seeds' AITER figure (39% at 32K tokens) and
     FlyDSL's "aiter ~49% of fp8 MFMA peak"; lean P (no v_exp) models higher. docs/simulator.md."""
     exact = fa_fp8_utilisation("exact")
     lean = fa_fp8_utilisation("lean")

@@ -37,7 +37,8 @@ from ..abi import AbiLayout, parse_abi_header
 from .errors import SimError
 from .machine import Simulator
 from .memory import GlobalMemory
-from .timing import MI355X, fit_linear, format_cu, model_cu, model_launch
+from .steady import LaunchEstimate, WorkgroupCost, attention_bytes, attention_flops, estimate
+from .timing import MI355X, fit_linear, format_cu, model_cu
 
 BF16 = ml_dtypes.bfloat16
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -355,26 +356,57 @@ def parse_shape(text: str) -> Shape:
 
 def launch_lines(entry: dict, shape: Shape, a: float, b: float, slots: int, peak: float) -> list[str]:
     """Modelled time and TFLOP/s of a full launch of `shape` from per-workgroup cycles a + b * blocks."""
-    ntiles = -(-shape.seqlen_q // entry["tile_m"])
-    per_tile = [a + b * key_blocks(tile_of(x, ntiles, entry), entry, shape) for x in range(ntiles)]
-    costs = per_tile * (shape.heads_q * shape.batch)  # dispatch order: x fastest
-    lt = model_launch(costs, slots, MI355X)
-    pairs = shape.seqlen_q * shape.seqlen_k / (2 if entry["causal"] else 1)
-    flops = 2 * shape.batch * shape.heads_q * pairs * (entry["d_qk"] + entry["d_v"])
-    item = 1 if entry["dtype"] == "e4m3fn" else 2
-    q_elems = shape.seqlen_q * shape.heads_q * entry["d_qk"]
-    kv_elems = shape.seqlen_k * shape.heads_kv * (entry["d_qk"] + entry["d_v"])
-    nbytes = shape.batch * (item * (q_elems + kv_elems) + 2 * shape.seqlen_q * shape.heads_q * entry["d_v"])
-    secs = max(lt.seconds, nbytes / MI355X.hbm_bytes_per_s)
-    tf = flops / secs / 1e12
-    fill = (
-        "HBM-bound" if secs > lt.seconds else f"the grid fills {100 * min(lt.fill, 1):.0f}% of the CU slots"
-    )
+    est = launch_estimate(entry, shape, WorkgroupCost(a, b, slots, 0.0, ()))
+    fill = "HBM-bound" if est.hbm_bound else f"the grid fills {100 * min(est.fill, 1):.0f}% of the CU slots"
     name = f"b{shape.batch} sq{shape.seqlen_q} sk{shape.seqlen_k} hq{shape.heads_q} hkv{shape.heads_kv}"
     return [
-        f"  launch {name}: {len(costs)} workgroups, {1e3 * secs:.3f} ms MODELLED; {fill}",
-        f"    {tf:.3g} TFLOP/s MODELLED = {100 * tf / peak:.3g}% of the {peak:.0f} TFLOP/s MFMA peak",
+        f"  launch {name}: {est.workgroups} workgroups, {1e3 * est.seconds:.3f} ms MODELLED; {fill}",
+        f"    {est.tflops:.3g} TFLOP/s MODELLED = {100 * est.tflops / peak:.3g}% of the {peak:.0f} TFLOP/s "
+        "MFMA peak",
     ]
+
+
+def launch_estimate(entry: dict, shape: Shape, cost: WorkgroupCost) -> LaunchEstimate:
+    """A full launch of one of our kernels: grid (query tiles, heads, batch), x fastest."""
+    ntiles = -(-shape.seqlen_q // entry["tile_m"])
+    per_tile = [cost.cycles(key_blocks(tile_of(x, ntiles, entry), entry, shape)) for x in range(ntiles)]
+    costs = per_tile * (shape.heads_q * shape.batch)
+    dims = (shape.seqlen_q, shape.seqlen_k, entry["d_qk"], entry["d_v"])
+    flops = attention_flops(shape.batch, shape.heads_q, *dims, bool(entry["causal"]))
+    item = 1 if entry["dtype"] == "e4m3fn" else 2
+    nbytes = attention_bytes(shape.batch, shape.heads_q, shape.heads_kv, *dims, item)
+    return estimate(costs, cost.slots, flops, nbytes, MI355X)
+
+
+def mfma_peak(entry: dict) -> float:
+    """The chip's dense MFMA peak (TFLOP/s) for the kernel's data type."""
+    if entry["dtype"] == "e4m3fn":
+        return MI355X.mfma_peak_tflops("v_mfma_f32_32x32x64_f8f6f4", 32, 32, 64)
+    return MI355X.mfma_peak_tflops("v_mfma_f32_32x32x16_bf16", 32, 32, 16)
+
+
+def traced_launch(src: KernelSource, layout: AbiLayout, shape: Shape, tiles: list[int],
+                  rng: np.random.Generator, descales: tuple = (0.5, 0.25, 2.0)):  # fmt: skip
+    """Launch one of our kernels on `shape` for the given query tiles (every head and batch), traced.
+
+    Returns (simulator, launch result, inputs).
+    """
+    entry = src.entry
+    inp = make_inputs(entry, shape, rng, tuple(descales))
+    mem = GlobalMemory()
+    ptrs = [mem.map(x.view(np.uint8 if x.dtype == E4M3 else np.uint16)) for x in inp.raw]
+    ptrs += [mem.map(inp.out.view(np.uint16)), mem.map(inp.lse)]
+    flags = layout.flags.get("ZYFA_FLAG_CAUSAL", 1) * bool(entry["causal"]) | layout.flags.get(
+        "ZYFA_FLAG_LSE", 2
+    )
+    kernarg = pack_kernarg(layout, kernarg_values(inp, ptrs, shape, entry, flags))
+    sim = Simulator(src.asm, entry["name"])
+    ntiles = -(-shape.seqlen_q // entry["tile_m"])
+    xs = [tile_of(t, ntiles, entry) for t in tiles]
+    wgs = [(x, h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for x in xs]
+    res = sim.launch((ntiles, shape.heads_q, shape.batch), (entry["threads"], 1, 1), kernarg, mem,
+                     workgroups=wgs, trace=True)  # fmt: skip
+    return sim, res, inp
 
 
 def timing_section(
@@ -404,13 +436,19 @@ def timing_section(
         "one block count traced: proportional, a = 0")  # fmt: skip
     rep.add(f"  per-workgroup cycles ~= a + b x key blocks: a = {a:.0f}, b = {b:.0f} modelled cycles/block",
             f"    ({fit}; slot time at full occupancy: {cu.slots} workgroups share a CU)")  # fmt: skip
-    fp8 = entry["dtype"] == "e4m3fn"
-    peak = (MI355X.mfma_peak_tflops("v_mfma_f32_32x32x64_f8f6f4", 32, 32, 64) if fp8
-            else MI355X.mfma_peak_tflops("v_mfma_f32_32x32x16_bf16", 32, 32, 16))  # fmt: skip
+    peak = mfma_peak(entry)
     rep.add("  FLOPs: 2 x batch x heads_q x seqlen_q x seqlen_k x (d_qk + d_v), halved when causal")
     for s in [shape, *launches]:
         rep.add(*launch_lines(entry, s, a, b, cu.slots, peak))
     rep.add("  assumptions:", *(f"    - {x}" for x in MI355X.assumptions()))
+
+
+def abi_layout(src: KernelSource, abi_header: Path | None) -> AbiLayout:
+    """The kernarg layout of kernels/abi/zyfa_abi.h (abi_header, else the kernel's repository)."""
+    abi_path = abi_header or (src.repo / "kernels/abi/zyfa_abi.h" if src.repo else None)
+    if abi_path is None or not Path(abi_path).is_file():
+        raise FileNotFoundError("kernels/abi/zyfa_abi.h not found: pass --abi-header")
+    return parse_abi_header(abi_path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -420,32 +458,20 @@ def run(args: argparse.Namespace) -> int:
     entry = src.entry
     if entry.get("arch") != "gfx950":
         raise ValueError(f"{args.kernel} is an {entry.get('arch')} kernel; the simulator runs gfx950 only")
-    abi_path = args.abi_header or (src.repo / "kernels/abi/zyfa_abi.h" if src.repo else None)
-    if abi_path is None or not Path(abi_path).is_file():
-        raise FileNotFoundError("kernels/abi/zyfa_abi.h not found: pass --abi-header")
-    layout = parse_abi_header(abi_path)
+    layout = abi_layout(src, args.abi_header)
     shape = Shape(
         args.batch, args.seqlen_q, args.seqlen_k or args.seqlen_q, args.heads_q, args.heads_kv or args.heads_q
     )
     if shape.heads_q % shape.heads_kv:
         raise ValueError("heads_q must be a multiple of heads_kv")
     rep = Report()
-    inp = make_inputs(entry, shape, np.random.default_rng(args.seed), tuple(args.descales))
-    mem = GlobalMemory()
-    ptrs = [mem.map(x.view(np.uint8 if x.dtype == E4M3 else np.uint16)) for x in inp.raw]
-    ptrs += [mem.map(inp.out.view(np.uint16)), mem.map(inp.lse)]
-    flags = layout.flags.get("ZYFA_FLAG_CAUSAL", 1) * bool(entry["causal"]) | layout.flags.get(
-        "ZYFA_FLAG_LSE", 2
-    )
-    kernarg = pack_kernarg(layout, kernarg_values(inp, ptrs, shape, entry, flags))
-    sim = Simulator(src.asm, entry["name"])
     ntiles = -(-shape.seqlen_q // entry["tile_m"])
     tiles = select_tiles(args.workgroups, ntiles)
-    xs = [tile_of(t, ntiles, entry) for t in tiles]
-    wgs = [(x, h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for x in xs]
     grid = (ntiles, shape.heads_q, shape.batch)
     try:
-        res = sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=wgs, trace=True)
+        sim, res, inp = traced_launch(
+            src, layout, shape, tiles, np.random.default_rng(args.seed), args.descales
+        )
     except SimError as e:
         print(f"zyfa-asmgen sim {entry['name']}: the kernel failed in the simulator: {e}")
         return 1

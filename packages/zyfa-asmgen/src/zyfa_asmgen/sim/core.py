@@ -12,6 +12,7 @@ checker and the timing model need (register reads/writes, instruction class).
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -62,6 +63,10 @@ class Wave:
         self.mode: dict[str, int] = {}
         self.checker: Any = None  # hazards.WaveChecker, set by the machine
         self.cycle = 0  # issue counter used by the hazard checker's wait-state accounting
+        # Vector-memory operations in flight, oldest first (vmcnt returns in order): None, or the
+        # LDS-DMA write (lds addresses, bytes, instruction) that lands when s_waitcnt retires it.
+        self.vm_queue: deque = deque()
+        self.dma_issued: tuple | None = None  # set by an LDS-DMA op for the machine to queue
 
     # ---- exec ----
     @property

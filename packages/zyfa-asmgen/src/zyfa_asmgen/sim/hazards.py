@@ -14,7 +14,9 @@ LDS races: every LDS byte remembers the last writing wave and its barrier epoch 
 s_barrier the wave has passed), and every wave the epoch of its last read. Two accesses from
 different waves in the same epoch, at least one a write, are a race. A DS/LDS-DMA write still
 outstanding (not waited for) when its wave reaches s_barrier is treated as landing after the
-barrier, so a read in the next epoch by another wave races with it.
+barrier, so a read in the next epoch by another wave races with it. An LDS-DMA write
+(buffer_load ... lds, global_load_lds_*) is performed in LDS only when the s_waitcnt vmcnt that
+covers it (or s_endpgm) retires it: the latest moment the hardware may land it (machine.py).
 
 Wait-state rules (hazard_rules.py) are checked on the dynamic instruction stream of each wave.
 """
@@ -113,7 +115,7 @@ class WaveChecker:
             for file, idx, cnt in op.reads:
                 self._check_regs(op, file, idx, cnt, "reads")
             for file, idx, cnt in op.writes:
-                self._check_regs(op, file, idx, cnt, "overwrites")
+                self._check_regs(op, file, idx, cnt, "overwrites", self._in_order_after(op))
         if self.rules:
             for name, need, prod, since in check_rules(op, self.history, self.ws, self.rules):
                 self.wg.report(
@@ -148,12 +150,10 @@ class WaveChecker:
         self.history.append((self.ws, op))
 
     def outstanding_lds_writes(self) -> list[Pending]:
-        """DS writes and LDS-DMA loads of this wave not yet retired."""
-        out = [
+        """DS writes of this wave not yet retired (LDS-DMA writes land only when retired)."""
+        return [
             p for p in self.pending["lgkm"] if p.op.kind == "ds" and not p.op.writes and p.op.info.get("lds")
         ]
-        out += [p for p in self.pending["vm"] if p.lds_ranges]
-        return out
 
     def lds_dma_overlap(self, start: np.ndarray, nbytes: int) -> Pending | None:
         """An outstanding LDS-DMA write of this wave overlapping the given accesses, if any."""
@@ -164,10 +164,24 @@ class WaveChecker:
         return None
 
     # ---- internals ----
-    def _check_regs(self, op: Op, file: str, idx: int, cnt: int, how: str) -> None:
+    def _in_order_after(self, op: Op):
+        """For a load `op`: which outstanding loads it may overwrite the registers of.
+
+        Loads that return in order on the same counter (vector memory on vmcnt; LDS on lgkmcnt)
+        write their registers in issue order, so a newer one's data lands last and the s_waitcnt
+        that covers the newer also covers the older: a write-after-write between them needs no
+        wait (LLVM's SIInsertWaitcnts likewise skips VMEM write-after-write of one type). Scalar
+        loads return out of order and are never exempt.
+        """
+        ctr = op.info.get("counter")
+        if ctr is None or op.info.get("smem"):
+            return None
+        return lambda p: p.counter == ctr and not p.smem
+
+    def _check_regs(self, op: Op, file: str, idx: int, cnt: int, how: str, exempt=None) -> None:
         for r in range(idx, idx + cnt):
             p = self.reg_pending.get((file, r))
-            if p is not None:
+            if p is not None and not (exempt is not None and exempt(p)):
                 ctr = "vmcnt" if p.counter == "vm" else "lgkmcnt"
                 self.wg.report(
                     self.wave,
@@ -183,8 +197,6 @@ class WaveChecker:
             for r in range(idx, idx + cnt):
                 if self.reg_pending.get((file, r)) is p:
                     del self.reg_pending[(file, r)]
-        if p.lds_ranges:
-            self.wg.lds_dma_landed(self.wave, p)
 
     def _waitcnt(self, lim: dict[str, int]) -> None:
         vm = self.pending["vm"]

@@ -336,13 +336,27 @@ class Workgroup:
 
     # ---- execution ----
     def run(self, wave_order: str, max_instructions: int) -> int:
-        """Run all waves to s_endpgm; return the number of instructions executed."""
-        order = list(self.waves) if wave_order == "forward" else list(reversed(self.waves))
+        """Run all waves to s_endpgm; return the number of instructions executed.
+
+        wave_order: 'forward' / 'reverse' run each wave until it blocks (at s_barrier or the end)
+        before the next; 'interleaved' issues one instruction per wave in turn, the nearest to a
+        SIMD's round-robin issue (waves of a workgroup progress together).
+        """
+        if wave_order not in WAVE_ORDERS:
+            raise LaunchError(f"wave_order {wave_order!r}: one of {', '.join(WAVE_ORDERS)}")
+        order = list(reversed(self.waves)) if wave_order == "reverse" else list(self.waves)
+        step = 1 if wave_order == "interleaved" else None
         total = 0
         while True:
-            for w in order:
-                if not w.done and not w.at_barrier:
-                    total += self._run_wave(w, max_instructions)
+            progressed = True
+            while progressed:
+                progressed = False
+                for w in order:
+                    if not w.done and not w.at_barrier:
+                        total += self._run_wave(w, max_instructions, step)
+                        progressed = True
+                if step is None:
+                    break
             live = [w for w in self.waves if not w.done]
             if not live:
                 return total
@@ -353,7 +367,7 @@ class Workgroup:
                 continue
             raise Deadlock("waves neither finished nor reached a barrier")
 
-    def _run_wave(self, w: Wave, budget: int) -> int:
+    def _run_wave(self, w: Wave, budget: int, steps: int | None = None) -> int:
         ops = self.sim.ops
         n_ops = len(ops)
         chk = w.checker
@@ -373,6 +387,13 @@ class Workgroup:
             if chk is not None:
                 chk.before(op)
             op.fn(w)
+            if op.info.get("counter") == "vm":
+                w.vm_queue.append(w.dma_issued)
+                w.dma_issued = None
+            elif op.kind == "waitcnt":
+                self._land_lds_dma(w, op.info["limits"]["vmcnt"])
+            elif op.kind == "end":
+                self._land_lds_dma(w, 0)
             if chk is not None:
                 chk.after(op)
                 if op.kind == "barrier":
@@ -382,6 +403,8 @@ class Workgroup:
             w.executed += 1
             if w.executed > budget:
                 raise Deadlock(f"wave {w.wave_id} exceeded {budget} instructions (infinite loop?)")
+            if n == steps:
+                break
         return n
 
     # ---- LDS ----
@@ -415,7 +438,9 @@ class Workgroup:
                 self.report(w, "lds_race", msg)
         return out
 
-    def lds_write(self, w: Wave, addrs: np.ndarray, data: np.ndarray, inst: Any) -> None:
+    def lds_write(
+        self, w: Wave, addrs: np.ndarray, data: np.ndarray, inst: Any, line: int | None = None
+    ) -> None:
         """Write rows of bytes to LDS; out-of-range lanes are dropped (and reported)."""
         addrs = np.asarray(addrs, dtype=np.int64)
         nbytes = data.shape[1]
@@ -426,19 +451,42 @@ class Workgroup:
             flat = np.unique(idx.reshape(-1))
             msg = self.shadow.access(w.wave_id, w.barriers_passed, flat, True)
             if msg:
-                self.report(w, "lds_race", msg)
-            line = self.current_op.inst.line if self.current_op else 0
+                self.report(w, "lds_race", msg if line is None else f"LDS-DMA of line {line} landing {msg}")
+            if line is None:
+                line = self.current_op.inst.line if self.current_op else 0
             self.shadow.write_line[flat] = line
             self.last_lds_ranges = _ranges(flat)
 
+    def lds_dma_issue(self, w: Wave, addrs: np.ndarray, data: np.ndarray, inst: Any) -> None:
+        """An LDS-DMA load issued: its LDS write is queued until s_waitcnt vmcnt retires it.
+
+        The hardware writes LDS when the load returns, at some time before the wait that covers it
+        (CDNA3/CDNA4 ISA: LDS-DMA loads count on VM_CNT); the simulator lands it at that wait, the
+        latest such time, so a kernel that reads the bytes before waiting sees the old contents.
+        """
+        addrs = np.asarray(addrs, dtype=np.int64)
+        nbytes = data.shape[1]
+        ok = self._lds_bounds(w, addrs, nbytes, inst)
+        addrs, data = addrs[ok], data[ok]
+        line = self.current_op.inst.line if self.current_op else 0
+        w.dma_issued = (addrs, data, inst, line)
+        if self.check:
+            self.last_lds_ranges = _ranges(np.unique((addrs[:, None] + np.arange(nbytes)).reshape(-1)))
+
+    def _land_lds_dma(self, w: Wave, limit: int) -> None:
+        """Perform the LDS writes of the LDS-DMA loads an s_waitcnt vmcnt(limit) retires."""
+        q = w.vm_queue
+        while len(q) > limit:
+            dma = q.popleft()
+            if dma is not None:
+                addrs, data, inst, line = dma
+                self.lds_write(w, addrs, data, inst, line)
+
     def lds_write_crossed_barrier(self, w: Wave, p: Any) -> None:
-        """An LDS write still in flight at s_barrier: it may land after the barrier."""
+        """A DS write still in flight at s_barrier: it may land after the barrier."""
         ranges = p.lds_ranges or []
         for lo, hi in ranges:
             self.shadow.write_epoch[lo:hi] = np.maximum(self.shadow.write_epoch[lo:hi], w.barriers_passed + 1)
-
-    def lds_dma_landed(self, w: Wave, p: Any) -> None:
-        """An LDS-DMA load retired (its LDS bytes are now stable)."""
 
 
 def _trace_aux(op: Op, w: Wave) -> int:
@@ -461,5 +509,7 @@ def _ranges(flat: np.ndarray) -> list[tuple[int, int]]:
     ends = np.concatenate([flat[breaks], [flat[-1]]]) + 1
     return list(zip(starts.tolist(), ends.tolist(), strict=True))
 
+
+WAVE_ORDERS = ("forward", "reverse", "interleaved")
 
 __all__ = ["LaunchResult", "Simulator", "WaveTrace", "Workgroup", "EXEC"]

@@ -202,12 +202,19 @@ def _global_load_lds(inst: Instruction, ctx: Ctx) -> Op:
             return
         data = w.wg.mem.read(addr(w)[lanes], nbytes, inst.text)
         lds_addr = (w.s[M0] & 0x3FFFF) + off + lane_ids[lanes] * nbytes
-        w.wg.lds_write(w, lds_addr, data, inst)
+        w.wg.lds_dma_issue(w, lds_addr, data, inst)
 
     return Op(fn, "lds_dma", inst, areads + (("s", M0, 1),), (), info=_mem_info(nbytes, lds_dma=True))
 
 
 # ---- buffer (MUBUF) ------------------------------------------------------------------------------
+
+
+# Whether a raw buffer's range check counts the SGPR offset (soffset): out of range iff
+# soffset + VGPR offset + instruction offset + size > num_records. True on the evidence of AITER's
+# gfx950 kernels, which step K/V tiles with soffset past the end of unpadded tensors and are correct
+# only if those loads read 0 (docs/simulator.md, "Buffer range checks").
+RANGE_CHECK_SOFFSET = True
 
 
 def _buffer_addr(inst: Instruction, ops: list[Operand]):
@@ -245,9 +252,9 @@ def _buffer_addr(inst: Instruction, ops: list[Operand]):
         offset = voff + inst_off
         so = soff_get(w)
         if stride == 0:
-            # Raw buffer: range check on the byte offset (excluding soffset), per the gfx9 rule
-            # out of range iff offset + size > num_records.
-            in_range = offset + nbytes <= num_records
+            # Raw buffer: out of range iff offset + size > num_records; whether soffset counts
+            # is RANGE_CHECK_SOFFSET (see its comment).
+            in_range = offset + (so if RANGE_CHECK_SOFFSET else 0) + nbytes <= num_records
             a = base + so + offset
         else:
             in_range = (vidx < num_records) & (offset + nbytes <= stride)
@@ -287,7 +294,7 @@ def _buffer_load(inst: Instruction, ctx: Ctx) -> Op:
             if sel.any():
                 data[sel] = w.wg.mem.read(a[sel], nbytes, inst.text)
             lds_addr = (w.s[M0] & 0x3FFFF) + off + lane_ids[lanes] * nbytes
-            w.wg.lds_write(w, lds_addr, data[lanes], inst)
+            w.wg.lds_dma_issue(w, lds_addr, data[lanes], inst)
 
         return Op(fn_lds, "lds_dma", inst, reads + (("s", M0, 1),), (), info=_mem_info(nbytes, lds_dma=True))
     vdst, rest = ops[0], ops[1:]

@@ -55,6 +55,13 @@ QUARTER_RATE_CVT = {
 }  # fmt: skip
 
 
+_COEXEC = "a VALU op of one wave runs while another wave's MFMA occupies the matrix core (ISA co-execution)"
+_NO_COEXEC = (
+    "a VALU op waits while its SIMD's matrix core is busy (calibrated: AITER's published MI355X speeds "
+    "within 15% this way, 35-59% faster with co-execution; docs/simulator.md)"
+)
+
+
 @dataclass(frozen=True)
 class MachineModel:
     """The modelled machine: MI355X (gfx950) figures and the model's approximations.
@@ -87,6 +94,10 @@ class MachineModel:
     branch_taken_cycles: int = 32
     barrier_cycles: int = 16
     hbm_bytes_per_s: float = 8.0e12
+    # A VALU op of one wave may run while another wave's MFMA occupies the SIMD's matrix core (the
+    # CDNA3 ISA's co-execution of independent VALU and MFMA work). False asks "what if they could
+    # not overlap at all" (calibration bounds the hardware between the two).
+    valu_mfma_coexec: bool = False
 
     def assumptions(self) -> list[str]:
         """Every figure the model uses, with where it comes from."""
@@ -102,6 +113,7 @@ class MachineModel:
             "(32x32x16 bf16 8, 32x32x64 f8f6f4 fp8 16: 1024 / 2048 FLOP/clk/SIMD, i.e. 2.5 / 5.0 PFLOP/s "
             "on the chip); results readable "
             f"{self.mfma_result_extra_passes} passes after the matrix core finishes; srcC chains forward",
+            "VALU beside MFMA: " + (_COEXEC if self.valu_mfma_coexec else _NO_COEXEC),
             f"waves per SIMD <= {self.max_waves_per_simd}; VGPR+AGPR {self.vgprs_per_lane} per lane, granule "
             f"{self.vgpr_granule}; {self.sgprs_per_simd} SGPRs per SIMD, granule {self.sgpr_granule}; "
             f"{self.lds_bytes // 1024} KiB LDS per CU; <= {self.max_wgs_multiwave} multi-wave workgroups "
@@ -490,6 +502,10 @@ class _Cu:
             if self.valu_free[s] > t:
                 st["valu_busy"] += self.valu_free[s] - t
                 w.ready = self.valu_free[s]
+                return False
+            if cls == C_VALU and not spec.valu_mfma_coexec and self.xdl_free[s] > t:
+                st["matrix_core"] += self.xdl_free[s] - t
+                w.ready = self.xdl_free[s]
                 return False
             if cls == C_MFMA:
                 if self.xdl_free[s] > t:
