@@ -8,7 +8,6 @@ toolchain is absent here are skipped by pytest, and must be skipped (with the re
 from __future__ import annotations
 
 import hashlib
-
 import importlib.util
 import json
 import os

@@ -85,7 +85,11 @@ def test_bad_rows_are_rejected(tmp_path: Path, manifest_tools, override: dict, m
 @pytest.mark.parametrize(
     ("name", "override", "message"),
     [
-        (SM90[0], {"threads": 100000}, r"threads = 100000: a cuda block takes at most 1024 threads, a multiple of 32"),
+        (
+            SM90[0],
+            {"threads": 100000},
+            r"threads = 100000: a cuda block takes at most 1024 threads, a multiple of 32",
+        ),
         (SM90[0], {"threads": 100}, r"threads = 100: .*multiple of 32"),
         (GFX950[0], {"threads": 96}, r"threads = 96: a hip block .*multiple of 64"),
         (SM90[0], {"smem_bytes": 232449}, r"smem_bytes = 232449 exceeds 232448"),
@@ -126,9 +130,15 @@ def test_code_object_sha256_is_checked_at_load(tmp_path: Path, manifest_tools) -
     spec = zyfa_core.Manifest.load(tmp_path / "good").get(SM90[0])
     assert spec.sha256 == digest == mf.file_sha256(spec.path)
     bad = tmp_path / "bad"
-    manifest_tools.write(bad, [manifest_tools.row(SM90[0], sha256=digest)], files={SM90[0] + ".cubin": image[:-1] + b"x"})
+    manifest_tools.write(
+        bad, [manifest_tools.row(SM90[0], sha256=digest)], files={SM90[0] + ".cubin": image[:-1] + b"x"}
+    )
     path = (bad / (SM90[0] + ".cubin")).resolve()
-    with pytest.raises(ManifestError, match=rf"code object {path} of kernel '{SM90[0]}' has SHA-256 [0-9a-f]{{64}}, but the manifest records {digest}"):
+    with pytest.raises(
+        ManifestError,
+        match=rf"code object {path} of kernel '{SM90[0]}' has SHA-256 [0-9a-f]{{64}}, "
+        rf"but the manifest records {digest}",
+    ):
         zyfa_core.Manifest.load(bad)
     # Swapped after load: check_code_object (what the launcher can call before a driver load) sees it too.
     spec.path.write_bytes(b"swapped")

@@ -151,7 +151,9 @@ def test_cpu_nan_in_v_reaches_the_rows_that_see_it(p_mode):
     assert row_nan[j:].all(), "every row that sees the key must be NaN"
     early = slice(0, 128)  # rows 0..127 see only keys of blocks 0 and 1 (keys < 128)
     assert not row_nan[early].any()
-    assert torch.equal(out[:, early], clean_out[:, early]) and torch.equal(lse[..., early], clean_lse[..., early])
+    assert torch.equal(out[:, early], clean_out[:, early]) and torch.equal(
+        lse[..., early], clean_lse[..., early]
+    )
     assert not torch.isnan(lse).any(), "V does not enter the row sums: lse stays finite"
 
 
@@ -188,9 +190,8 @@ def test_dense_f64_nan_rows_read_nan():
 
 def _gpu_kernel_or_skip(q, k, v, p_mode):
     pytest.importorskip("zyfa_core")
-    from zyfa_core.errors import KernelNotFoundError
-
     from zyfa import _ops
+    from zyfa_core.errors import KernelNotFoundError
 
     try:
         return _ops.select_kernel(q, k, v, True, p_mode)
@@ -209,7 +210,9 @@ def test_gpu_nan_rows_match_the_cpu_path(shape, p_mode, where):
     is NaN, lse stays finite, and rows whose whole tile ends before the key's block are untouched."""
     b, sq, sk, hq, hkv, _ = shape
     q, k, v, ds = _inputs(shape, p_mode is not None, seed=sum(shape) + 7)
-    index = {"q": (b - 1, sq - 3, hq - 1, 5), "k": (b - 1, sk // 2, hkv - 1, 7), "v": (0, sk - 20, 0, 2)}[where]
+    index = {"q": (b - 1, sq - 3, hq - 1, 5), "k": (b - 1, sk // 2, hkv - 1, 7), "v": (0, sk - 20, 0, 2)}[
+        where
+    ]
     poisoned = {"q": q, "k": k, "v": v}
     poisoned[where] = _poison(poisoned[where], index, math.nan)
     q, k, v = poisoned["q"], poisoned["k"], poisoned["v"]

@@ -264,17 +264,28 @@ def _check_row_limits(row: Mapping[str, Any], where: str, name: str) -> None:
     threads, group = row["threads"], THREAD_GROUP[kind]
     if threads > MAX_THREADS or threads % group:
         raise _row_error(
-            where, name, f"threads = {threads}: a {kind} block takes at most {MAX_THREADS} threads, a multiple of {group}"
+            where,
+            name,
+            f"threads = {threads}: a {kind} block takes at most {MAX_THREADS} threads, a multiple of {group}",
         )
     if row["smem_bytes"] > MAX_SMEM_BYTES[kind]:
         raise _row_error(
-            where, name, f"smem_bytes = {row['smem_bytes']} exceeds {MAX_SMEM_BYTES[kind]}, the most a {kind} block has"
+            where,
+            name,
+            f"smem_bytes = {row['smem_bytes']} exceeds {MAX_SMEM_BYTES[kind]}, the most a {kind} block has",
         )
-    for key, limit in (("tile_m", MAX_TILE), ("tile_n", MAX_TILE), ("d_qk", MAX_HEAD_DIM), ("d_v", MAX_HEAD_DIM)):
+    for key, limit in (
+        ("tile_m", MAX_TILE),
+        ("tile_n", MAX_TILE),
+        ("d_qk", MAX_HEAD_DIM),
+        ("d_v", MAX_HEAD_DIM),
+    ):
         if row[key] > limit:
             raise _row_error(where, name, f"{key} = {row[key]} is beyond {limit}")
     if not 0 <= row["registers"] <= MAX_REGISTERS[kind]:
-        raise _row_error(where, name, f"registers = {row['registers']} is outside 0..{MAX_REGISTERS[kind]} for {kind}")
+        raise _row_error(
+            where, name, f"registers = {row['registers']} is outside 0..{MAX_REGISTERS[kind]} for {kind}"
+        )
     if row["spill_bytes"] < 0:
         raise _row_error(where, name, f"spill_bytes = {row['spill_bytes']} must not be negative")
 

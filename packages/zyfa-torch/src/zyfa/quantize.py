@@ -74,7 +74,9 @@ def _checked_descale(descale: float | Tensor, x: Tensor) -> float | Tensor:
             return descale
         value = float(descale)
     elif isinstance(descale, bool) or not isinstance(descale, (int, float)):
-        raise TypeError(f"fp8_quantize: descale must be a float or a 1-element tensor, got {type(descale).__name__}")
+        raise TypeError(
+            f"fp8_quantize: descale must be a float or a 1-element tensor, got {type(descale).__name__}"
+        )
     else:
         value = float(torch.tensor(float(descale), dtype=torch.float32))
     if not (math.isfinite(value) and value > 0.0):

@@ -32,9 +32,9 @@ Non-finite inputs propagate as on the GPU kernels (and as in SDPA): a row whose 
 include a NaN (a NaN or e4m3 NaN code in its q row or in a key it sees, or ``inf - inf`` from an
 infinite score) outputs NaN in every column and lse = NaN; a NaN in V reaches every row that sees
 its key, and may reach rows that share a key block with it (P = 0 times NaN; a GPU kernel's reach
-also depends on its tile_m), never a row whose visible keys all lie in earlier blocks. A visible score of -inf is an ordinary zero weight; a row whose visible scores
-are all -inf has row sum 0 and reads as a row that sees no key (0 and +inf), as the kernels' epilogue
-does.
+also depends on its tile_m), never a row whose visible keys all lie in earlier blocks. A visible
+score of -inf is an ordinary zero weight; a row whose visible scores are all -inf has row sum 0 and
+reads as a row that sees no key (0 and +inf), as the kernels' epilogue does.
 """
 
 from __future__ import annotations
