@@ -536,5 +536,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="FP8 descale factors (ignored for bf16)")  # fmt: skip
     p.add_argument("--seed", type=int, default=None, help="input seed (default: fresh)")
     p.add_argument("--launch-shape", type=_launch_shape, default=DEFAULT_LAUNCH,
-                   help=f"B,SQ,SK,HQ,HKV of an extra modelled full launch (default {DEFAULT_LAUNCH}; 'none' to skip)")  # fmt: skip
+                   help=f"B,SQ,SK,HQ,HKV of an extra modelled full launch (default {DEFAULT_LAUNCH}; "
+                   "'none' to skip)")  # fmt: skip
     p.add_argument("--no-timing", action="store_true", help="skip the timing model")
