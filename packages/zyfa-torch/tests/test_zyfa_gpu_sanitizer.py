@@ -6,8 +6,8 @@ shape; each tool runs it as its own process, both at once. Only ZYFA's kernels a
 has that option, and torch's caching allocator is off so memcheck sees each tensor's own bounds.
 Skipped without a CUDA GPU, zyfa_core or compute-sanitizer (on PATH or under $CUDA_HOME/bin).
 A tool passes when it exits 0, its summary reads "ERROR SUMMARY: 0 errors" (memcheck) or "RACECHECK
-SUMMARY: 0 hazards" (racecheck), and the probe ran at least one kernel. Both finish in a few minutes
-on an H100 (the probe makes about twenty small calls).
+SUMMARY: 0 hazards" (racecheck), and the probe ran at least one kernel. The probe makes at most
+sixteen small calls; TIMEOUT_S bounds each tool.
 """
 
 from __future__ import annotations

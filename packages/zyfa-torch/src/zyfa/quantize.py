@@ -7,8 +7,6 @@ descale gets the smallest normal one, and a given descale is checked after narro
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor
 
@@ -38,6 +36,9 @@ def _pow2_descale(amax: Tensor) -> Tensor:
     return torch.where(a > 0, torch.exp2(e), 1.0).float()
 
 
+_CPU = torch.device("cpu")
+
+
 def _can_read_device() -> bool:
     """False while torch.compile traces or a CUDA graph captures: a host read would break either."""
     if torch.compiler.is_compiling():
@@ -57,17 +58,23 @@ def _refuse_non_finite(x: Tensor, amax: Tensor | None) -> None:
         )
 
 
-def _checked_descale(descale: float | Tensor, x: Tensor) -> float | Tensor:
-    """A given descale as the float32 the division uses; refuse one that is not finite and > 0 there.
+_FLOAT32_ROUNDS_TO_INF = 2.0**128 - 2.0**103  # from here up a float rounds to inf in float32
+_FLOAT32_ROUNDS_TO_ZERO = 2.0**-150  # from here down (half the smallest subnormal) to 0
 
-    A tensor descale must hold one floating element on x's device; its value is read (a host sync) only
-    where a read is allowed (not while compiling or capturing).
+
+def _checked_descale(descale: float | Tensor, x: Tensor) -> float | Tensor:
+    """A given descale, refused unless finite and > 0 as the float32 the division uses (decided in plain
+    Python arithmetic, so torch.compile traces it as a constant).
+
+    A tensor descale must hold one floating element on x's device or the CPU; its value is read (a host
+    sync) only where a read is allowed (not while compiling or capturing).
     """
     if isinstance(descale, Tensor):
-        if descale.numel() != 1 or not descale.is_floating_point() or descale.device != x.device:
+        if descale.numel() != 1 or not descale.is_floating_point() or descale.device not in (x.device, _CPU):
             raise ValueError(
                 "fp8_quantize: a tensor descale must be a 1-element floating tensor on x's device "
-                f"({x.device}); got {descale.numel()} element(s) of {descale.dtype} on {descale.device}"
+                f"({x.device}) or the CPU; got {descale.numel()} element(s) of {descale.dtype} "
+                f"on {descale.device}"
             )
         descale = descale.reshape(()).float()
         if not _can_read_device():
@@ -78,12 +85,10 @@ def _checked_descale(descale: float | Tensor, x: Tensor) -> float | Tensor:
             f"fp8_quantize: descale must be a float or a 1-element tensor, got {type(descale).__name__}"
         )
     else:
-        value = float(torch.tensor(float(descale), dtype=torch.float32))
-    if not (math.isfinite(value) and value > 0.0):
-        raise ValueError(
-            f"fp8_quantize: descale must be finite and > 0 as a float32, got {descale!r} (float32: {value})"
-        )
-    return descale if isinstance(descale, Tensor) else value
+        value = float(descale)
+    if not (_FLOAT32_ROUNDS_TO_ZERO < value < _FLOAT32_ROUNDS_TO_INF):  # NaN fails too
+        raise ValueError(f"fp8_quantize: descale must be finite and > 0 as a float32, got {value!r}")
+    return descale
 
 
 def fp8_quantize(
@@ -103,8 +108,9 @@ def fp8_quantize(
             (spreads outlier channels; rotate q and k with the same seed, never v).
         seed: the rotation's sign seed.
         descale: a fixed (calibrated) descale, finite and > 0 as a float32 (a float, or a 1-element
-            floating tensor on x's device, checked the same way): x8 = e4m3(x / descale) with no amax
-            pass, so the call can sit inside a CUDA graph; values beyond 448 * descale saturate.
+            floating tensor on x's device or the CPU, checked the same way): x8 = e4m3(x / descale)
+            with no amax pass, so the call can sit inside a CUDA graph; values beyond 448 * descale
+            saturate.
             None (default): the power-of-two descale of x's own amax.
         as_float: return the computed descale as a Python float, read on the host once here (a device
             sync, outside any graph), so that `flash_attn_func` passes it to the kernel by value and
@@ -116,7 +122,7 @@ def fp8_quantize(
 
     Returns:
         (x8, descale): x8 float8_e4m3fn of x's shape with x ≈ x8 * descale. descale is the given float
-        when `descale` is set (as the float32 value the division used, for a float); else
+        when `descale` is set; else
         max(2^ceil(log2(amax / 448)), 2^-126) (1 for an all-zero x), as a 0-dim float32
         tensor on x's device, or a Python float with as_float=True. Values are divided by descale
         (exact for a power of two) and rounded to nearest even, saturating at +-448.
