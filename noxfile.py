@@ -104,8 +104,9 @@ def _fingerprint(requirements: list[str], env: dict[str, str]) -> str:
     paths = [ROOT / r.split("[")[0] for r in requirements]  # 'packages/zyfa-torch[test]' -> its dir
     local = [p for p in paths if p.is_dir()]
     if any(p.name == "zyfa-core" for p in local):
-        # Its build compiles kernels/ with the toolchains found: nvcc appearing or going counts too.
-        local.append(ROOT / "kernels")
+        # Its build compiles kernels/ with the toolchains found (nvcc appearing or going counts too) and
+        # runs the gfx950 generator from zyfa-asmgen's sources.
+        local += [ROOT / "kernels", ROOT / "packages" / "zyfa-asmgen"]
         digest.update(f"nvcc={shutil.which('nvcc')}".encode())
     files = [p for p in paths if p.is_file()]  # e.g. -r docs/requirements.txt
     for f in files + _tree_files(local):
@@ -115,11 +116,16 @@ def _fingerprint(requirements: list[str], env: dict[str, str]) -> str:
 
 
 def install(
-    session: nox.Session, requirements: list[str], env: dict[str, str] | None = None, step: str = ""
+    session: nox.Session,
+    requirements: list[str],
+    env: dict[str, str] | None = None,
+    step: str = "",
+    show_output: bool = False,
 ) -> None:
     """pip-install `requirements` (pins and local package dirs) in one resolver run, unless the venv
     already holds exactly this request (same pins, same local files, same build environment).
-    A session that installs in several steps names each (`step`): each keeps its own stamp."""
+    A session that installs in several steps names each (`step`): each keeps its own stamp.
+    `show_output` prints pip's output as it comes (nox keeps an install quiet unless it fails)."""
     env = env or {}
     stamp = Path(session.virtualenv.location) / f".zyfa-install-stamp{'-' + step if step else ''}"
     fingerprint = _fingerprint(requirements, env)
@@ -128,7 +134,7 @@ def install(
         return
     stamp.unlink(missing_ok=True)
     # pip (>= 21.3, and the venv's is newer) rebuilds and reinstalls local directories every time.
-    session.install(*requirements, env=env)
+    session.install(*requirements, env=env, silent=not show_output)
     stamp.write_text(fingerprint)
 
 
@@ -151,10 +157,14 @@ def install_zyfa(session: nox.Session, packages: list[str], requirements: Iterab
 
     zyfa-torch builds its C++ hot path zyfa._C against the installed torch, so torch and the packages
     before it come first, and zyfa-torch (with zyfa-bench, which needs it) is built without isolation,
-    as flash-attn is."""
+    as flash-attn is. zyfa-core, whose build compiles the kernels (minutes on a first run), installs in a
+    step of its own with `pip -v` and its output shown: pip passes a build's output through only with
+    -v, and the kernel build prints which kernel it compiles and how many are left."""
     late = [r for r in packages if r.startswith(("packages/zyfa-torch", "packages/zyfa-bench"))]
-    early = [r for r in packages if r not in late]
-    install(session, [TORCH, *requirements, SETUPTOOLS, *early], env=kernel_build_env())
+    core = [r for r in packages if r.startswith("packages/zyfa-core")]
+    early = [r for r in packages if r not in late and r not in core]
+    install(session, [TORCH, *requirements, SETUPTOOLS, *early])
+    install(session, [TORCH, "-v", *core], env=kernel_build_env(), step="kernels", show_output=True)
     install(session, [TORCH, "--no-build-isolation", *late], step="torch-ext")
 
 

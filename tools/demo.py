@@ -178,21 +178,34 @@ def run_mode(
 
 
 def report(console: Console, target: Target, args: argparse.Namespace, rows: list[Row]) -> None:
-    """Print the table: one row per (head dims, mode)."""
+    """Print the table: one row per (head dims, mode); a TFLOP/s column only for GPU kernels (the CPU
+    reference's rate says nothing about a kernel)."""
     flops = 2 * args.batch * args.heads * args.seqlen**2 / 2  # causal: half the scores, x (d_qk + d_v)
     title = (
         f"ZYFA demo on {target.label}: batch {args.batch}, seqlen {args.seqlen}, "
         f"heads {args.heads}/{args.heads_kv} (GQA), causal"
     )
+    rate = target.arch is not None
     table = Table(title=title)
-    for col in ("mode", "d", "kernel", "time ms", "TFLOP/s", "err", "err (bf16 in)", "err vs ref", ""):
+    columns = (
+        "mode",
+        "d",
+        "kernel",
+        "time ms",
+        *(("TFLOP/s",) if rate else ()),
+        "err",
+        "err (bf16 in)",
+        "err vs ref",
+        "",
+    )
+    for col in columns:
         table.add_column(col, justify="right" if col in ("time ms", "TFLOP/s") else "left", no_wrap=True)
     for r in rows:
         d_qk, d_v = (int(x) for x in (r.dims.split("x") * 2)[:2])
-        tflops = flops * (d_qk + d_v) / (r.ms * 1e-3) / 1e12
+        tflops = (f"{flops * (d_qk + d_v) / (r.ms * 1e-3) / 1e12:.3f}",) if rate else ()
         verdict = "[green]ok[/green]" if r.ok else f"[red]over bound {r.bound:.0e}[/red]"
         errs = (f"{e:.2e}" if e is not None else "-" for e in (r.err_f64, r.err_orig, r.err_ref))
-        table.add_row(r.mode, r.dims, r.kernel, f"{r.ms:.2f}", f"{tflops:.3f}", *errs, verdict)
+        table.add_row(r.mode, r.dims, r.kernel, f"{r.ms:.2f}", *tflops, *errs, verdict)
     console.print(table)
     console.print(
         "err = ‖out − ref‖ / ‖ref‖, ref = float64 dense softmax on the inputs the call saw (dequantised "

@@ -29,7 +29,9 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +97,7 @@ ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
 KIND_SUFFIX = {"cuda": ".cubin", "hip": ".hsaco", "asmgen": ".hsaco"}
 
-# Hardware limits checked after a build (DESIGN.md "Verification without AMD hardware").
+# Hardware limits checked after a build (docs/architecture.md, "Verification without AMD hardware").
 GFX950_MAX_REGISTERS = 512  # unified VGPR + AGPR file per lane
 GFX950_MAX_LDS = 160 * 1024
 SM90_MAX_SMEM = 227 * 1024  # opt-in dynamic + static shared memory per block
@@ -462,6 +464,36 @@ def clean_outputs(out_dir: Path) -> None:
                 path.unlink()
 
 
+def progress(message: str) -> None:
+    """One line of build progress on stderr, flushed at once (pip -v and nox show it as it happens)."""
+    print(f"zyfa_kernel_build: {message}", file=sys.stderr, flush=True)
+
+
+def build_with_progress(
+    variants: list[dict[str, Any]], build: Callable[[dict[str, Any]], dict[str, Any]], jobs: int
+) -> list[dict[str, Any]]:
+    """`build` over `variants` on `jobs` threads, in order, saying which variant starts (i of N) and how
+    each ends, so a long build is never silent."""
+    total, lock = len(variants), threading.Lock()
+    counts = {"started": 0, "done": 0}
+    progress(f"compiling {total} code objects, {max(1, jobs)} at a time")
+
+    def step(v: dict[str, Any]) -> dict[str, Any]:
+        with lock:
+            counts["started"] += 1
+            progress(f"[{counts['started']}/{total}] {v['name']}")
+        start = time.monotonic()
+        meta = build(v)
+        with lock:
+            counts["done"] += 1
+            what = f"skipped ({meta['skipped']['reason']})" if "skipped" in meta else "built"
+            progress(f"{v['name']} {what} in {time.monotonic() - start:.0f} s; {total - counts['done']} left")
+        return meta
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(step, variants))
+
+
 def build_all(root: Path, out_dir: Path, jobs: int, arch: str | None, skip_all: str | None) -> dict[str, Any]:
     """Build every variant the present toolchains allow into `out_dir`; write out_dir/manifest.json."""
     variants = [v for v in load_variants(root) if arch is None or v["arch"] == arch]
@@ -474,8 +506,7 @@ def build_all(root: Path, out_dir: Path, jobs: int, arch: str | None, skip_all: 
         for kind in sorted({v["kind"] for v in variants}):  # find toolchains once, before threads
             with contextlib.suppress(ToolchainError):
                 cache.get(kind)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            metas = list(pool.map(lambda v: build_one(v, root, cache, out_dir), variants))
+        metas = build_with_progress(variants, lambda v: build_one(v, root, cache, out_dir), jobs)
     manifest = merge_manifest(metas, abi_version(root), out_dir)
     write_json(out_dir / "manifest.json", manifest)
     return manifest

@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # h200_run.sh — THE H200 run of ZYFA: install, GPU tests, throughput + accuracy + clocks, report.
 #
-# Usage (through the device tool; the repository root is the working directory there):
-#     bash tools/device/h200_run.sh
+# Usage, on a machine with an H200 (or another sm_90a GPU), from the repository root:
+#     OUT=/tmp/zyfa-out bash tools/device/h200_run.sh
 # with optional environment variables:
-#     ZYFA_TOTAL_S=510           wall-clock budget of the whole script in seconds (stages shrink to fit;
-#                                the device tool's per-command limit is 600 s)
+#     ZYFA_TOTAL_S=510           wall-clock budget of the whole script in seconds (stages shrink to fit)
 #     ZYFA_SEQLENS=16384,2048,4096,8192,32768   sweep order (16K first: the targets' seqlen)
 #     ZYFA_TOKENS=32768          tokens per call of the sweep (batch = tokens / seqlen)
 #     ZYFA_SHAPES=gqa128,mla192  head shapes of the sweep
 #     ZYFA_WORKLOADS=gaussian    input workloads of the sweep, one sweep each (the budget split evenly): the
 #                                first writes throughput.json, the others throughput-<workload>.json; the
 #                                report gives each workload its own tables and targets (kernel speed can depend
-#                                on the data: docs/benchmarks/index.md, sixteenth session)
+#                                on the data)
 #     ZYFA_ACC_SEQLEN=4096       seqlen of the accuracy problems (batch 1)
 #     ZYFA_CLOCKS_SEQLEN=16384   seqlen of the clocks runs
 #     ZYFA_CLOCKS_SHAPE=gqa128   head shape of the clocks runs
@@ -25,20 +24,11 @@
 #     ZYFA_PYTEST_ARGS=...       extra pytest args, e.g. "-m gpu" or "-k sm90"
 #     ZYFA_SKIP=tests,clocks     stages to skip (names as in the stage table)
 #
-# Wheels the image lacks (flash-attn-4, nvidia-cutlass-dsl, nvidia-cudnn-frontend, nvidia-cutlass,
-# ziglang, ...) travel with the call: put them in .whl/ (pip download ... -d .whl, see the device README)
-# and name ".whl" in the call's `carry`.  They are installed with --no-index --no-deps into
-# /tmp/zyfa-site, which goes on PYTHONPATH.  Archives too big for one 64 MiB carry (FA4 with
-# nvidia-cutlass-dsl is ~107 MB of wheels): split a prepared site-packages tree into parts
-# (tar -cJf .carry/site-partN.tar.xz ...), carry one part per call; each call unpacks the parts it finds
-# under .carry/ into /tmp/zyfa-site, which persists while the machine stays warm (30 s after a call).
-# Run it from the committed working tree with carry [".carry/fa4-site.tar.xz", ".whl"] (eleventh session:
-# 17 MB tracked + 48 MB carried fit the 64 MiB limit; a `git archive` snapshot carried beside the tree
-# no longer does). Twelfth session: the tracked tree reached 19 MB and the call was refused as too large.
-# The run reads none of docs/benchmarks/<date>/, so before the call
-#   python3 tools/device/travel.py size .carry/fa4-site.tar.xz .whl   (exit 1: over the limit)
-#   python3 tools/device/travel.py hold                                (the dated folders -> /tmp)
-# and after it `python3 tools/device/travel.py restore`.
+# Wheels the machine lacks (flash-attn-4, nvidia-cutlass-dsl, nvidia-cudnn-frontend, ziglang, ...) can be
+# put in .whl/ (pip download ... -d .whl) or, as prepared site-packages archives, under .carry/
+# (tools/device/make_peer_carry.sh builds FA4's); they are installed with --no-index --no-deps into
+# /tmp/zyfa-site, which goes on PYTHONPATH. docs/benchmarks/index.md says how a run's JSON becomes the
+# published results.
 #
 # Stages (each one's failure is reported and the next stages still run; each has a timeout):
 #     env         nvidia-smi, python/torch/CUDA versions, the relevant installed packages
@@ -54,10 +44,10 @@
 #                 every throughput row already carries a float64 check of its output, FA4's too)
 #     clocks      zyfa-bench clocks (model-like data by default), 16K d=128, 4 s per implementation -> $OUT/clocks.json
 #     report      $OUT/report.md, $OUT/throughput.png, $OUT/accuracy.png, then the short tables
-# Files back in $OUT (8, the device tool's limit): log.txt pytest.txt throughput.json accuracy.json
-# clocks.json report.md throughput.png accuracy.png, and throughput-<workload>.json per extra workload;
-# beyond 8 (with the caller's console copy), report.md and the figures travel as report.tar
-# (fit_out_files in stages.sh; `zyfa-bench report` makes them again from the JSON).
+# Files in $OUT: log.txt pytest.txt throughput.json accuracy.json clocks.json report.md throughput.png
+# accuracy.png, and throughput-<workload>.json per extra workload; beyond 8 files, report.md and the
+# figures are packed as report.tar (fit_out_files in stages.sh; `zyfa-bench report` makes them again
+# from the JSON).
 #
 # Expected runtime: ~6-8 min (install ~1-2 min with the nvcc build, tests ~1 min, sweep <= ~3 min
 # (capped by --time-budget), accuracy ~30 s, clocks ~20 s, report ~10 s); never more than ZYFA_TOTAL_S.
@@ -224,7 +214,7 @@ export -f zb result_files do_env do_wheels do_install do_tests do_throughput do_
 # device checkout's.
 log "h200_run.sh: budget ${TOTAL}s, OUT=$OUT, repo $(cat REVISION 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo '?')"
 # The tests need ~120 s after ~90 s of env + install and before what the later stages keep back
-# (150 s with all of them): a smaller budget cuts them without a verdict (sixth session, call 5: ZYFA_TOTAL_S=330 left them 88 s).
+# (150 s with all of them): a smaller budget cuts them without a verdict (ZYFA_TOTAL_S=330 left them 88 s).
 if [[ $SKIP != *",tests,"* ]] && ((TOTAL < 420)); then
     log "WARNING: ZYFA_TOTAL_S=$TOTAL leaves the GPU tests under ~120 s: they may be cut (use >= 420 or skip them)"
 fi
@@ -277,7 +267,7 @@ if [[ -s "$OUT/report.md" ]]; then
 fi
 echo
 stage_table
-# Last (the summary above reads report.md): the caller's console copy ($OUT/product_console.txt) and a second
-# workload's JSON make nine files (ten with the clocks stage).
+# Last (the summary above reads report.md): a console copy in $OUT and a second workload's JSON make nine
+# files (ten with the clocks stage).
 fit_out_files "$OUT" 8 report.tar report.md throughput.png accuracy.png
 log "total $(elapsed)s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"

@@ -3,8 +3,8 @@
 # machine with PyPI; the device has no network):
 #   .whl/nvidia_cudnn_frontend-1.16.0-*.whl   cuDNN BF16/FP8 SDPA through the cuDNN frontend (1.9 MB)
 #   .carry/fa4-site.tar.xz                    FlashAttention-4 with its CuTe DSL (46 MB, 206 MB unpacked)
-# tools/device/h200_run.sh installs the wheels and unpacks the archive into /tmp/zyfa-site; name ".whl" and
-# ".carry" in the device call's `carry` (64 MiB in all, with the repository).
+# tools/device/h200_run.sh installs the wheels and unpacks the archive into /tmp/zyfa-site; copy .whl/ and
+# .carry/ to the GPU machine beside the repository.
 #
 # Pins and why:
 #   flash-attn-4 4.0.0b19 + nvidia-cutlass-dsl 4.5.3 (libs-cu13) + quack-kernels 0.5.0: the newest FA4
@@ -13,7 +13,7 @@
 #   2026-12-01, with 4.0.0b36 + 4.8.1). nvidia-cutlass-dsl-libs-cu13 4.5.3 is self-contained (183 .py
 #   files + the cu13 libraries). quack-kernels 0.5.0 is the last release that accepts cutlass-dsl 4.5.x.
 #   FA4 has no FP8 path on sm90, so it is the BF16 peer only.
-# xz with the x86 branch filter: 46 MB against 68 MB for plain xz -9e (the archive must fit one carry).
+# xz with the x86 branch filter: 46 MB against 68 MB for plain xz -9e (the archive stays under 64 MiB).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)

@@ -1,4 +1,4 @@
-# site_path.sh — sourced by the device scripts (h200_run.sh, data_dependence.sh): the PYTHONPATH of the
+# site_path.sh — sourced by the device scripts (h200_run.sh): the PYTHONPATH of the
 # carried peer site in $SITE (default /tmp/zyfa-site, filled by h200_run.sh's wheels stage).
 SITE=${SITE:-/tmp/zyfa-site}
 # PYTHONPATH entries are no site dirs: their .pth files are not read.  Add the paths that the simple ones

@@ -1,6 +1,6 @@
-# stages.sh — sourced by the device scripts (h200_run.sh, data_dependence.sh): their budgeted stage runner.
+# stages.sh — sourced by the device scripts (h200_run.sh): their budgeted stage runner.
 #
-# A device call has one wall-clock limit, so a script's stages share a budget: each runs in a child bash
+# A run on a GPU machine has one wall-clock limit, so a script's stages share a budget: each runs in a child bash
 # under a timeout of min(its cap, time left - what the later stages keep back), its failure or timeout is
 # logged and the next stage still runs, and `stage_table` prints every stage's outcome at the end.
 # The sourcing script sets, before its first stage:
@@ -59,8 +59,8 @@ stage_table() {
     done
 }
 
-# fit_out_files DIR MAX TAR FILE...: the device tool brings back at most MAX (8) files from $OUT and drops
-# the rest. When more than MAX files lie under DIR (a second workload's JSON and the caller's console copy
+# fit_out_files DIR MAX TAR FILE...: for a machine whose results come back as at most MAX (8) files from
+# $OUT. When more than MAX files lie under DIR (a second workload's JSON and the caller's console copy
 # make nine in h200_run.sh), pack the named FILEs (those present) into DIR/TAR: the report and figures
 # are made from the JSON again by `zyfa-bench report`, the JSON and logs are not.
 fit_out_files() {
@@ -74,5 +74,5 @@ fit_out_files() {
         ((${#present[@]} < 2)) && return 0
     fi
     tar -C "$dir" -cf "$dir/$tarname" "${present[@]}" && (cd "$dir" && rm -f "${present[@]}")
-    log "$n files in $dir, the device tool returns $max: ${present[*]} packed into $tarname"
+    log "$n files in $dir, at most $max come back: ${present[*]} packed into $tarname"
 }

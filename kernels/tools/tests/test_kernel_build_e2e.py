@@ -331,3 +331,19 @@ def test_cuda_compile_names_the_v_prep_entry_and_refuses_its_spills(
     spill["bytes"] = 8
     with pytest.raises(kb.BuildError, match="_vprep: the V pre-pass entry spills registers"):
         kb.compile_variant(v, root, tc, tmp_path / "out2" / f"{v['name']}.cubin")
+
+
+def test_build_progress_names_each_variant_and_what_is_left(capsys):
+    """build-all is never silent: each variant's start (i of N) and end (built / skipped, how many left) go
+    to stderr as they happen, and the metas come back in the variants' order."""
+    variants = [{"name": f"k{i}"} for i in range(3)]
+
+    def build(v: dict) -> dict:
+        return {"skipped": {"name": v["name"], "reason": "no nvcc"}} if v["name"] == "k1" else {"kernel": v}
+
+    metas = kb.build_with_progress(variants, build, jobs=2)
+    assert [m.get("kernel", m.get("skipped"))["name"] for m in metas] == ["k0", "k1", "k2"]
+    err = capsys.readouterr().err
+    assert "compiling 3 code objects, 2 at a time" in err
+    assert all(f"[{i}/3] k" in err for i in (1, 2, 3))
+    assert "k1 skipped (no nvcc)" in err and "k0 built" in err and "; 0 left" in err

@@ -1,4 +1,4 @@
-"""The FLOP formula: DESIGN.md's causal convention, bottom-right alignment for seqlen_q != seqlen_k."""
+"""The FLOP formula: docs/architecture.md's causal convention; bottom-right aligned if Sq != Sk."""
 
 from __future__ import annotations
 

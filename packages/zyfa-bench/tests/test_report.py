@@ -1,4 +1,4 @@
-"""Reports from fixture JSON: tables, issue-5 targets, and the two PNG figures."""
+"""Reports from fixture JSON: tables, targets, and the two PNG figures."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def _relabelled(tmp_path: Path, workload: str, scale: float) -> Path:
 
 
 def test_each_workload_gets_its_own_tables_and_targets(tmp_path):
-    # Kernel speed can depend on the data (sixteenth session): rows of two workloads must not share a table.
+    # Kernel speed can depend on the data: rows of two workloads must not share a table.
     other = _relabelled(tmp_path, "model-like", 0.5)
     text, _, _ = build_report([DATA / "throughput_fixture.json", other])
     gauss = text.split("### gqa128, FP8")[1].split("###")[0]
@@ -77,7 +77,7 @@ def test_accuracy_medians_and_ranges():
 
 def test_accuracy_targets_and_rotation():
     text, _, _ = build_report([DATA / "accuracy_fixture.json"])
-    section = text.split("## Accuracy targets (issue 5)")[1]
+    section = text.split("## Accuracy targets")[1]
     # zyfa 0.0125 (median of 0.012, 0.013) vs cudnn 0.0335: 0.37x <= 0.5x
     line = next(
         ln for ln in section.splitlines() if ln.startswith("| gaussian gqa128 | zyfa-fp8-exact / cudnn-fp8")

@@ -1,7 +1,8 @@
-"""Shared fixtures of the simulator tests: the oracle folder and a cached HIP -> asm compiler."""
+"""Shared fixtures of the simulator tests: the oracle files and a cached HIP -> asm compiler."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import importlib.util
 import os
@@ -13,20 +14,34 @@ import pytest
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[3]
-ORACLES = Path(os.environ.get("ZYFA_ORACLES", REPO.parent / "shared" / "oracles"))
+# The independent oracle data (data/oracles/README.md gives its provenance); ZYFA_ORACLES may name another
+# copy of the same tree, plain or gzip-compressed.
+ORACLES = Path(os.environ.get("ZYFA_ORACLES", HERE / "data" / "oracles"))
 KERNELS = HERE / "kernels"
 
 
-def _oracle(rel: str) -> Path:
-    p = ORACLES / rel
-    if not p.exists():
-        pytest.skip(f"oracle {p} not available")
-    return p
+class OracleFile:
+    """One oracle file, stored as is or gzip-compressed (`NAME.gz`); read back as text."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read_text(self) -> str:
+        """The file's text (decompressed where it is stored as `.gz`)."""
+        data = self.path.read_bytes()
+        return (gzip.decompress(data) if self.path.suffix == ".gz" else data).decode()
+
+
+def _oracle(rel: str) -> OracleFile:
+    for p in (ORACLES / rel, ORACLES / f"{rel}.gz"):
+        if p.is_file():
+            return OracleFile(p)
+    pytest.fail(f"oracle file {rel} is missing from {ORACLES} (data/oracles/README.md lists its files)")
 
 
 @pytest.fixture(scope="session")
 def oracle():
-    """oracle(relative path) -> Path in ../shared/oracles; skips the test when it is absent."""
+    """oracle(relative path) -> OracleFile in data/oracles (a missing file fails the test)."""
     return _oracle
 
 

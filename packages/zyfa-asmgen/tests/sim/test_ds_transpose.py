@@ -188,7 +188,7 @@ def test_aiter_tr_load_f16_replay() -> None:
     res = run_snippet(body, vgpr={0: addrs[0], 1: addrs[1]}, lds_bytes=tile.nbytes, lds_init=tile)
     assert not res.report.findings
     got = np.ascontiguousarray(res.wave.v[2:6].T).view(np.uint16)  # (64 lanes, 8 halfwords)
-    # B layout of v_mfma_f32_32x32x16_bf16 (../shared/oracles/mfma_layouts): lane l, element e
+    # B layout of v_mfma_f32_32x32x16_bf16 (tests/sim/data/oracles/mfma_layouts): lane l, element e
     # holds B[k = 8*(l//32) + e][n = l%32].
     want = np.array([[tile[8 * (ln // 32) + e, ln % 32] for e in range(8)] for ln in range(64)])
     np.testing.assert_array_equal(got, want)

@@ -3,8 +3,10 @@
 Modules, one concept each: `spec` (a problem's shape), `flops` (THE FLOP formula), `timing` (THE timer),
 `workloads` (where q, k, v come from), `inputs` (the BF16/FP8 inputs all peers share), `peers` (one
 adapter per implementation), `accuracy` (float64 references and errors), `clocks` (GPU clock sampling),
-`throughput` (the sweep), `results` (the JSON schema), `report` (markdown and PNGs), `capture` (q, k, v
-from Hugging Face models), `cli` (the command line).
+`throughput` (the sweep), `ceilings` (the GEMM rates), `results` (the JSON schema), `tables` (targets and
+the table pieces every report shares), `headline` (a run's three headline tables), `report` (markdown and
+PNGs), `index` (the benchmark index page's generated blocks), `capture` (q, k, v from Hugging Face
+models), `cli` (the command line).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The GEMM ceilings of a run: the BF16 and FP8 GEMM rates the attention figures are compared with.
 
-Issue 5 asks for FP8 attention at >= 80% of "the FP8 GEMM rate measured in the same run". On a power-capped
+The FP8 target asks for attention at >= 80% of "the FP8 GEMM rate measured in the same run". On a power-capped
 card (an H200 at 700 W) that rate depends on how long the GEMM has been running: a few calls from a cool
 start run at the top clock (1980 MHz), while the sweep's attention rows, interleaved for minutes, run at
-the clock the power cap allows (1650-1900 MHz in the sixteenth session's sweep). So each GEMM is measured
+the clock the power cap allows (1650-1900 MHz in an H200 sweep). So each GEMM is measured
 twice: a burst (`repeats` calls after a short warm-up, what earlier runs reported) and sustained (timed
 over at least SUSTAINED_TIMED_S after `sustain_s` seconds of back-to-back calls). The sustained figure is
 `<dtype>_gemm_tflops`, the targets' denominator; the burst one stays in the JSON as

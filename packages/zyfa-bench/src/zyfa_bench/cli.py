@@ -314,12 +314,21 @@ def _report_parser(sub: Any) -> None:
     r = sub.add_parser(
         "report",
         help="markdown tables and PNG plots from result JSON files",
-        description="Writes OUT/report.md (throughput pivots, issue-5 targets, details, accuracy, "
+        description="Writes OUT/report.md (headline, throughput pivots, targets, details, accuracy, "
         "clocks), OUT/throughput.png (TFLOP/s vs seqlen per implementation) and OUT/accuracy.png (errors "
-        "per workload).",
+        "per workload). A folder argument stands for its result files (throughput.json, "
+        "throughput-*.json, accuracy*.json, clocks*.json). With --index, also writes the folder's "
+        "block of a benchmark index page (zyfa_bench.index).",
     )
-    r.add_argument("files", nargs="+", help="result JSON files written with --json")
-    r.add_argument("--out", default=".", help="output directory (default: %(default)s)")
+    r.add_argument("files", nargs="+", help="result JSON files written with --json, or a run folder")
+    r.add_argument(
+        "--out", default=None, help="output directory (default: the run folder when one is given, else .)"
+    )
+    r.add_argument(
+        "--index",
+        default=None,
+        help="index page (markdown) to write the run folder's block into; needs one folder argument",
+    )
     r.add_argument("--print", action="store_true", help="also print the summary tables")
     r.set_defaults(func=cmd_report)
 
@@ -626,13 +635,22 @@ def cmd_capture(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """zyfa-bench report."""
+    from zyfa_bench.index import expand_paths, update_index
     from zyfa_bench.report import summary_text, write_report
 
-    written = write_report(args.files, args.out)
+    folders = [Path(p) for p in args.files if Path(p).is_dir()]
+    single = folders[0] if len(folders) == 1 and len(args.files) == 1 else None
+    out = Path(args.out) if args.out is not None else (single or Path("."))
+    if args.index and (single is None or out.resolve() != single.resolve()):
+        raise ValueError("--index needs one run folder as the only input, with --out that folder or none")
+    files = expand_paths(args.files)
+    written = write_report(files, out)
+    if args.index:
+        written["index"] = update_index(args.index, single)
     for kind, path in written.items():
         print(f"{kind}: {path}")
     if args.print:
-        print(summary_text(args.files))
+        print(summary_text(files))
     return 0
 
 

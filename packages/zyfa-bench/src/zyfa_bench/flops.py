@@ -1,7 +1,8 @@
 """THE FLOP count of an attention forward: one formula, used by every throughput figure.
 
 Each visible (query, key) pair costs 2·d_qk FLOPs for q·k and 2·d_v for p·v.  Causal prefill halves the
-square (DESIGN.md, flash-attn's convention): FLOPs = 2·B·H·S²·(d_qk + d_v)/2 for seqlen_q == seqlen_k
+square (docs/architecture.md, flash-attn's convention): FLOPs = 2·B·H·S²·(d_qk + d_v)/2 for
+seqlen_q == seqlen_k
 (the diagonal's S/2 extra pairs are not counted, as FA2/FA3/cuDNN benchmarks do not count them).
 
 With seqlen_q != seqlen_k the mask is bottom-right aligned (query i sees key j iff j <= i + Sk - Sq),

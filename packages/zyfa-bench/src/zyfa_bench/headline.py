@@ -1,13 +1,11 @@
-"""A product run's headline: the three tables docs/benchmarks/index.md quotes under "Where things stand".
+"""A run's headline: the three tables a report opens with and the benchmark index shows.
 
 From one run's rows (every workload's sweep and the accuracy run):
 - TFLOP/s at the targets' seqlen, one line per (shape, workload), ZYFA's FP8 P modes in one column;
-- issue 5's targets with one column per workload and a verdict across them (a target met on Gaussian
-  inputs only says so);
+- the performance targets (zyfa_bench.tables.TARGETS) with one column per workload and a verdict across
+  them (a target met on Gaussian inputs only says so);
 - the FP8 kernels' own error (relative L2 vs float64 on the dequantised inputs, rotation off) per workload,
-  with its ratio to cuDNN FP8's (issue 5 asks for <= 0.5x).
-report.md opens with it, so the index can quote a run's tables as its JSON gives them, and
-tests/test_benchmark_docs.py checks that it does.
+  with its ratio to cuDNN FP8's (the target is <= 0.5x).
 """
 
 from __future__ import annotations
@@ -15,21 +13,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from zyfa_bench.report import (
-    _ok,
-    _spread,
-    _table,
-    _workload,
+from zyfa_bench.tables import (
+    md_table,
+    ok_rows,
     ratio_text,
+    spread,
     target_results,
+    workload_of,
     workloads,
     worst_seqlens,
 )
 
-__all__ = ["MARKER", "fp8_errors", "headline", "tables_of", "targets_by_workload", "tflops_table"]
-
-# The line the index puts before a headline's tables: test_benchmark_docs.py then checks them verbatim.
-MARKER = "<!-- zyfa-bench headline -->"
+__all__ = ["fp8_errors", "headline", "tables_of", "targets_by_workload", "tflops_table"]
 
 
 def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
@@ -45,12 +40,12 @@ def _columns(rows: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
 
 def tflops_table(rows: list[dict[str, Any]], seqlen: int) -> str:
     """TFLOP/s (rounded) at `seqlen`: a line per (shape, workload), a column per implementation group."""
-    ok = [r for r in _ok(rows) if r["seqlen_q"] == seqlen]
-    tflops = {(r["shape"], _workload(r), r["impl"]): r["tflops"] for r in ok}
+    ok = [r for r in ok_rows(rows) if r["seqlen_q"] == seqlen]
+    tflops = {(r["shape"], workload_of(r), r["impl"]): r["tflops"] for r in ok}
     cols = _columns(ok)
     body = []
     for wl in workloads(ok):
-        for shape in dict.fromkeys(r["shape"] for r in ok if _workload(r) == wl):
+        for shape in dict.fromkeys(r["shape"] for r in ok if workload_of(r) == wl):
             cells = [
                 " / ".join(
                     f"{tflops[(shape, wl, i)]:.0f}" if (shape, wl, i) in tflops else "–" for i in impls
@@ -58,7 +53,7 @@ def tflops_table(rows: list[dict[str, Any]], seqlen: int) -> str:
                 for _, impls in cols
             ]
             body.append([shape, wl, *cells])
-    return _table(["shape", "workload", *(title for title, _ in cols)], body)
+    return md_table(["shape", "workload", *(title for title, _ in cols)], body)
 
 
 def _verdict(met: dict[str, bool]) -> str:
@@ -73,7 +68,7 @@ def _verdict(met: dict[str, bool]) -> str:
 
 
 def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
-    """Issue 5's targets, one ratio column per workload (with the ZYFA variant behind it), then ZYFA
+    """The performance targets, one ratio column per workload (with the ZYFA variant behind it), then ZYFA
     against the best peer at its worst seqlen per shape and precision."""
     wls = workloads(rows) or ["gaussian"]
     cells: dict[tuple[str, int, str], dict[str, Any]] = {}
@@ -94,7 +89,7 @@ def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) ->
     for w in worst_seqlens(rows):
         worst.setdefault((w["shape"], w["precision"]), {})[w["workload"]] = w
     for (shape, prec), by_wl in worst.items():
-        seqlens = sorted({r["seqlen_q"] for r in _ok(rows) if r.get("shape") == shape})
+        seqlens = sorted({r["seqlen_q"] for r in ok_rows(rows) if r.get("shape") == shape})
         span = f"{seqlens[0]}-{seqlens[-1]}" if len(seqlens) > 1 else str(seqlens[0])
         at = {wl: f"{ratio_text(w['ratio'], 1.0)} at {w['seqlen']}" for wl, w in by_wl.items()}
         shown = [at.get(wl, "–") for wl in wls]
@@ -102,7 +97,7 @@ def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) ->
         body.append(
             [f"{shape} {prec.upper()} vs the best peer, worst seqlen", span, *shown, "≥ 1.00×", _verdict(met)]
         )
-    return _table(["target", "seqlen", *wls, "needed", ""], body)
+    return md_table(["target", "seqlen", *wls, "needed", ""], body)
 
 
 def _sci(x: float) -> str:
@@ -116,15 +111,15 @@ def fp8_errors(rows: list[dict[str, Any]]) -> str:
     per workload, and its ratio to cuDNN FP8's."""
     med: dict[tuple[str, str, str], float] = {}
     groups: dict[tuple[str, str, str], list[float]] = {}
-    for r in _ok(rows):
+    for r in ok_rows(rows):
         if (
             r.get("precision") == "fp8"
             and not r.get("rotate")
             and r["impl"] != "exact-attention-on-fp8-inputs"
         ):
-            groups.setdefault((r["shape"], _workload(r), r["impl"]), []).append(r.get("rel_l2_vs_dequant"))
+            groups.setdefault((r["shape"], workload_of(r), r["impl"]), []).append(r.get("rel_l2_vs_dequant"))
     for key, vals in groups.items():
-        if (sp := _spread(vals)) is not None:
+        if (sp := spread(vals)) is not None:
             med[key] = sp[0]
     wls = workloads(rows)
     impls = list(dict.fromkeys(k[2] for k in med))
@@ -139,7 +134,7 @@ def fp8_errors(rows: list[dict[str, Any]]) -> str:
                 line.append(f"{err / ref:.2f}×" if err is not None and ref and impl != "cudnn-fp8" else "–")
             body.append(line)
     header = ["shape", "impl"] + [h for wl in wls for h in (f"{wl} rel L2", f"{wl} / cudnn-fp8")]
-    return _table(header, body)
+    return md_table(header, body)
 
 
 def _ceiling(ceilings: dict[str, Any], name: str) -> str:
@@ -165,20 +160,20 @@ def headline(rows: dict[str, list[dict[str, Any]]], ceilings: dict[str, Any], se
     thr, acc = rows.get("throughput") or [], rows.get("accuracy") or []
     if thr:
         gemm = "; ".join(filter(None, (_ceiling(ceilings, "BF16"), _ceiling(ceilings, "FP8"))))
-        if any(r["seqlen_q"] == seqlen for r in _ok(thr)):
+        if any(r["seqlen_q"] == seqlen for r in ok_rows(thr)):
             caption = (
                 f"TFLOP/s at seqlen {seqlen} (causal FLOPs; GEMM ceilings in the run: {gemm or 'none'}):"
             )
             parts += [caption, tflops_table(thr, seqlen)]
         else:
             parts.append(f"No throughput row at seqlen {seqlen}, the targets' seqlen.")
-        parts.append("Issue 5's targets per workload (the ZYFA variant behind each ratio in brackets):")
+        parts.append("Targets per workload (the ZYFA variant behind each ratio in brackets):")
         parts.append(targets_by_workload(thr, ceilings))
     if acc:
-        seqlens = sorted({r["seqlen_q"] for r in _ok(acc)})
+        seqlens = sorted({r["seqlen_q"] for r in ok_rows(acc)})
         parts.append(
             f"FP8 error at seqlen {', '.join(map(str, seqlens))}: relative L2 vs float64 on the dequantised "
-            "inputs, rotation off, median over seeds; issue 5 asks for <= 0.50x cuDNN FP8's:"
+            "inputs, rotation off, median over seeds; the target is <= 0.50x cuDNN FP8's:"
         )
         parts.append(fp8_errors(acc))
     return "\n\n".join(parts)

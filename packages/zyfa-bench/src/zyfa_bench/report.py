@@ -1,102 +1,62 @@
 """Reports from result files: a markdown document and at most two PNG figures.
 
+- headline: the three tables of zyfa_bench.headline (what the benchmark index shows);
 - throughput: one table per (shape, workload, precision) with seqlen down and implementations across
   (TFLOP/s), ZYFA's ratio to the best peer of the same precision, and a detail table (ms, TFLOP/s per GHz,
   clock, host overhead, check error, status); the figure `throughput.png` plots TFLOP/s against seqlen,
   one line per implementation, one panel per (shape, workload, precision). Gaussian rows are named by
-  their shape alone, rows of any other workload by "shape workload" (kernel speed can depend on the data:
-  docs/benchmarks/index.md, sixteenth session);
+  their shape alone, rows of any other workload by "shape workload" (kernel speed can depend on the data);
 - accuracy: relative L2 errors per workload and implementation (median over seeds and problems, min–max
   in brackets), against the dequantised inputs and against the BF16 inputs; the figure `accuracy.png`
   shows them as bars with min–max error bars, one group per workload;
-- issue-5 targets evaluated from whatever rows are present (a target without data says so), once per
-  workload (the non-Gaussian ones named in the target);
+- the performance targets (zyfa_bench.tables.TARGETS) evaluated from whatever rows are present (a target
+  without data says so), once per workload (the non-Gaussian ones named in the target);
 - clocks: the summary of each `zyfa-bench clocks` run.
 matplotlib is imported only when figures are drawn (Agg backend, no display needed).
 """
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from zyfa_bench.headline import headline
 from zyfa_bench.results import load_results
+from zyfa_bench.tables import (
+    TARGETS,
+    fmt,
+    impl_order,
+    md_table,
+    ok_rows,
+    panel,
+    ratio_text,
+    spread,
+    target_results,
+    workload_of,
+    worst_seqlens,
+)
 
-__all__ = ["TARGETS", "build_report", "summary_text", "write_report"]
-
-# (description, shape, precision, seqlen, numerator, denominator, threshold); numerator/denominator are an
-# implementation name, "zyfa-best" (fastest ZYFA variant of that precision), "zyfa-bf16", or a ceiling key.
-TARGETS: list[tuple[str, str, str, int, str, str, float]] = [
-    ("FP8 d128 GQA vs cuDNN FP8 (FP8 out)", "gqa128", "fp8", 16384, "zyfa-best", "cudnn-fp8", 1.15),
-    ("FP8 d128 GQA vs FP8 GEMM ceiling", "gqa128", "fp8", 16384, "zyfa-best", "fp8_gemm_tflops", 0.80),
-    ("BF16 d128 GQA vs FlashAttention-4", "gqa128", "bf16", 16384, "zyfa-best", "fa4-bf16", 1.05),
-    ("FP8 192/128 vs cuDNN FP8 (FP8 out)", "mla192", "fp8", 16384, "zyfa-best", "cudnn-fp8", 1.30),
-    ("BF16 192/128 vs FlashAttention-4", "mla192", "bf16", 16384, "zyfa-best", "fa4-bf16", 1.05),
-    ("ZYFA FP8 / ZYFA BF16, d128 GQA", "gqa128", "fp8", 16384, "zyfa-best", "zyfa-bf16", 1.60),
-    ("ZYFA FP8 / ZYFA BF16, 192/128", "mla192", "fp8", 16384, "zyfa-best", "zyfa-bf16", 1.60),
+__all__ = [
+    "TARGETS",
+    "build_report",
+    "report_markdown",
+    "summary_text",
+    "target_results",
+    "write_report",
 ]
-
-
-def _ok(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("status") == "ok"]
-
-
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "–"
-    if isinstance(x, str):
-        return x
-    if isinstance(x, float):
-        if math.isnan(x):
-            return "nan"
-        if x != 0 and (abs(x) < 1e-2 or abs(x) >= 1e5):
-            return f"{x:.2e}"
-        return f"{x:.{digits}g}" if abs(x) < 1 else f"{x:.1f}"
-    return str(x)
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _workload(r: dict[str, Any]) -> str:
-    return r.get("workload") or "gaussian"
-
-
-def workloads(rows: list[dict[str, Any]]) -> list[str]:
-    """The workloads of `rows`, Gaussian first, then by name."""
-    return sorted({_workload(r) for r in rows}, key=lambda w: (w != "gaussian", w))
-
-
-def _panel(r: dict[str, Any]) -> str:
-    """A throughput row's shape, with its workload when that is not the Gaussian default."""
-    shape = r.get("shape", r.get("label", "?"))
-    return shape if _workload(r) == "gaussian" else f"{shape} {_workload(r)}"
-
-
-def _impl_order(rows: list[dict[str, Any]]) -> list[str]:
-    seen: list[str] = []
-    for r in rows:
-        if r["impl"] not in seen:
-            seen.append(r["impl"])
-    return seen
 
 
 # ---------------------------------------------------------------- throughput
 def throughput_tables(rows: list[dict[str, Any]]) -> str:
     """Pivot tables (TFLOP/s) per (shape, workload, precision) with ZYFA's ratio to the best peer."""
-    ok = _ok(rows)
+    ok = ok_rows(rows)
     blocks = []
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in ok:
-        groups[(_panel(r), r["precision"])].append(r)
+        groups[(panel(r), r["precision"])].append(r)
     for (shape, precision), grp in sorted(groups.items()):
-        impls = _impl_order(grp)
+        impls = impl_order(grp)
         zyfa = [i for i in impls if i.startswith("zyfa")]
         peers = [i for i in impls if not i.startswith("zyfa")]
         by = {(r["seqlen_q"], r["impl"]): r for r in grp}
@@ -114,7 +74,7 @@ def throughput_tables(rows: list[dict[str, Any]]) -> str:
         notes = {r["impl"]: r.get("note") for r in grp if r.get("note")}
         foot = "".join(f"\n\n- {impl}: {note}" for impl, note in notes.items())
         blocks.append(
-            f"### {shape}, {precision.upper()} — TFLOP/s (causal FLOPs)\n\n" + _table(header, body) + foot
+            f"### {shape}, {precision.upper()} — TFLOP/s (causal FLOPs)\n\n" + md_table(header, body) + foot
         )
     return "\n\n".join(blocks)
 
@@ -141,7 +101,7 @@ def throughput_details(rows: list[dict[str, Any]]) -> str:
         body.append(
             [
                 r["impl"],
-                r.get("label") if _workload(r) == "gaussian" else f"{r.get('label')} {_workload(r)}",
+                r.get("label") if workload_of(r) == "gaussian" else f"{r.get('label')} {workload_of(r)}",
                 r.get("ms"),
                 r.get("tflops"),
                 r.get("tflops_per_ghz"),
@@ -152,88 +112,11 @@ def throughput_details(rows: list[dict[str, Any]]) -> str:
                 status,
             ]
         )
-    return _table(header, body)
-
-
-def _value(
-    rows: list[dict[str, Any]], ceil: dict[str, Any], shape: str, prec: str, s: int, key: str
-) -> tuple[Any, str]:
-    """(TFLOP/s, the implementation measured) for a target's side; "zyfa-best" names the ZYFA variant
-    it took, so a reader sees which P mode a figure belongs to."""
-    if key.endswith("_tflops"):
-        return ceil.get(key), key
-    pool = [r for r in _ok(rows) if r.get("shape") == shape and r.get("seqlen_q") == s]
-    if key == "zyfa-best":
-        pool = [r for r in pool if r["impl"].startswith("zyfa") and r["precision"] == prec]
-        best = max(pool, key=lambda r: r["tflops"], default=None)
-        return (best["tflops"], best["impl"]) if best else (None, key)
-    return next((r["tflops"] for r in pool if r["impl"] == key), None), key
-
-
-def target_results(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each of TARGETS once per workload present (Gaussian first): {"workload", "target", "seqlen", "need",
-    "ratio" (None without data on either side), "impl" (the ZYFA variant a "zyfa-best" side took)}."""
-    out = []
-    for wl in workloads(rows) or ["gaussian"]:
-        sub = [r for r in rows if _workload(r) == wl]
-        for desc, shape, prec, s, num, den, need in TARGETS:
-            (a, a_impl), (b, _) = (
-                _value(sub, ceilings, shape, prec, s, num),
-                _value(sub, ceilings, shape, prec, s, den),
-            )
-            ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0
-            out.append(
-                {
-                    "workload": wl,
-                    "target": desc,
-                    "seqlen": s,
-                    "need": need,
-                    "ratio": a / b if ok else None,
-                    "impl": a_impl if num == "zyfa-best" else None,
-                }
-            )
-    return out
-
-
-def worst_seqlens(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (shape, workload, precision): the seqlen where ZYFA's best variant stands lowest against the best
-    peer, {"shape", "workload", "precision", "seqlen", "ratio"}, ordered by (shape [workload], precision)."""
-    out = []
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in _ok(rows):
-        groups[(r.get("shape", r.get("label", "?")), _workload(r), r["precision"])].append(r)
-    for (shape, wl, prec), grp in groups.items():
-        worst = None
-        for s in sorted({r["seqlen_q"] for r in grp}):
-            z = max(
-                (r["tflops"] for r in grp if r["seqlen_q"] == s and r["impl"].startswith("zyfa")),
-                default=None,
-            )
-            p = max(
-                (r["tflops"] for r in grp if r["seqlen_q"] == s and not r["impl"].startswith("zyfa")),
-                default=None,
-            )
-            if z and p and (worst is None or z / p < worst[1]):
-                worst = (s, z / p)
-        if worst:
-            out.append(
-                {"shape": shape, "workload": wl, "precision": prec, "seqlen": worst[0], "ratio": worst[1]}
-            )
-    return sorted(out, key=lambda t: (_panel(t), t["precision"]))
-
-
-def ratio_text(ratio: float, need: float) -> str:
-    """A measured ratio against a target: two decimals ("1.21×"), more where fewer would round it onto the
-    other side of `need` (1.0466 against 1.05 reads "1.047×", not a "1.05×" that looks met)."""
-    for digits in (2, 3, 4):
-        text = f"{ratio:.{digits}f}"
-        if (float(text) >= need) == (ratio >= need):
-            break
-    return text + "×"
+    return md_table(header, body)
 
 
 def targets_table(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
-    """Issue-5 targets with measured ratios (and 'no data' where a side is missing), once per workload
+    """The performance targets with measured ratios (and 'no data' where a side is missing), once per workload
     (Gaussian first; the others name their workload in the target)."""
     body = []
     results = target_results(rows, ceilings)
@@ -248,9 +131,9 @@ def targets_table(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
             body.append([name, t["seqlen"], "no data", need, "–"])
     for w in worst_seqlens(rows):
         verdict = "met" if w["ratio"] >= 1.0 else "MISSED"
-        name = f"{_panel(w)} {w['precision']}: ZYFA vs best peer, worst seqlen"
+        name = f"{panel(w)} {w['precision']}: ZYFA vs best peer, worst seqlen"
         body.append([name, w["seqlen"], ratio_text(w["ratio"], 1.0), "≥ 1.00×", verdict])
-    return _table(["target", "seqlen", "measured", "needed", ""], body)
+    return md_table(["target", "seqlen", "measured", "needed", ""], body)
 
 
 # ---------------------------------------------------------------- accuracy
@@ -263,16 +146,9 @@ def _problem(r: dict[str, Any]) -> str:
 def _acc_groups(rows: list[dict[str, Any]]) -> dict[tuple[str, str, Any], list[dict[str, Any]]]:
     """Rows by (workload + shape, impl, rotate); several seeds (or captured layers) share a group."""
     groups: dict[tuple[str, str, Any], list[dict[str, Any]]] = defaultdict(list)
-    for r in _ok(rows):
+    for r in ok_rows(rows):
         groups[(_problem(r), r["impl"], r.get("rotate"))].append(r)
     return groups
-
-
-def _spread(vals: list[float]) -> tuple[float, float, float] | None:
-    vals = [v for v in vals if isinstance(v, (int, float)) and not math.isnan(v)]
-    if not vals:
-        return None
-    return statistics.median(vals), min(vals), max(vals)
 
 
 def accuracy_tables(rows: list[dict[str, Any]]) -> str:
@@ -291,26 +167,27 @@ def accuracy_tables(rows: list[dict[str, Any]]) -> str:
     for (wl, impl, rot), grp in groups.items():
         cells = []
         for key in ("rel_l2_vs_dequant", "rel_l2_vs_bf16", "max_abs_vs_bf16"):
-            sp = _spread([r.get(key) for r in grp])
-            cells.append(None if sp is None else f"{_fmt(sp[0])} ({_fmt(sp[1])}–{_fmt(sp[2])})")
+            sp = spread([r.get(key) for r in grp])
+            cells.append(None if sp is None else f"{fmt(sp[0])} ({fmt(sp[1])}–{fmt(sp[2])})")
         body.append([wl, impl, "–" if rot is None else ("on" if rot else "off"), *cells, len(grp)])
     failed: dict[tuple[str, str, str], int] = defaultdict(int)
     for r in rows:
         if r.get("status") != "ok":
             failed[(r["impl"], r["status"], str(r.get("reason", ""))[:150])] += 1
-    text = _table(header, body)
+    text = md_table(header, body)
     if failed:
-        text += "\n\nNot measured:\n\n" + _table(
+        text += "\n\nNot measured:\n\n" + md_table(
             ["impl", "status", "reason", "rows"], [[*k, n] for k, n in failed.items()]
         )
     return text
 
 
 def accuracy_targets(rows: list[dict[str, Any]]) -> str:
-    """Issue 5: ZYFA FP8's own error <= 0.5x cuDNN FP8's; and what the Q/K rotation recovers vs BF16 truth."""
+    """The accuracy target (ZYFA FP8's own error <= 0.5x cuDNN FP8's), and what the Q/K rotation recovers
+    against the BF16 truth."""
     groups = _acc_groups(rows)
-    med = {k: _spread([r.get("rel_l2_vs_dequant") for r in g]) for k, g in groups.items()}
-    truth = {k: _spread([r.get("rel_l2_vs_bf16") for r in g]) for k, g in groups.items()}
+    med = {k: spread([r.get("rel_l2_vs_dequant") for r in g]) for k, g in groups.items()}
+    truth = {k: spread([r.get("rel_l2_vs_bf16") for r in g]) for k, g in groups.items()}
     problems = list(dict.fromkeys(k[0] for k in groups))
     zyfa_fp8 = sorted({k[1] for k in groups if k[1].startswith("zyfa-fp8")})
     body = []
@@ -337,9 +214,9 @@ def accuracy_targets(rows: list[dict[str, Any]]) -> str:
             off, on = truth.get((prob, impl, False)), truth.get((prob, impl, True))
             if off and on:
                 rot.append([prob, impl, off[0], on[0], f"{off[0] / on[0]:.2f}×" if on[0] > 0 else "–"])
-    text = _table(["workload, shape", "target", "measured", "needed", ""], body) if body else ""
+    text = md_table(["workload, shape", "target", "measured", "needed", ""], body) if body else ""
     if rot:
-        text += "\n\nQ/K rotation, rel L2 vs the BF16 truth:\n\n" + _table(
+        text += "\n\nQ/K rotation, rel L2 vs the BF16 truth:\n\n" + md_table(
             ["workload, shape", "impl", "rotation off", "rotation on", "off / on"], rot
         )
     return text
@@ -357,8 +234,8 @@ def _pyplot() -> Any:
 
 def plot_throughput(rows: list[dict[str, Any]], path: Path) -> Path | None:
     """TFLOP/s vs seqlen, one line per implementation, a panel per (shape, workload, precision), two a row."""
-    ok = _ok(rows)
-    panels = sorted({(_panel(r), r["precision"]) for r in ok})
+    ok = ok_rows(rows)
+    panels = sorted({(panel(r), r["precision"]) for r in ok})
     if not panels:
         return None
     plt = _pyplot()
@@ -368,8 +245,8 @@ def plot_throughput(rows: list[dict[str, Any]], path: Path) -> Path | None:
     for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax, (shape, prec) in zip(axes.flat, panels, strict=False):
-        grp = [r for r in ok if _panel(r) == shape and r["precision"] == prec]
-        for impl in _impl_order(grp):
+        grp = [r for r in ok if panel(r) == shape and r["precision"] == prec]
+        for impl in impl_order(grp):
             pts = sorted((r["seqlen_q"], r["tflops"]) for r in grp if r["impl"] == impl)
             style = "-o" if impl.startswith("zyfa") else "--s"
             ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=impl, markersize=4)
@@ -404,7 +281,7 @@ def plot_accuracy(rows: list[dict[str, Any]], path: Path) -> Path | None:
         for j, (impl, rot) in enumerate(series):
             xs, ys, lo, hi = [], [], [], []
             for i, wl in enumerate(workloads):
-                sp = _spread([r.get(key) for r in groups.get((wl, impl, rot), [])])
+                sp = spread([r.get(key) for r in groups.get((wl, impl, rot), [])])
                 if sp is None or sp[0] <= 0:
                     continue  # zero (the floor vs itself) cannot sit on a log axis
                 xs.append(i + j * width)
@@ -443,7 +320,7 @@ def _header(doc: dict[str, Any]) -> str:
         if v.get(k)
     )
     return (
-        f"- `{doc['kind']}` run {doc.get('created')}: `{' '.join(doc.get('command', []))}`\n"
+        f"- `{doc['kind']}` measured {doc.get('created')}: `{' '.join(doc.get('command', []))}`\n"
         f"- device: {dev.get('name')} ({dev.get('backend')}, driver {dev.get('driver')})\n"
         f"- versions: {keep}"
     )
@@ -452,8 +329,6 @@ def _header(doc: dict[str, Any]) -> str:
 def build_report(paths: list[str | Path]) -> tuple[str, dict[str, list[dict[str, Any]]], dict[str, Any]]:
     """(markdown, rows by kind, merged ceilings) for the result files `paths`; where several files give a
     GEMM ceiling, the first one's."""
-    from zyfa_bench.headline import headline  # it builds on this module's targets
-
     docs = [load_results(p) for p in paths]
     rows: dict[str, list[dict[str, Any]]] = defaultdict(list)
     ceilings: dict[str, Any] = {}
@@ -463,18 +338,18 @@ def build_report(paths: list[str | Path]) -> tuple[str, dict[str, list[dict[str,
             ceilings.setdefault(key, value)  # the first file's (h200_run.sh measures them once, first)
     parts = ["# zyfa-bench report", "\n".join(_header(d) for d in docs)]
     if rows["throughput"] or rows["accuracy"]:
-        parts += ["## Headline (what docs/benchmarks/index.md quotes)", headline(rows, ceilings)]
+        parts += ["## Headline", headline(rows, ceilings)]
     if rows["throughput"]:
         parts += ["## Throughput", throughput_tables(rows["throughput"])]
         if ceilings:
             parts.append(
-                "GEMM ceilings in the same run: " + ", ".join(f"{k} {_fmt(v)}" for k, v in ceilings.items())
+                "GEMM ceilings in the same run: " + ", ".join(f"{k} {fmt(v)}" for k, v in ceilings.items())
             )
-        parts += ["## Targets (issue 5)", targets_table(rows["throughput"], ceilings)]
+        parts += ["## Targets", targets_table(rows["throughput"], ceilings)]
         parts += ["## Throughput details", throughput_details(rows["throughput"])]
     if rows["accuracy"]:
         parts += ["## Accuracy", accuracy_tables(rows["accuracy"])]
-        parts += ["## Accuracy targets (issue 5)", accuracy_targets(rows["accuracy"]) or "no FP8 rows"]
+        parts += ["## Accuracy targets", accuracy_targets(rows["accuracy"]) or "no FP8 rows"]
     if rows["clocks"]:
         parts += ["## Clocks", clocks_table(rows["clocks"])]
     return "\n\n".join(parts) + "\n", rows, ceilings
@@ -499,8 +374,8 @@ def clocks_table(rows: list[dict[str, Any]]) -> str:
         elif not c.get("samples"):
             clock = f"no samples ({c.get('error') or c.get('source')})"
         else:
-            clock = f"{_fmt(c.get('sm_mhz_mean'))} ({_fmt(c.get('sm_mhz_min'))}–{_fmt(c.get('sm_mhz_max'))})"
-        power = f"{_fmt(c.get('power_w_mean'))}/{_fmt(c.get('power_w_max'))}" if c.get("samples") else None
+            clock = f"{fmt(c.get('sm_mhz_mean'))} ({fmt(c.get('sm_mhz_min'))}–{fmt(c.get('sm_mhz_max'))})"
+        power = f"{fmt(c.get('power_w_mean'))}/{fmt(c.get('power_w_max'))}" if c.get("samples") else None
         body.append(
             [
                 r.get("impl"),
@@ -512,30 +387,37 @@ def clocks_table(rows: list[dict[str, Any]]) -> str:
                 r.get("tflops_per_ghz"),
             ]
         )
-    return _table(header, body)
+    return md_table(header, body)
+
+
+def _figures(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The figures a report of `rows` has: one per kind with measured rows, as plot_* draw them."""
+    return [kind for kind in ("throughput", "accuracy") if ok_rows(rows[kind])]
+
+
+def report_markdown(paths: list[str | Path]) -> str:
+    """report.md's text for the result files `paths`: build_report's markdown, then its figures."""
+    text, rows, _ = build_report(paths)
+    figures = [f"![{kind}]({kind}.png)" for kind in _figures(rows)]
+    return text + ("\n" + "\n\n".join(figures) + "\n" if figures else "")
 
 
 def write_report(paths: list[str | Path], out_dir: str | Path) -> dict[str, Path]:
     """Write report.md, throughput.png and accuracy.png (those with data) into out_dir."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    text, rows, _ = build_report(paths)
+    _, rows, _ = build_report(paths)
     written = {"markdown": out / "report.md"}
-    figures = []
-    if (p := plot_throughput(rows["throughput"], out / "throughput.png")) is not None:
-        written["throughput_png"] = p
-        figures.append("![throughput](throughput.png)")
-    if (p := plot_accuracy(rows["accuracy"], out / "accuracy.png")) is not None:
-        written["accuracy_png"] = p
-        figures.append("![accuracy](accuracy.png)")
-    written["markdown"].write_text(text + ("\n" + "\n\n".join(figures) + "\n" if figures else ""))
+    plots = {"throughput": plot_throughput, "accuracy": plot_accuracy}
+    for kind in _figures(rows):
+        if (p := plots[kind](rows[kind], out / f"{kind}.png")) is not None:
+            written[f"{kind}_png"] = p
+    written["markdown"].write_text(report_markdown(paths))
     return written
 
 
 def summary_text(paths: list[str | Path]) -> str:
     """The short console summary: throughput pivots, targets, accuracy (no detail table)."""
-    from zyfa_bench.headline import headline
-
     _, rows, ceilings = build_report(paths)
     parts = []
     if rows["throughput"]:

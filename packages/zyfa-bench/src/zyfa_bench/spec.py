@@ -52,7 +52,7 @@ class Spec:
         return asdict(self)
 
 
-# name -> (heads_q, heads_kv, d_qk, d_v).  The two shapes of issue 5: Mistral/Llama-style GQA at d=128
+# name -> (heads_q, heads_kv, d_qk, d_v).  The two shapes of the targets: Mistral/Llama-style GQA at d=128
 # and DeepSeek-style MLA prefill (d_qk 192 = 128 nope + 64 rope, d_v 128) with 16 heads.
 PRESETS: dict[str, tuple[int, int, int, int]] = {
     "gqa128": (32, 8, 128, 128),

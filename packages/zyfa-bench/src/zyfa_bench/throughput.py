@@ -15,7 +15,7 @@ is known; the sweep goes on.  With rounds = 1 each implementation is prepared, t
 repeats), checked and measured in turn, before the next one is prepared.
 
 The BF16 and FP8 GEMM rates the attention figures are compared with come from `zyfa_bench.ceilings`, in the
-same run (issue 5: "≥ 80% of the FP8 GEMM rate measured in the same run").
+same run (the target: "≥ 80% of the FP8 GEMM rate measured in the same run").
 """
 
 from __future__ import annotations

@@ -56,9 +56,9 @@ prefers them when p_mode is None, on an arch without its own entry in `P_MODE_PR
 P_MODE_PREFERENCE: Mapping[str, tuple[str, ...]] = MappingProxyType({"sm90a": ("lean", "exact", "f16")})
 """Per-arch order of `select`'s preference when p_mode is None. sm90a prefers lean P because the H200
 measured it faster than exact P at every seqlen (2K-32K), on both shapes and on Gaussian and model-like
-inputs (1.10-1.40x), and faster and more accurate than cuDNN FP8, the peer a user would otherwise run:
-docs/benchmarks/2026-12-04/session16_call2 and session16_call4, with the decision in docs/benchmarks/index.md
-("The sm90a FP8 default"). Exact P stays the choice for the smallest error (p_mode="exact")."""
+inputs (1.10-1.40x), and faster and more accurate than cuDNN FP8, the peer a user would otherwise run
+(docs/benchmarks/index.md; kernels/sm90/NOTES.md, "FP8 modes"). Exact P stays the choice for the smallest
+error (p_mode="exact")."""
 GRID_MODES = ("tiles", "persistent")
 """Launch grids (`zyfa_core.launch_grid`): "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch);
 "persistent" = (min(SMs, work items), 1, 1), the kernel walking its items. A row without "grid" (a

@@ -16,13 +16,15 @@ an H200, once the host is faster than that.) Each layer is timed on its own, fro
     _forward             the Python op body (the Python path's; timed on either path for comparison)
     zyfa_core.launch     zyfa_core's Python argument checks + the driver launch, with ready-made arguments
 
-Issue 6 sets 15 µs per call as the point above which the hot path should move into C++: it now lives in
-zyfa._C (`pip install --no-build-isolation packages/zyfa-torch`); `hot_path()` and the printed table say
-which path is active, and ZYFA_NO_CPP=1 measures the Python one for comparison.
+Above about 15 µs per call the host, not the kernel, would pace short prefill calls, so the hot path
+lives in C++, zyfa._C (`pip install --no-build-isolation packages/zyfa-torch`); `hot_path()` and the
+printed table say which path is active, and ZYFA_NO_CPP=1 measures the Python one for comparison.
+Without a GPU, `python -m zyfa.overhead` says so and exits with status 2.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 
@@ -135,7 +137,15 @@ def _launch_only(
 
 
 def main() -> None:
-    """Print the hot path, then the table for BF16 and FP8 on the current GPU."""
+    """Print the hot path, then the table for BF16 and FP8 on the current GPU; without one, say so and
+    exit with status 2."""
+    if not torch.cuda.is_available():
+        print(
+            "zyfa.overhead times the GPU call path and needs a CUDA or ROCm GPU; torch sees none here "
+            f"(torch {torch.__version__}). CPU tensors run zyfa's reference, which has no launch to time.",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     print(f"hot path: {hot_path()}")
     for fp8 in (False, True):
         us = host_overhead(fp8=fp8)

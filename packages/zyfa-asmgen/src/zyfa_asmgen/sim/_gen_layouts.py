@@ -1,15 +1,17 @@
 """Regenerate sim/data/mfma_layouts.npz from the independent layout oracles.
 
-    python -m zyfa_asmgen.sim._gen_layouts /work/shared/oracles
+    python -m zyfa_asmgen.sim._gen_layouts [ORACLE_DIR]   # default: tests/sim/data/oracles
 
 The simulator's MFMA semantics read lane/register positions only from this file, and this file is
-a lossless re-encoding of ../shared/oracles/mfma_layouts/*.json (tests/sim/test_mfma.py compares
+a lossless re-encoding of the oracle layouts mfma_layouts/*.json (stored gzip-compressed, with
+their provenance, in packages/zyfa-asmgen/tests/sim/data/oracles; tests/sim/test_mfma.py compares
 every element against the JSON). Per operand X in A, B, D an int16 array of shape (rows, cols, 3)
 holds [lane, register, low bit] of element X[row][col].
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import sys
@@ -44,7 +46,9 @@ def main(oracle_dir: str) -> None:
     src = Path(oracle_dir) / "mfma_layouts"
     arrays, sources = {}, {}
     for stem, name in FILES.items():
-        raw = (src / f"{stem}.json").read_bytes()
+        plain = src / f"{stem}.json"
+        packed = src / f"{stem}.json.gz"
+        raw = plain.read_bytes() if plain.is_file() else gzip.decompress(packed.read_bytes())
         d = json.loads(raw)
         m, n, k = d["M"], d["N"], d["K"]
         arrays[f"{name}/A"] = table(d["A"], "i", "k", m, k)
@@ -70,4 +74,5 @@ def main(oracle_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "../shared/oracles")
+    default = Path(__file__).resolve().parents[3] / "tests" / "sim" / "data" / "oracles"
+    main(sys.argv[1] if len(sys.argv) > 1 else str(default))

@@ -1,7 +1,7 @@
 """MFMA semantics by logical (i, k, j) through the oracle layout tables.
 
-Lane/register positions come only from data/mfma_layouts.npz, a re-encoding of
-../shared/oracles/mfma_layouts/*.json (see _gen_layouts.py). D[i][j] = C[i][j] + sum_k A[i][k] B[k][j]
+Lane/register positions come only from data/mfma_layouts.npz, a re-encoding of the oracle layouts
+in tests/sim/data/oracles/mfma_layouts (see _gen_layouts.py). D[i][j] = C[i][j] + sum_k A[i][k] B[k][j]
 is computed in float64 and rounded once to f32: the products of bf16/fp8 inputs are exact, and the
 chip's internal accumulation order and precision are not documented, so a kernel must not depend
 on them (the oracle golden vectors are exact under any order).

@@ -12,7 +12,7 @@ comes from flashinfer-jit-cache / flashinfer-cubin (~458 MB, too big to carry). 
 10 nvcc translation units (paged + ragged kernels × 4 mask modes, plan/run, binding); measured here
 (nvcc 13.0, sm_90a, 2 cores) ~170 s per unit per core, so the four variants of the sweep (BF16 and FP8,
 d128 and 192/128) are ~57 core-minutes: not built here, and not on the H200 inside the run either
-(see docs/benchmarks/index.md, "Peer notes").  So that a missing module fails in `prepare` instead of
+(see docs/benchmarks/index.md, "Peers").  So that a missing module fails in `prepare` instead of
 starting a minutes-long build in the timed sweep, the adapter sets FLASHINFER_DISABLE_JIT=1 unless
 ZYFA_FLASHINFER_JIT=1 is set; a module found precompiled (flashinfer/data/aot/<uri>/<uri>.so, or a
 jit-cache package) is loaded without building.
