@@ -398,45 +398,22 @@ def timing_section(
     rep.add("  assumptions:", *(f"    - {x}" for x in MI355X.assumptions()))
 
 
-@dataclass
-class Launch:
-    """One simulated launch: its inputs and outputs (`inp`), the simulator's result, the rows that ran."""
-
-    inp: Inputs
-    sim: Simulator
-    res: Any
-    grid: tuple[int, int, int]
-    rows: np.ndarray
-
-
-def simulate(
-    src: KernelSource,
-    layout: AbiLayout,
-    shape: Shape,
-    rng: np.random.Generator,
-    descales: tuple,
-    workgroups: str,
-) -> Launch:
-    """Random inputs for `shape`, the kernarg from `layout`, and the launch of the query tiles `workgroups`
-    ('all' or i,j,...) for every head and batch. Raises SimError when the kernel faults."""
-    entry = src.entry
-    inp = make_inputs(entry, shape, rng, descales)
-    mem = GlobalMemory()
-    ptrs = [mem.map(x.view(np.uint8 if x.dtype == E4M3 else np.uint16)) for x in inp.raw]
-    ptrs += [mem.map(inp.out.view(np.uint16)), mem.map(inp.lse)]
-    flags = layout.flags.get("ZYFA_FLAG_CAUSAL", 1) * bool(entry["causal"]) | layout.flags.get(
-        "ZYFA_FLAG_LSE", 2
+def save_launch(path: Path, inp: Inputs, entry: dict, rows: np.ndarray) -> None:
+    """Write one launch's numbers to an .npz for a comparison elsewhere (zyfa-torch's tests hold them to
+    zyfa.reference): q, k, v as stored (bf16 as uint16 bits, e4m3fn as uint8 codes), out (bf16 bits) and
+    lse as the kernel left them, the computed rows, descales, softmax scale and the kernel's row."""
+    np.savez(
+        path,
+        q=inp.raw[0].view(np.uint8 if inp.raw[0].dtype == E4M3 else np.uint16),
+        k=inp.raw[1].view(np.uint8 if inp.raw[1].dtype == E4M3 else np.uint16),
+        v=inp.raw[2].view(np.uint8 if inp.raw[2].dtype == E4M3 else np.uint16),
+        out=inp.out.view(np.uint16),
+        lse=inp.lse,
+        rows=rows,
+        descales=np.array(inp.descales, dtype=np.float64),
+        scale=np.float64(inp.scale),
+        entry=json.dumps(entry),
     )
-    kernarg = pack_kernarg(layout, kernarg_values(inp, ptrs, shape, entry, flags))
-    sim = Simulator(src.asm, entry["name"])
-    ntiles = -(-shape.seqlen_q // entry["tile_m"])
-    tiles = select_tiles(workgroups, ntiles)
-    wgs = [(t, h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for t in tiles]
-    grid = (ntiles, shape.heads_q, shape.batch)
-    res = sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=wgs, trace=True)
-    rows = np.concatenate([np.arange(t * entry["tile_m"], min(shape.seqlen_q, (t + 1) * entry["tile_m"]))
-                           for t in tiles])  # fmt: skip
-    return Launch(inp, sim, res, grid, rows)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -454,18 +431,34 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError("kernels/abi/zyfa_abi.h not found: pass --abi-header")
     layout = parse_abi_header(abi_path)
     rep = Report()
-    rng = np.random.default_rng(args.seed)
+    inp = make_inputs(entry, shape, np.random.default_rng(args.seed), tuple(args.descales))
+    mem = GlobalMemory()
+    ptrs = [mem.map(x.view(np.uint8 if x.dtype == E4M3 else np.uint16)) for x in inp.raw]
+    ptrs += [mem.map(inp.out.view(np.uint16)), mem.map(inp.lse)]
+    flags = layout.flags.get("ZYFA_FLAG_CAUSAL", 1) * bool(entry["causal"]) | layout.flags.get(
+        "ZYFA_FLAG_LSE", 2
+    )
+    kernarg = pack_kernarg(layout, kernarg_values(inp, ptrs, shape, entry, flags))
+    sim = Simulator(src.asm, entry["name"])
+    ntiles = -(-shape.seqlen_q // entry["tile_m"])
+    tiles = select_tiles(args.workgroups, ntiles)
+    wgs = [(t, h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for t in tiles]
+    grid = (ntiles, shape.heads_q, shape.batch)
     try:
-        run_ = simulate(src, layout, shape, rng, tuple(args.descales), args.workgroups)
+        res = sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=wgs, trace=True)
     except SimError as e:
         print(f"zyfa-asmgen sim {entry['name']}: the kernel failed in the simulator: {e}")
         return 1
-    _header(rep, src, run_.sim, shape, run_.grid, run_.res, time.perf_counter() - t0)
-    result_section(rep, run_.inp, entry, run_.rows)
-    hazard_section(rep, run_.res.findings)
+    rows = np.concatenate([np.arange(t * entry["tile_m"], min(shape.seqlen_q, (t + 1) * entry["tile_m"]))
+                           for t in tiles])  # fmt: skip
+    if args.save_out:
+        save_launch(args.save_out, inp, entry, rows)
+    _header(rep, src, sim, shape, grid, res, time.perf_counter() - t0)
+    result_section(rep, inp, entry, rows)
+    hazard_section(rep, res.findings)
     if not args.no_timing:
         launches = [] if args.launch_shape == "none" else [parse_shape(args.launch_shape)]
-        timing_section(rep, run_.sim, run_.res, entry, shape, launches)
+        timing_section(rep, sim, res, entry, shape, launches)
     rep.add(f"verdict: {'PASS' if rep.ok else 'FAIL'} ({time.perf_counter() - t0:.1f} s)")
     print("\n".join(rep.lines))
     return 0 if rep.ok else 1
@@ -539,3 +532,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"B,SQ,SK,HQ,HKV of an extra modelled full launch (default {DEFAULT_LAUNCH}; "
                    "'none' to skip)")  # fmt: skip
     p.add_argument("--no-timing", action="store_true", help="skip the timing model")
+    p.add_argument("--save-out", type=Path, help="also write the launch's inputs and outputs to this .npz")
