@@ -261,3 +261,18 @@ def test_rotated_bf16_attention_is_unchanged_up_to_rounding(d):
     assert rel_err(rotated, truth) <= 5e-3
     assert rel_err(rotated, truth) <= 2 * rel_err(plain, truth) + 1e-3
     assert rel_err(rotated, plain) <= 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
+def test_quantize_checks_on_the_gpu():
+    """The same refusals and bounds for GPU tensors (the finiteness flag is read on the host)."""
+    x = torch.randn(64, 128, device="cuda")
+    x[3, 4] = float("nan")
+    with pytest.raises(ValueError, match="holds 1 NaN or Inf value"):
+        zyfa.fp8_quantize(x)
+    _, d = zyfa.fp8_quantize(torch.full((8,), 1.4e-45, device="cuda"))
+    assert d.item() == 2.0**-126
+    for bad in (torch.tensor(0.0, device="cuda"), torch.tensor(float("inf"), device="cuda")):
+        with pytest.raises(ValueError, match="finite and > 0 as a float32"):
+            zyfa.fp8_quantize(x.nan_to_num(), descale=bad)
