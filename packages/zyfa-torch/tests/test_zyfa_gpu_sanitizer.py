@@ -46,6 +46,7 @@ def _sanitizer() -> str:
     return found
 
 
+@pytest.mark.timeout(TIMEOUT_S + 60)
 def test_memcheck_and_racecheck_over_the_default_kernels(tmp_path):
     pytest.importorskip("zyfa_core")
     tool_bin = _sanitizer()
