@@ -243,9 +243,12 @@ def test_gpu_nan_rows_match_the_cpu_path(shape, p_mode, where):
         assert torch.equal(torch.isnan(lse), torch.isnan(want_lse)), spec.name
         keep = ~nan_rows
     assert not got_nan[keep].any(), spec.name
+    if not keep.any():  # the poison may reach every row of this shape's tiles
+        return
     assert rel_err(out[keep], want[keep]) <= SAME_NUMERICS_TOL[p_mode], spec.name
     lse_keep = keep.transpose(1, 2)
     got_lse, ref_lse = lse[lse_keep], want_lse[lse_keep]
     assert torch.equal(torch.isinf(got_lse), torch.isinf(ref_lse)), spec.name
     finite = torch.isfinite(ref_lse)
-    assert (got_lse[finite] - ref_lse[finite]).abs().max().item() <= 8e-2, spec.name
+    if finite.any():
+        assert (got_lse[finite] - ref_lse[finite]).abs().max().item() <= 8e-2, spec.name
