@@ -47,8 +47,9 @@ TEST_DEPS = ("pytest==9.0.3", "hypothesis==6.155.2", "PyYAML==6.0.3")
 # The build backend of the packages the tests session builds without isolation (zyfa-torch, zyfa-bench).
 SETUPTOOLS = "setuptools==80.9.0"
 # Extras the tests session installs where a package defines them (test deps, the pinned assembler,
-# safetensors for captured workloads, transformers for the HF attention backend and `capture`).
-TEST_EXTRAS = ("test", "asm", "captured", "hf", "capture")
+# the gfx950 decoder's encoding tables, safetensors for captured workloads, transformers for the HF
+# attention backend and `capture`).
+TEST_EXTRAS = ("test", "asm", "decode", "captured", "hf", "capture")
 LINT_DEPS = ("ruff==0.17.6",)
 TEST_DIRS_EXTRA = ("kernels/tools/tests",)
 SKIP_KERNELS_ENV = "ZYFA_SKIP_KERNELS"

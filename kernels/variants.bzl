@@ -65,7 +65,7 @@ VARIANTS = [
      "tile_m": 128, "tile_n": 192, "threads": 384, "smem_bytes": 214144, "tag": "", "grid": "persistent"},
     # v_prep on lean d128: runs 40-41 (H200, thirteenth session), the pass inside every timed launch: 1.027 /
     # 1.052 / 1.029 / 1.054 at 2K / 4K / 8K / 16K (exact d128 and 192/128 lost: not set there). Its row sums run
-    # on the tensor pipe (the kernel's ZYFA_WS_LSUM 6 default for lean d128: 8 rows of ones per V stage, 3 KiB)
+    # on the tensor pipe (the kernel's lean-P row sums, kLSumOnes: 8 rows of ones per V stage, 3 KiB)
     # with the f16 code pack: run 47 (fourteenth session) 1.036 / 1.050 / 1.053 / 1.045; the codes as f16
     # subnormals, run 49 (fifteenth session) +5%; run 51's issue block (same smem) +1-2%.
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
@@ -87,8 +87,8 @@ VARIANTS = [
      "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "grid": "persistent",
      "loads": "tma"},
-    # Lean 192/128: the tensor-pipe row sums through one shared 1 KiB ones region (the kernel's ZYFA_WS_LSUM 6 and
-    # ZYFA_WS_ONES_REGION defaults for it) with the subnormal codes: run 52 (fifteenth session) 1.090 / 1.069 /
+    # Lean 192/128: the tensor-pipe row sums through one shared 1 KiB ones region (the kernel's kLSumOnes and
+    # kOnesRegion for it) with the subnormal codes: run 52 (fifteenth session) 1.090 / 1.069 /
     # 1.052 / 1.043 at 2K / 4K / 8K / 16K.
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",

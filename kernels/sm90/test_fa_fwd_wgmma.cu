@@ -139,14 +139,16 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
   const int t = static_cast<int>(threadIdx.x);
   load_tile<kTileM, kQkChunks>(q_s, q, kQkRowBytes, 0, kTileM, true, t);
   load_tile<kTileN, kQkChunks>(k_s, k, kQkRowBytes, 0, kTileN, true, t);
-  if constexpr (kPvF16) {  // the producer's path: e4m3 rows into staging, then converted to the f16 stage
-    const uint32_t stg = v_s + kVStageBytes;
+  if constexpr (kFp8) {  // the producer's path: e4m3 rows into staging, then the f16 stage or the Vt transpose
+    const uint32_t stg = v_s + kVStageBytes + kOnesBytes;
     load_v_staging(stg, v, kVRowBytes, 0, kTileN, true, t);
     cp_async_wait_all();
     __syncthreads();
-    convert_staging(v_s, stg, t);
-  } else if constexpr (kFp8) {
-    load_vt_e4m3(v_s, v, kVRowBytes, 0, kTileN, true, t);
+    if constexpr (kPvF16) {
+      convert_staging(v_s, stg, t);
+    } else {
+      transpose_staging_ldsm(v_s, stg, t);
+    }
   } else {
     load_tile<kTileN, kVChunks>(v_s, v, kVRowBytes, 0, kTileN, true, t);
   }
@@ -178,7 +180,7 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
     const int col = 8 * (i >> 2) + 2 * tig + (i & 1);
     s[i] = p_in[row * kTileN + col];
   }
-  if constexpr (kLeanF16) lean_codes_to_f16(s);  // the f16 words the kernel's fast softmax leaves
+  if constexpr (kLeanP) lean_codes_to_f16(s);  // the f16 words the kernel's fast softmax leaves
   uint32_t p[kPRegs];
   pack_p(s, p);
   float o[kOAcc];
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
   fence_regs(lones);
   fence_regs(p);
   wgmma_fence();
-  issue_pv(o, lones, p, v_s, true);
+  issue_pv(o, lones, p, v_s);
   wgmma_wait<0>();
   fence_regs(o);
   fence_regs(lones);
@@ -203,10 +205,6 @@ __global__ void __launch_bounds__(128, 1) probe_kernel(const uint8_t* q, const u
       row_sums_f16(p, lsum);
     } else {
       row_sums_e4m3(p, lsum);
-    }
-    if constexpr (!kLSumWhole) {  // per-thread partial sums: whole rows as in the epilogue
-      lsum[0] = quad_sum(lsum[0]);
-      lsum[1] = quad_sum(lsum[1]);
     }
     if (tig == (g & 3)) {  // a different lane of each quad writes, so every lane's value is checked somewhere
       l_out[16 * warp + g] = lsum[0];
@@ -283,7 +281,7 @@ bool run_probe() {
   CHECK_CUDA(cudaMalloc(&dout, sizeof(float) * 64 * kOTiles * 8));
   CHECK_CUDA(cudaMemset(ds, 0xff, sizeof(float) * kTileM * kTileN));
   CHECK_CUDA(cudaMemset(dout, 0xff, sizeof(float) * 64 * kOTiles * 8));
-  const int smem = kQBytes + kKStageBytes + kVStageBytes + kOnesBytes + (kPvF16 ? kTileN * 128 : 0) + 1024;  // one stage of each
+  const int smem = kQBytes + kKStageBytes + kVStageBytes + kOnesBytes + (kFp8 ? kTileN * 128 : 0) + 1024;  // one stage of each
   CHECK_CUDA(cudaFuncSetAttribute(probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   probe_kernel<<<1, 128, smem>>>(dq, dk, dv, dp, ds, dout, dl);
   CHECK_CUDA(cudaGetLastError());
@@ -326,7 +324,7 @@ bool run_probe() {
   }
   // Row sums: fp32-accumulated sums of 128 e4m3 values (each exact in f16): essentially exact. kLSumOnes sums on
   // the FP8 tensor pipe (its truncating adder): the bound is what the lse tolerance of the cases allows.
-  const bool ok = es <= 1e-3 && eo <= 1e-3 && el <= (kLSumExact ? 1e-6 : 2e-3);
+  const bool ok = es <= 1e-3 && eo <= 1e-3 && el <= (kLSumOnes ? 2e-3 : 1e-6);
   std::printf("layout probe: S = Q K^T rel L2 %.2e, O = P V rel L2 %.2e, row sums (%s) rel L2 %.2e, max %.2e, "
               "bias %+.2e | %s\n",
               es, eo, kLSumOnes ? "m64n8k32 e4m3 ones wgmma" : "e4m3 -> f16 HMMA", el, l_max, l_bias, ok ? "PASS" : "FAIL");
@@ -656,9 +654,9 @@ void bench(const BenchShape& sh, bool profile_only = false) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   std::printf("self-test of %s: dtype %s, p %s, d_qk %d, d_v %d, tile %dx%d, %d threads, %d stages, smem %d B, "
-              "overlap %d, ping-pong %d, persistent %d\n",
+              "persistent %d\n",
               ZYFA_STR(ZYFA_KERNEL_NAME), kFp8 ? "e4m3fn" : "bf16", kFp8 ? (kLeanP ? "lean" : "exact") : "-", kDQk, kDV,
-              kTileM, kTileN, kThreads, kStages, kSmemBytes, int(kOverlap), int(kPingPong), int(kPersistent));
+              kTileM, kTileN, kThreads, kStages, kSmemBytes, int(kPersistent));
   const Case cases[] = {
       {"causal b2 s256 GQA 4/2", 2, 256, 256, 4, 2, true, true, kContiguous, 1.0f},
       {"causal b2 s200 (ragged)", 2, 200, 200, 4, 2, true, true, kContiguous, 1.0f},
@@ -683,7 +681,7 @@ int main(int argc, char** argv) {
       {"causal b2 s520 GQA 16/4 (160 items)", 2, 520, 520, 16, 4, true, true, kContiguous, 1.0f},
       {"causal b1 s100 2/1 (2 items)", 1, 100, 100, 2, 1, true, true, kContiguous, 1.0f},
       // Scores shifted down by 36 (Case::shift): a thread's values of a row are all negative in most
-      // blocks, the integer row max's fallback paths (ZYFA_WS_MAX3_LB): with a sink key the running max
+      // blocks, the integer row max's fallback paths (row_max3's lower bound): with a sink key the running max
       // is >= 0 after block 0; without one it stays negative in most rows.
       {"causal b1 s1024 sink, scores -36", 1, 1024, 1024, 2, 1, true, true, kContiguous, 1.0f, false, 6.0f, true},
       {"causal b2 s700 scores -36, no sink", 2, 700, 700, 2, 1, true, true, kContiguous, 1.0f, false, 6.0f, false},

@@ -215,7 +215,7 @@ struct Case {
   // Negative scores (0: off): channel 0 of every q row is +shift and of every key -shift, so each score
   // drops by shift^2; with sink_key, key 0 of each sequence has +shift instead (an attention sink: the one
   // large positive score of every row). The kernels' integer row max takes its negative-value fallback
-  // in most blocks then (ZYFA_WS_MAX3_LB); without the sink the running max stays negative throughout.
+  // in most blocks then (row_max3's lower bound); without the sink the running max stays negative throughout.
   float shift = 0.0f;
   bool sink_key = false;
 };

@@ -365,15 +365,15 @@ def compile_gfx950(
 
 
 def source_files(v: dict[str, Any], root: Path) -> list[Path]:
-    """Files whose bytes define the kernel: the source, its directory's headers and the ABI header,
-    or (asmgen) the generator package's Python sources and the ABI header."""
+    """Files whose bytes define the kernel: the source, the headers in its folder and below, and the ABI
+    header, or (asmgen) the generator package's Python sources and the ABI header."""
     if v["kind"] == "asmgen":
         files = sorted((root / ASMGEN_SRC).rglob("*.py"))
     else:
         src = root / "kernels" / v["src"]
         if not src.is_file():
             raise BuildError(f"{v['name']}: source {src} does not exist (kernels/variants.bzl names it)")
-        headers = [p for p in src.parent.iterdir() if p.suffix in (".h", ".cuh", ".hpp", ".inc")]
+        headers = [p for p in src.parent.rglob("*") if p.suffix in (".h", ".cuh", ".hpp", ".inc")]
         files = [src, *sorted(headers)]
     return [*files, root / ABI_HEADER]
 

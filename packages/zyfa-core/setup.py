@@ -1,4 +1,5 @@
-"""Build of zyfa-core: the pybind11 extension `zyfa_core._driver`, and the kernels of kernels/variants.bzl.
+"""Build of zyfa-core: the pybind11 extension `zyfa_core._driver` (csrc/: the GPU driver, the launch plan and
+its C API zyfa_core_api.h, which zyfa-torch's C++ op calls), and the kernels of kernels/variants.bzl.
 
 The kernels are built by kernels/tools/zyfa_kernel_build.py, the same tool Bazel runs, reading the same
 variant list: `build-all` compiles every variant the present toolchains allow into zyfa_core/kernels/
@@ -80,7 +81,9 @@ setup(
     ext_modules=[
         Pybind11Extension(
             "zyfa_core._driver",
-            ["csrc/driver.cpp"],
+            # driver loading, the shared checks, the launch plan, its C API and the Python module
+            [f"csrc/{name}.cpp" for name in ("driver", "checks", "plan", "c_api", "module")],
+            include_dirs=[str(repo_root() / "kernels" / "abi")],  # zyfa_abi.h: the argument struct
             cxx_std=17,
             libraries=["dl"],  # dlopen of libcuda.so.1 / libamdhip64.so at run time; no GPU SDK to build
         )

@@ -5,13 +5,15 @@ against the torch that is installed at build time, as flash-attn does, so instal
 
     pip install --no-build-isolation packages/zyfa-torch
 
-It needs torch's headers and a C++ compiler, nothing of CUDA or HIP (it launches through zyfa_core).
+It needs torch's headers and a C++ compiler, nothing of CUDA or HIP: it checks and launches through
+zyfa_core's C API (packages/zyfa-core/csrc/zyfa_core_api.h), found at run time in zyfa_core's extension.
 Without torch at build time (e.g. an isolated build) the package builds without it and says why; `zyfa`
 then runs its Python path, which works the same, with more host time per call (see zyfa.overhead).
 
 Environment:
   ZYFA_NO_CPP_BUILD=1   build without the extension
-  ZYFA_REPO_ROOT=DIR    the repository root, for kernels/abi/zyfa_abi.h (default: two levels above this file)
+  ZYFA_REPO_ROOT=DIR    the repository root, for kernels/abi/zyfa_abi.h and zyfa-core's zyfa_core_api.h
+                        (default: two levels above this file)
   MAX_JOBS=N            torch's cpp_extension parallelism (one source file here)
 """
 
@@ -26,16 +28,19 @@ from setuptools import setup
 HERE = Path(__file__).resolve().parent
 SOURCE = "csrc/zyfa_ops.cpp"
 ABI_HEADER = Path("kernels") / "abi" / "zyfa_abi.h"
+CORE_API_HEADER = Path("packages") / "zyfa-core" / "csrc" / "zyfa_core_api.h"
 
 
 def _say(message: str) -> None:
     print(f"zyfa-torch: {message}", file=sys.stderr, flush=True)
 
 
-def abi_include_dir() -> Path | None:
-    """kernels/abi of the repository (the ABI header exists once, there), or None."""
+def include_dirs() -> list[str] | None:
+    """kernels/abi (the ABI header) and zyfa-core's csrc (its C API header) of the repository, where each
+    header exists once; None when either is missing."""
     root = Path(os.environ.get("ZYFA_REPO_ROOT") or HERE.parent.parent).resolve()
-    return (root / ABI_HEADER).parent if (root / ABI_HEADER).is_file() else None
+    headers = [root / ABI_HEADER, root / CORE_API_HEADER]
+    return [str(h.parent) for h in headers] if all(h.is_file() for h in headers) else None
 
 
 def extension_kwargs() -> dict:
@@ -52,15 +57,19 @@ def extension_kwargs() -> dict:
             "Install torch first, then `pip install --no-build-isolation packages/zyfa-torch`."
         )
         return {}
-    include = abi_include_dir()
+    include = include_dirs()
     if include is None:
-        _say(f"{ABI_HEADER} not found above {HERE} (set ZYFA_REPO_ROOT): building without zyfa._C")
+        _say(
+            f"{ABI_HEADER} or {CORE_API_HEADER} not found above {HERE} (set ZYFA_REPO_ROOT): "
+            "building without zyfa._C"
+        )
         return {}
     _say(f"building the C++ hot path zyfa._C against torch {torch.__version__}")
     ext = CppExtension(
         "zyfa._C",
         [SOURCE],
-        include_dirs=[str(include)],
+        include_dirs=include,
+        libraries=["dl"],  # dlopen of zyfa_core's extension, for its C API
         extra_compile_args=["-O2", "-g0"],  # no debug info: a 10x smaller .so
     )
 

@@ -15,7 +15,8 @@
 #     ZYFA_ACC_SEQLEN=4096       seqlen of the accuracy problems (batch 1)
 #     ZYFA_CLOCKS_SEQLEN=16384   seqlen of the clocks runs
 #     ZYFA_CLOCKS_SHAPE=gqa128   head shape of the clocks runs
-#     ZYFA_CLOCKS_IMPLS=...      implementations of the clocks runs (default: ZYFA's three d128 kernels, cuDNN FP8)
+#     ZYFA_CLOCKS_IMPLS=...      implementations of the clocks runs (default: ZYFA's three d128 kernels, FA3 FP8,
+#                                cuDNN FP8)
 #     ZYFA_CLOCKS_WORKLOAD=model-like   input workload of the clocks runs
 #     ZYFA_CLOCKS_S=45           the clocks stage's time limit in seconds (each implementation runs 4 s)
 #     ZYFA_IMPLS=...             implementations of the throughput sweep (default: zyfa + NVIDIA peers)
@@ -24,9 +25,9 @@
 #     ZYFA_PYTEST_ARGS=...       extra pytest args, e.g. "-m gpu" or "-k sm90"
 #     ZYFA_SKIP=tests,clocks     stages to skip (names as in the stage table)
 #
-# Wheels the machine lacks (flash-attn-4, nvidia-cutlass-dsl, nvidia-cudnn-frontend, ziglang, ...) can be
-# put in .whl/ (pip download ... -d .whl) or, as prepared site-packages archives, under .carry/
-# (tools/device/make_peer_carry.sh builds FA4's); they are installed with --no-index --no-deps into
+# Wheels the machine lacks (fa3-fwd, flash-attn-4, nvidia-cutlass-dsl, nvidia-cudnn-frontend, ziglang, ...) can
+# be put in .whl/ (pip download ... -d .whl) or, as prepared site-packages archives, under .carry/
+# (tools/device/make_peer_carry.sh builds FA3's and FA4's); they are installed with --no-index --no-deps into
 # /tmp/zyfa-site, which goes on PYTHONPATH. docs/benchmarks/index.md says how a run's JSON becomes the
 # published results.
 #
@@ -40,8 +41,8 @@
 #                 call, seqlen 2K..32K, BF16 and FP8, zyfa and every available NVIDIA peer, GEMM ceilings,
 #                 clocks -> $OUT/throughput.json (rewritten after every row: a cut run keeps its rows)
 #     accuracy    zyfa-bench accuracy at 4K (batch 1), Gaussian and model-like inputs, rotation off/on
-#                 -> $OUT/accuracy.json (FA4 is left out here: a new process would JIT-compile it again;
-#                 every throughput row already carries a float64 check of its output, FA4's too)
+#                 -> $OUT/accuracy.json (FA3's kernels are prebuilt; FA4 is left out here: a new process would
+#                 JIT-compile it again; every throughput row already carries a float64 check of its output, FA4's too)
 #     clocks      zyfa-bench clocks (model-like data by default), 16K d=128, 4 s per implementation -> $OUT/clocks.json
 #     report      $OUT/report.md, $OUT/throughput.png, $OUT/accuracy.png, then the short tables
 # Files in $OUT: log.txt pytest.txt throughput.json accuracy.json clocks.json report.md throughput.png
@@ -68,12 +69,12 @@ CLOCKS_SEQLEN="${ZYFA_CLOCKS_SEQLEN:-16384}"
 SHAPES="${ZYFA_SHAPES:-gqa128,mla192}"
 WORKLOADS="${ZYFA_WORKLOADS:-gaussian}"
 CLOCKS_SHAPE="${ZYFA_CLOCKS_SHAPE:-gqa128}"
-CLOCKS_IMPLS="${ZYFA_CLOCKS_IMPLS:-zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean,cudnn-fp8}"
+CLOCKS_IMPLS="${ZYFA_CLOCKS_IMPLS:-zyfa-bf16,zyfa-fp8-exact,zyfa-fp8-lean,fa3-fp8,cudnn-fp8}"
 CLOCKS_WORKLOAD="${ZYFA_CLOCKS_WORKLOAD:-model-like}"
 CLOCKS_S="${ZYFA_CLOCKS_S:-45}"
 REPEATS="${ZYFA_REPEATS:-30}"  # timed calls per row, split over ROUNDS interleaved rounds
 ROUNDS="${ZYFA_ROUNDS:-3}"     # (a power-capped H200 moves its clock by 10%; every peer sees every state)
-IMPLS="${ZYFA_IMPLS:-zyfa,fa4-bf16,cudnn-bf16,cudnn-fp8,sdpa-flash,sdpa-cudnn,sdpa-efficient,flashinfer-bf16,flashinfer-fp8}"
+IMPLS="${ZYFA_IMPLS:-zyfa,fa3-bf16,fa3-fp8,fa4-bf16,cudnn-bf16,cudnn-fp8,sdpa-flash,sdpa-cudnn,sdpa-efficient,flashinfer-bf16,flashinfer-fp8}"
 PYTEST_PATHS="${ZYFA_PYTEST_PATHS:-packages/zyfa-core/tests packages/zyfa-torch/tests packages/zyfa-bench/tests}"
 SKIP=",${ZYFA_SKIP:-},"
 SITE=/tmp/zyfa-site
@@ -93,7 +94,7 @@ if torch.cuda.is_available():
     p = torch.cuda.get_device_properties(0)
     print("device", p.name, f"sm{p.major}{p.minor}", p.multi_processor_count, "SMs", p.total_memory >> 30, "GiB")
     print("cudnn", torch.backends.cudnn.version())
-for name in ("triton", "numpy", "nvidia-cudnn-frontend", "nvidia-cudnn-cu13", "flash-attn-4", "nvidia-cutlass-dsl",
+for name in ("triton", "numpy", "nvidia-cudnn-frontend", "nvidia-cudnn-cu13", "fa3-fwd", "flash-attn-4", "nvidia-cutlass-dsl",
              "nvidia-cutlass", "flashinfer-python", "nvidia-ml-py", "pybind11", "scikit-build-core", "setuptools",
              "ziglang", "pytest", "pytest-timeout", "matplotlib", "rich", "safetensors", "transformers"):
     try:
@@ -179,7 +180,7 @@ do_throughput() {
 
 do_accuracy() {
     zb accuracy --quiet --shape gqa128,mla192 --seqlens "$ACC_SEQLEN" --batch 1 \
-        --impl zyfa,cudnn-bf16,cudnn-fp8,sdpa-flash --workload gaussian,model-like --rotate off,on \
+        --impl zyfa,fa3-bf16,fa3-fp8,cudnn-bf16,cudnn-fp8,sdpa-flash --workload gaussian,model-like --rotate off,on \
         --json "$OUT/accuracy.json"
 }
 

@@ -1,13 +1,13 @@
 """The self-test's compact timing tables, from the test programs' bench logs (sm90_wgmma_selftest.sh).
 
-    python3 tools/device/selftest_table.py INPUT LOG1 LOG2 "main:NAME exp:NAME_SUFFIX ..."
+    python3 tools/device/selftest_table.py INPUT LOG1 LOG2 "NAME NAME ..."
 
 LOG1 / LOG2 are the two timing passes' log paths with NAME in place of the build name. One table of ws
-TFLOP/s per build and shape (pass 1 / pass 2, and for experiments [the better pass over the better pass of
-the variant's default build]), then the same for TFLOP/s per GHz of SM clock where the logs have `bench
-clock` lines (the test program's NVML samples while each launch runs): the H200 runs power-capped and its
-clock moves by 10-25% between launches, most of the pass-to-pass spread, so an instruction-level change
-reads clearer per cycle. A change that costs power shows in TFLOP/s, not per GHz: read both.
+TFLOP/s per build and shape (pass 1 / pass 2), then the same for TFLOP/s per GHz of SM clock where the
+logs have `bench clock` lines (the test program's NVML samples while each launch runs): the H200 runs
+power-capped and its clock moves by 10-25% between launches, most of the pass-to-pass spread, so an
+instruction-level change reads clearer per cycle. A change that costs power shows in TFLOP/s, not per
+GHz: read both.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Row:
     per_ghz: float = 0.0  # 0: no clock line
 
 
-Build = tuple[str, str, dict[str, Row], dict[str, Row]]  # kind ("main" / "exp"), name, pass 1, pass 2
+Build = tuple[str, dict[str, Row], dict[str, Row]]  # name, pass 1, pass 2
 
 
 def read_log(path: str) -> dict[str, Row]:
@@ -56,7 +56,7 @@ def read_log(path: str) -> dict[str, Row]:
 def table(title: str, builds: list[Build], metric: str) -> list[str]:
     """The table of one metric ("tflops" or "per_ghz") over every build, as lines."""
     shapes: list[str] = []
-    for _, _, p1, p2 in builds:
+    for _, p1, p2 in builds:
         for s in [*p1, *p2]:
             if s not in shapes:
                 shapes.append(s)
@@ -64,22 +64,11 @@ def table(title: str, builds: list[Build], metric: str) -> list[str]:
     def value(rows: dict[str, Row], s: str) -> float:
         return getattr(rows[s], metric) if s in rows else 0.0
 
-    best = {  # the better pass of each default build, per shape
-        name: {s: max(value(p1, s), value(p2, s)) for s in shapes}
-        for kind, name, p1, p2 in builds
-        if kind == "main"
-    }
-    width = max([len(name) for _, name, _, _ in builds] + [10])
+    width = max([len(name) for name, _, _ in builds] + [10])
     head = f"{'build':<{width}} " + " ".join(f"{s:>22}" for s in shapes)
     out = [title, head + "  16K: contract out/lse, repeat"]
-    for kind, name, p1, p2 in builds:
-        base = next((b for b in best if name == b or name.startswith(b + "_")), None)
-        cells = []
-        for s in shapes:
-            a, b = value(p1, s), value(p2, s)
-            ref = best[base][s] if base else 0.0
-            rel = f" [{max(a, b) / ref:.3f}]" if ref and kind != "main" else ""
-            cells.append(f"{a:6.1f}/{b:6.1f}{rel}")
+    for name, p1, p2 in builds:
+        cells = [f"{value(p1, s):6.1f}/{value(p2, s):6.1f}" for s in shapes]
         last = p1.get(shapes[-1]) if shapes else None
         tail = f"  {last.contract}, {last.repeat}" if last else "  (no bench lines)"
         out.append(f"{name:<{width}} " + " ".join(f"{c:>22}" for c in cells) + tail)
@@ -90,13 +79,12 @@ def main(argv: list[str]) -> int:
     """Print the TFLOP/s table, and the per-GHz one when the logs hold clock lines."""
     inp, log1, log2, spec = argv
     builds: list[Build] = []
-    for item in spec.split():
-        kind, name = item.split(":", 1)
+    for name in spec.split():
         logs = (read_log(log.replace("NAME", name)) for log in (log1, log2))
-        builds.append((kind, name, *logs))
-    what = "(pass 1/pass 2 [best vs default])"
+        builds.append((name, *logs))
+    what = "(pass 1/pass 2)"
     print("\n".join(table(f"== TFLOP/s per build and shape, {inp} inputs {what} ==", builds, "tflops")))
-    if any(row.per_ghz for _, _, p1, p2 in builds for row in [*p1.values(), *p2.values()]):
+    if any(row.per_ghz for _, p1, p2 in builds for row in [*p1.values(), *p2.values()]):
         title = f"== TFLOP/s per GHz of SM clock per build and shape, {inp} inputs {what} =="
         print("\n".join(table(title, builds, "per_ghz")))
     return 0

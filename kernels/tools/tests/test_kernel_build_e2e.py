@@ -145,6 +145,13 @@ def test_source_hash_follows_source_and_abi(tmp_path: Path) -> None:
     (root / "kernels" / "gfx950" / "extra.h").write_text("// a header next to the source\n")
     second = kb.source_sha256(HIP, root)
     assert second != first
+    (root / "kernels" / "gfx950" / "parts").mkdir()
+    (root / "kernels" / "gfx950" / "parts" / "role.cuh").write_text("// a header below the source's folder\n")
+    third = kb.source_sha256(HIP, root)
+    assert third != second
+    (root / "kernels" / "gfx950" / "parts" / "role.cuh").write_text("// edited\n")
+    assert kb.source_sha256(HIP, root) != third
+    second = kb.source_sha256(HIP, root)
     with (root / "kernels" / "abi" / "zyfa_abi.h").open("a") as f:
         f.write("\n")
     assert kb.source_sha256(HIP, root) != second

@@ -1,14 +1,14 @@
-"""The sm90 kernel's ZYFA_WS_LEAN_F16 form of lean P's code against the contract's, in exact arithmetic.
+"""The sm90 kernel's form of lean P's code (f16 subnormals) against the contract's, in exact arithmetic.
 
-The contract (zyfa.reference.lean_p_codes, and the kernel's default LEAN_SAT form, test_lean_code_sat.py):
+The contract (zyfa.reference.lean_p_codes; code_default below is its float form, max(t, 0) + 1.5 * 2^23):
     code = clamp(rint(fma(S, A, B)), 0, 126)        (fma rounds once to float32, rint to nearest even)
-LEAN_F16 (fa_fwd_wgmma.cu, the macro's comment), the code as an f16 subnormal:
+The kernel (kernels/sm90/fa_fwd_wgmma/softmax.cuh, lean_f16_word), the code as an f16 subnormal:
     x = fma(S, A 2^-24, B 2^-24);  h = relu(f16(x));  code = bits of h = h 2^24
 where f16() is cvt.rn.f16x2.f32 (nearest even) and relu is its .relu (negatives and -inf to +0). The
 power-of-two scales make x exactly 2^-24 fma(S, A, B) and f16's subnormal spacing is 2^-24, so the kernel
 claims the contract's code everywhere: no tolerance. These tests check that with every rounding done exactly
 (fractions), on the softmax's inputs, at the code boundaries and at masked and negative scores; and that a
-form which rounds twice (the fourteenth session's x = S A + B + 1024 in f16's [1024, 2048)) does differ, so
+form which rounds twice (x = S A + B + 1024 in f16's [1024, 2048)) does differ, so
 the boundary test can fail.
 """
 
@@ -19,9 +19,57 @@ from fractions import Fraction
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_lean_code_sat import code_default, fma_f32, round_f32, softmax_inputs
 
-MAGIC = 12582912.0  # code_default's 1.5 * 2^23 + code
+MAGIC = 12582912.0  # 1.5 * 2^23: adding it rounds a value in [0, 2^22) to an integer (RNE)
+
+
+def round_f32(x: Fraction) -> float:
+    """x rounded to the nearest float32 (ties to even), subnormals included; returned as a float."""
+    if x == 0:
+        return 0.0
+    sign = -1 if x < 0 else 1
+    a = abs(x)
+    e = math.floor(math.log2(a.numerator) - math.log2(a.denominator))
+    while Fraction(2) ** e > a:  # fix log2's floating-point error at powers of two
+        e -= 1
+    while Fraction(2) ** (e + 1) <= a:
+        e += 1
+    e = max(e, -126)  # below 2^-126: the subnormal spacing 2^-149
+    ulp = Fraction(2) ** (e - 23)
+    q, r = divmod(a, ulp)
+    if r > ulp / 2 or (r == ulp / 2 and q % 2 == 1):
+        q += 1
+    value = q * ulp
+    if value >= Fraction(2) ** 128:
+        return sign * math.inf
+    return sign * float(value)
+
+
+def fma_f32(a: float, b: float, c: float) -> float:
+    """fma.rn.f32: a * b + c rounded once (finite inputs; infinities as IEEE 754 gives them)."""
+    if math.isinf(a) or math.isinf(b) or math.isinf(c):
+        return a * b + c
+    return round_f32(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+def code_default(s: float, a: float, b: float) -> float:
+    """The literal code float: max(fma(S, A, B), 0) + 1.5 * 2^23, rounded by the add (RNE)."""
+    t = fma_f32(s, a, b)
+    t = 0.0 if math.isnan(t) else max(t, 0.0)  # fmaxf(NaN, 0) = 0
+    return round_f32(Fraction(t) + Fraction(MAGIC))
+
+
+@st.composite
+def softmax_inputs(draw: st.DrawFn) -> tuple[float, float, float]:
+    """(S, A, B) as the fast softmax makes them: A = 8 C, B = 120 - 8 m with m >= S C, so t <= ~120."""
+    # qk_scale C: softmax scale * descales * log2 e
+    c = draw(st.floats(min_value=2.0**-10, max_value=4.0, width=32))
+    s = draw(st.floats(min_value=-3000.0, max_value=3000.0, width=32))
+    slack = draw(st.one_of(st.just(0.0), st.floats(min_value=0.0, max_value=40.0, width=32)))
+    m = round_f32(Fraction(s) * Fraction(c)) + slack  # the row max: at least this score's S C
+    a = round_f32(Fraction(8) * Fraction(c))
+    b = round_f32(Fraction(120) - Fraction(8) * Fraction(m))
+    return s, a, b
 
 
 def round_f16(x: float) -> float:
@@ -45,7 +93,7 @@ def round_f16(x: float) -> float:
 
 
 def code_rounded_twice(s: float, a: float, b: float) -> int:
-    """The fourteenth session's form: x = fma(S, A, fl32(B + 1024)), code = max(f16(x), 1024) - 1024."""
+    """A double-rounding form: x = fma(S, A, fl32(B + 1024)), code = max(f16(x), 1024) - 1024."""
     x = fma_f32(s, a, round_f32(Fraction(b) + 1024))
     return int(max(round_f16(x), 1024.0)) - 1024
 

@@ -1,12 +1,13 @@
-"""The sm90 kernel's integer row max (ZYFA_WS_MAX3) with the lower-bound fallback (ZYFA_WS_MAX3_LB).
+"""The sm90 kernel's integer row max with its lower-bound fallback (row_max3).
 
-fa_fwd_wgmma.cu's `row_max3` takes a thread's max of one row's values as the signed-int max of their float
-bits (VIMNMX3). Non-negative floats order as their bits do, so a non-negative int max is the float max. When
-every value is negative (-0 and -inf included) the int max is instead the most negative value, a lower bound
-of the max. MAX3_LB keeps that bound when the row's running max m_run is already >= 0, and otherwise takes the
-int MIN, which among negative floats is the one nearest zero: the float max. The quad's four threads then
-combine their results with fmaxf and the kernel forms m_new = fmaxf(m_run, mx * C) (C > 0), kept unless it
-exceeds m_run by more than tau (the stale max; BF16 tau 8, FP8 0).
+kernels/sm90/fa_fwd_wgmma/softmax.cuh's `row_max3` takes a thread's max of one row's values as the
+signed-int max of their float bits (VIMNMX3). Non-negative floats order as their bits do, so a non-negative
+int max is the float max. When every value is negative (-0 and -inf included) the int max is instead the
+most negative value, a lower bound of the max. row_max3 keeps that bound when the row's running max m_run
+is already >= 0, and otherwise takes the int MIN, which among negative floats is the one nearest zero:
+the float max. The quad's four threads then combine their results with fmaxf and the kernel forms
+m_new = fmaxf(m_run, mx * C) (C > 0), kept unless it exceeds m_run by more than tau (the stale max;
+BF16 tau 8, FP8 0).
 
 The claim: m_new equals the one from the exact float max of all the row's values (as numbers: a zero's sign
 cannot change exp2(t - m) or alpha). Checked here in float32 arithmetic on random rows, on rows whose values
@@ -32,7 +33,7 @@ def as_float(i: np.int32) -> np.float32:
 
 
 def thread_max_lb(values: np.ndarray, m_run: np.float32) -> np.float32:
-    """row_max3 with ZYFA_WS_MAX3_LB = 1, for one thread's values."""
+    """row_max3 for one thread's values."""
     m = bits(values).max()
     if m < 0 and not (m_run >= 0):
         return as_float(bits(values).min())

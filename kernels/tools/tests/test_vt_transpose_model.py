@@ -1,18 +1,17 @@
-"""The sm90 kernel's two e4m3 V transposers (staging -> Vt) modelled byte for byte, and compared.
+"""The sm90 kernel's e4m3 V transposer (staging -> Vt) modelled byte for byte.
 
-fa_fwd_wgmma.cu's producer turns a block of V rows (kTileN keys x 128 bytes of d, in a staging buffer)
-into Vt, the K-major B operand of the FP8 P.V wgmma: row d, 16-byte chunk h (16 keys) at position
-(h & 7) ^ (d & 7) of the 128-byte swizzle, region h >> 3, word tq of the chunk holding the bytes of keys
-16 h + 2 tq + {0, 1, 8, 9} (the key order of the packed P registers).
+The producer (kernels/sm90/fa_fwd_wgmma/load.cuh) turns a block of V rows (kTileN keys x 128 bytes of d,
+in a staging buffer) into Vt, the K-major B operand of the FP8 P.V wgmma: row d, 16-byte chunk h (16 keys) at
+position (h & 7) ^ (d & 7) of the 128-byte swizzle, region h >> 3, word tq of the chunk holding the bytes of
+keys 16 h + 2 tq + {0, 1, 8, 9} (the key order of the packed P registers).
 
-- `transpose_staging` (default): 16-byte loads of 4 key rows, 4x4 byte transposes (PRMT), 4-byte stores.
-- `transpose_staging_ldsm` (ZYFA_WS_VT_LDSM): ldmatrix.x4.trans, two PRMT per pair of words, stmatrix.x4.
+`transpose_staging_ldsm` does it with ldmatrix.x4.trans, two PRMT per pair of words and stmatrix.x4.
 
-This test executes both as written in the kernel, lane by lane, on a model of shared memory with the
+This test executes it as written in the kernel, lane by lane, on a model of shared memory with the
 documented warp-collective semantics of ldmatrix / stmatrix (m8n8, b16: lanes 8 j .. 8 j + 7 give the row
 addresses of matrix j; without .trans lane t holds row t / 4, elements 2 (t % 4) and 2 (t % 4) + 1;
 with .trans it holds column t / 4, rows 2 (t % 4) and 2 (t % 4) + 1, the lower index in the low half),
-and checks that both produce the Vt image the wgmma expects, for tile_n 128 and 192 and random bytes.
+and checks that it produces the Vt image the wgmma expects, for tile_n 128 and 192 and random bytes.
 It also checks the bank claims of the ldmatrix path: each 8-row matrix a warp reads or writes covers
 8 distinct 16-byte positions of its 128-byte rows (one wavefront per matrix).
 """
@@ -32,7 +31,7 @@ def byte_perm(x: int, y: int, s: int) -> int:
 
 
 class Shared:
-    """Byte-addressed shared memory with 32-bit and 128-bit accesses (little-endian)."""
+    """Byte-addressed shared memory with 32-bit accesses (little-endian)."""
 
     def __init__(self, size: int) -> None:
         self.mem = np.zeros(size, dtype=np.uint8)
@@ -44,10 +43,6 @@ class Shared:
     def st32(self, addr: int, w: int) -> None:
         assert addr % 4 == 0
         self.mem[addr : addr + 4] = np.frombuffer(w.to_bytes(4, "little"), dtype=np.uint8)
-
-    def ld128(self, addr: int) -> list[int]:
-        assert addr % 16 == 0
-        return [self.ld32(addr + 4 * i) for i in range(4)]
 
 
 def ldmatrix_x4_trans(sh: Shared, addrs: list[int]) -> list[list[int]]:
@@ -73,22 +68,6 @@ def stmatrix_x4(sh: Shared, addrs: list[int], regs: list[list[int]]) -> None:
             sh.st32(addrs[8 * j + t // 4] + 4 * (t % 4), regs[t][j])
 
 
-def transpose4x4(c0: int, c1: int, c2: int, c3: int) -> list[int]:
-    """The kernel's transpose4x4: out[b] byte k = byte b of c_k."""
-    x01lo, x01hi = byte_perm(c0, c1, 0x5140), byte_perm(c0, c1, 0x7362)
-    x23lo, x23hi = byte_perm(c2, c3, 0x5140), byte_perm(c2, c3, 0x7362)
-    return [
-        byte_perm(x01lo, x23lo, 0x5410),
-        byte_perm(x01lo, x23lo, 0x7632),
-        byte_perm(x01hi, x23hi, 0x5410),
-        byte_perm(x01hi, x23hi, 0x7632),
-    ]
-
-
-def stg_swz_default(r: int) -> int:
-    return ((r >> 4) ^ (r >> 1)) & 7
-
-
 def stg_swz_ldsm(r: int) -> int:
     return r & 7
 
@@ -99,29 +78,6 @@ def fill_staging(sh: Shared, stg: int, v: np.ndarray, swz) -> None:
         for c in range(8):
             dst = stg + r * 128 + ((c ^ swz(r)) << 4)
             sh.mem[dst : dst + 16] = v[r, 16 * c : 16 * c + 16]
-
-
-def transpose_staging(sh: Shared, vt: int, stg: int, tile_n: int) -> None:
-    """The default transposer, every producer thread t128 in turn."""
-    groups = tile_n // 16
-    units = groups * 4 * (DV // 16)
-    for t128 in range(128):
-        for i in range((units + 127) // 128):
-            u = t128 + 128 * i
-            if u >= units:
-                break
-            tq, h, dc = u & 3, (u >> 2) % groups, (u >> 2) // groups
-            c = []
-            for k in range(4):
-                r = 16 * h + 2 * tq + (k & 1) + 8 * (k >> 1)
-                c.append(sh.ld128(stg + r * 128 + ((dc ^ stg_swz_default(r)) << 4)))
-            for comp in range(4):
-                out = transpose4x4(c[0][comp], c[1][comp], c[2][comp], c[3][comp])
-                for b in range(4):
-                    row = dc * 16 + comp * 4 + b
-                    sh.st32(
-                        vt + (h >> 3) * DV * 128 + row * 128 + (((h & 7) ^ (row & 7)) << 4) + 4 * tq, out[b]
-                    )
 
 
 def ldsm_lane_setup(w: int, lane: int) -> tuple[int, int, int, int, int]:
@@ -135,7 +91,7 @@ def ldsm_lane_setup(w: int, lane: int) -> tuple[int, int, int, int, int]:
 
 
 def transpose_staging_ldsm(sh: Shared, vt: int, stg: int, tile_n: int, banks: list[list[int]]) -> None:
-    """The ZYFA_WS_VT_LDSM transposer, warp by warp (4 producer warps); records each matrix's 16-byte
+    """The transposer, warp by warp (4 producer warps); records each matrix's 16-byte
     positions in `banks`."""
     for w in range(4):
         setup = [ldsm_lane_setup(w, lane) for lane in range(32)]
@@ -175,28 +131,21 @@ def expected_vt(v: np.ndarray, tile_n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("tile_n", [128, 192])
-def test_both_transposers_give_the_wgmma_vt_image(tile_n: int) -> None:
+def test_transposer_gives_the_wgmma_vt_image(tile_n: int) -> None:
     rng = np.random.default_rng(tile_n)
     v = rng.integers(0, 256, size=(tile_n, DV), dtype=np.uint8)
     want, used = expected_vt(v, tile_n)
     vt_bytes = want.size
     stg = vt_bytes  # staging after Vt, as in the kernel's layout (one staging buffer here)
-    for path in ("default", "ldsm"):
-        sh = Shared(stg + tile_n * 128)
-        sh.mem[:vt_bytes] = 0xA5  # poison: every Vt byte the wgmma reads must be written
-        if path == "default":
-            fill_staging(sh, stg, v, stg_swz_default)
-            transpose_staging(sh, 0, stg, tile_n)
-        else:
-            fill_staging(sh, stg, v, stg_swz_ldsm)
-            banks: list[list[int]] = []
-            transpose_staging_ldsm(sh, 0, stg, tile_n, banks)
-            assert banks and all(len(set(b)) == 8 for b in banks), (
-                "an 8-row matrix hits a 16-byte position twice"
-            )
-        got = sh.mem[:vt_bytes].reshape(want.shape)
-        mismatch = np.argwhere((got != want) & used)
-        assert mismatch.size == 0, f"{path}: {len(mismatch)} Vt bytes differ, first at {mismatch[0].tolist()}"
+    sh = Shared(stg + tile_n * 128)
+    sh.mem[:vt_bytes] = 0xA5  # poison: every Vt byte the wgmma reads must be written
+    fill_staging(sh, stg, v, stg_swz_ldsm)
+    banks: list[list[int]] = []
+    transpose_staging_ldsm(sh, 0, stg, tile_n, banks)
+    assert banks and all(len(set(b)) == 8 for b in banks), "an 8-row matrix hits a 16-byte position twice"
+    got = sh.mem[:vt_bytes].reshape(want.shape)
+    mismatch = np.argwhere((got != want) & used)
+    assert mismatch.size == 0, f"{len(mismatch)} Vt bytes differ, first at {mismatch[0].tolist()}"
 
 
 def test_byte_perm_model() -> None:

@@ -10,6 +10,7 @@ import pytest
 from asmgen_testlib import REPO
 
 from zyfa_asmgen import assembler
+from zyfa_asmgen.sim import decode
 
 
 def test_pins_match_toolchains_bzl():
@@ -25,3 +26,11 @@ def test_pins_match_toolchains_bzl():
 def test_pyproject_extra_uses_the_pin():
     text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     assert re.search(r'asm = \["ziglang==' + re.escape(assembler.PINNED_ZIGLANG) + r'"\]', text)
+
+
+def test_decoder_tables_pin_agrees():
+    """The decode extra, the simulator tests' requirements and the decoder name the same tinygrad."""
+    here = Path(__file__).parent
+    pin = f"tinygrad=={decode.PINNED_TINYGRAD}"
+    assert f'decode = ["{pin}"]' in (here.parent / "pyproject.toml").read_text()
+    assert pin in (here / "sim" / "requirements-test.txt").read_text().splitlines()

@@ -1,4 +1,4 @@
-"""Mocked peer libraries (cudnn frontend, FlashAttention-4, FlashInfer, AITER, AITER's Triton MHA).
+"""Mocked peer libraries (cudnn frontend, FlashAttention-3 and -4, FlashInfer, AITER, AITER's Triton MHA).
 
 Each mock follows the documented call shape of the real API and computes real attention (float64, via
 `fake_zyfa.dense`) from exactly what it is given, so the adapters' layouts, scale conventions and
@@ -171,6 +171,59 @@ def cudnn_module(*, refuse: str | None = None) -> types.ModuleType:
             torch.as_strided(out, self.o.dim, self.o.stride).copy_(o.float().to(out.dtype))
 
     mod.pygraph = Graph
+    return mod
+
+
+def fa3_module() -> types.ModuleType:
+    """Fake `fa3_fwd_interface` (FlashAttention-3's forward, PyPI fa3-fwd): FP8 takes float32 descales of
+    shape (batch, heads_kv), each applied to its own (batch, kv head) slice, and returns BF16."""
+    mod = types.ModuleType("fa3_fwd_interface")
+    mod.calls = []
+
+    def _dequant(x, descale, group):
+        b, hkv = x.shape[0], x.shape[2] // group
+        assert descale.dtype == torch.float32 and tuple(descale.shape) == (b, hkv), (
+            "descale must be (b, h_kv)"
+        )
+        assert descale.device == x.device
+        per_head = descale.double().repeat_interleave(group, dim=1)  # [b, heads of x]
+        return x.double() * per_head[:, None, :, None]
+
+    def flash_attn_func(
+        q,
+        k,
+        v,
+        softmax_scale=None,
+        causal=False,
+        qv=None,
+        q_descale=None,
+        k_descale=None,
+        v_descale=None,
+        window_size=(-1, -1),
+        attention_chunk=0,
+        softcap=0.0,
+        num_splits=1,
+        pack_gqa=None,
+        deterministic=False,
+        sm_margin=0,
+        return_attn_probs=False,
+    ):
+        assert q.shape[2] % k.shape[2] == 0, (
+            "Number of heads in key/value must divide number of heads in query"
+        )
+        scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+        fp8 = q.dtype == torch.float8_e4m3fn
+        mod.calls.append(dict(softmax_scale=softmax_scale, causal=causal, dtype=q.dtype, fp8=fp8))
+        if fp8:
+            assert k.dtype == v.dtype == torch.float8_e4m3fn
+            group = q.shape[2] // k.shape[2]
+            qd = _dequant(q, q_descale, group)
+            kd, vd = _dequant(k, k_descale, 1), _dequant(v, v_descale, 1)
+            return dense(qd, kd, vd, scale, causal).bfloat16()
+        assert q_descale is None and k_descale is None and v_descale is None
+        return dense(q.double(), k.double(), v.double(), scale, causal).to(q.dtype)
+
+    mod.flash_attn_func = flash_attn_func
     return mod
 
 

@@ -12,13 +12,14 @@ import types
 
 import pytest
 import torch
-from fake_peers import aiter_modules, cudnn_module, fa4_modules, flashinfer_module
+from fake_peers import aiter_modules, cudnn_module, fa3_module, fa4_modules, flashinfer_module
 
 from zyfa_bench.accuracy import attention_f64, errors
 from zyfa_bench.inputs import make_inputs
 from zyfa_bench.peers import aiter as aiter_peer
 from zyfa_bench.peers import all_peers, select
 from zyfa_bench.peers import cudnn as cudnn_peer
+from zyfa_bench.peers import fa3 as fa3_peer
 from zyfa_bench.peers import fa4 as fa4_peer
 from zyfa_bench.peers import flashinfer as flashinfer_peer
 from zyfa_bench.peers import triton_amd as triton_peer
@@ -52,6 +53,8 @@ def no_cuda_stream(monkeypatch):
     [
         ("cudnn-bf16", "cudnn", "nvidia-cudnn-frontend"),
         ("cudnn-fp8", "cudnn", "nvidia-cudnn-frontend"),
+        ("fa3-bf16", "fa3_fwd_interface", "fa3-fwd"),
+        ("fa3-fp8", "fa3_fwd_interface", "fa3-fwd"),
         ("fa4-bf16", "flash_attn.cute", "flash-attn-4"),
         ("flashinfer-bf16", "flashinfer", "flashinfer-python"),
         ("aiter-bf16", "aiter", "amd-aiter"),
@@ -72,9 +75,11 @@ def test_available_without_a_gpu(monkeypatch, fake_zyfa_mod):
     monkeypatch.setitem(sys.modules, "cudnn", cudnn_module())
     for name, mod in fa4_modules().items():
         monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", fa3_module())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert select(["cudnn-bf16"])[0].available() == (False, "cuDNN SDPA needs an NVIDIA GPU (none visible)")
     assert "NVIDIA GPU" in select(["fa4-bf16"])[0].available()[1]
+    assert all("NVIDIA GPU" in p.available()[1] for p in select(["fa3"]))
     assert not select(["sdpa-flash"])[0].available()[0]
     assert select(["sdpa-math"])[0].available()[0]
     ok, why = select(["zyfa-bf16"])[0].available()
@@ -204,6 +209,65 @@ def test_fa4_head_dims(monkeypatch):
     monkeypatch.setattr(fa4_peer, "cuda_capability", lambda: (9, 0))
     assert fa4_peer.FA4BF16().supports(MLA, torch.device("cuda"))[0]
     assert not fa4_peer.FA4BF16().supports(Spec(1, 8, 8, 2, 2, 320, 320), torch.device("cuda"))[0]
+
+
+# Batch 3 against 2 kv heads: a descale handed over as (heads_kv, batch) fails the fake's shape check.
+FA3_SPECS = [Spec(3, 24, 24, 4, 2, 32, 32), Spec(1, 20, 20, 2, 2, 192, 128)]
+
+
+@pytest.mark.parametrize("spec", FA3_SPECS)
+def test_fa3_adapters(monkeypatch, fake_zyfa_mod, spec):
+    fake = fa3_module()
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", fake)
+    monkeypatch.setattr(fa3_peer, "cuda_capability", lambda: (9, 0))
+    assert [p.name for p in select(["fa3"])] == ["fa3-bf16", "fa3-fp8"]
+    ok, why = fa3_peer.FA3BF16().available()
+    assert ok and "sm90" in why
+    inputs = _inputs(spec, fp8=True)
+    out = fa3_peer.FA3BF16().prepare(inputs).output()
+    assert out.dtype == torch.float32 and errors(out, _ref(inputs))["rel_l2"] < 1e-2
+    assert fake.calls[-1] == dict(
+        softmax_scale=inputs.softmax_scale, causal=True, dtype=torch.bfloat16, fp8=False
+    )
+    out8 = fa3_peer.FA3FP8().prepare(inputs).output()
+    # The fake dequantises exactly what it is given; the BF16 output rounding (~4e-3) is the only error.
+    assert errors(out8, _ref(inputs, fp8=True))["rel_l2"] < 1e-2
+    assert fake.calls[-1]["fp8"] and fake.calls[-1]["causal"]
+    assert fake.calls[-1]["softmax_scale"] == inputs.softmax_scale
+
+
+def test_fa3_fp8_descales_reach_the_call(monkeypatch, fake_zyfa_mod):
+    """A descale of 2 where the inputs say 1 doubles V's contribution: the output must follow the descales."""
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", fa3_module())
+    inputs = _inputs(FA3_SPECS[0], fp8=True)
+    base = fa3_peer.FA3FP8().prepare(inputs).output()
+    inputs.v_descale *= 2.0
+    doubled = fa3_peer.FA3FP8().prepare(inputs).output()
+    assert errors(doubled, 2.0 * base.double())["rel_l2"] < 1e-2
+
+
+def test_fa3_needs_hopper(monkeypatch):
+    monkeypatch.setitem(sys.modules, "fa3_fwd_interface", fa3_module())
+    for cap in ((8, 0), (10, 0)):
+        monkeypatch.setattr(fa3_peer, "cuda_capability", lambda cap=cap: cap)
+        ok, why = fa3_peer.FA3FP8().available()
+        assert not ok and f"sm{cap[0]}{cap[1]}" in why and "Hopper" in why
+
+
+def test_fa3_head_dims():
+    # fa3-fwd 0.0.3 (its messages): d <= 256 with d_qk == d_v; d_qk (128, 192] with d_v (96, 128];
+    # d_qk <= 64 with d_v <= 512, d_v > 256 for BF16 only.
+    rule = fa3_peer.fa3_head_dims_supported
+    for precision in ("bf16", "fp8"):
+        assert rule(128, 128, precision)[0] and rule(192, 128, precision)[0] and rule(256, 256, precision)[0]
+        assert not rule(192, 192 + 128, precision)[0]
+        assert "up to 256" in rule(320, 320, precision)[1]
+        assert not rule(128, 64, precision)[0] and "(128, 192]" in rule(128, 64, precision)[1]
+    assert rule(64, 512, "bf16")[0] and not rule(64, 512, "fp8")[0]
+    cuda = torch.device("cuda")
+    assert fa3_peer.FA3FP8().supports(MLA, cuda) == (True, "")
+    assert not fa3_peer.FA3BF16().supports(Spec(1, 8, 8, 2, 2, 320, 320), cuda)[0]
+    assert not fa3_peer.FA3BF16().supports(MLA, CPU)[0]
 
 
 def test_flashinfer_missing_jit_module_is_unsupported(monkeypatch):

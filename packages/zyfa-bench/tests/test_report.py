@@ -25,10 +25,36 @@ def test_targets_are_computed_from_the_rows():
     line = _target(text, "FP8 d128 GQA vs cuDNN FP8 (FP8 out)")
     assert "| 1.19× (zyfa-fp8-exact) |" in line and "| met |" in line  # names the ZYFA variant it took
     assert "0.85×" in _target(text, "FP8 d128 GQA vs FP8 GEMM ceiling")
-    assert "MISSED" in _target(text, "BF16 d128 GQA vs FlashAttention-4")
+    line = _target(text, "BF16 d128 GQA vs the fastest BF16 peer")  # fastest: fa4 632 (cudnn 574, sdpa 339)
+    assert "| 0.95× (zyfa-bf16 / fa4-bf16) |" in line and "| MISSED |" in line
+    line = _target(text, "FP8 d128 GQA vs the fastest FP8 peer")
+    assert "| 1.19× (zyfa-fp8-exact / cudnn-fp8) |" in line and "| met |" in line
     assert "1.43×" in _target(text, "FP8 192/128 vs cuDNN FP8 (FP8 out)")
     assert "1.75×" in _target(text, "ZYFA FP8 / ZYFA BF16, d128 GQA")
     assert "MISSED" in _target(text, "ZYFA FP8 / ZYFA BF16, 192/128")
+
+
+def test_fa3_counts_as_the_fastest_peer(tmp_path):
+    """FlashAttention-3 rows faster than every other peer become the denominator of the fastest-peer targets,
+    of the pivot's "zyfa / best peer" and of the worst-seqlen line."""
+    doc = json.loads((DATA / "throughput_fixture.json").read_text())
+    extra = []
+    for r in doc["rows"]:
+        if r["impl"] in ("fa4-bf16", "cudnn-fp8") and r["shape"] == "gqa128" and r["status"] == "ok":
+            fa3 = "fa3-bf16" if r["precision"] == "bf16" else "fa3-fp8"
+            extra.append(
+                {**r, "impl": fa3, "tflops": r["tflops"] * (700 / 632 if fa3 == "fa3-bf16" else 1000 / 885)}
+            )
+    doc["rows"] += extra
+    path = tmp_path / "throughput.json"
+    path.write_text(json.dumps(doc))
+    text, _, _ = build_report([path])
+    assert "| 0.86× (zyfa-bf16 / fa3-bf16) |" in _target(text, "BF16 d128 GQA vs the fastest BF16 peer")
+    line = _target(text, "FP8 d128 GQA vs the fastest FP8 peer")  # 1050 / 1000
+    assert "| 1.05× (zyfa-fp8-exact / fa3-fp8) |" in line and "| MISSED |" in line
+    assert "| 1.19× (zyfa-fp8-exact) |" in _target(text, "FP8 d128 GQA vs cuDNN FP8 (FP8 out)")  # unchanged
+    pivot = text.split("### gqa128, FP8")[1].split("###")[0]
+    assert "| 1.05× |" in next(ln for ln in pivot.splitlines() if ln.startswith("| 16384 |"))
 
 
 def test_pivot_and_details():

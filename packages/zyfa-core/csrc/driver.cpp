@@ -1,27 +1,20 @@
-// zyfa_core._driver: loads the GPU driver at run time and launches ZYFA kernels.
+// zyfa_core._driver's driver layer: loads the GPU driver at run time, loads kernels, launches them.
 //
-// Builds with a host C++ compiler and pybind11 only: no CUDA or HIP headers or libraries at build
-// time. At run time it dlopens the CUDA driver (libcuda.so.1) or the HIP runtime (libamdhip64.so)
-// and resolves the dozen entry points it needs; their types and constants are declared below.
-//
-// The extension knows nothing of the ABI struct's layout: Python passes the argument bytes
-// (zyfa_core.abi), and this file hands them to the driver as the kernel's parameter:
-//   CUDA: kernelParams = {&bytes} (the driver copies as many bytes as the kernel's parameter has);
-//         TMA kernels ("loads": "tma") take a second parameter, the zyfa_tma_maps bytes:
-//         kernelParams = {&bytes, &maps}; encode_tensor_map (cuTensorMapEncodeTiled) makes the maps;
+// Builds with a host C++ compiler only: no CUDA or HIP headers or libraries at build time. At run time it
+// dlopens the CUDA driver (libcuda.so.1) or the HIP runtime (libamdhip64.so) and resolves the dozen entry
+// points it needs; their types and constants are declared below. A launch hands the argument bytes to the
+// driver as the kernel's parameters:
+//   CUDA: kernelParams = {&bytes} (the driver copies as many bytes as the kernel's parameter has), or
+//         {&bytes, &second} for a kernel with a second parameter (TMA maps, the V pre-pass's workspace);
 //   HIP:  extra = {BUFFER_POINTER, bytes, BUFFER_SIZE, &size, END} (the bytes are the kernarg segment).
-// Every failure throws DriverFailure, which Python sees as zyfa_core.errors.ZyfaDriverError naming the
-// kernel, the driver call, and the driver's error name and text.
-// Native callers (zyfa-torch's C++ op) launch through the C entry points zyfa_driver_launch /
-// zyfa_driver_launch2 and encode maps through zyfa_driver_encode_tensor_map instead, without Python and
-// with the same error facts returned in a struct (see the end of this file).
+// Every failure throws DriverFailure naming the kernel, the driver call, and the driver's error name and text.
 //
 // Environment: ZYFA_BACKEND=cuda|hip restricts which driver is tried; ZYFA_LIBCUDA / ZYFA_LIBAMDHIP64
 // give a library path to dlopen instead of the default names (a non-standard install, or a test double).
 
+#include "driver.h"
+
 #include <dlfcn.h>
-#include <pybind11/pybind11.h>
-#include <pybind11/stl.h>
 
 #include <algorithm>
 #include <array>
@@ -37,18 +30,7 @@
 #include <utility>
 #include <vector>
 
-namespace py = pybind11;
-
-namespace {
-
-// ---------------------------------------------------------------------------------------------
-// Errors
-
-struct DriverFailure : std::exception {
-  std::string message, kernel, call, error_name;
-  long code = 0;
-  const char *what() const noexcept override { return message.c_str(); }
-};
+namespace zyfa_core {
 
 [[noreturn]] void fail(const std::string &kernel, const std::string &call, long code,
                        const std::string &error_name, const std::string &text) {
@@ -70,8 +52,10 @@ struct DriverFailure : std::exception {
   throw f;
 }
 
-// zyfa_core.errors.ZyfaDriverError, looked up once at import; never released (lives until exit).
-PyObject *g_error_class = nullptr;
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Errors
 
 // ---------------------------------------------------------------------------------------------
 // The CUDA driver API subset (types and values as in cuda.h; declared here, see the file header).
@@ -89,14 +73,10 @@ constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 // cuTensorMapEncodeTiled's enums (CUtensorMapDataType, ...Interleave, ...Swizzle, ...L2promotion,
 // ...FloatOOBfill); C enums, passed as int.
-constexpr int CU_TENSOR_MAP_DATA_TYPE_UINT8 = 0;
-constexpr int CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9;
 constexpr int CU_TENSOR_MAP_INTERLEAVE_NONE = 0;
 constexpr int CU_TENSOR_MAP_SWIZZLE_128B = 3;
 constexpr int CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3;
 constexpr int CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0;  // out-of-bounds elements read as zero
-constexpr size_t TENSOR_MAP_BYTES = 128;              // sizeof(CUtensorMap)
-constexpr size_t TENSOR_MAP_ALIGN = 64;               // CUtensorMap is 64-byte aligned
 constexpr unsigned TENSOR_MAP_RANK = 4;               // (d, seq, head, batch), zyfa_abi.h's zyfa_tma_maps
 
 struct CudaApi {
@@ -386,8 +366,8 @@ void check_device(State &s, int device) {
   check(s, s.backend == Backend::cuda ? s.cu.cuDeviceGetCount(&count) : s.hip.hipGetDeviceCount(&count), "",
         s.backend == Backend::cuda ? "cuDeviceGetCount" : "hipGetDeviceCount");
   if (device < 0 || device >= count) {
-    throw py::value_error("device index " + std::to_string(device) + " out of range: " + std::to_string(count) +
-                          " device(s) present");
+    throw ArgumentError("device index " + std::to_string(device) + " out of range: " + std::to_string(count) +
+                        " device(s) present");
   }
 }
 
@@ -479,34 +459,19 @@ void *load_module(State &s, int device, const std::string &path, const std::stri
   return s.modules.emplace(key, entry).first->second.module;
 }
 
-struct Kernel {
-  std::string name;
-  std::string path;
-  int device = 0;
-  void *function = nullptr;
-  // CUDA with cuFuncGetParamInfo: the kernel's parameter count (1 or 2) and sizes; else 0 (unknown).
-  size_t param_count = 0;
-  size_t param_size = 0;         // the first parameter (zyfa_fwd_args)
-  size_t second_param_size = 0;  // the second (zyfa_tma_maps) when param_count is 2
-  int max_dynamic_smem = 0;
-
-  void set_max_dynamic_smem(int bytes);
-  void launch(std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned smem, std::uintptr_t stream,
-              const py::bytes &args, const py::object &second) const;
-};
-
 // Asks for up to `bytes` dynamic shared memory; CUDA needs this opt-in above 48 KiB.
-void Kernel::set_max_dynamic_smem(int bytes) {
-  State &s = ready_state(name);
-  if (s.backend != Backend::cuda || bytes <= max_dynamic_smem) return;
-  py::gil_scoped_release no_gil;
-  DeviceScope scope(s, device, name);
-  check(s, s.cu.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes), name,
+}  // namespace
+
+void set_max_dynamic_smem(Kernel &k, int bytes) {
+  State &s = ready_state(k.name);
+  if (s.backend != Backend::cuda || bytes <= k.max_dynamic_smem) return;
+  DeviceScope scope(s, k.device, k.name);
+  check(s, s.cu.cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes), k.name,
         "cuFuncSetAttribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-  max_dynamic_smem = bytes;
+  k.max_dynamic_smem = bytes;
 }
 
-constexpr size_t MAX_ARGS_BYTES = 4096;  // CUDA's classic kernel-parameter limit
+namespace {
 
 std::string parameters_text(size_t count, size_t first, size_t second) {
   if (count == 1) return "one parameter of " + std::to_string(first) + " bytes";
@@ -525,12 +490,15 @@ void check_parameters(const Kernel &k, size_t size, size_t second_size) {
            " (ABI mismatch between the code object and zyfa_core, or a manifest 'loads' that is wrong)");
 }
 
-// The launch itself, shared by Kernel::launch (Python) and zyfa_driver_launch / zyfa_driver_launch2 (C,
-// below). `args` (and `second`, the TMA maps, when second_size is not 0) must stay readable until the
-// driver returns (it copies the parameter bytes during the call). Throws DriverFailure for a parameter
-// mismatch with the kernel's declared parameters or a failing driver call.
+}  // namespace
+
+// The launch itself, for the launch plan (plan.cpp). `args` (and `second`, the TMA maps or the V pre-pass's
+// workspace pointer, when second_size is not 0) must stay readable until the driver returns (it copies the
+// parameter bytes during the call). Throws DriverFailure for a parameter mismatch with the kernel's declared
+// parameters or a failing driver call.
+
 void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
-                  const void *args, size_t size, const void *second = nullptr, size_t second_size = 0) {
+                  const void *args, size_t size, const void *second, size_t second_size) {
   State &s = state();  // a Kernel exists only once a backend has loaded; no need for the probe lock
   if (second_size != 0 && s.backend != Backend::cuda) {
     fail(k.name, "launch", 0, "", "a second kernel parameter (TMA maps) is CUDA only; the loaded backend is HIP");
@@ -563,31 +531,7 @@ void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[
   }
 }
 
-void Kernel::launch(std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned smem,
-                    std::uintptr_t stream, const py::bytes &args, const py::object &second) const {
-  const std::string_view bytes = args;
-  if (bytes.empty() || bytes.size() > MAX_ARGS_BYTES) {
-    throw py::value_error(name + ": argument bytes must be 1.." + std::to_string(MAX_ARGS_BYTES) + " long, got " +
-                          std::to_string(bytes.size()));
-  }
-  std::string_view second_bytes;
-  if (!second.is_none()) {
-    if (!py::isinstance<py::bytes>(second)) throw py::type_error(name + ": second must be bytes or None");
-    second_bytes = second.cast<std::string_view>();
-    if (second_bytes.empty() || second_bytes.size() > MAX_ARGS_BYTES) {
-      throw py::value_error(name + ": second parameter bytes must be 1.." + std::to_string(MAX_ARGS_BYTES) +
-                            " long, got " + std::to_string(second_bytes.size()));
-    }
-  }
-  // Aligned private copies: the driver reads them during the call, after the GIL is released.
-  alignas(16) unsigned char buffer[MAX_ARGS_BYTES];
-  alignas(TENSOR_MAP_ALIGN) unsigned char second_buffer[MAX_ARGS_BYTES];
-  std::memcpy(buffer, bytes.data(), bytes.size());
-  if (!second_bytes.empty()) std::memcpy(second_buffer, second_bytes.data(), second_bytes.size());
-  py::gil_scoped_release no_gil;
-  launch_bytes(*this, grid.data(), block.data(), smem, reinterpret_cast<void *>(stream), buffer, bytes.size(),
-               second_bytes.empty() ? nullptr : second_buffer, second_bytes.size());
-}
+namespace {
 
 // Reads the kernel's parameter count and sizes into `k` (left 0, "unknown", without cuFuncGetParamInfo).
 // ZYFA kernels take one struct, or two for TMA kernels; a third parameter is an ABI mismatch.
@@ -608,6 +552,8 @@ void cuda_param_info(State &s, Kernel &k) {
   k.second_param_size = has_second ? size1 : 0;
 }
 
+}  // namespace
+
 Kernel load_kernel(int device, const std::string &path, const std::string &name, int dynamic_smem) {
   State &s = ready_state(name);
   Kernel k;
@@ -615,7 +561,6 @@ Kernel load_kernel(int device, const std::string &path, const std::string &name,
   k.path = path;
   k.device = device;
   {
-    py::gil_scoped_release no_gil;
     check_device(s, device);
     DeviceScope scope(s, device, name);
     void *module = load_module(s, device, path, name);
@@ -626,7 +571,7 @@ Kernel load_kernel(int device, const std::string &path, const std::string &name,
       check(s, s.hip.hipModuleGetFunction(&k.function, module, name.c_str()), name, "hipModuleGetFunction");
     }
   }
-  if (dynamic_smem > 48 * 1024) k.set_max_dynamic_smem(dynamic_smem);
+  if (dynamic_smem > 48 * 1024) set_max_dynamic_smem(k, dynamic_smem);
   return k;
 }
 
@@ -658,51 +603,19 @@ void encode_map(void *map_out, int data_type, const void *address, const std::ui
         kernel, call);
 }
 
-// Python: encode_tensor_map("bf16" | "u8", address, dims[4], strides[3] (bytes), box[4]) -> 128 bytes.
-py::bytes encode_tensor_map(const std::string &dtype, std::uint64_t address, const std::vector<std::uint64_t> &dims,
-                            const std::vector<std::uint64_t> &strides, const std::vector<std::uint32_t> &box,
-                            const std::string &kernel) {
-  int data_type = 0;
-  if (dtype == "bf16") {
-    data_type = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  } else if (dtype == "u8") {
-    data_type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
-  } else {
-    throw py::value_error("encode_tensor_map: dtype must be 'bf16' or 'u8', got '" + dtype + "'");
-  }
-  if (dims.size() != 4 || strides.size() != 3 || box.size() != 4) {
-    throw py::value_error("encode_tensor_map: needs 4 dims, 3 strides and 4 box sizes; got " +
-                          std::to_string(dims.size()) + ", " + std::to_string(strides.size()) + " and " +
-                          std::to_string(box.size()));
-  }
-  alignas(TENSOR_MAP_ALIGN) unsigned char map[TENSOR_MAP_BYTES] = {0};
-  {
-    py::gil_scoped_release no_gil;
-    encode_map(map, data_type, reinterpret_cast<const void *>(static_cast<std::uintptr_t>(address)), dims.data(),
-               strides.data(), box.data(), kernel);
-  }
-  return py::bytes(reinterpret_cast<const char *>(map), TENSOR_MAP_BYTES);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Queries
 
-py::dict probe() {
-  State *s = nullptr;
-  {
-    py::gil_scoped_release no_gil;
-    s = &probed_state();
-  }
-  py::dict out;
-  out["backend"] = s->backend == Backend::cuda  ? py::object(py::str("cuda"))
-                   : s->backend == Backend::hip ? py::object(py::str("hip"))
-                                                : py::object(py::none());
-  out["library"] = s->library;
-  py::list attempts;
-  for (const auto &a : s->attempts) attempts.append(a);
-  out["attempts"] = attempts;
-  return out;
+ProbeReport probe() {
+  const State &s = probed_state();
+  ProbeReport r;
+  r.backend = s.backend == Backend::cuda ? "cuda" : s.backend == Backend::hip ? "hip" : "";
+  r.library = s.library;
+  r.attempts = s.attempts;
+  return r;
 }
+
+bool backend_is_cuda() { return ready_state("").backend == Backend::cuda; }
 
 int device_count() {
   State &s = ready_state("");
@@ -714,6 +627,8 @@ int device_count() {
   }
   return count;
 }
+
+namespace {
 
 // The gfx target name, e.g. "gfx950:sramecc+:xnack-". hipDeviceProp_t's layout differs between ROCm
 // releases, so rather than trust one version's offset we find the one string field that holds a gfx
@@ -729,7 +644,7 @@ std::string hip_arch_name(const unsigned char *props, size_t size) {
   return "";
 }
 
-py::dict cuda_properties(State &s, int device) {
+DeviceProperties cuda_properties(State &s, int device) {
   CUdevice dev = 0;
   check(s, s.cu.cuDeviceGet(&dev, device), "", "cuDeviceGet");
   char name[256] = {0};
@@ -739,222 +654,36 @@ py::dict cuda_properties(State &s, int device) {
     check(s, s.cu.cuDeviceGetAttribute(&value, which, dev), "", what);
     return value;
   };
-  int version = 0;
-  check(s, s.cu.cuDriverGetVersion(&version), "", "cuDriverGetVersion");
-  py::dict out;
-  out["name"] = std::string(name);
-  out["major"] = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)");
-  out["minor"] = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)");
-  out["multiprocessors"] = attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
-  out["max_shared_memory_per_block_optin"] =
-      attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
-  out["driver_version"] = version;
-  return out;
+  DeviceProperties p;
+  check(s, s.cu.cuDriverGetVersion(&p.driver_version), "", "cuDriverGetVersion");
+  p.name = name;
+  p.major = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)");
+  p.minor = attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)");
+  p.multiprocessors =
+      attribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)");
+  p.max_shared_memory_per_block_optin = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                                  "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
+  return p;
 }
 
-py::dict hip_properties(State &s, int device) {
+DeviceProperties hip_properties(State &s, int device) {
   char name[256] = {0};
   check(s, s.hip.hipDeviceGetName(name, sizeof(name) - 1, device), "", "hipDeviceGetName");
   std::vector<unsigned char> props(HIP_PROPS_BUFFER, 0);
   check(s, s.hip.hipGetDeviceProperties(props.data(), device), "", "hipGetDeviceProperties");
-  int version = 0;
-  if (s.hip.hipDriverGetVersion) check(s, s.hip.hipDriverGetVersion(&version), "", "hipDriverGetVersion");
-  py::dict out;
-  out["name"] = std::string(name);
-  out["gcn_arch_name"] = hip_arch_name(props.data(), props.size());
-  out["driver_version"] = version;
-  return out;
+  DeviceProperties p;
+  if (s.hip.hipDriverGetVersion) check(s, s.hip.hipDriverGetVersion(&p.driver_version), "", "hipDriverGetVersion");
+  p.name = name;
+  p.gcn_arch_name = hip_arch_name(props.data(), props.size());
+  return p;
 }
 
-py::dict device_properties(int device) {
+}  // namespace
+
+DeviceProperties device_properties(int device) {
   State &s = ready_state("");
-  {
-    py::gil_scoped_release no_gil;
-    check_device(s, device);
-  }
+  check_device(s, device);
   return s.backend == Backend::cuda ? cuda_properties(s, device) : hip_properties(s, device);
 }
 
-}  // namespace
-
-// ---------------------------------------------------------------------------------------------
-// The C entry points for native callers (zyfa-torch's C++ op `zyfa._C`), which launch without Python:
-// they get their addresses (`launch_function`, `launch2_function`, `encode_function`) and a loaded
-// kernel's address (`Kernel.handle`) from Python once, then call them directly. Plain C types only, so
-// the caller needs neither this file's C++ types nor pybind11; `LAUNCH_ABI` (below) changes whenever an
-// existing signature or zyfa_driver_error changes (adding an entry point, as launch2/encode were in
-// ABI 2 of the kernels, leaves it: older callers keep working and newer ones find the new addresses).
-//
-// kernel: a `Kernel.handle` (valid while its Kernel object lives: zyfa_core.launcher keeps every loaded
-// kernel for the life of the process); grid, block: 3 values each; stream: the raw CUstream /
-// hipStream_t; args, size: the argument bytes (the ABI struct), readable until the call returns.
-// Returns 0, or non-zero with `error` filled as ZyfaDriverError's fields (message names the kernel and
-// the driver call, as every error of this file does). Never throws; needs no GIL.
-
-extern "C" {
-
-struct zyfa_driver_error {
-  long code;             // the driver's error code (0 when not from a driver call)
-  char kernel[128];      // kernel key
-  char call[128];        // driver entry point (or "launch" for a size mismatch)
-  char error_name[64];   // e.g. "CUDA_ERROR_LAUNCH_FAILED"
-  char message[1024];    // "<kernel>: <call> failed with <error_name> (<code>): <text>"
-};
-
-int zyfa_driver_launch(const void *kernel, const unsigned *grid, const unsigned *block, unsigned smem,
-                       void *stream, const void *args, size_t size, zyfa_driver_error *error) noexcept;
-
-// As zyfa_driver_launch, with a second kernel parameter: `second`, second_size bytes (a TMA kernel's
-// zyfa_tma_maps, 448). CUDA only.
-int zyfa_driver_launch2(const void *kernel, const unsigned *grid, const unsigned *block, unsigned smem,
-                        void *stream, const void *args, size_t size, const void *second, size_t second_size,
-                        zyfa_driver_error *error) noexcept;
-
-// Encodes one TMA map with cuTensorMapEncodeTiled as zyfa_abi.h's zyfa_tma_maps says: rank 4, element
-// strides 1, no interleave, 128-byte swizzle, 256-byte L2 promotion, zero fill out of bounds.
-// map_out: 128 bytes, 64-byte aligned (e.g. &maps.q); dtype: 0 = u8 (e4m3fn), 1 = bf16; dims: 4
-// elements (d, seq, head, batch); strides: 3, in bytes (seq, head, batch); box: 4.
-int zyfa_driver_encode_tensor_map(void *map_out, int dtype, const void *address, const unsigned long long *dims,
-                                  const unsigned long long *strides, const unsigned *box,
-                                  zyfa_driver_error *error) noexcept;
-
-}  // extern "C"
-
-namespace {
-
-constexpr int LAUNCH_ABI = 1;
-
-void copy_field(char *to, size_t capacity, const std::string &from) {
-  const size_t n = std::min(from.size(), capacity - 1);
-  std::memcpy(to, from.data(), n);
-  to[n] = 0;
-}
-
-void report(zyfa_driver_error *error, const std::string &kernel, const std::string &call, long code,
-            const std::string &error_name, const std::string &message) {
-  if (error == nullptr) return;
-  error->code = code;
-  copy_field(error->kernel, sizeof(error->kernel), kernel);
-  copy_field(error->call, sizeof(error->call), call);
-  copy_field(error->error_name, sizeof(error->error_name), error_name);
-  copy_field(error->message, sizeof(error->message), message);
-}
-
-}  // namespace
-
-extern "C" int zyfa_driver_launch(const void *kernel, const unsigned *grid, const unsigned *block, unsigned smem,
-                                  void *stream, const void *args, size_t size, zyfa_driver_error *error) noexcept {
-  if (kernel == nullptr || grid == nullptr || block == nullptr || args == nullptr || size == 0) {
-    report(error, "", "launch", 0, "", "zyfa_driver_launch: null kernel, grid, block or args, or size 0");
-    return 1;
-  }
-  const Kernel &k = *static_cast<const Kernel *>(kernel);
-  try {
-    launch_bytes(k, grid, block, smem, stream, args, size);
-    return 0;
-  } catch (const DriverFailure &f) {
-    report(error, f.kernel, f.call, f.code, f.error_name, f.message);
-  } catch (const std::exception &e) {
-    report(error, k.name, "launch", 0, "", k.name + ": launch failed: " + e.what());
-  }
-  return 1;
-}
-
-extern "C" int zyfa_driver_launch2(const void *kernel, const unsigned *grid, const unsigned *block, unsigned smem,
-                                   void *stream, const void *args, size_t size, const void *second,
-                                   size_t second_size, zyfa_driver_error *error) noexcept {
-  if (kernel == nullptr || grid == nullptr || block == nullptr || args == nullptr || size == 0 ||
-      second == nullptr || second_size == 0) {
-    report(error, "", "launch", 0, "",
-           "zyfa_driver_launch2: null kernel, grid, block, args or second, or a size 0");
-    return 1;
-  }
-  const Kernel &k = *static_cast<const Kernel *>(kernel);
-  try {
-    launch_bytes(k, grid, block, smem, stream, args, size, second, second_size);
-    return 0;
-  } catch (const DriverFailure &f) {
-    report(error, f.kernel, f.call, f.code, f.error_name, f.message);
-  } catch (const std::exception &e) {
-    report(error, k.name, "launch", 0, "", k.name + ": launch failed: " + e.what());
-  }
-  return 1;
-}
-
-extern "C" int zyfa_driver_encode_tensor_map(void *map_out, int dtype, const void *address,
-                                             const unsigned long long *dims, const unsigned long long *strides,
-                                             const unsigned *box, zyfa_driver_error *error) noexcept {
-  const char *call = "cuTensorMapEncodeTiled";
-  if (map_out == nullptr || dims == nullptr || strides == nullptr || box == nullptr || (dtype != 0 && dtype != 1)) {
-    report(error, "", call, 0, "",
-           "zyfa_driver_encode_tensor_map: null map_out, dims, strides or box, or dtype not 0 (u8) or 1 (bf16)");
-    return 1;
-  }
-  static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t) && sizeof(unsigned) == sizeof(std::uint32_t),
-                "the C signature's integer types must match cuTensorMapEncodeTiled's");
-  try {
-    encode_map(map_out, dtype == 1 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8, address,
-               reinterpret_cast<const std::uint64_t *>(dims), reinterpret_cast<const std::uint64_t *>(strides),
-               reinterpret_cast<const std::uint32_t *>(box), "");
-    return 0;
-  } catch (const DriverFailure &f) {
-    report(error, f.kernel, f.call, f.code, f.error_name, f.message);
-  } catch (const std::exception &e) {
-    report(error, "", call, 0, "", std::string("zyfa_driver_encode_tensor_map failed: ") + e.what());
-  }
-  return 1;
-}
-
-PYBIND11_MODULE(_driver, m) {
-  m.doc() = "ZYFA GPU driver shim: dlopens libcuda.so.1 or libamdhip64.so; see zyfa_core.launcher.";
-  g_error_class = py::object(py::module_::import("zyfa_core.errors").attr("ZyfaDriverError")).release().ptr();
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const DriverFailure &f) {
-      py::object cls = py::reinterpret_borrow<py::object>(g_error_class);
-      py::object exc = cls(f.message, py::arg("kernel") = f.kernel, py::arg("call") = f.call,
-                           py::arg("code") = f.code, py::arg("error_name") = f.error_name);
-      PyErr_SetObject(g_error_class, exc.ptr());
-    }
-  });
-
-  py::class_<Kernel>(m, "Kernel", "A loaded kernel function on one device (module cached per device and file).")
-      .def_readonly("name", &Kernel::name)
-      .def_readonly("path", &Kernel::path)
-      .def_readonly("device", &Kernel::device)
-      .def_readonly("param_count", &Kernel::param_count, "Parameters the kernel declares (1, or 2 for TMA); 0 if unknown.")
-      .def_readonly("param_size", &Kernel::param_size, "The first parameter's bytes the kernel declares; 0 if unknown.")
-      .def_readonly("second_param_size", &Kernel::second_param_size,
-                    "The second parameter's bytes (TMA maps) the kernel declares; 0 if none or unknown.")
-      .def_readonly("max_dynamic_smem", &Kernel::max_dynamic_smem)
-      .def_property_readonly(
-          "handle", [](const Kernel &k) { return reinterpret_cast<std::uintptr_t>(&k); },
-          "This kernel's address for the C entry point (see `launch_function`); valid while this object lives.")
-      .def("set_max_dynamic_smem", &Kernel::set_max_dynamic_smem, py::arg("bytes"),
-           "CUDA: raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES to `bytes` (no-op on HIP).")
-      .def("launch", &Kernel::launch, py::arg("grid"), py::arg("block"), py::arg("smem"), py::arg("stream"),
-           py::arg("args"), py::arg("second") = py::none(),
-           "Launch with grid/block (3 ints each), dynamic shared memory bytes, a stream handle as an int "
-           "(0 = default stream) and the argument bytes as the first kernel parameter; `second` (bytes, CUDA "
-           "only) is the second parameter of a TMA kernel (zyfa_tma_maps). The GIL is released.");
-
-  m.attr("launch_function") = reinterpret_cast<std::uintptr_t>(&zyfa_driver_launch);
-  m.attr("launch2_function") = reinterpret_cast<std::uintptr_t>(&zyfa_driver_launch2);
-  m.attr("encode_function") = reinterpret_cast<std::uintptr_t>(&zyfa_driver_encode_tensor_map);
-  m.attr("TENSOR_MAP_BYTES") = TENSOR_MAP_BYTES;
-  m.attr("LAUNCH_ABI") = LAUNCH_ABI;
-  m.attr("LAUNCH_ERROR_SIZE") = sizeof(zyfa_driver_error);
-  m.def("probe", &probe, "Load a GPU driver once; returns {'backend', 'library', 'attempts'}. Never raises.");
-  m.def("device_count", &device_count, "Number of devices of the loaded backend.");
-  m.def("device_properties", &device_properties, py::arg("device"),
-        "CUDA: name, major, minor, multiprocessors, max_shared_memory_per_block_optin, driver_version. "
-        "HIP: name, gcn_arch_name, driver_version.");
-  m.def("encode_tensor_map", &encode_tensor_map, py::arg("dtype"), py::arg("address"), py::arg("dims"),
-        py::arg("strides"), py::arg("box"), py::arg("kernel") = "",
-        "cuTensorMapEncodeTiled of a rank-4 tensor: dtype 'bf16' or 'u8', the device address, dims (4, "
-        "elements), strides (3, bytes), box (4); 128-byte swizzle, 256-byte L2 promotion, zero fill. Returns "
-        "the 128 map bytes. `kernel` names the kernel in errors. CUDA only.");
-  m.def("load_kernel", &load_kernel, py::arg("device"), py::arg("path"), py::arg("name"), py::arg("dynamic_smem"),
-        "Load `name` from the code object at `path` on `device` (module cached per device and file).");
-}
+}  // namespace zyfa_core

@@ -14,11 +14,10 @@ import random
 import re
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from zyfa_core import abi
+from zyfa_core import abi, launcher
 from zyfa_core import manifest as mf
 
 HEADER_ENV = "ZYFA_ABI_HEADER"
@@ -261,6 +260,19 @@ def test_make_fwd_args_rejects_values_that_do_not_fit() -> None:
         abi.make_fwd_args(**missing)
 
 
+def test_assignments_are_range_checked_too() -> None:
+    """ctypes alone wraps: seqlen_q = 2**32 + 256 would read as 256 in the kernel. A ZyfaFwdArgs refuses it
+    on assignment, as make_fwd_args does, and keeps the old value."""
+    args = abi.ZyfaFwdArgs()
+    args.seqlen_q = 300
+    for name, value in (("seqlen_q", 2**32 + 256), ("heads_q", -(2**31) - 1), ("q", -16), ("flags", 2**32)):
+        with pytest.raises(ValueError, match=f"zyfa_fwd_args.{name} = "):
+            setattr(args, name, value)
+    with pytest.raises(ValueError, match="softmax_scale = 1e\\+39 is not a finite float32"):
+        args.softmax_scale = 1e39
+    assert args.seqlen_q == 300 and args.heads_q == 0 and args.softmax_scale == 0.0
+
+
 def test_make_fwd_args_defaults() -> None:
     required = {n: 8 for n in abi.FIELD_NAMES if n not in ("lse", "flags", "reserved") and "descale" not in n}
     args = abi.make_fwd_args(**{**required, "softmax_scale": 0.125, "q": None})
@@ -270,6 +282,7 @@ def test_make_fwd_args_defaults() -> None:
 
 
 # ------------------------------------------------------------ zyfa_tma_maps: the TMA kernels' 2nd parameter
+# Built by the C++ launch plan (zyfa_core.launcher.tma_maps_bytes); with an encoder given, no driver runs.
 
 
 class _RecordingEncoder:
@@ -283,9 +296,14 @@ class _RecordingEncoder:
         return bytes([len(self.calls)]) * abi.TENSOR_MAP_BYTES
 
 
-def _tma_case(dtype: str = "bf16", **overrides) -> tuple[SimpleNamespace, abi.ZyfaFwdArgs]:
+def _tma_case(dtype: str = "bf16", **overrides) -> tuple[mf.KernelSpec, abi.ZyfaFwdArgs]:
     """GQA (8 query heads over 2 kv heads), q/k/v as views of packed buffers (non-contiguous strides)."""
-    spec = SimpleNamespace(name="fa_fwd_tma_test", dtype=dtype, tile_m=128, tile_n=176)
+    spec = mf.KernelSpec(
+        name="fa_fwd_tma_test", file="x.cubin", arch="sm90a", dtype=dtype, d_qk=192, d_v=128, causal=True,
+        p_mode=None, kind="cuda", tile_m=128, tile_n=176, threads=384, smem_bytes=0, registers=0,
+        spill_bytes=0,
+        abi_version=abi.ABI_VERSION, source_sha256="0" * 64, path=Path("x.cubin"), loads="tma",
+    )  # fmt: skip
     b, sq, sk, hq, hkv, dqk, dv = 3, 300, 500, 8, 2, 192, 128
     fields = dict(
         q=0x7F0000000000, k=0x7F1000000000, v=0x7F2000000000, out=0x7F3000000000,
@@ -306,7 +324,7 @@ def _tma_case(dtype: str = "bf16", **overrides) -> tuple[SimpleNamespace, abi.Zy
 def test_tma_maps_encode_q_k_v_as_the_header_says(dtype: str, element: str, size: int, inner: int) -> None:
     spec, args = _tma_case(dtype)
     encode = _RecordingEncoder()
-    maps = abi.tma_maps_bytes(spec, args, encode)
+    maps = launcher.tma_maps_bytes(spec, args, encode)
 
     def call(address: int, dims: list[int], strides: tuple[int, int, int], rows: int) -> tuple:
         return (element, address, dims, [stride * size for stride in strides], [inner, rows, 1, 1])
@@ -336,18 +354,15 @@ def test_tma_maps_unusable_strides_or_pointers_give_valid_0(override: dict) -> N
     zero (valid = 0) and the kernel loads with cp.async."""
     spec, args = _tma_case(**override)
     encode = _RecordingEncoder()
-    assert not abi.tma_maps_usable(spec, args)
-    assert abi.tma_maps_bytes(spec, args, encode) == bytes(448)
+    assert not launcher._plan(spec).tma_usable(bytes(args))
+    assert launcher.tma_maps_bytes(spec, args, encode) == bytes(448)
     assert encode.calls == []
 
 
 def test_tma_maps_checks_the_encoders_answer() -> None:
     spec, args = _tma_case()
     with pytest.raises(ValueError, match="a tensor map must be 128 bytes, got 64"):
-        abi.tma_maps_bytes(spec, args, lambda *_: bytes(64))
-    spec.dtype = "fp16"
-    with pytest.raises(ValueError, match="no TMA element type for dtype 'fp16'"):
-        abi.tma_maps_bytes(spec, args, _RecordingEncoder())
+        launcher.tma_maps_bytes(spec, args, lambda *_: bytes(64))
 
 
 def test_fp8_stale_tau_bound_matches(compiled) -> None:

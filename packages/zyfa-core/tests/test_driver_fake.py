@@ -280,54 +280,64 @@ def test_backend_env_must_be_valid(run_with_fake, cuda_dir: Path) -> None:
     assert out["backend"] is None and "ZYFA_BACKEND=metal" in out["attempts"][0]
 
 
-# ------------------------------------------------------------- the C entry point for native callers
+# ------------------------------------------------------------- the C API for native callers
 
-# Calls zyfa_driver_launch through ctypes exactly as zyfa-torch's C++ op does: handles from
-# launcher.native_launch, the grid from launch_grid, the argument bytes, an error struct.
+# Launches through zyfa_plan_launch (csrc/zyfa_core_api.h) exactly as zyfa-torch's C++ op does: the
+# extension found by its path, the plan handle from launcher.native_plan, the argument bytes, an error
+# struct. {workspace} is the workspace pointer passed.
 NATIVE = """
 import ctypes
-native = zyfa_core.launcher.native_launch(spec, 0)
+from zyfa_core import _driver
 
 class Error(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_long), ("kernel", ctypes.c_char * 128), ("call", ctypes.c_char * 128),
-                ("error_name", ctypes.c_char * 64), ("message", ctypes.c_char * 1024)]
+    _fields_ = [("kind", ctypes.c_int), ("code", ctypes.c_long), ("kernel", ctypes.c_char * 128),
+                ("call", ctypes.c_char * 128), ("error_name", ctypes.c_char * 64),
+                ("message", ctypes.c_char * 1024)]
 
-uints = ctypes.POINTER(ctypes.c_uint)
-prototype = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, uints, uints, ctypes.c_uint, ctypes.c_void_p,
-                             ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(Error))
-launch = prototype(native.launch_function)
-grid = (ctypes.c_uint * 3)(*zyfa_core.launch_grid(spec, args))
-block = (ctypes.c_uint * 3)(*native.block)
+lib = ctypes.CDLL(_driver.__file__)
+lib.zyfa_plan_launch.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_ulonglong,
+                                 ctypes.POINTER(Error)]
+lib.zyfa_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                          ctypes.POINTER(ctypes.c_ulonglong), ctypes.POINTER(Error)]
+handle = zyfa_core.launcher.native_plan(spec, 0)
 raw = bytes(args)
-buffer = ctypes.create_string_buffer(raw, len(raw))
 error = Error()
+need = ctypes.c_ulonglong()
+rc_need = lib.zyfa_plan_workspace_bytes(handle, raw, ctypes.byref(need), ctypes.byref(error))
 stream = 0x7000
-rc = launch(native.kernel, grid, block, native.smem_bytes, stream, buffer, len(raw), ctypes.byref(error))
-print(json.dumps({"rc": rc, "args": raw.hex(), "grid": list(grid), "block": list(block), "stream": stream,
-                  "smem": native.smem_bytes, "tile_m": native.tile_m, "name": native.name,
-                  "abi": native.launch_abi, "error_size": native.error_size, "sizeof": ctypes.sizeof(Error),
-                  "code": error.code, "kernel": error.kernel.decode(), "call": error.call.decode(),
-                  "error_name": error.error_name.decode(), "message": error.message.decode()}))
+rc = lib.zyfa_plan_launch(handle, raw, stream, {workspace}, ctypes.byref(error))
+grid = zyfa_core.launch_grid(spec, args, 132 if spec.grid == "persistent" else None)
+print(json.dumps({{"rc": rc, "rc_need": rc_need, "need": need.value, "args": raw.hex(), "grid": list(grid),
+                  "stream": stream, "smem": spec.launch_smem_bytes, "tile_m": spec.tile_m, "name": spec.name,
+                  "api": lib.zyfa_core_api_version(), "module_api": _driver.API_VERSION,
+                  "sizeof": ctypes.sizeof(Error), "kind": error.kind, "code": error.code,
+                  "kernel": error.kernel.decode(), "call": error.call.decode(),
+                  "error_name": error.error_name.decode(), "message": error.message.decode()}}))
 """
 
 
+def native(workspace: int = 0) -> str:
+    return NATIVE.format(workspace=workspace)
+
+
 @pytest.mark.parametrize("d_qk", [128, 192])
-def test_native_launch_entry_point_cuda(run_with_fake, cuda_dir: Path, d_qk: int) -> None:
-    """The C entry point passes the same bytes, grid, block, smem and stream as `launch` does."""
-    out, calls = run_with_fake("cuda", args_snippet(d_qk=d_qk) + NATIVE, cuda_dir)
-    assert out["rc"] == 0 and out["abi"] == 1 and out["error_size"] == out["sizeof"]
+def test_native_plan_launch_cuda(run_with_fake, cuda_dir: Path, d_qk: int) -> None:
+    """The C API passes the same bytes, grid, block, smem and stream as `launch` does."""
+    out, calls = run_with_fake("cuda", args_snippet(d_qk=d_qk) + native(), cuda_dir)
+    assert out["rc"] == 0 and out["rc_need"] == 0 and out["need"] == 0, out["message"]
+    assert out["api"] == out["module_api"] == 2 and out["sizeof"] == 1360
     (launch,) = calls_named(calls, "cuLaunchKernel")
     assert launch["name"] == out["name"] and launch["args"] == out["args"]
     assert launch["grid"] == ",".join(map(str, out["grid"])) and launch["block"] == "128,1,1"
     assert int(launch["smem"]) == out["smem"] == (65536 if d_qk == 192 else 49152)
     assert int(launch["stream"], 16) == out["stream"] and launch["ctx"] == "0x1000"
-    if d_qk == 192:  # above 48 KiB: the opt-in was made when native_launch loaded the kernel
+    if d_qk == 192:  # above 48 KiB: the opt-in was made when native_plan loaded the kernel
         assert calls_named(calls, "cuFuncSetAttribute")
 
 
-def test_native_launch_entry_point_reports_driver_errors(run_with_fake, cuda_dir: Path) -> None:
-    out, _ = run_with_fake("cuda", args_snippet() + NATIVE, cuda_dir, FAKE_LAUNCH_ERROR="719")
-    assert out["rc"] != 0
+def test_native_plan_launch_reports_driver_errors(run_with_fake, cuda_dir: Path) -> None:
+    out, _ = run_with_fake("cuda", args_snippet() + native(), cuda_dir, FAKE_LAUNCH_ERROR="719")
+    assert out["rc"] != 0 and out["kind"] == 3  # ZYFA_ERROR_DRIVER
     assert (out["kernel"], out["call"], out["error_name"]) == (
         SM90_BF16,
         "cuLaunchKernel",
@@ -336,16 +346,41 @@ def test_native_launch_entry_point_reports_driver_errors(run_with_fake, cuda_dir
     assert out["code"] == 719 and out["message"].startswith(f"{SM90_BF16}: cuLaunchKernel failed with")
 
 
-def test_native_launch_entry_point_checks_the_abi_size(run_with_fake, cuda_dir: Path) -> None:
-    out, calls = run_with_fake("cuda", args_snippet() + NATIVE, cuda_dir, FAKE_PARAM_SIZE="184")
+def test_native_plan_launch_checks_the_abi_size(run_with_fake, cuda_dir: Path) -> None:
+    out, calls = run_with_fake("cuda", args_snippet() + native(), cuda_dir, FAKE_PARAM_SIZE="184")
     assert out["rc"] != 0 and out["call"] == "launch" and "ABI mismatch" in out["message"]
     assert calls_named(calls, "cuLaunchKernel") == []
 
 
-def test_native_launch_entry_point_hip(run_with_fake, hip_dir: Path) -> None:
-    snippet = args_snippet("gfx950") + NATIVE
-    out, calls = run_with_fake("hip", snippet, hip_dir)
-    assert out["rc"] == 0 and out["tile_m"] == 32
+@pytest.mark.parametrize(
+    ("offset", "fmt", "value", "message"),
+    [
+        (140, "<i", "2 * 65536", "heads_q = 131072 and batch = "),  # over the tile grid's y limit
+        (148, "<i", "-(2**31) + 256", "args.seqlen_q = -2147483392 must be positive"),  # a wrapped size
+        (168, "<f", "float('inf')", "softmax_scale must be a finite float or None, got inf"),
+        (172, "<f", "2.0", "descales apply to float8_e4m3fn inputs only"),  # bf16 descales are 1.0
+        (184, "<Q", "1", "args.reserved must be 0, got 1"),
+    ],
+)
+def test_native_plan_launch_refuses_bad_structs_before_the_driver(
+    run_with_fake, cuda_dir: Path, offset: int, fmt: str, value: str, message: str
+) -> None:
+    """A hand-filled struct outside the kernel's limits is refused by the plan (a ValueError kind) before
+    any launch: the C API checks as zyfa_core.check_args does."""
+    poke = "import struct\nraw_args = bytearray(bytes(args))\n"
+    poke += f"struct.pack_into({fmt!r}, raw_args, {offset}, {value})\n"
+    snippet = (
+        args_snippet(hq=2, hkv=1) + poke + native().replace("raw = bytes(args)", "raw = bytes(raw_args)")
+    )
+    out, calls = run_with_fake("cuda", snippet, cuda_dir)
+    assert out["rc"] != 0 and out["kind"] in (1, 2), out
+    assert message in out["message"] and out["message"].startswith(SM90_BF16)
+    assert calls_named(calls, "cuLaunchKernel") == []
+
+
+def test_native_plan_launch_hip(run_with_fake, hip_dir: Path) -> None:
+    out, calls = run_with_fake("hip", args_snippet("gfx950") + native(), hip_dir)
+    assert out["rc"] == 0 and out["tile_m"] == 32, out["message"]
     (launch,) = calls_named(calls, "hipModuleLaunchKernel")
     assert launch["args"] == out["args"] and launch["size"] == "192" and launch["block"] == "64,1,1"
     assert launch["grid"] == ",".join(map(str, out["grid"]))
@@ -386,28 +421,13 @@ def test_cuda_persistent_grid_reaches_the_driver(
     assert all(launch["args"] == out["args"] and launch["block"] == "128,1,1" for launch in launches)
 
 
-def test_native_launch_persistent_carries_grid_and_multiprocessors(
+def test_native_plan_persistent_grid_uses_the_devices_multiprocessors(
     run_with_fake, persistent_dir: Path
 ) -> None:
-    snippet = args_snippet(b=3, sq=600, hq=6, hkv=2) + NATIVE.replace(
-        "zyfa_core.launch_grid(spec, args)", "zyfa_core.launch_grid(spec, args, native.multiprocessors)"
-    ).replace(
-        '"tile_m": native.tile_m,',
-        '"tile_m": native.tile_m, "mode": native.grid, "sms": native.multiprocessors,',
-    )
-    out, calls = run_with_fake("cuda", snippet, persistent_dir)
-    assert out["rc"] == 0 and (out["mode"], out["sms"]) == ("persistent", FAKE_SMS)
+    out, calls = run_with_fake("cuda", args_snippet(b=3, sq=600, hq=6, hkv=2) + native(), persistent_dir)
+    assert out["rc"] == 0, out["message"]
     (launch,) = calls_named(calls, "cuLaunchKernel")
     assert launch["grid"] == f"{FAKE_SMS},1,1" == ",".join(map(str, out["grid"]))
-
-
-def test_native_launch_tiles_has_no_multiprocessors(run_with_fake, cuda_dir: Path) -> None:
-    snippet = args_snippet() + NATIVE.replace(
-        '"tile_m": native.tile_m,',
-        '"tile_m": native.tile_m, "mode": native.grid, "sms": native.multiprocessors,',
-    )
-    out, _ = run_with_fake("cuda", snippet, cuda_dir)
-    assert (out["mode"], out["sms"]) == ("tiles", 0)
 
 
 def test_hip_persistent_kernel_without_multiprocessors_is_a_value_error(
@@ -501,9 +521,9 @@ def expected_encodes(b: int) -> list[dict[str, str]]:
 
 TMA_LAUNCH = """
 zyfa_core.launch(spec, args, stream=0x5000, device=0)
-kernel = zyfa_core.launcher._kernel(spec, 0)
+plan = zyfa_core.launcher._loaded(spec, 0)
 print(json.dumps({"args": bytes(args).hex(), "q": args.q, "k": args.k, "v": args.v,
-                  "params": [kernel.param_count, kernel.param_size, kernel.second_param_size]}))
+                  "params": list(plan.kernel_params)}))
 """
 
 
@@ -612,70 +632,52 @@ print(json.dumps(results))
     assert (encode["dtype"], encode["dims"], encode["box"]) == ("0", "128,7,1,1", "128,7,1,1")
 
 
-# zyfa-torch's C++ op, as ctypes: encode the three maps with zyfa_driver_encode_tensor_map into a 64-byte
-# aligned zyfa_tma_maps, set valid, launch with zyfa_driver_launch2 (once from an aligned buffer, once
-# from an unaligned copy, which the entry point must realign).
-NATIVE_TMA = """
-import ctypes
-from zyfa_core import abi
-native = zyfa_core.launcher.native_launch(spec, 0)
-
-class Error(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_long), ("kernel", ctypes.c_char * 128), ("call", ctypes.c_char * 128),
-                ("error_name", ctypes.c_char * 64), ("message", ctypes.c_char * 1024)]
-
-u64s, u32s = ctypes.POINTER(ctypes.c_ulonglong), ctypes.POINTER(ctypes.c_uint)
-encode = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, u64s, u64s, u32s,
-                          ctypes.POINTER(Error))(native.encode_function)
-launch2 = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, u32s, u32s, ctypes.c_uint, ctypes.c_void_p,
-                           ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t,
-                           ctypes.POINTER(Error))(native.launch2_function)
-storage = ctypes.create_string_buffer(448 + 128)
-maps = (ctypes.addressof(storage) + 63) // 64 * 64
-error = Error()
-rcs = []
-for i, (address, dims, strides, box) in enumerate(abi._map_geometry(spec, args)):
-    rcs.append(encode(maps + 128 * i, 1, address, (ctypes.c_ulonglong * 4)(*dims),
-                      (ctypes.c_ulonglong * 3)(*strides), (ctypes.c_uint * 4)(*box), ctypes.byref(error)))
-ctypes.c_int32.from_address(maps + 384).value = 1
-bad = Error()
-rc_unaligned_map = encode(maps + 8, 1, args.q, (ctypes.c_ulonglong * 4)(128, 1, 1, 1),
-                          (ctypes.c_ulonglong * 3)(256, 256, 256), (ctypes.c_uint * 4)(64, 1, 1, 1),
-                          ctypes.byref(bad))
-grid = (ctypes.c_uint * 3)(*zyfa_core.launch_grid(spec, args))
-block = (ctypes.c_uint * 3)(*native.block)
-raw = bytes(args)
-buffer = ctypes.create_string_buffer(raw, len(raw))
-rcs.append(launch2(native.kernel, grid, block, native.smem_bytes, 0x7000, buffer, len(raw), maps, 448,
-                   ctypes.byref(error)))
-ctypes.memmove(maps + 8, ctypes.string_at(maps, 448), 448)  # now 8 bytes off 64-byte alignment
-rcs.append(launch2(native.kernel, grid, block, native.smem_bytes, 0x7000, buffer, len(raw), maps + 8, 448,
-                   ctypes.byref(error)))
-print(json.dumps({"rcs": rcs, "message": error.message.decode(), "args": raw.hex(), "q": args.q,
-                  "k": args.k, "v": args.v, "loads": native.loads,
-                  "unaligned_map": [rc_unaligned_map, bad.message.decode()]}))
-"""
-
-
-def test_native_tma_entry_points(run_with_fake, tma_dir: Path) -> None:
-    out, calls = run_with_fake("cuda", tma_args() + NATIVE_TMA, tma_dir)
-    assert out["rcs"] == [0, 0, 0, 0, 0], out["message"]
-    assert out["loads"] == "tma"
+def test_native_plan_tma_launch(run_with_fake, tma_dir: Path) -> None:
+    """Through the C API a TMA kernel gets the same maps as through `launch`; a one-parameter kernel none."""
+    out, calls = run_with_fake("cuda", tma_args() + native(), tma_dir)
+    assert out["rc"] == 0, out["message"]
     assert calls_named(calls, "cuTensorMapEncodeTiled") == expected_encodes(3)
-    launches = calls_named(calls, "cuLaunchKernel")
-    assert len(launches) == 2
-    for launch in launches:
-        assert launch["args"] == out["args"] and launch["grid"] == "3,6,3" and launch["block"] == "384,1,1"
-        assert launch["second"] == expected_maps(out["q"], out["k"], out["v"])
-    rc, message = out["unaligned_map"]
-    assert rc != 0 and message == "cuTensorMapEncodeTiled failed: the map buffer must be 64-byte aligned"
+    (launch,) = calls_named(calls, "cuLaunchKernel")
+    assert launch["args"] == out["args"] and launch["grid"] == "3,6,3" and launch["block"] == "384,1,1"
+    q, k, v = (0x7F0000000000, 0x7F1000000000, 0x7F2000000000)
+    assert launch["second"] == expected_maps(q, k, v)
+    plain, calls = run_with_fake("cuda", tma_args(SM90_BF16) + native(), tma_dir)
+    assert plain["rc"] == 0 and "second" not in calls_named(calls, "cuLaunchKernel")[0]
 
 
-def test_native_launch2_refuses_a_second_parameter_the_kernel_lacks(run_with_fake, tma_dir: Path) -> None:
-    out, calls = run_with_fake("cuda", tma_args(SM90_BF16) + NATIVE_TMA, tma_dir)
-    assert out["rcs"][:3] == [0, 0, 0] and out["rcs"][3] != 0 and out["loads"] == "cp.async"
-    assert "takes one parameter of 192 bytes but the launch passes two" in out["message"]
-    assert calls_named(calls, "cuLaunchKernel") == []
+def test_tma_maps_bytes_with_an_encoder(run_with_fake, tma_dir: Path) -> None:
+    """`tma_maps_bytes` builds the maps with the plan's geometry: a given encoder gets each map's element
+    type, address, dims, byte strides and box; its answer must be 128 bytes; unusable strides give zeros."""
+    snippet = (
+        tma_args()
+        + """
+seen = []
+def encode(element, address, dims, strides, box):
+    seen.append([element, address, list(dims), list(strides), list(box)])
+    return bytes([len(seen)]) * 128
+maps = zyfa_core.tma_maps_bytes(spec, args, encode)
+bad = zyfa_core.ZyfaFwdArgs.from_buffer_copy(bytes(args))
+bad.k_stride_seq += 4
+zero = zyfa_core.tma_maps_bytes(spec, bad, encode)
+try:
+    zyfa_core.tma_maps_bytes(spec, args, lambda *a: bytes(64))
+    short = None
+except ValueError as exc:
+    short = str(exc)
+print(json.dumps({"seen": seen, "maps": maps.hex(), "zero": zero == bytes(448), "short": short}))
+"""
+    )
+    out, _ = run_with_fake("cuda", snippet, tma_dir)
+    expect = expected_encodes(3)
+    assert [s[0] for s in out["seen"]] == ["bf16"] * 3
+    assert [hex(s[1]) for s in out["seen"]] == [e["address"] for e in expect]
+    assert [",".join(map(str, s[2])) for s in out["seen"]] == [e["dims"] for e in expect]
+    assert [",".join(map(str, s[3])) for s in out["seen"]] == [e["strides"] for e in expect]
+    assert [",".join(map(str, s[4])) for s in out["seen"]] == [e["box"] for e in expect]
+    maps = bytes.fromhex(out["maps"])
+    assert maps[:384] == bytes([1]) * 128 + bytes([2]) * 128 + bytes([3]) * 128
+    assert maps[384:388] == (1).to_bytes(4, "little") and maps[388:] == bytes(60)
+    assert out["zero"] and out["short"] == f"{SM90_TMA}: a tensor map must be 128 bytes, got 64"
 
 
 def test_hip_refuses_tensor_maps_and_a_second_parameter(run_with_fake, hip_dir: Path) -> None:
@@ -683,10 +685,14 @@ def test_hip_refuses_tensor_maps_and_a_second_parameter(run_with_fake, hip_dir: 
         args_snippet(arch="gfx950")
         + """
 drv = zyfa_core.launcher._driver()
-kernel = zyfa_core.launcher._kernel(spec, 0)
 errors = []
+shape = dict(name=spec.name, dtype="bf16", d_qk=128, d_v=128, causal=True, tile_m=32, tile_n=64, threads=64,
+             smem=0, grid="tiles")
+tma = drv.Plan(**shape, loads="tma", v_prep="")
+prep = drv.Plan(**shape, loads="cp.async", v_prep=spec.name)
 for call in (lambda: drv.encode_tensor_map("bf16", 0x1000, [64, 1, 1, 1], [128, 128, 128], [64, 1, 1, 1]),
-             lambda: kernel.launch((1, 1, 1), (64, 1, 1), 0, 0, bytes(args), bytes(448))):
+             lambda: drv.load_plan(tma, 0, str(spec.path)).launch(bytes(args), 0, 0),
+             lambda: drv.load_plan(prep, 0, str(spec.path)).launch(bytes(args), 0, 0x7F4000000000)):
     try:
         call()
         errors.append(None)
@@ -697,9 +703,12 @@ print(json.dumps(errors))
     )
     out, calls = run_with_fake("hip", snippet, hip_dir)
     assert out[0].startswith("cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA")
-    assert (
-        out[1] == f"{GFX950_BF16}: launch failed: a second kernel parameter (TMA maps) is CUDA only; the "
-        "loaded backend is HIP"
+    assert out[1].startswith(
+        f"{GFX950_BF16}: cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA"
+    )
+    assert out[2] == (
+        f"{GFX950_BF16}: launch failed: a second kernel parameter (TMA maps) is CUDA only; "
+        "the loaded backend is HIP"
     )
     assert calls_named(calls, "hipModuleLaunchKernel") == []
 
@@ -721,9 +730,9 @@ def vprep_dir(tmp_path: Path, manifest_tools) -> Path:
 
 VPREP_LAUNCH = f"""
 zyfa_core.launch(spec, args, stream=0x5000, device=0, workspace={WORKSPACE})
-moved = zyfa_core.launcher._with_v(args, {WORKSPACE})
+moved = zyfa_core.ZyfaFwdArgs.from_buffer_copy(bytes(args))
+moved.v = {WORKSPACE}
 print(json.dumps({{"args": bytes(args).hex(), "moved": bytes(moved).hex(), "v": args.v, "moved_v": moved.v,
-                  "same": bytes(zyfa_core.launcher._with_v(args, args.v)) == bytes(args),
                   "need": spec.workspace_bytes(b, hkv, sk), "grid": zyfa_core.launch_grid(spec, args, 132)}}))
 """
 
@@ -744,46 +753,24 @@ def test_v_prep_runs_first_into_the_workspace_then_the_kernel_reads_it(
     assert main["name"] == SM90_VPREP and main["args"] == out["moved"] and "second" not in main
     assert main["grid"] == ",".join(map(str, out["grid"])) and main["block"] == "384,1,1"
     assert prep["stream"] == main["stream"] == "0x5000"
-    assert out["moved_v"] == WORKSPACE != out["v"] and out["same"]  # only v differs
+    assert out["moved_v"] == WORKSPACE != out["v"]  # only v differs
     assert out["need"] == 3 * 2 * 128 * 512  # 500 keys padded to 4 blocks of 128
 
 
-VPREP_NATIVE = """
-native = zyfa_core.launcher.native_launch(spec, 0, runs_v_prep=spec.v_prep != "")
-print(json.dumps({"prep": native.v_prep_kernel, "kernel": native.kernel, "block": list(native.v_prep_block),
-                  "tile_n": native.tile_n, "launch2": native.launch2_function}))
-"""
-
-
-def test_native_launch_hands_over_the_loaded_v_prep_entry(run_with_fake, vprep_dir: Path, cuda_dir) -> None:
-    """zyfa-torch's C++ op launches the pass itself: native_launch gives it the loaded entry's handle, its
-    block and tile_n (the row padding); kernels without a pass give handle 0."""
+def test_native_plan_runs_the_v_prep_pass_into_the_given_workspace(run_with_fake, vprep_dir: Path) -> None:
+    """Through the C API: the workspace size matches the spec's, the pass runs first into the caller's
+    workspace and the kernel reads V there; a launch without a workspace is refused before the driver."""
     spec = f"zyfa_core.Manifest.load(KERNEL_DIR).get({SM90_VPREP!r})"
-    out, calls = run_with_fake("cuda", args_snippet(spec=spec, hkv=2) + VPREP_NATIVE, vprep_dir)
-    assert out["prep"] not in (0, out["kernel"]) and out["block"] == [256, 1, 1] and out["tile_n"] == 128
-    assert out["launch2"] != 0
-    assert [c["name"] for c in calls_named(calls, "cuModuleGetFunction")] == [
-        SM90_VPREP,
-        SM90_VPREP + "_vprep",
-    ]
-    plain, _ = run_with_fake("cuda", args_snippet() + VPREP_NATIVE, cuda_dir)
-    assert plain["prep"] == 0
-
-
-REFUSED = """
-try:
-    zyfa_core.launcher.native_launch(spec, 0)
-    print(json.dumps({"refused": False}))
-except ValueError as exc:
-    print(json.dumps({"refused": True, "message": str(exc)}))
-"""
-
-
-def test_native_launch_refuses_a_v_prep_kernel_to_a_caller_that_does_not_run_the_pass(
-    run_with_fake, vprep_dir: Path
-) -> None:
-    """A caller built before ABI 3 would launch the kernel on untransposed V: refused, naming the pass."""
-    spec = f"zyfa_core.Manifest.load(KERNEL_DIR).get({SM90_VPREP!r})"
-    out, calls = run_with_fake("cuda", args_snippet(spec=spec, hkv=2) + REFUSED, vprep_dir)
-    assert out["refused"] and f"pass {SM90_VPREP}_vprep (ABI 3)" in out["message"]
-    assert "upgrade zyfa-torch" in out["message"] and calls_named(calls, "cuModuleGetFunction") == []
+    shape = dict(b=3, sq=300, sk=500, hq=6, hkv=2)
+    out, calls = run_with_fake("cuda", args_snippet(spec=spec, **shape) + native(WORKSPACE), vprep_dir)
+    assert out["rc"] == 0 and out["need"] == 3 * 2 * 128 * 512, out["message"]
+    prep, main = calls_named(calls, "cuLaunchKernel")
+    assert prep["name"] == SM90_VPREP + "_vprep" and prep["grid"] == "4,2,3" and prep["args"] == out["args"]
+    assert prep["second"] == WORKSPACE.to_bytes(8, "little").hex()
+    moved = bytearray.fromhex(out["args"])
+    moved[16:24] = WORKSPACE.to_bytes(8, "little")  # args.v
+    assert main["name"] == SM90_VPREP and main["args"] == moved.hex()
+    assert main["grid"] == ",".join(map(str, out["grid"])) == "54,1,1"  # 3 tiles x 6 heads x 3 batch
+    none, calls = run_with_fake("cuda", args_snippet(spec=spec, **shape) + native(0), vprep_dir)
+    assert none["rc"] != 0 and none["kind"] == 1 and "reads V pre-transposed" in none["message"]
+    assert calls_named(calls, "cuLaunchKernel") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +61,10 @@ def test_good_args_pass(spec: zyfa_core.KernelSpec) -> None:
         ({"heads_q": 65536 * 2, "heads_kv": 2}, "65535"),
         ({"q_stride_seq": 1028}, "q_stride_seq = 1028 elements"),
         ({"out_stride_head": -128}, "out_stride_head = -128 is negative"),
+        ({"k_stride_batch": 2**62}, f"k_stride_batch = {2**62} elements is too large"),
         ({"flags": 0}, "needs FLAG_CAUSAL set"),
         ({"flags": zyfa_core.FLAG_CAUSAL | 0x10}, "unknown bits 0x10"),
-        ({"k_descale": 0.0}, "k_descale = 0.0 must be finite and positive"),
+        ({"k_descale": 0.5}, "descales apply to float8_e4m3fn inputs only; pass 1.0 for bf16"),
         ({"reserved": 5}, "reserved must be 0"),
     ],
 )
@@ -74,11 +76,41 @@ def test_bad_args_raise_value_error(spec: zyfa_core.KernelSpec, override: dict, 
     assert NAME in str(info.value)
 
 
-def test_non_finite_scale(spec: zyfa_core.KernelSpec) -> None:
-    args = zyfa_core.make_fwd_args(**good_fields())
-    args.softmax_scale = float("inf")  # make_fwd_args refuses it; a hand-filled struct may not
-    with pytest.raises(ValueError, match="softmax_scale = inf is not finite"):
-        zyfa_core.check_args(spec, args)
+def _with_float(args: zyfa_core.ZyfaFwdArgs, offset: int, value: float) -> zyfa_core.ZyfaFwdArgs:
+    """A copy of `args` with the float32 at byte `offset` set to `value` (assignment would refuse it)."""
+    raw = bytearray(bytes(args))
+    struct.pack_into("<f", raw, offset, value)
+    return zyfa_core.ZyfaFwdArgs.from_buffer_copy(raw)
+
+
+@pytest.mark.parametrize(
+    ("offset", "value", "message"),
+    [
+        (168, float("inf"), "softmax_scale must be a finite float or None, got inf"),
+        (168, float("nan"), "softmax_scale must be a finite float or None, got nan"),
+        (168, 0.0, "softmax_scale = 0.0 is 0 in float32"),
+        (172, 0.0, "q_descale must be finite and > 0, got 0.0"),
+        (176, -2.0, "k_descale must be finite and > 0, got -2.0"),
+        (180, float("inf"), "v_descale must be finite and > 0, got inf"),
+        (
+            172,
+            1e-30,
+            "softmax_scale * q_descale * k_descale * log2(e) = 0.0 in float32",
+        ),  # with k_descale 1e-30
+    ],
+)
+def test_scalars_in_a_hand_filled_struct(tmp_path: Path, manifest_tools, offset, value, message) -> None:
+    """The scale and descales a struct carries are checked as the kernel folds them (FP8 kernel here)."""
+    name = "fa_fwd_e4m3fn_hd128_causal_sm90a"
+    fp8 = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, [manifest_tools.row(name)])).get(name)
+    fields = good_fields(q_stride_batch=100 * 8 * 128, k_stride_head=128)
+    args = _with_float(zyfa_core.make_fwd_args(**fields), offset, value)
+    if offset == 172 and value == 1e-30:
+        args = _with_float(args, 176, 1e-30)
+    zyfa_core.check_args(fp8, zyfa_core.make_fwd_args(**fields))
+    with pytest.raises(ValueError) as info:
+        zyfa_core.check_args(fp8, args)
+    assert message in str(info.value) and str(info.value).startswith(name)
 
 
 def test_fp8_strides_are_checked_in_bytes(tmp_path: Path, manifest_tools) -> None:

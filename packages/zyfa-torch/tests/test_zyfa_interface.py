@@ -141,6 +141,7 @@ UNSUPPORTED = [
     ({"dropout_p": 0.1, "return_attn_probs": True}, "return_attn_probs with dropout"),
     ({"window_size": (128, 0)}, r"window_size=\(-1, -1\)"),
     ({"window_size": [-1, 4]}, "window_size"),
+    ({"window_size": (None, None)}, r"window_size=\(None, None\)"),
     ({"softcap": 30.0}, "softcap=0.0"),
     ({"alibi_slopes": torch.ones(4)}, "alibi_slopes=None"),
     ({"causal": False}, "causal=True"),
@@ -241,6 +242,82 @@ def test_p_mode_and_scale_rules():
     for scale in (float("inf"), float("nan"), "0.1", True):
         with pytest.raises(ValueError, match="softmax_scale"):
             zyfa.flash_attn_func(q, k, v, softmax_scale=scale, causal=True)
+
+
+# Finite in float64 but not in the kernels' float32 (or their product, the one factor the kernels scale
+# scores by, is not): each is refused on the CPU path with the message the GPU paths give.
+FLOAT32_REFUSED = [
+    ({"softmax_scale": 1e39}, r"softmax_scale = 1e\+39 overflows float32, the kernels' type"),
+    ({"softmax_scale": 1e-50}, r"softmax_scale = 1e-50 is 0 in float32"),
+    ({"softmax_scale": 0.0}, r"softmax_scale = 0.0 is 0 in float32"),
+    ({"q_descale": 1e39}, r"q_descale = 1e\+39 overflows float32"),
+    ({"v_descale": -1e39}, r"v_descale must be finite and > 0, got -1e\+39"),
+    ({"k_descale": 1e-50}, r"k_descale = 1e-50 is 0 in float32"),
+    ({"q_descale": 1e20, "k_descale": 1e20}, r"softmax_scale \* q_descale \* k_descale \* log2\(e\) = inf"),
+    ({"q_descale": 1e-30, "k_descale": 1e-30}, r"softmax_scale \* q_descale \* k_descale \* log2\(e\) = 0.0"),
+    ({"q_descale": torch.tensor(1e39, dtype=torch.float64)}, r"q_descale = 1e\+39 overflows float32"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), FLOAT32_REFUSED)
+def test_scales_are_checked_as_the_kernels_take_them(kwargs, match):
+    q, k, v = make_qkv(1, 64, 64, 2, 2, seed=5)
+    q8, k8, v8, ds = quantize3(q, k, v)
+    kw = {"q_descale": ds[0], "k_descale": ds[1], "v_descale": ds[2], **kwargs}
+    with pytest.raises(ValueError, match=match):
+        zyfa.flash_attn_func(q8, k8, v8, causal=True, **kw)
+
+
+def test_bf16_scale_is_checked_with_log2e_folded_in():
+    """bf16 kernels scale scores by softmax_scale * log2(e): 3e38 fits float32, its product does not."""
+    q, k, v = make_qkv(1, 16, 16, 2, 2, seed=6)
+    with pytest.raises(ValueError, match=r"softmax_scale \* log2\(e\) = inf in float32"):
+        zyfa.flash_attn_func(q, k, v, causal=True, softmax_scale=3e38)
+    with pytest.raises(ValueError, match=r"softmax_scale = 1e\+39 overflows float32"):
+        zyfa.flash_attn_func(q, k, v, causal=True, softmax_scale=1e39)
+
+
+def test_extreme_but_representable_descales_are_accepted():
+    """q_descale = 2**60 and k_descale = 2**-60 fit float32 and their product is exactly 1: the answer is
+    bitwise the one with both descales 1.0 (powers of two scale exactly)."""
+    q, k, v = make_qkv(1, 64, 64, 2, 2, seed=7)
+    q8, k8, v8, _ = quantize3(q, k, v)
+    plain = zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=1.0, k_descale=1.0, v_descale=1.0)
+    scaled = zyfa.flash_attn_func(
+        q8, k8, v8, causal=True, q_descale=2.0**60, k_descale=2.0**-60, v_descale=1.0
+    )
+    assert torch.isfinite(plain.float()).all() and torch.equal(plain, scaled)
+
+
+@pytest.mark.parametrize("device", ["meta", "cuda:0"])
+def test_tensor_descales_on_another_device_are_refused(device):
+    """A descale tensor on `meta` would send the call to the op's fake implementation (uninitialised
+    output); one on a GPU is not on q's device (the CPU). Both are refused, through flash_attn_func
+    and through the op directly; CPU tensors stay fine."""
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA or ROCm GPU")
+    q, k, v = make_qkv(1, 64, 64, 2, 2, seed=8)
+    q8, k8, v8, ds = quantize3(q, k, v)
+    elsewhere = torch.tensor(1.0, device=device)
+    message = rf"q_descale is a tensor on {device}; tensor descales must be on q's device \(cpu\) or the CPU"
+    with pytest.raises(ValueError, match=message):
+        zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=elsewhere, k_descale=ds[1], v_descale=ds[2])
+    others = (torch.tensor(ds[1]), torch.tensor(ds[2]))
+    with pytest.raises(ValueError, match=message):
+        torch.ops.zyfa.fwd_tensor_descales(q8, k8, v8, 0.1, True, elsewhere, *others, False, None)
+    cpu = zyfa.flash_attn_func(
+        q8, k8, v8, causal=True, q_descale=torch.tensor(ds[0]), k_descale=ds[1], v_descale=ds[2]
+    )
+    assert torch.isfinite(cpu.float()).all()
+
+
+def test_window_size_none_means_no_window():
+    q, k, v = make_qkv(1, 32, 32, 2, 2, seed=9)
+    expect = zyfa.flash_attn_func(q, k, v, causal=True)
+    assert torch.equal(zyfa.flash_attn_func(q, k, v, causal=True, window_size=None), expect)
+    assert torch.equal(zyfa.flash_attn_func(q, k, v, causal=True, window_size=[-1, -1]), expect)
+    with pytest.raises(ValueError, match="window_size must be a pair of ints or None, got int 3"):
+        zyfa.flash_attn_func(q, k, v, causal=True, window_size=3)
 
 
 def test_torch_compile_fullgraph():

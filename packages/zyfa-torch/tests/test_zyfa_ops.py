@@ -163,7 +163,10 @@ class _MockCore:
         abi = types.SimpleNamespace(ZyfaFwdArgs=_MockArgs, FLAG_CAUSAL=0x1, FLAG_LSE=0x2)
         manifest = types.SimpleNamespace(select=self.select)
         launcher = types.SimpleNamespace(
-            available_backend=lambda: self.backend, device_arch=lambda i: f"arch{i}", launch=self.launch
+            available_backend=lambda: self.backend,
+            backend_report=lambda: {"backend": self.backend, "library": "", "attempts": ["mock: no driver"]},
+            device_arch=lambda i: f"arch{i}",
+            launch=self.launch,
         )
         for name, mod in (
             ("zyfa_core", types.SimpleNamespace()),
@@ -193,7 +196,10 @@ class _MockCore:
     def select(self, arch, dtype, d_qk, d_v, causal, p_mode=None):
         self.selects.append((arch, dtype, d_qk, d_v, causal, p_mode))
         return types.SimpleNamespace(
-            name="mock_kernel", tile_n=self.tile_n, p_mode=p_mode or ("exact" if dtype == "e4m3fn" else None)
+            name="mock_kernel",
+            tile_n=self.tile_n,
+            p_mode=p_mode or ("exact" if dtype == "e4m3fn" else None),
+            v_prep="",
         )
 
     def launch(self, spec, args, *, stream, device):
@@ -282,6 +288,26 @@ def test_dispatch_empty_does_not_launch(core):
         q, k, v = make_qkv(b, sq, sk, 2, 2, seed=0)
         out, lse, _ = zyfa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
         assert out.shape == (b, sq, 2, 128) and torch.all(out == 0) and torch.all(lse == math.inf)
+    assert core.launches == [] and core.selects == []
+
+
+@pytest.mark.parametrize(
+    ("descales", "match"),
+    [
+        ((1e39, 1.0, 1.0), r"q_descale = 1e\+39 overflows float32"),
+        ((1.0, 1e-50, 1.0), r"k_descale = 1e-50 is 0 in float32"),
+        ((1e20, 1e20, 1.0), r"softmax_scale \* q_descale \* k_descale \* log2\(e\) = inf in float32"),
+    ],
+)
+def test_dispatch_refuses_scalars_the_kernel_cannot_take(core, descales, match):
+    """The Python GPU path refuses, before selecting or launching anything, the scalars zyfa_core's checks
+    refuse on every path (they would reach the kernel as inf or 0)."""
+    q, k, v = make_qkv(1, 64, 64, 2, 2, seed=12)
+    q8, k8, v8, _ = quantize3(q, k, v)
+    core.inputs = (q8, k8, v8)
+    qd, kd, vd = descales
+    with pytest.raises(ValueError, match=match):
+        zyfa.flash_attn_func(q8, k8, v8, causal=True, q_descale=qd, k_descale=kd, v_descale=vd)
     assert core.launches == [] and core.selects == []
 
 

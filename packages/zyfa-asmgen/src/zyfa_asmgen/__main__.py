@@ -3,6 +3,7 @@
     emit  <generator> --variant-json JSON --abi-header H -o out.s       write the assembly
     build <generator> --variant-json JSON --abi-header H -o out.hsaco   emit + assemble + link
     sim   <kernel> [--seqlen-q N ...]                                   run a gfx950 kernel in the simulator
+    codeobject FILE [--disassemble | --roundtrip]                       load a gfx950 code object
 
 Each command lives in its own module under `zyfa_asmgen.commands` and registers itself through
 `register(subparsers)`; add a module to COMMANDS to add a command.
@@ -14,9 +15,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .commands import build, emit, sim
+from .commands import build, codeobject, emit, sim
 
-COMMANDS = [emit, build, sim]
+COMMANDS = [emit, build, sim, codeobject]
 
 
 def make_parser() -> argparse.ArgumentParser:

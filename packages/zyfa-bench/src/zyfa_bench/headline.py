@@ -5,7 +5,7 @@ From one run's rows (every workload's sweep and the accuracy run):
 - the performance targets (zyfa_bench.tables.TARGETS) with one column per workload and a verdict across
   them (a target met on Gaussian inputs only says so);
 - the FP8 kernels' own error (relative L2 vs float64 on the dequantised inputs, rotation off) per workload,
-  with its ratio to cuDNN FP8's (the target is <= 0.5x).
+  with its ratio to cuDNN FP8's (the target is <= 0.5x) and to the most accurate FP8 peer's (<= 1x).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from zyfa_bench.tables import (
     md_table,
     ok_rows,
     ratio_text,
+    sides_text,
     spread,
     target_results,
     workload_of,
@@ -68,8 +69,9 @@ def _verdict(met: dict[str, bool]) -> str:
 
 
 def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> str:
-    """The performance targets, one ratio column per workload (with the ZYFA variant behind it), then ZYFA
-    against the best peer at its worst seqlen per shape and precision."""
+    """The performance targets, one ratio column per workload (with the ZYFA variant behind it, and the peer
+    where a target takes the fastest one), then ZYFA against the best peer at its worst seqlen per shape
+    and precision."""
     wls = workloads(rows) or ["gaussian"]
     cells: dict[tuple[str, int, str], dict[str, Any]] = {}
     for t in target_results(rows, ceilings):
@@ -82,7 +84,7 @@ def targets_by_workload(rows: list[dict[str, Any]], ceilings: dict[str, Any]) ->
             if t is None or t["ratio"] is None:
                 shown.append("–")
                 continue
-            shown.append(ratio_text(t["ratio"], t["need"]) + (f" ({t['impl']})" if t["impl"] else ""))
+            shown.append(ratio_text(t["ratio"], t["need"]) + sides_text(t))
             met[wl] = t["ratio"] >= t["need"]
         body.append([target, seqlen, *shown, need, _verdict(met)])
     worst: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -106,9 +108,19 @@ def _sci(x: float) -> str:
     return f"{mantissa}e{int(exp)}"
 
 
+def _most_accurate_peer(
+    med: dict[tuple[str, str, str], float], shape: str, wl: str
+) -> tuple[float, str] | None:
+    """(error, name) of the FP8 peer with the lowest median error on (shape, workload), None without one."""
+    return min(
+        ((e, i) for (s, w, i), e in med.items() if s == shape and w == wl and not i.startswith("zyfa")),
+        default=None,
+    )
+
+
 def fp8_errors(rows: list[dict[str, Any]]) -> str:
     """Per shape and FP8 implementation: median rel L2 vs float64 on the dequantised inputs (rotation off)
-    per workload, and its ratio to cuDNN FP8's."""
+    per workload, its ratio to cuDNN FP8's, and ZYFA's ratio to the most accurate FP8 peer's (named)."""
     med: dict[tuple[str, str, str], float] = {}
     groups: dict[tuple[str, str, str], list[float]] = {}
     for r in ok_rows(rows):
@@ -130,10 +142,14 @@ def fp8_errors(rows: list[dict[str, Any]]) -> str:
             line: list[Any] = [shape, impl]
             for wl in wls:
                 err, ref = med.get((shape, wl, impl)), med.get((shape, wl, "cudnn-fp8"))
+                best = _most_accurate_peer(med, shape, wl)
                 line.append(_sci(err) if err is not None else "–")
                 line.append(f"{err / ref:.2f}×" if err is not None and ref and impl != "cudnn-fp8" else "–")
+                ours = err is not None and best and best[0] > 0 and impl.startswith("zyfa")
+                line.append(f"{err / best[0]:.2f}× {best[1]}" if ours else "–")
             body.append(line)
-    header = ["shape", "impl"] + [h for wl in wls for h in (f"{wl} rel L2", f"{wl} / cudnn-fp8")]
+    per_wl = ("rel L2", "/ cudnn-fp8", "/ most accurate peer")
+    header = ["shape", "impl"] + [f"{wl} {h}" for wl in wls for h in per_wl]
     return md_table(header, body)
 
 
@@ -167,13 +183,17 @@ def headline(rows: dict[str, list[dict[str, Any]]], ceilings: dict[str, Any], se
             parts += [caption, tflops_table(thr, seqlen)]
         else:
             parts.append(f"No throughput row at seqlen {seqlen}, the targets' seqlen.")
-        parts.append("Targets per workload (the ZYFA variant behind each ratio in brackets):")
+        parts.append(
+            "Targets per workload (in brackets: the ZYFA variant behind each ratio, then the peer where a "
+            "target takes the fastest one):"
+        )
         parts.append(targets_by_workload(thr, ceilings))
     if acc:
         seqlens = sorted({r["seqlen_q"] for r in ok_rows(acc)})
         parts.append(
             f"FP8 error at seqlen {', '.join(map(str, seqlens))}: relative L2 vs float64 on the dequantised "
-            "inputs, rotation off, median over seeds; the target is <= 0.50x cuDNN FP8's:"
+            "inputs, rotation off, median over seeds; the targets are <= 0.50x cuDNN FP8's and <= 1.00x the "
+            "most accurate FP8 peer's:"
         )
         parts.append(fp8_errors(acc))
     return "\n\n".join(parts)

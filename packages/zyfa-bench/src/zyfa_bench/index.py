@@ -20,7 +20,7 @@ from typing import Any
 from zyfa_bench.headline import headline
 from zyfa_bench.report import build_report
 from zyfa_bench.results import load_results
-from zyfa_bench.tables import ok_rows
+from zyfa_bench.tables import VERSION_KEYS, ok_rows
 
 __all__ = ["expand_paths", "index_block", "run_files", "stale_blocks", "update_index"]
 
@@ -73,8 +73,7 @@ def _link(path: Path, base: Path) -> str:
 def _about(docs: list[dict[str, Any]]) -> str:
     """The device, date and versions of a run's files (their first file's, which all of a run share)."""
     dev, v = docs[0].get("device", {}), docs[0].get("versions", {})
-    keep = ("zyfa-torch", "zyfa-core", "torch", "flash-attn-4", "nvidia-cudnn-frontend", "cudnn-library")
-    versions = ", ".join(f"{k} {v[k]}" for k in keep if v.get(k))
+    versions = ", ".join(f"{k} {v[k]}" for k in VERSION_KEYS if v.get(k))
     return (
         f"- device: {dev.get('name')} ({dev.get('backend')}, capability {dev.get('capability')}, "
         f"driver {dev.get('driver')})\n"

@@ -12,12 +12,14 @@ from typing import Any
 
 __all__ = [
     "TARGETS",
+    "VERSION_KEYS",
     "fmt",
     "impl_order",
     "md_table",
     "ok_rows",
     "panel",
     "ratio_text",
+    "sides_text",
     "spread",
     "target_results",
     "workload_of",
@@ -26,16 +28,32 @@ __all__ = [
 ]
 
 # (description, shape, precision, seqlen, numerator, denominator, threshold); numerator/denominator are an
-# implementation name, "zyfa-best" (fastest ZYFA variant of that precision), "zyfa-bf16", or a ceiling key.
+# implementation name, "zyfa-best" (fastest ZYFA variant of that precision), "peer-best" (fastest peer of
+# that precision, whichever won the cell: FlashAttention-3, FlashAttention-4, cuDNN, ...), "zyfa-bf16", or
+# a ceiling key.
 TARGETS: list[tuple[str, str, str, int, str, str, float]] = [
+    ("FP8 d128 GQA vs the fastest FP8 peer", "gqa128", "fp8", 16384, "zyfa-best", "peer-best", 1.10),
     ("FP8 d128 GQA vs cuDNN FP8 (FP8 out)", "gqa128", "fp8", 16384, "zyfa-best", "cudnn-fp8", 1.15),
     ("FP8 d128 GQA vs FP8 GEMM ceiling", "gqa128", "fp8", 16384, "zyfa-best", "fp8_gemm_tflops", 0.80),
-    ("BF16 d128 GQA vs FlashAttention-4", "gqa128", "bf16", 16384, "zyfa-best", "fa4-bf16", 1.05),
+    ("BF16 d128 GQA vs the fastest BF16 peer", "gqa128", "bf16", 16384, "zyfa-best", "peer-best", 1.05),
+    ("FP8 192/128 vs the fastest FP8 peer", "mla192", "fp8", 16384, "zyfa-best", "peer-best", 1.10),
     ("FP8 192/128 vs cuDNN FP8 (FP8 out)", "mla192", "fp8", 16384, "zyfa-best", "cudnn-fp8", 1.30),
-    ("BF16 192/128 vs FlashAttention-4", "mla192", "bf16", 16384, "zyfa-best", "fa4-bf16", 1.05),
+    ("BF16 192/128 vs the fastest BF16 peer", "mla192", "bf16", 16384, "zyfa-best", "peer-best", 1.05),
     ("ZYFA FP8 / ZYFA BF16, d128 GQA", "gqa128", "fp8", 16384, "zyfa-best", "zyfa-bf16", 1.60),
     ("ZYFA FP8 / ZYFA BF16, 192/128", "mla192", "fp8", 16384, "zyfa-best", "zyfa-bf16", 1.60),
 ]
+
+
+# The versions a report and an index block name, where a result file has them (the peers' libraries included).
+VERSION_KEYS = (
+    "zyfa-torch",
+    "zyfa-core",
+    "torch",
+    "fa3-fwd",
+    "flash-attn-4",
+    "nvidia-cudnn-frontend",
+    "cudnn-library",
+)
 
 
 def ok_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -92,16 +110,21 @@ def spread(vals: list[float]) -> tuple[float, float, float] | None:
     return statistics.median(vals), min(vals), max(vals)
 
 
+def _is_zyfa(impl: str) -> bool:
+    return impl.startswith("zyfa")
+
+
 def _value(
     rows: list[dict[str, Any]], ceil: dict[str, Any], shape: str, prec: str, s: int, key: str
 ) -> tuple[Any, str]:
-    """(TFLOP/s, the implementation measured) for a target's side; "zyfa-best" names the ZYFA variant
-    it took, so a reader sees which P mode a figure belongs to."""
+    """(TFLOP/s, the implementation measured) for a target's side; "zyfa-best" and "peer-best" name the
+    implementation they took, so a reader sees which ZYFA P mode and which peer a figure belongs to."""
     if key.endswith("_tflops"):
         return ceil.get(key), key
     pool = [r for r in ok_rows(rows) if r.get("shape") == shape and r.get("seqlen_q") == s]
-    if key == "zyfa-best":
-        pool = [r for r in pool if r["impl"].startswith("zyfa") and r["precision"] == prec]
+    if key in ("zyfa-best", "peer-best"):
+        ours = key == "zyfa-best"
+        pool = [r for r in pool if _is_zyfa(r["impl"]) == ours and r["precision"] == prec]
         best = max(pool, key=lambda r: r["tflops"], default=None)
         return (best["tflops"], best["impl"]) if best else (None, key)
     return next((r["tflops"] for r in pool if r["impl"] == key), None), key
@@ -109,12 +132,13 @@ def _value(
 
 def target_results(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> list[dict[str, Any]]:
     """Each of TARGETS once per workload present (Gaussian first): {"workload", "target", "seqlen", "need",
-    "ratio" (None without data on either side), "impl" (the ZYFA variant a "zyfa-best" side took)}."""
+    "ratio" (None without data on either side), "impl" (the ZYFA variant a "zyfa-best" side took), "peer"
+    (the peer a "peer-best" side took)}."""
     out = []
     for wl in workloads(rows) or ["gaussian"]:
         sub = [r for r in rows if workload_of(r) == wl]
         for desc, shape, prec, s, num, den, need in TARGETS:
-            (a, a_impl), (b, _) = (
+            (a, a_impl), (b, b_impl) = (
                 _value(sub, ceilings, shape, prec, s, num),
                 _value(sub, ceilings, shape, prec, s, den),
             )
@@ -127,6 +151,7 @@ def target_results(rows: list[dict[str, Any]], ceilings: dict[str, Any]) -> list
                     "need": need,
                     "ratio": a / b if ok else None,
                     "impl": a_impl if num == "zyfa-best" else None,
+                    "peer": b_impl if den == "peer-best" and b is not None else None,
                 }
             )
     return out
@@ -143,11 +168,11 @@ def worst_seqlens(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         worst = None
         for s in sorted({r["seqlen_q"] for r in grp}):
             z = max(
-                (r["tflops"] for r in grp if r["seqlen_q"] == s and r["impl"].startswith("zyfa")),
+                (r["tflops"] for r in grp if r["seqlen_q"] == s and _is_zyfa(r["impl"])),
                 default=None,
             )
             p = max(
-                (r["tflops"] for r in grp if r["seqlen_q"] == s and not r["impl"].startswith("zyfa")),
+                (r["tflops"] for r in grp if r["seqlen_q"] == s and not _is_zyfa(r["impl"])),
                 default=None,
             )
             if z and p and (worst is None or z / p < worst[1]):
@@ -157,6 +182,13 @@ def worst_seqlens(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 {"shape": shape, "workload": wl, "precision": prec, "seqlen": worst[0], "ratio": worst[1]}
             )
     return sorted(out, key=lambda t: (panel(t), t["precision"]))
+
+
+def sides_text(t: dict[str, Any]) -> str:
+    """A target result's measured sides in brackets: " (zyfa-fp8-lean)", " (zyfa-fp8-lean / fa3-fp8)" where
+    the denominator is the fastest peer, "" where neither side was chosen."""
+    sides = " / ".join(filter(None, (t.get("impl"), t.get("peer"))))
+    return f" ({sides})" if sides else ""
 
 
 def ratio_text(ratio: float, need: float) -> str:

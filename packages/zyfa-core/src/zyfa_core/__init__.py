@@ -1,12 +1,11 @@
 """zyfa_core: the ZYFA runtime — kernel ABI, manifest, loader and launcher. No torch.
 
-- `zyfa_core.abi`: ctypes mirror of `kernels/abi/zyfa_abi.h` (`ZyfaFwdArgs`, flags, ABI_VERSION,
-  the TMA kernels' second parameter `tma_maps_bytes`).
+- `zyfa_core.abi`: ctypes mirror of `kernels/abi/zyfa_abi.h` (`ZyfaFwdArgs`, flags, ABI_VERSION).
 - `zyfa_core.manifest`: find the built code objects (`find_kernel_dir`), read `manifest.json`
   (`Manifest`), pick a kernel (`select`).
 - `zyfa_core.launcher`: detect the GPU backend (`available_backend`, `device_arch`) and `launch`
-  a kernel on a caller-given stream through the C++ extension `zyfa_core._driver`, which dlopens
-  libcuda.so.1 or libamdhip64.so at run time.
+  a kernel on a caller-given stream through the C++ launch plan of `zyfa_core._driver` (checks, grid,
+  V pre-pass, TMA maps `tma_maps_bytes`), which dlopens libcuda.so.1 or libamdhip64.so at run time.
 
 `python -m zyfa_core` prints where the kernels are, what the manifest holds and which backend loads.
 """
@@ -22,7 +21,6 @@ from zyfa_core.abi import (
     ZyfaFwdArgs,
     args_bytes,
     make_fwd_args,
-    tma_maps_bytes,
 )
 from zyfa_core.errors import (
     KernelDirNotFoundError,
@@ -40,6 +38,7 @@ from zyfa_core.launcher import (
     device_properties,
     launch,
     launch_grid,
+    tma_maps_bytes,
 )
 from zyfa_core.manifest import (
     KernelSpec,

@@ -10,16 +10,15 @@ v [batch, seqlen_k, heads_kv, d_v], out bf16 [batch, seqlen_q, heads_q, d_v]; st
 lse float32 [batch, heads_q, seqlen_q] contiguous when flags has FLAG_LSE.
 
 Kernels whose manifest row says "loads": "tma" take a second parameter, `zyfa_tma_maps` (448 bytes:
-three CUtensorMaps for q, k, v and a valid flag); `tma_maps_bytes` builds it as the header specifies.
+three CUtensorMaps for q, k, v and a valid flag); the launch plan (`zyfa_core.launcher.tma_maps_bytes`)
+builds it as the header specifies.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
-import struct
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 __all__ = [
     "ABI_VERSION",
@@ -29,12 +28,9 @@ __all__ = [
     "FLAG_LSE",
     "TENSOR_MAP_BYTES",
     "TMA_MAPS_BYTES",
-    "TensorMapEncoder",
     "ZyfaFwdArgs",
     "args_bytes",
     "make_fwd_args",
-    "tma_maps_bytes",
-    "tma_maps_usable",
 ]
 
 # 1: first layout (2026-12-01). 2: adds zyfa_tma_maps, the second parameter of "loads": "tma" kernels.
@@ -76,17 +72,23 @@ _FIELDS: list[tuple[str, Any]] = [
 
 FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in _FIELDS)
 """The struct's field names in declaration order."""
+_FIELD_TYPES: dict[str, Any] = dict(_FIELDS)
 
 
 class ZyfaFwdArgs(ctypes.Structure):
     """`zyfa_fwd_args`: pointers, element strides, sizes, flags, scale and FP8 descales (192 bytes).
 
-    Pointer fields (q, k, v, out, lse) hold device addresses as integers. Prefer `make_fwd_args`,
-    which range-checks every value; ctypes itself silently wraps integers that do not fit a field.
+    Pointer fields (q, k, v, out, lse) hold device addresses as integers (None is NULL). Every
+    assignment is range-checked as `make_fwd_args` checks it: a value that does not fit its C field
+    (seqlen_q = 2**32 + 256, a scale that overflows float32) raises ValueError instead of wrapping.
     """
 
     _pack_ = 1
     _fields_ = _FIELDS
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        ctype = _FIELD_TYPES.get(name)
+        super().__setattr__(name, value if ctype is None else _checked(name, ctype, value))
 
     def __repr__(self) -> str:
         body = ", ".join(f"{name}={getattr(self, name)!r}" for name in FIELD_NAMES)
@@ -162,87 +164,6 @@ TMA_MAPS_BYTES = 448
 """sizeof(zyfa_tma_maps): maps q, k, v (128 bytes each) at 0, 128, 256; int32 valid at 384; zero."""
 TENSOR_MAP_BYTES = 128
 """sizeof(CUtensorMap)."""
-_TMA_VALID_OFFSET = 384
-_TMA_ALIGN = 16  # cuTensorMapEncodeTiled needs the address and every stride a multiple of 16 bytes
-_TMA_STRIDE_LIMIT = 2**40  # ... and every stride below 2**40 bytes
-_TMA_BOX_BYTES = 128  # the box's inner extent: one 128-byte swizzle row (64 bf16 or 128 one-byte)
-_TMA_ELEMENT = {"bf16": ("bf16", 2), "e4m3fn": ("u8", 1)}  # input dtype -> (map element type, bytes)
-
-
-class _MapSpec(Protocol):
-    """What `tma_maps_bytes` reads of a KernelSpec (kept structural: abi imports no manifest)."""
-
-    name: str
-    dtype: str
-    tile_m: int
-    tile_n: int
-
-
-TensorMapEncoder = Callable[[str, int, Sequence[int], Sequence[int], Sequence[int]], bytes]
-"""encode(element type "bf16" | "u8", address, dims[4], byte strides[3], box[4]) -> 128 map bytes;
-`zyfa_core._driver.encode_tensor_map` (cuTensorMapEncodeTiled) in the launcher."""
-
-
-def _map_geometry(spec: _MapSpec, args: ZyfaFwdArgs) -> list[tuple[int, list[int], list[int], list[int]]]:
-    """(address, dims, byte strides, box) for q, k and v, as zyfa_abi.h's comment on zyfa_tma_maps says."""
-    _, elem = _TMA_ELEMENT[spec.dtype]
-    inner = _TMA_BOX_BYTES // elem
-    tensors = (
-        ("q", args.d_qk, args.seqlen_q, args.heads_q, spec.tile_m),
-        ("k", args.d_qk, args.seqlen_k, args.heads_kv, spec.tile_n),
-        ("v", args.d_v, args.seqlen_k, args.heads_kv, spec.tile_n),
-    )
-    geometry = []
-    for name, d, seqlen, heads, rows in tensors:
-        strides = [getattr(args, f"{name}_stride_{dim}") * elem for dim in ("seq", "head", "batch")]
-        geometry.append(
-            (getattr(args, name) or 0, [d, seqlen, heads, args.batch], strides, [inner, rows, 1, 1])
-        )
-    return geometry
-
-
-def tma_maps_usable(spec: _MapSpec, args: ZyfaFwdArgs) -> bool:
-    """Whether q/k/v can be described by tensor maps: every pointer and all nine q/k/v strides in bytes
-    are multiples of 16, and the strides are in 0..2**40 (cuTensorMapEncodeTiled's rules). Otherwise
-    the kernel loads with cp.async.
-
-    Raises:
-        ValueError: a dtype without a TMA element type.
-    """
-    if spec.dtype not in _TMA_ELEMENT:
-        raise ValueError(f"{spec.name}: no TMA element type for dtype {spec.dtype!r}")
-    return all(
-        address % _TMA_ALIGN == 0
-        and all(stride % _TMA_ALIGN == 0 and 0 <= stride < _TMA_STRIDE_LIMIT for stride in strides)
-        for address, _, strides, _ in _map_geometry(spec, args)
-    )
-
-
-def tma_maps_bytes(spec: _MapSpec, args: ZyfaFwdArgs, encode: TensorMapEncoder) -> bytes:
-    """The `zyfa_tma_maps` bytes (448) for kernel `spec` launched with `args`.
-
-    When `tma_maps_usable` holds: maps q, k, v encoded by `encode` over the 4-d tensors (d, seqlen,
-    heads, batch) with byte strides (seq, head, batch) and box (128 bytes of elements, tile_m rows for
-    q / tile_n for k and v, 1, 1), and valid = 1. Otherwise all 448 bytes are zero (valid = 0, and
-    `encode` is not called): the kernel falls back to its cp.async loads, correct but slower.
-
-    Raises:
-        ValueError: a dtype without a TMA element type, or `encode` returning other than 128 bytes.
-        ZyfaDriverError: from `encode` (cuTensorMapEncodeTiled missing or failing).
-    """
-    if not tma_maps_usable(spec, args):
-        return bytes(TMA_MAPS_BYTES)
-    element, _ = _TMA_ELEMENT[spec.dtype]
-    maps = bytearray(TMA_MAPS_BYTES)
-    for index, (address, dims, strides, box) in enumerate(_map_geometry(spec, args)):
-        encoded = bytes(encode(element, address, dims, strides, box))
-        if len(encoded) != TENSOR_MAP_BYTES:
-            raise ValueError(
-                f"{spec.name}: a tensor map must be {TENSOR_MAP_BYTES} bytes, got {len(encoded)}"
-            )
-        maps[index * TENSOR_MAP_BYTES : (index + 1) * TENSOR_MAP_BYTES] = encoded
-    struct.pack_into("<i", maps, _TMA_VALID_OFFSET, 1)
-    return bytes(maps)
 
 
 if ctypes.sizeof(ZyfaFwdArgs) != ARGS_SIZE:  # pragma: no cover - guards edits of _FIELDS

@@ -33,6 +33,7 @@ __all__ = [
     "MANIFEST_NAME",
     "P_MODES",
     "P_MODE_PREFERENCE",
+    "preferred_p_modes",
     "VPREP_KEYS",
     "VPREP_THREADS",
     "KernelSpec",
@@ -59,13 +60,20 @@ measured it faster than exact P at every seqlen (2K-32K), on both shapes and on 
 inputs (1.10-1.40x), and faster and more accurate than cuDNN FP8, the peer a user would otherwise run
 (docs/benchmarks/index.md; kernels/sm90/NOTES.md, "FP8 modes"). Exact P stays the choice for the smallest
 error (p_mode="exact")."""
+
+
+def preferred_p_modes(arch: str) -> tuple[str, ...]:
+    """The FP8 P modes in the order p_mode=None prefers them on `arch` (the CPU path takes the first)."""
+    return P_MODE_PREFERENCE.get(arch, P_MODES)
+
+
 GRID_MODES = ("tiles", "persistent")
 """Launch grids (`zyfa_core.launch_grid`): "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch);
 "persistent" = (min(SMs, work items), 1, 1), the kernel walking its items. A row without "grid" (a
 manifest older than the field) is "tiles"."""
 LOAD_MODES = ("cp.async", "tma")
 """How a kernel loads q/k/v: "cp.async" takes the one zyfa_fwd_args parameter; "tma" (sm90a) takes a
-second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.abi.tma_maps_bytes`). A row without
+second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.launcher.tma_maps_bytes`). A row without
 "loads" is "cp.async"."""
 FP8_MAX_STALE_TAU = 0.8
 """Largest running-max staleness an FP8 kernel may declare (exclusive): its P = 2^(t - m + 8) must stay
@@ -508,7 +516,7 @@ class Manifest:
             if (spec.arch, spec.dtype, spec.d_qk, spec.d_v, spec.causal, spec.tag)
             == (arch, dtype, d_qk, d_v, causal, tag)
         ]
-        order = (p_mode,) if p_mode is not None else (*P_MODE_PREFERENCE.get(arch, P_MODES), None)
+        order = (p_mode,) if p_mode is not None else (*preferred_p_modes(arch), None)
         for mode in order:
             for spec in matches:
                 if spec.p_mode == mode:

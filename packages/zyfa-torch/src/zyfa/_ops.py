@@ -16,9 +16,11 @@ torch.empty (the caching allocator, on the current stream) and launches on the c
 The schemas are defined here, once (`torch.library.define`), with Python kernels for every device
 (CompositeExplicitAutograd), the fake and the autograd registrations. Where the C++ extension `zyfa._C`
 is built (`pip install --no-build-isolation packages/zyfa-torch`), importing it adds C++ kernels of
-``zyfa::fwd`` for the CUDA and AutogradCUDA keys: the same checks, allocation, argument packing and
-launch with no Python on the call path (issue 6, host overhead); it asks `_resolve_native` here once
-per kernel. `hot_path()` says which path CUDA calls take; ZYFA_NO_CPP=1 keeps the Python one.
+``zyfa::fwd`` for the CUDA and AutogradCUDA keys: the same checks, allocation and argument packing with
+no Python on the call path (host overhead). Both paths check and launch through zyfa_core's C++ (its
+checks and launch plan; zyfa._C calls its C API, bound here at import); zyfa._C asks `_resolve_native`
+here once per kernel for the loaded plan. `hot_path()` says which path CUDA calls take; ZYFA_NO_CPP=1
+keeps the Python one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import torch
 from torch import Tensor
 
 from zyfa import _validate, reference
+from zyfa_core.manifest import preferred_p_modes
 
 __all__ = [
     "CPU_BLOCK_N",
@@ -45,9 +48,9 @@ __all__ = [
 
 CPU_BLOCK_N = 64
 """KV block size of the CPU path (= tile_n of the sm90a kernels)."""
-CPU_P_MODE = "exact"
-"""FP8 P mode of the CPU path when p_mode is None: the reference's accuracy-first mode (zyfa_core's
-select prefers exact too, except where its P_MODE_PREFERENCE says otherwise: lean on sm90a)."""
+CPU_P_MODE = preferred_p_modes("cpu")[0]
+"""FP8 P mode of the CPU path when p_mode is None: the first of zyfa_core's preference for an arch
+without its own entry (exact; sm90a kernels prefer lean), so the default is decided in one place."""
 _KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"  # zyfa_core.manifest.ENV_KERNEL_DIR: part of the kernel cache key
 
 
@@ -151,6 +154,7 @@ def _fwd_tensor_descales_impl(
     p_mode: str | None = None,
 ) -> tuple[Tensor, Tensor]:
     """zyfa::fwd_tensor_descales on any device: reads the descales, then runs `_forward`."""
+    _validate.check_descale_devices(q, (q_descale, k_descale, v_descale))
     descales = _read_descales((q_descale, k_descale, v_descale))
     return _forward(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
 
@@ -181,6 +185,10 @@ def _fwd_fake(
     return_lse: bool,
     p_mode: str | None = None,
 ) -> tuple[Tensor, Tensor]:
+    # While torch.compile traces, the checks of the tensors and p_mode run here (on the example sizes).
+    _validate.check_tensors(q, k, v)
+    _validate.check_p_mode(q.dtype, p_mode)
+    _validate.check_descale_devices(q, (q_descale, k_descale, v_descale))
     out_shape, lse_shape = _out_shapes(q, k, v, return_lse)
     out = q.new_empty(out_shape, dtype=torch.bfloat16)
     return out, q.new_empty(lse_shape, dtype=torch.float32)
@@ -279,8 +287,7 @@ def _select_cached(
 ) -> object:
     core = _core()
     if not core.launcher.available_backend():
-        report = getattr(core.launcher, "backend_report", lambda: {"attempts": []})()
-        why = "; ".join(report.get("attempts", [])) or "no details"
+        why = "; ".join(core.launcher.backend_report()["attempts"]) or "no details"
         raise RuntimeError(
             f"zyfa: zyfa_core found no GPU driver (libcuda.so.1 / libamdhip64.so) to launch kernels: {why}"
         )
@@ -315,8 +322,8 @@ def _fwd_core(
 def v_prep_workspace(spec: object, q: Tensor, k: Tensor) -> Tensor | None:
     """The workspace of a kernel with a V pre-pass (ABI 3: it reads V pre-transposed from there, written by
     its pass first), from torch's caching allocator, which keeps it for this stream's work after the tensor
-    goes out of scope; None for other kernels (and for a zyfa_core older than ABI 3, which has none)."""
-    if not getattr(spec, "v_prep", ""):
+    goes out of scope; None for other kernels."""
+    if not spec.v_prep:  # type: ignore[attr-defined]
         return None
     nbytes = spec.workspace_bytes(q.shape[0], k.shape[2], k.shape[1])  # type: ignore[attr-defined]
     return torch.empty(nbytes, dtype=torch.uint8, device=q.device)
@@ -368,17 +375,12 @@ def _fill_args(
 
 def _resolve_native(
     device_index: int, dtype: str, d_qk: int, d_v: int, causal: bool, p_mode: str | None
-) -> object:
+) -> tuple[str, int]:
     """zyfa._C's kernel-cache miss: select (cached, as `select_kernel`) and load the kernel through
-    zyfa_core; returns zyfa_core.launcher.NativeLaunch (handles, launch geometry, load mode), with the
-    spec's tile_n added where NativeLaunch lacks it (a TMA kernel's k and v maps take tile_n rows)."""
+    zyfa_core; returns its name and its launch plan's handle (`zyfa_core.launcher.native_plan`), which
+    zyfa._C launches through zyfa_core's C API."""
     spec = _select_cached(device_index, dtype, d_qk, d_v, causal, p_mode, os.environ.get(_KERNEL_DIR_ENV))
-    # zyfa._C runs a kernel's V pre-pass itself (ABI 3); a zyfa_core older than that has no such kernels.
-    pre = {"runs_v_prep": True} if getattr(spec, "v_prep", "") else {}
-    found = _core().launcher.native_launch(spec, device_index, **pre)
-    if hasattr(found, "tile_n"):
-        return found
-    return SimpleNamespace(**found._asdict(), tile_n=spec.tile_n)
+    return spec.name, int(_core().launcher.native_plan(spec, device_index))
 
 
 def _load_native() -> tuple[object | None, str]:
@@ -391,6 +393,11 @@ def _load_native() -> tuple[object | None, str]:
     except ImportError as exc:
         install = "pip install --no-build-isolation packages/zyfa-torch"
         return None, f"zyfa._C is not built ({exc}); install with `{install}`"
+    try:
+        core_library = importlib.import_module("zyfa_core._driver").__file__
+    except ImportError as exc:
+        return None, f"zyfa_core._driver is not importable ({exc}); reinstall zyfa-core"
+    native.bind_core(core_library)
     native.set_resolver(_resolve_native)
     return native, ""
 
@@ -405,7 +412,7 @@ def hot_path() -> str:
 
 def checked_natively(q: object, k: object, v: object) -> bool:
     """True when zyfa::fwd's C++ kernel will check these tensors itself (CUDA tensors, zyfa._C loaded,
-    not tracing), so `flash_attn_func` may skip its Python tensor checks."""
+    not tracing), so `flash_attn_func` need not run the same checks before the op."""
     return (
         _NATIVE is not None
         and isinstance(q, Tensor)

@@ -1,7 +1,10 @@
-"""Input validation for `zyfa.flash_attn_func`: every error names the problem and what is supported.
+"""Input validation for `zyfa.flash_attn_func` and the op: every error names the problem and what is
+supported.
 
-The same checks run for every device, so a call that fails on a GPU fails the same way on the CPU
-reference path (and vice versa).
+The value checks of tensors, scalars and p_mode are zyfa_core's C++ (`zyfa_core.launcher.check_tensors`,
+`check_scalars`, `check_p_mode`), the one copy that zyfa._C's C++ kernel of the op calls too: a call that
+fails on a GPU fails the same way on the CPU reference path, and vice versa. This module turns Python
+arguments into what those checks take, and checks the types and options only Python sees.
 """
 
 from __future__ import annotations
@@ -12,21 +15,11 @@ from numbers import Real
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
-from zyfa_core.manifest import P_MODES
+from zyfa_core import launcher
 
-SUPPORTED_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
-# (d_qk, d_v) pairs the kernels serve.
-SUPPORTED_HEAD_DIMS = ((128, 128), (192, 128))
-# P_MODES: the FP8 P modes, one list for the manifest and the op (zyfa.reference has the numerics of
-# each; the C++ op's kPModes keeps this order).
-# Kernels load q/k/v with 16-byte vector loads: pointers and the batch/seq/head strides must keep
-# every row 16-byte aligned.
-ALIGN_BYTES = 16
-_INT32_MAX = 2**31 - 1
-# heads_q and batch are the tile grid's y and z. A persistent kernel has no such limit, but the op keeps
-# it for every kernel and device (the checks here do not depend on which kernel will run).
-_GRID_YZ_MAX = 65535
+_KERNEL_DTYPES = {torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3fn"}
 
 
 @dataclass(frozen=True)
@@ -50,7 +43,7 @@ def check_options(
     alibi_slopes: Tensor | None,
     return_attn_probs: bool,
 ) -> None:
-    """Reject the flash-attn options the engine does not implement."""
+    """Reject the flash-attn options the engine does not implement (window_size None means (-1, -1))."""
     if dropout_p != 0.0:
         what = (
             "dropout_p != 0 (and return_attn_probs with dropout)" if return_attn_probs else "dropout_p != 0"
@@ -58,10 +51,11 @@ def check_options(
         raise NotImplementedError(
             f"zyfa: {what} is not supported; ZYFA is an inference forward pass (dropout_p=0.0)"
         )
-    if tuple(window_size) != (-1, -1):
+    window = _window(window_size)
+    if window != (-1, -1):
         raise NotImplementedError(
-            f"zyfa: window_size={tuple(window_size)} is not supported; "
-            "only window_size=(-1, -1) (no local window)"
+            f"zyfa: window_size={window} is not supported; "
+            "only window_size=(-1, -1) or None (no local window)"
         )
     if softcap != 0.0:
         raise NotImplementedError(f"zyfa: softcap={softcap} is not supported; only softcap=0.0")
@@ -74,82 +68,59 @@ def check_options(
         )
 
 
+def _window(window_size: object) -> tuple:
+    """window_size as a tuple: None is flash-attn's "no window", (-1, -1)."""
+    if window_size is None:
+        return (-1, -1)
+    try:
+        return tuple(window_size)  # type: ignore[call-overload]
+    except TypeError:
+        raise ValueError(
+            "zyfa: window_size must be a pair of ints or None, got "
+            f"{type(window_size).__name__} {window_size!r}"
+        ) from None
+
+
+def _size(n: object) -> int | None:
+    """A size as an int; under torch.compile a symbolic size's example value (no guard), or None."""
+    if isinstance(n, int):
+        return n
+    try:
+        from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+        return int(optimization_hint(n))
+    except Exception:
+        return None
+
+
+def _address(x: Tensor) -> int | None:
+    """The data pointer, or None where there is none yet (a FakeTensor while torch.compile traces)."""
+    return None if is_fake(x) else x.data_ptr()
+
+
+def _view(x: Tensor) -> tuple | None:
+    """What zyfa_core's check_tensors takes of `x`; None when a traced size has no example value."""
+    sizes = [_size(n) for n in x.shape]
+    strides = [_size(n) for n in x.stride()]
+    offset = _size(x.storage_offset())
+    if None in sizes or None in strides or offset is None:
+        return None
+    kernel_dtype = _KERNEL_DTYPES.get(x.dtype, "")
+    return (sizes, strides, x.element_size(), offset, kernel_dtype, str(x.dtype), str(x.device), _address(x))
+
+
 def check_tensors(q: Tensor, k: Tensor, v: Tensor) -> Dims:
-    """Check dtype, rank, shapes, head dims, device, strides and alignment of q, k, v; return the sizes."""
+    """Check dtype, rank, shapes, head dims, device, strides and alignment of q, k, v; return the sizes.
+
+    On FakeTensors (the op's fake implementation, while torch.compile traces) the checks run on the
+    example sizes without guarding on them, and the data pointers are checked when the op runs."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
             raise TypeError(f"zyfa: {name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.dim() != 4:
-            raise ValueError(
-                f"zyfa: {name} must be 4-D [batch, seqlen, heads, head_dim], got shape {tuple(x.shape)}"
-            )
-    _check_dtypes(q, k, v)
-    dims = _check_shapes(q, k, v)
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"zyfa: q, k, v must be on one device; got {q.device}, {k.device}, {v.device}")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        _check_layout(name, x)
-    return dims
-
-
-def _check_dtypes(q: Tensor, k: Tensor, v: Tensor) -> None:
-    if q.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"zyfa: q has dtype {q.dtype}; supported are torch.bfloat16 and torch.float8_e4m3fn")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"zyfa: q, k, v must share one dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-
-
-def _check_shapes(q: Tensor, k: Tensor, v: Tensor) -> Dims:
-    batch, seqlen_q, heads_q, d_qk = q.shape
-    bk, seqlen_k, heads_kv, dk = k.shape
-    bv, seqlen_v, heads_v, d_v = v.shape
-    if not (batch == bk == bv):
-        raise ValueError(f"zyfa: batch sizes differ: q {batch}, k {bk}, v {bv}")
-    if seqlen_k != seqlen_v:
-        raise ValueError(f"zyfa: k and v need the same seqlen_k; got {seqlen_k} and {seqlen_v}")
-    if heads_kv != heads_v:
-        raise ValueError(f"zyfa: k and v need the same number of heads; got {heads_kv} and {heads_v}")
-    if heads_q < 1 or heads_kv < 1 or heads_q % heads_kv != 0:
-        raise ValueError(
-            f"zyfa: heads_q ({heads_q}) must be a positive multiple of heads_kv ({heads_kv}) "
-            "(MHA, GQA or MQA)"
-        )
-    if dk != d_qk:
-        raise ValueError(f"zyfa: q and k need the same head_dim; got {d_qk} and {dk}")
-    if (d_qk, d_v) not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(
-            f"zyfa: head dims (d_qk={d_qk}, d_v={d_v}) are not supported; supported (d_qk, d_v): "
-            f"{', '.join(map(str, SUPPORTED_HEAD_DIMS))}"
-        )
-    if heads_q > _GRID_YZ_MAX or batch > _GRID_YZ_MAX:
-        raise ValueError(f"zyfa: heads_q ({heads_q}) and batch ({batch}) must each be <= {_GRID_YZ_MAX}")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if max(x.shape) > _INT32_MAX:
-            raise ValueError(f"zyfa: {name} is too large: sizes must fit in int32, got {tuple(x.shape)}")
-    return Dims(batch, seqlen_q, seqlen_k, heads_q, heads_kv, d_qk, d_v)
-
-
-def _check_layout(name: str, x: Tensor) -> None:
-    if x.numel() == 0:
-        return  # nothing is read from an empty tensor
-    if x.stride(-1) != 1:
-        raise ValueError(
-            f"zyfa: {name} must be contiguous in its last dim (head_dim), got strides {x.stride()}; "
-            f"call {name}.contiguous()"
-        )
-    size = x.element_size()
-    # A size-1 dim's stride is never used to step, so it may be anything.
-    strides = [s for s, n in zip(x.stride()[:3], x.shape[:3], strict=True) if n > 1]
-    misaligned = any((s * size) % ALIGN_BYTES for s in strides)
-    # The data pointer cannot be read while torch.compile traces (FakeTensors); the op's own
-    # implementation repeats this check on the real tensors at run time.
-    if not torch.compiler.is_compiling():
-        misaligned = misaligned or x.data_ptr() % ALIGN_BYTES
-    if misaligned:
-        raise ValueError(
-            f"zyfa: {name} must be {ALIGN_BYTES}-byte aligned (data pointer and batch/seq/head strides), got "
-            f"strides {x.stride()} and storage offset {x.storage_offset()}; call {name}.contiguous()"
-        )
+    views = [_view(x) for x in (q, k, v)]
+    if None in views:
+        return Dims(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3])
+    return Dims(*launcher.check_tensors(*views))
 
 
 def check_scale(softmax_scale: float | None, d_qk: int) -> float:
@@ -210,26 +181,26 @@ def check_descales(
     return q, k, v
 
 
-def check_scalars(dtype: torch.dtype, softmax_scale: float, descales: tuple[float, float, float]) -> None:
-    """Run-time value checks of the op's scalars: a finite scale; descales finite and > 0 (1.0 for bf16)."""
-    if not math.isfinite(softmax_scale):
-        raise ValueError(f"zyfa: softmax_scale must be a finite float or None, got {softmax_scale!r}")
-    if dtype != torch.float8_e4m3fn and tuple(descales) != (1.0, 1.0, 1.0):
-        raise ValueError("zyfa::fwd: descales apply to float8_e4m3fn inputs only; pass 1.0 for bf16")
-    for name, value in zip(("q_descale", "k_descale", "v_descale"), descales, strict=True):
-        if not (math.isfinite(value) and value > 0.0):
-            raise ValueError(f"zyfa: {name} must be finite and > 0, got {value}")
+def check_descale_devices(q: Tensor, descales: tuple[object, object, object]) -> None:
+    """Tensor descales must be on q's device or the CPU: the op reads their values on the host, and a
+    descale elsewhere (another GPU, `meta`) would be dispatched to another device's kernel."""
+    for name, x in zip(("q_descale", "k_descale", "v_descale"), descales, strict=True):
+        if isinstance(x, Tensor) and x.device != q.device and x.device.type != "cpu":
+            raise ValueError(
+                f"zyfa: {name} is a tensor on {x.device}; tensor descales must be on q's device ({q.device}) "
+                "or the CPU"
+            )
+
+
+def check_scalars(
+    dtype: torch.dtype, softmax_scale: float, descales: tuple[float, float, float]
+) -> tuple[float, float, float, float]:
+    """Run-time value checks of the op's scalars, as the kernels take them (float32): a finite, non-zero
+    scale; descales finite and > 0 (1.0 for bf16); and their product with log2(e), the kernels' one
+    factor, finite and non-zero (zyfa_core.launcher.check_scalars). Returns the float32 values."""
+    return launcher.check_scalars("zyfa", dtype == torch.float8_e4m3fn, softmax_scale, descales)
 
 
 def check_p_mode(dtype: torch.dtype, p_mode: str | None) -> None:
     """p_mode selects the FP8 P path: "exact", "lean", "f16" or None (the default kernel); bf16 takes None."""
-    if p_mode is None:
-        return
-    if dtype != torch.float8_e4m3fn:
-        raise ValueError(
-            f"zyfa: p_mode={p_mode!r} applies to float8_e4m3fn inputs only; bf16 takes p_mode=None"
-        )
-    if p_mode not in P_MODES:
-        raise ValueError(
-            f"zyfa: p_mode={p_mode!r} is not supported; supported: 'exact', 'lean', 'f16' or None"
-        )
+    launcher.check_p_mode(dtype == torch.float8_e4m3fn, p_mode)

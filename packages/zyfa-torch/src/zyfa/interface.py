@@ -17,7 +17,7 @@ def flash_attn_func(
     dropout_p: float = 0.0,
     softmax_scale: float | None = None,
     causal: bool = False,
-    window_size: tuple[int, int] = (-1, -1),
+    window_size: tuple[int, int] | None = (-1, -1),
     softcap: float = 0.0,
     alibi_slopes: Tensor | None = None,
     deterministic: bool = False,
@@ -37,14 +37,17 @@ def flash_attn_func(
             Supported (d_qk, d_v): (128, 128) and (192, 128). The last dim of q, k, v must be
             contiguous (stride 1) and rows 16-byte aligned, as flash-attn requires.
         dropout_p: must be 0.0 (inference only).
-        softmax_scale: scale of q.k before the softmax; default 1/sqrt(d_qk).
+        softmax_scale: scale of q.k before the softmax; default 1/sqrt(d_qk). Finite and non-zero in float32.
         causal: must be True for now (the kernels are causal; non-causal raises NotImplementedError).
             The mask is bottom-right aligned: query i sees key j iff j <= i + seqlen_k - seqlen_q;
             rows that see no key (seqlen_q > seqlen_k) output 0 with lse = +inf.
-        window_size: must be (-1, -1); softcap: must be 0.0; alibi_slopes: must be None.
+        window_size: must be (-1, -1) or None (no local window); softcap: must be 0.0; alibi_slopes: must
+            be None.
         deterministic: accepted and ignored: the forward pass is always bitwise deterministic.
         return_attn_probs: also return the log-sum-exp, as flash-attn does: (out, lse, None).
-        q_descale, k_descale, v_descale: FP8 only and then required: x ~= x8 * descale, finite and > 0.
+        q_descale, k_descale, v_descale: FP8 only and then required: x ~= x8 * descale, finite and > 0
+            in float32, with softmax_scale * q_descale * k_descale finite and non-zero in float32 (the
+            kernels' one factor); tensors must be on q's device or the CPU.
             Python floats (e.g. `zyfa.fp8_quantize(x, as_float=True)`) go to the kernel by value: no
             host sync, capturable in CUDA graphs. 1-element float tensors (e.g. `zyfa.fp8_quantize(x)`)
             are read on the host inside the op, which waits for the device: fine eagerly and under
@@ -64,11 +67,16 @@ def flash_attn_func(
     selected for (device arch, dtype, d_qk, d_v, causal, p_mode). The op is forward-only.
     """
     _validate.check_options(dropout_p, causal, window_size, softcap, alibi_slopes, return_attn_probs)
-    # On CUDA with zyfa._C loaded, its kernel checks the tensors (same checks, exceptions, messages).
-    d_qk = q.shape[3] if _ops.checked_natively(q, k, v) else _validate.check_tensors(q, k, v).d_qk
-    _validate.check_p_mode(q.dtype, p_mode)
-    scale = _validate.check_scale(softmax_scale, d_qk)
+    # The op checks the tensors and p_mode with zyfa_core's checks; they run here first for the CPU and
+    # the Python GPU path, so that a bad call fails before anything else. On CUDA with zyfa._C loaded its
+    # kernel runs them; while torch.compile traces, the op's fake implementation does (dynamo does not
+    # trace into zyfa_core's C++).
+    if not torch.compiler.is_compiling() and not _ops.checked_natively(q, k, v):
+        _validate.check_tensors(q, k, v)
+        _validate.check_p_mode(q.dtype, p_mode)
+    scale = _validate.check_scale(softmax_scale, q.shape[3])
     descales = _validate.check_descales(q.dtype, q_descale, k_descale, v_descale)
+    _validate.check_descale_devices(q, descales)
     if any(isinstance(d, Tensor) for d in descales):
         # The kernel ABI takes descales by value: a tensor's value must reach the host, so tensors go
         # to the op that reads them (one sync per call; refused inside CUDA graph capture).

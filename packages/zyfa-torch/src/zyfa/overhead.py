@@ -14,7 +14,7 @@ an H200, once the host is faster than that.) Each layer is timed on its own, fro
     zyfa._C.fwd_cuda     the C++ op body without the dispatcher (checks, allocation, packing, launch);
                          only where the C++ hot path is active (called through pybind11)
     _forward             the Python op body (the Python path's; timed on either path for comparison)
-    zyfa_core.launch     zyfa_core's Python argument checks + the driver launch, with ready-made arguments
+    zyfa_core.launch     zyfa_core's launch plan (argument checks, grid, launch), with ready-made arguments
 
 Above about 15 µs per call the host, not the kernel, would pace short prefill calls, so the hot path
 lives in C++, zyfa._C (`pip install --no-build-isolation packages/zyfa-torch`); `hot_path()` and the

@@ -4,6 +4,7 @@ See docs/simulator.md for what it implements, what it proves and what it cannot.
 """
 
 from .asm import Instruction, KernelInfo, Program, parse_asm
+from .codeobject import CodeObject, CodeObjectError, load_code_object
 from .errors import (
     AsmParseError,
     Deadlock,
@@ -19,6 +20,8 @@ from .memory import GlobalMemory
 
 __all__ = [
     "AsmParseError",
+    "CodeObject",
+    "CodeObjectError",
     "Deadlock",
     "Finding",
     "GlobalMemory",
@@ -33,5 +36,6 @@ __all__ = [
     "Simulator",
     "UnknownInstruction",
     "UnsupportedOperand",
+    "load_code_object",
     "parse_asm",
 ]

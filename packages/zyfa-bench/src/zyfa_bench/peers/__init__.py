@@ -9,6 +9,7 @@ from __future__ import annotations
 from zyfa_bench.peers.aiter import AiterBF16, AiterFP8
 from zyfa_bench.peers.base import Peer, Prepared, Unsupported
 from zyfa_bench.peers.cudnn import CudnnBF16, CudnnFP8
+from zyfa_bench.peers.fa3 import FA3BF16, FA3FP8
 from zyfa_bench.peers.fa4 import FA4BF16
 from zyfa_bench.peers.flashinfer import FlashInferBF16, FlashInferFP8
 from zyfa_bench.peers.torch_sdpa import TorchSDPA
@@ -25,6 +26,8 @@ def all_peers() -> list[Peer]:
         ZyfaFP8("exact"),
         ZyfaFP8("lean"),
         ZyfaFP8("f16"),
+        FA3BF16(),
+        FA3FP8(),
         FA4BF16(),
         CudnnBF16(),
         CudnnFP8(),

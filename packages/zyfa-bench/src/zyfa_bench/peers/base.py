@@ -88,7 +88,7 @@ class Peer:
     """Base class of the adapters; subclasses set the class attributes and implement `_prepare`."""
 
     name: str = ""  # stable identifier used on the command line and in results, e.g. "cudnn-fp8"
-    family: str = ""  # "zyfa", "torch-sdpa", "cudnn", "fa4", "flashinfer", "aiter", "triton-amd"
+    family: str = ""  # "zyfa", "torch-sdpa", "cudnn", "fa3", "fa4", "flashinfer", "aiter", "triton-amd"
     precision: str = "bf16"  # input precision: "bf16" or "fp8" (e4m3fn)
     vendor: str = "any"  # "nvidia", "amd" or "any"
     note: str = ""  # caveat printed with every row, e.g. "FP8 output (dequantised by v_descale)"

@@ -1,0 +1,91 @@
+// The GPU driver layer of zyfa_core._driver (driver.cpp), shared by the launch plan (plan.cpp) and the
+// Python module (module.cpp): no pybind11 and no torch here, so every caller sees plain C++.
+//
+// Every driver failure throws DriverFailure (kernel, driver call, error name and code, message); a bad
+// argument throws ArgumentError (Python sees ValueError or TypeError). Nothing here takes the GIL:
+// Python callers release it around these calls.
+
+#ifndef ZYFA_CORE_DRIVER_H
+#define ZYFA_CORE_DRIVER_H
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+namespace zyfa_core {
+
+struct DriverFailure : std::exception {
+  std::string message, kernel, call, error_name;
+  long code = 0;
+  const char *what() const noexcept override { return message.c_str(); }
+};
+
+// A refused argument: ValueError (or TypeError when `type_error`) with `message`.
+struct ArgumentError : std::exception {
+  std::string message;
+  bool type_error = false;
+  explicit ArgumentError(std::string m, bool type = false) : message(std::move(m)), type_error(type) {}
+  const char *what() const noexcept override { return message.c_str(); }
+};
+
+[[noreturn]] void fail(const std::string &kernel, const std::string &call, long code, const std::string &error_name,
+                       const std::string &text);
+
+constexpr size_t TENSOR_MAP_BYTES = 128;  // sizeof(CUtensorMap)
+constexpr size_t TENSOR_MAP_ALIGN = 64;   // CUtensorMap is 64-byte aligned
+constexpr size_t MAX_ARGS_BYTES = 4096;   // CUDA's classic kernel-parameter limit
+
+// cuTensorMapEncodeTiled element types (CUtensorMapDataType).
+constexpr int TENSOR_MAP_U8 = 0;
+constexpr int TENSOR_MAP_BF16 = 9;
+
+// What the probe found: "cuda", "hip" or "" (none), the library that loaded, and why each other did not.
+struct ProbeReport {
+  std::string backend, library;
+  std::vector<std::string> attempts;
+};
+
+// Driver-reported properties of one device (CUDA fills the first five, HIP gcn_arch_name).
+struct DeviceProperties {
+  std::string name, gcn_arch_name;
+  int major = 0, minor = 0, multiprocessors = 0, max_shared_memory_per_block_optin = 0, driver_version = 0;
+};
+
+// A loaded kernel function on one device (its module cached per device and file, never unloaded).
+struct Kernel {
+  std::string name;
+  std::string path;
+  int device = 0;
+  void *function = nullptr;
+  // CUDA with cuFuncGetParamInfo: the kernel's parameter count (1 or 2) and sizes; else 0 (unknown).
+  size_t param_count = 0;
+  size_t param_size = 0;         // the first parameter (zyfa_fwd_args)
+  size_t second_param_size = 0;  // the second (zyfa_tma_maps, or the V pre-pass's workspace pointer)
+  int max_dynamic_smem = 0;
+};
+
+ProbeReport probe();  // loads a driver once per process; never throws
+bool backend_is_cuda();  // the loaded backend is CUDA (throws DriverFailure when none loaded)
+int device_count();
+DeviceProperties device_properties(int device);
+
+// Loads `name` from the code object at `path` on `device`; raises its dynamic shared memory limit to
+// `dynamic_smem` on CUDA when above 48 KiB.
+Kernel load_kernel(int device, const std::string &path, const std::string &name, int dynamic_smem);
+void set_max_dynamic_smem(Kernel &k, int bytes);
+
+// Launches `k` with `args` (size bytes) as its first parameter and, when second_size is not 0, `second` as
+// its second (CUDA only). Both must stay readable until the call returns (the driver copies them).
+void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
+                  const void *args, size_t size, const void *second = nullptr, size_t second_size = 0);
+
+// cuTensorMapEncodeTiled of a rank-4 tensor (zyfa_abi.h's zyfa_tma_maps): map_out 128 bytes, 64-byte
+// aligned; strides in bytes; 128-byte swizzle, 256-byte L2 promotion, zero fill. `kernel` names errors.
+void encode_map(void *map_out, int data_type, const void *address, const std::uint64_t dims[4],
+                const std::uint64_t strides[3], const std::uint32_t box[4], const std::string &kernel);
+
+}  // namespace zyfa_core
+
+#endif  // ZYFA_CORE_DRIVER_H

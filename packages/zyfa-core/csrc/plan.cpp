@@ -1,0 +1,276 @@
+// The launch plan (see plan.h). The checks run before any driver call, with zyfa_core.check_args's
+// messages; every path that launches (zyfa_core.launch, zyfa-torch's C++ op) runs them.
+
+#include "plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "checks.h"
+
+namespace zyfa_core {
+
+namespace {
+
+constexpr std::int64_t VECTOR_BYTES = 16;  // 16-byte vector loads: pointers and strides must allow them
+constexpr std::int64_t GRID_YZ_MAX = 65535;  // CUDA's gridDim.y/z limit (HIP's is larger)
+constexpr std::int64_t MAX_WORK_ITEMS = 2147483647;  // the persistent kernel counts items in 32 bits
+constexpr std::int64_t TMA_ALIGN = 16;  // cuTensorMapEncodeTiled: address and strides multiples of 16 bytes
+constexpr std::int64_t TMA_STRIDE_LIMIT = std::int64_t{1} << 40;  // ... and strides below 2^40 bytes
+constexpr std::uint32_t TMA_BOX_BYTES = 128;  // a box row is one 128-byte swizzle row
+constexpr std::int64_t MAX_STRIDE = std::int64_t{1} << 61;  // elements; in bytes (x 2 at most) still an int64
+
+[[noreturn]] void refuse(const std::string &message) { throw ArgumentError(message); }
+
+std::string hex(std::uint64_t value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "0x%llx", static_cast<unsigned long long>(value));
+  return buffer;
+}
+
+std::string decimal(unsigned __int128 value) {
+  std::string digits;
+  do {
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(value % 10)));
+    value /= 10;
+  } while (value != 0);
+  return digits;
+}
+
+std::uint64_t address(const void *p) { return reinterpret_cast<std::uintptr_t>(p); }
+
+std::int64_t tiles(const PlanSpec &spec, const zyfa_fwd_args &a) {
+  return (std::int64_t{a.seqlen_q} + spec.tile_m - 1) / spec.tile_m;
+}
+
+unsigned __int128 work_items(const PlanSpec &spec, const zyfa_fwd_args &a) {
+  return static_cast<unsigned __int128>(tiles(spec, a)) * static_cast<std::uint64_t>(a.heads_q) *
+         static_cast<std::uint64_t>(a.batch);
+}
+
+void check_pointers(const PlanSpec &spec, const zyfa_fwd_args &a) {
+  const std::pair<const char *, const void *> tensors[4] = {{"q", a.q}, {"k", a.k}, {"v", a.v}, {"out", a.out}};
+  for (const auto &[name, p] : tensors) {
+    if (p == nullptr) refuse(spec.name + ": args." + name + " is a null pointer");
+    if (address(p) % VECTOR_BYTES) {
+      refuse(spec.name + ": args." + name + " = " + hex(address(p)) + " is not " + std::to_string(VECTOR_BYTES) +
+             "-byte aligned");
+    }
+  }
+  if ((a.flags & ZYFA_FLAG_LSE) && a.lse == nullptr) {
+    refuse(spec.name + ": flags has FLAG_LSE but args.lse is a null pointer");
+  }
+  if (address(a.lse) % 4) refuse(spec.name + ": args.lse = " + hex(address(a.lse)) + " is not 4-byte aligned (float32)");
+}
+
+void check_sizes(const PlanSpec &spec, const zyfa_fwd_args &a) {
+  const std::pair<const char *, std::int32_t> sizes[5] = {
+      {"batch", a.batch}, {"heads_q", a.heads_q}, {"heads_kv", a.heads_kv}, {"seqlen_q", a.seqlen_q},
+      {"seqlen_k", a.seqlen_k}};
+  for (const auto &[name, n] : sizes) {
+    if (n <= 0) {
+      refuse(spec.name + ": args." + name + " = " + std::to_string(n) +
+             " must be positive (handle empty tensors before launching)");
+    }
+  }
+  if (a.heads_q % a.heads_kv) {
+    refuse(spec.name + ": heads_q = " + std::to_string(a.heads_q) + " is not a multiple of heads_kv = " +
+           std::to_string(a.heads_kv) + " (GQA/MQA)");
+  }
+  if (a.d_qk != spec.d_qk || a.d_v != spec.d_v) {
+    refuse(spec.name + " is built for d_qk=" + std::to_string(spec.d_qk) + ", d_v=" + std::to_string(spec.d_v) +
+           "; args have d_qk=" + std::to_string(a.d_qk) + ", d_v=" + std::to_string(a.d_v));
+  }
+  if (!spec.persistent && (a.heads_q > GRID_YZ_MAX || a.batch > GRID_YZ_MAX)) {
+    refuse(spec.name + ": heads_q = " + std::to_string(a.heads_q) + " and batch = " + std::to_string(a.batch) +
+           " must each be <= " + std::to_string(GRID_YZ_MAX) + " (grid y/z limit)");
+  }
+  if (!spec.v_prep.empty() && (a.heads_kv > GRID_YZ_MAX || a.batch > GRID_YZ_MAX)) {
+    refuse(spec.name + ": heads_kv = " + std::to_string(a.heads_kv) + " and batch = " + std::to_string(a.batch) +
+           " must each be <= " + std::to_string(GRID_YZ_MAX) + " (the V pre-pass's grid y/z limit)");
+  }
+  if (spec.persistent && work_items(spec, a) > static_cast<unsigned __int128>(MAX_WORK_ITEMS)) {
+    refuse(spec.name + ": " + decimal(work_items(spec, a)) + " work items (query tiles x heads_q x batch) exceed " +
+           std::to_string(MAX_WORK_ITEMS) + ", which the persistent kernel counts in 32 bits");
+  }
+}
+
+void check_strides(const PlanSpec &spec, const zyfa_fwd_args &a) {
+  struct Operand {
+    const char *name;
+    std::int64_t elem;
+    std::int64_t sizes[3];    // batch, seq, head
+    std::int64_t strides[3];  // the same order
+  };
+  const std::int64_t in = spec.fp8 ? 1 : 2;
+  const Operand operands[4] = {
+      {"q", in, {a.batch, a.seqlen_q, a.heads_q}, {a.q_stride_batch, a.q_stride_seq, a.q_stride_head}},
+      {"k", in, {a.batch, a.seqlen_k, a.heads_kv}, {a.k_stride_batch, a.k_stride_seq, a.k_stride_head}},
+      {"v", in, {a.batch, a.seqlen_k, a.heads_kv}, {a.v_stride_batch, a.v_stride_seq, a.v_stride_head}},
+      {"out", 2, {a.batch, a.seqlen_q, a.heads_q}, {a.out_stride_batch, a.out_stride_seq, a.out_stride_head}},
+  };
+  const char *dims[3] = {"batch", "seq", "head"};
+  for (const Operand &t : operands) {
+    for (int d = 0; d < 3; ++d) {
+      if (t.sizes[d] == 1) continue;  // never stepped along, so any stride is harmless (torch leaves them arbitrary)
+      const std::string name = std::string(t.name) + "_stride_" + dims[d];
+      const std::int64_t stride = t.strides[d];
+      if (stride < 0) refuse(spec.name + ": args." + name + " = " + std::to_string(stride) + " is negative");
+      if (stride > MAX_STRIDE) {  // so that stride * elem below cannot overflow
+        refuse(spec.name + ": args." + name + " = " + std::to_string(stride) + " elements is too large (at most " +
+               std::to_string(MAX_STRIDE) + ")");
+      }
+      if ((stride * t.elem) % VECTOR_BYTES) {
+        refuse(spec.name + ": args." + name + " = " + std::to_string(stride) + " elements (" +
+               std::to_string(stride * t.elem) + " bytes) is not a multiple of " + std::to_string(VECTOR_BYTES) +
+               " bytes; make the tensor contiguous");
+      }
+    }
+  }
+}
+
+void check_scalar_fields(const PlanSpec &spec, const zyfa_fwd_args &a) {
+  const std::uint32_t unknown = a.flags & ~(ZYFA_FLAG_CAUSAL | ZYFA_FLAG_LSE);
+  if (unknown) refuse(spec.name + ": args.flags has unknown bits " + hex(unknown));
+  if (((a.flags & ZYFA_FLAG_CAUSAL) != 0) != spec.causal) {
+    refuse(spec.name + ": causal=" + (spec.causal ? "True" : "False") + " needs FLAG_CAUSAL " +
+           (spec.causal ? "set" : "clear") + " in args.flags");
+  }
+  check_scalars(spec.name, spec.fp8, a.softmax_scale, {a.q_descale, a.k_descale, a.v_descale});
+  if (a.reserved != 0) refuse(spec.name + ": args.reserved must be 0, got " + std::to_string(a.reserved));
+}
+
+}  // namespace
+
+void check_spec(const PlanSpec &spec) {
+  if (spec.tile_m <= 0 || spec.tile_n <= 0 || spec.threads <= 0 || spec.d_qk <= 0 || spec.d_v <= 0) {
+    refuse(spec.name + ": tile_m, tile_n, threads, d_qk and d_v must be positive");
+  }
+  if (!spec.v_prep.empty() && spec.tile_n % 64 != 0) {
+    refuse(spec.name + ": a kernel with a V pre-pass needs tile_n a multiple of 64, got " +
+           std::to_string(spec.tile_n));
+  }
+}
+
+void check_args(const PlanSpec &spec, const zyfa_fwd_args &a) {
+  check_pointers(spec, a);
+  check_sizes(spec, a);
+  check_strides(spec, a);
+  check_scalar_fields(spec, a);
+}
+
+std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, long long multiprocessors) {
+  if (!spec.persistent) {
+    return {static_cast<unsigned>(tiles(spec, a)), static_cast<unsigned>(a.heads_q), static_cast<unsigned>(a.batch)};
+  }
+  if (multiprocessors <= 0) {
+    refuse(spec.name + " takes a persistent grid, which needs the device's multiprocessor count (a positive int); "
+           "got " + std::to_string(multiprocessors));
+  }
+  const unsigned __int128 items = work_items(spec, a);
+  const auto blocks = std::min(static_cast<unsigned __int128>(multiprocessors), items);
+  return {static_cast<unsigned>(blocks), 1, 1};
+}
+
+std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a) {
+  if (spec.v_prep.empty()) return 0;
+  const std::int64_t row = ZYFA_VT_ROW_BYTES(a.seqlen_k, spec.tile_n);
+  return static_cast<std::uint64_t>(a.batch) * static_cast<std::uint64_t>(a.heads_kv) *
+         static_cast<std::uint64_t>(a.d_v) * static_cast<std::uint64_t>(row);
+}
+
+void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, std::uint64_t workspace) {
+  if (spec.v_prep.empty()) return;
+  if (workspace == 0) {
+    refuse(spec.name + " reads V pre-transposed: pass workspace=<device pointer to " +
+           std::to_string(workspace_bytes(spec, a)) + " bytes> (spec.workspace_bytes(batch, heads_kv, seqlen_k)); "
+           "got 0");
+  }
+  if (workspace % VECTOR_BYTES) {
+    refuse(spec.name + ": workspace = " + hex(workspace) + " is not " + std::to_string(VECTOR_BYTES) +
+           "-byte aligned");
+  }
+}
+
+bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, std::array<MapGeometry, 3> &out) {
+  const std::int64_t elem = spec.fp8 ? 1 : 2;
+  struct Operand {
+    const void *p;
+    std::int64_t stride_seq, stride_head, stride_batch;
+    std::int32_t d, seqlen, heads, rows;
+  };
+  const Operand operands[3] = {
+      {a.q, a.q_stride_seq, a.q_stride_head, a.q_stride_batch, a.d_qk, a.seqlen_q, a.heads_q, spec.tile_m},
+      {a.k, a.k_stride_seq, a.k_stride_head, a.k_stride_batch, a.d_qk, a.seqlen_k, a.heads_kv, spec.tile_n},
+      {a.v, a.v_stride_seq, a.v_stride_head, a.v_stride_batch, a.d_v, a.seqlen_k, a.heads_kv, spec.tile_n},
+  };
+  for (int i = 0; i < 3; ++i) {
+    const Operand &t = operands[i];
+    const std::int64_t strides[3] = {t.stride_seq, t.stride_head, t.stride_batch};
+    if (address(t.p) % TMA_ALIGN) return false;
+    MapGeometry &g = out[i];
+    for (int s = 0; s < 3; ++s) {
+      if (strides[s] < 0 || strides[s] >= TMA_STRIDE_LIMIT / elem || (strides[s] * elem) % TMA_ALIGN) return false;
+      g.strides[s] = static_cast<std::uint64_t>(strides[s] * elem);
+    }
+    g.address = t.p;
+    const std::int64_t dims[4] = {t.d, t.seqlen, t.heads, a.batch};
+    for (int d = 0; d < 4; ++d) g.dims[d] = static_cast<std::uint64_t>(dims[d]);
+    g.box[0] = TMA_BOX_BYTES / static_cast<std::uint32_t>(elem);
+    g.box[1] = static_cast<std::uint32_t>(t.rows);
+    g.box[2] = g.box[3] = 1;
+  }
+  return true;
+}
+
+void fill_tma_maps(const PlanSpec &spec, const zyfa_fwd_args &a, zyfa_tma_maps &maps, const MapEncoder &encode) {
+  std::memset(&maps, 0, sizeof(maps));
+  std::array<MapGeometry, 3> geometry;
+  if (!tma_geometry(spec, a, geometry)) return;
+  zyfa_tensor_map *out[3] = {&maps.q, &maps.k, &maps.v};
+  for (int i = 0; i < 3; ++i) encode(out[i], spec.fp8 ? TENSOR_MAP_U8 : TENSOR_MAP_BF16, geometry[i]);
+  maps.valid = 1;
+}
+
+LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path) {
+  check_spec(spec);
+  LoadedPlan plan;
+  plan.spec = spec;
+  plan.kernel = load_kernel(device, path, spec.name, static_cast<int>(spec.smem));
+  if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0);
+  if (spec.persistent) {
+    plan.multiprocessors = device_properties(device).multiprocessors;
+    launch_grid(spec, zyfa_fwd_args{}, plan.multiprocessors);  // refuses a device that reports no count
+  }
+  return plan;
+}
+
+void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, void *stream, std::uint64_t workspace) {
+  const PlanSpec &spec = plan.spec;
+  alignas(16) zyfa_fwd_args a = args;  // a private, aligned copy: the pre-pass changes v
+  check_args(spec, a);
+  check_workspace(spec, a, workspace);
+  const auto grid = launch_grid(spec, a, plan.multiprocessors);
+  const unsigned block[3] = {static_cast<unsigned>(spec.threads), 1, 1};
+  if (!spec.v_prep.empty()) {
+    const std::int64_t row = ZYFA_VT_ROW_BYTES(a.seqlen_k, spec.tile_n);
+    const unsigned prep_grid[3] = {static_cast<unsigned>(row / ZYFA_VPREP_KEYS), static_cast<unsigned>(a.heads_kv),
+                                   static_cast<unsigned>(a.batch)};
+    const unsigned prep_block[3] = {ZYFA_VPREP_THREADS, 1, 1};
+    const void *vt = reinterpret_cast<const void *>(static_cast<std::uintptr_t>(workspace));
+    launch_bytes(plan.prep, prep_grid, prep_block, 0, stream, &a, sizeof(a), &vt, sizeof(vt));
+    a.v = vt;
+  }
+  if (!spec.tma) {
+    launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a));
+    return;
+  }
+  alignas(64) zyfa_tma_maps maps;
+  fill_tma_maps(spec, a, maps, [&](void *map_out, int data_type, const MapGeometry &g) {
+    encode_map(map_out, data_type, g.address, g.dims, g.strides, g.box, spec.name);
+  });
+  launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a), &maps, sizeof(maps));
+}
+
+}  // namespace zyfa_core

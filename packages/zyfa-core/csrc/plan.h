@@ -1,0 +1,81 @@
+// The launch plan: everything between a filled argument struct and the driver calls, for zyfa_core.launch
+// (through module.cpp) and for zyfa-torch's C++ op (through zyfa_plan_launch in zyfa_core_api.h) alike:
+// the argument checks, the grid, the V pre-pass's workspace size and launch, the TMA maps, the launch.
+// No torch and no pybind11 here.
+
+#ifndef ZYFA_CORE_PLAN_H
+#define ZYFA_CORE_PLAN_H
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "driver.h"
+#include "zyfa_abi.h"
+
+namespace zyfa_core {
+
+// What a manifest row (zyfa_core.KernelSpec) says the launch needs.
+struct PlanSpec {
+  std::string name;
+  std::string v_prep;  // the V pre-pass entry of the code object, "" for none
+  bool fp8 = false;    // dtype e4m3fn (else bf16)
+  bool causal = true;
+  bool persistent = false;  // grid "persistent" (else "tiles")
+  bool tma = false;         // loads "tma" (else "cp.async")
+  int d_qk = 0, d_v = 0, tile_m = 0, tile_n = 0, threads = 0;
+  unsigned smem = 0;  // dynamic shared memory at launch (KernelSpec.launch_smem_bytes)
+};
+
+// Throws ArgumentError unless `spec` is a launchable description (positive tiles, threads, dims).
+void check_spec(const PlanSpec &spec);
+
+// Throws ArgumentError (zyfa_core.check_args's messages) unless `a` can be launched with `spec`.
+void check_args(const PlanSpec &spec, const zyfa_fwd_args &a);
+
+// The grid: (ceil(seqlen_q / tile_m), heads_q, batch), or for a persistent kernel (min(multiprocessors,
+// items), 1, 1), items = query tiles x heads_q x batch. Throws ArgumentError for a persistent kernel and
+// multiprocessors <= 0.
+std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, long long multiprocessors);
+
+// The V pre-pass's workspace bytes (batch x heads_kv x d_v rows of ZYFA_VT_ROW_BYTES), 0 without a pass.
+std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a);
+
+// Throws ArgumentError unless `workspace` is a 16-byte aligned device pointer (any value without a pass).
+void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, std::uint64_t workspace);
+
+// One TMA map's geometry: zyfa_abi.h's comment above zyfa_tma_maps.
+struct MapGeometry {
+  const void *address;
+  std::uint64_t dims[4];     // d, seq, head, batch
+  std::uint64_t strides[3];  // seq, head, batch, in bytes
+  std::uint32_t box[4];
+};
+using MapEncoder = std::function<void(void *map_out, int data_type, const MapGeometry &g)>;
+
+// Whether q, k and v can be described by tensor maps (pointers and strides in bytes multiples of 16,
+// strides below 2^40 bytes); the three geometries go to `out`.
+bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, std::array<MapGeometry, 3> &out);
+
+// The zyfa_tma_maps bytes: the three maps from `encode` and valid = 1, or all zero (valid = 0: the kernel
+// loads with cp.async) when tma_geometry says no.
+void fill_tma_maps(const PlanSpec &spec, const zyfa_fwd_args &a, zyfa_tma_maps &maps, const MapEncoder &encode);
+
+// A plan with its kernels loaded on one device.
+struct LoadedPlan {
+  PlanSpec spec;
+  Kernel kernel;
+  Kernel prep;              // the V pre-pass entry, when spec.v_prep is set
+  long long multiprocessors = 0;  // the device's count (a persistent grid needs it)
+};
+
+LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path);
+
+// Checks `a` and `workspace`, then launches on `stream`: the V pre-pass first (into `workspace`, which the
+// kernel then reads as v), then the kernel, with the TMA maps as its second parameter for a "tma" kernel.
+void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, void *stream, std::uint64_t workspace);
+
+}  // namespace zyfa_core
+
+#endif  // ZYFA_CORE_PLAN_H

@@ -1,0 +1,99 @@
+/* zyfa_core's C API: what native callers (zyfa-torch's C++ op zyfa._C) call in zyfa_core._driver's
+ * shared object, without Python. Plain C types only. A caller dlopens the shared object by its path
+ * (zyfa_core._driver.__file__; it is already loaded by then, so RTLD_NOLOAD finds it), resolves these
+ * names with dlsym and checks zyfa_core_api_version() against ZYFA_CORE_API_VERSION, which changes
+ * whenever a signature or struct here changes.
+ *
+ * Every entry returns 0, or non-zero with `error` filled; none throws, none needs the GIL.
+ */
+#ifndef ZYFA_CORE_API_H
+#define ZYFA_CORE_API_H
+
+#include <stddef.h>
+
+#include "zyfa_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ZYFA_CORE_API_VERSION 2
+
+/* Exported even though the extension is built with -fvisibility=hidden: callers find these with dlsym. */
+#define ZYFA_CORE_EXPORT __attribute__((visibility("default")))
+
+/* error->kind: which Python exception the failure maps to. */
+#define ZYFA_ERROR_VALUE 1  /* ValueError: a refused argument */
+#define ZYFA_ERROR_TYPE 2   /* TypeError */
+#define ZYFA_ERROR_DRIVER 3 /* zyfa_core.errors.ZyfaDriverError: kernel, call, error_name and code are set */
+
+typedef struct zyfa_core_error {
+  int kind;             /* ZYFA_ERROR_* */
+  long code;            /* the driver's error code (0 when not from a driver call) */
+  char kernel[128];     /* kernel key */
+  char call[128];       /* driver entry point (or "launch" for a size mismatch) */
+  char error_name[64];  /* e.g. "CUDA_ERROR_LAUNCH_FAILED" */
+  char message[1024];   /* "<kernel>: <call> failed with <error_name> (<code>): <text>", or the refusal */
+} zyfa_core_error;
+
+ZYFA_CORE_EXPORT int zyfa_core_api_version(void);
+
+/* A tensor as the checks see it: torch-free, filled by the caller from its tensor type. */
+#define ZYFA_DTYPE_OTHER 0
+#define ZYFA_DTYPE_BF16 1
+#define ZYFA_DTYPE_E4M3FN 2
+
+typedef struct zyfa_tensor_view {
+  int dim;                      /* rank */
+  const long long *sizes;       /* dim values */
+  const long long *strides;     /* dim values, in elements */
+  long long element_size;       /* bytes */
+  long long storage_offset;     /* elements (messages only) */
+  int dtype;                    /* ZYFA_DTYPE_* */
+  const char *dtype_name;       /* the caller's name of its dtype, for messages, e.g. "torch.float16" */
+  const char *device;           /* the caller's name of its device, compared and named, e.g. "cuda:0" */
+  unsigned long long address;   /* the data pointer, checked for alignment when address_known */
+  int address_known;            /* 0 where no data exists yet (a traced FakeTensor) */
+} zyfa_tensor_view;
+
+/* The problem sizes of one call (flash-attn layout). */
+typedef struct zyfa_call_dims {
+  long long batch, seqlen_q, seqlen_k, heads_q, heads_kv, d_qk, d_v;
+} zyfa_call_dims;
+
+/* q, k, v of one call: rank 4, one supported dtype, matching shapes (GQA/MQA heads), supported head dims,
+ * grid and int32 limits, one device, head_dim contiguous and rows 16-byte aligned. Fills `dims`. */
+ZYFA_CORE_EXPORT int zyfa_check_tensors(const zyfa_tensor_view *q, const zyfa_tensor_view *k,
+                                        const zyfa_tensor_view *v, zyfa_call_dims *dims, zyfa_core_error *error);
+
+/* The op's scalars, checked as the kernels take them (float32): softmax_scale finite and non-zero,
+ * descales finite and > 0 (1.0 for bf16), and the one factor the kernels fold them into (softmax_scale *
+ * q_descale * k_descale * log2(e) for FP8, softmax_scale * log2(e) for bf16) finite and non-zero, all
+ * after rounding to float32. `who` prefixes the message ("zyfa", or a kernel name). On success
+ * `narrowed` holds softmax_scale, q_descale, k_descale, v_descale as float32. */
+ZYFA_CORE_EXPORT int zyfa_check_scalars(const char *who, int fp8, double softmax_scale, const double descales[3],
+                       float narrowed[4], zyfa_core_error *error);
+
+/* p_mode: NULL (None: the kernel's default) or "exact" / "lean" / "f16", FP8 only. `index` gets 0 for
+ * NULL, else 1 + its position in that list. */
+ZYFA_CORE_EXPORT int zyfa_check_p_mode(int fp8, const char *p_mode, int *index, zyfa_core_error *error);
+
+/* A launch plan loaded on one device (plan.h): zyfa_core.launcher.native_plan(spec, device) returns its
+ * handle, valid for the life of the process (zyfa_core keeps every loaded plan). `args` is the filled
+ * argument struct (zyfa_abi.h); the plan checks it as zyfa_core.check_args does before any driver call. */
+
+/* The device workspace one launch of `args` needs (the V pre-pass's pre-transposed V), 0 for none. */
+ZYFA_CORE_EXPORT int zyfa_plan_workspace_bytes(const void *plan, const zyfa_fwd_args *args, unsigned long long *bytes,
+                              zyfa_core_error *error);
+
+/* Checks `args` and launches on `stream` (the raw CUstream / hipStream_t): the V pre-pass into `workspace`
+ * (a 16-byte aligned device pointer to zyfa_plan_workspace_bytes bytes, which must stay allocated until the
+ * work on `stream` has run; 0 without a pass), then the kernel, with its TMA maps for a "tma" kernel. */
+ZYFA_CORE_EXPORT int zyfa_plan_launch(const void *plan, const zyfa_fwd_args *args, void *stream, unsigned long long workspace,
+                     zyfa_core_error *error);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZYFA_CORE_API_H */
