@@ -430,6 +430,7 @@ def compile_variant(
     row["v_prep"] = v_prep_entry(v)  # "": none; else the entry a launcher runs first (ABI 3)
     row["tile_order"] = tile_order(v)  # which query tile blockIdx.x computes (the simulator maps it)
     row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
+    row["sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()  # the loader checks the built file
     row["toolchain"] = dict(tc.versions)
     return row
 

@@ -7,6 +7,7 @@ toolchain is absent here are skipped by pytest, and must be skipped (with the re
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -173,6 +174,13 @@ def test_cuda_build_reads_ptxas(tmp_path: Path, toolchains: ToolchainCache) -> N
     assert (tmp_path / "out" / row["file"]).read_bytes()[:4] == b"\x7fELF"
 
 
+def _write_output(argv: list[str]) -> None:
+    """What a stand-in compiler leaves behind: a file at its -o path."""
+    out = Path(argv[argv.index("-o") + 1])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(b"stand-in code object " + out.name.encode())
+
+
 @pytest.mark.parametrize("grid", ["tiles", "persistent"])
 def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grid: str) -> None:
     """With a stand-in nvcc: a persistent variant compiles with -DZYFA_WS_PERSISTENT=1 and its manifest
@@ -185,6 +193,7 @@ def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.Monke
 
     def fake_nvcc(argv: list[str], env: dict[str, str], what: str) -> str:
         argvs.append(list(argv))
+        _write_output(argv)
         return f"ptxas info    : Compiling entry function '{v['name']}'\nptxas info    : Used 168 registers\n"
 
     monkeypatch.setattr(kb, "run_tool", fake_nvcc)
@@ -196,6 +205,8 @@ def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.Monke
     assert "-DZYFA_WS_TMA=1" not in argv and row["loads"] == "cp.async"  # absent in the variant: written
     assert not any("STALE" in a for a in argv) and row["stale_tau"] == 0.0  # likewise
     assert not any("VPRE" in a for a in argv) and row["v_prep"] == ""  # likewise
+    built = tmp_path / "out" / f"{v['name']}.cubin"
+    assert row["sha256"] == hashlib.sha256(built.read_bytes()).hexdigest()  # of the built file
 
 
 def test_cuda_compile_carries_tma_loads_and_stale_tau(
@@ -213,6 +224,7 @@ def test_cuda_compile_carries_tma_loads_and_stale_tau(
 
     def fake_nvcc(argv: list[str], env: dict[str, str], what: str) -> str:
         argvs.append(list(argv))
+        _write_output(argv)
         return f"ptxas info    : Compiling entry function '{v['name']}'\nptxas info    : Used 168 registers\n"
 
     monkeypatch.setattr(kb, "run_tool", fake_nvcc)
@@ -309,6 +321,7 @@ def test_cuda_compile_names_the_v_prep_entry_and_refuses_its_spills(
 
     def fake_nvcc(argv: list[str], env: dict[str, str], what: str) -> str:
         argvs.append(list(argv))
+        _write_output(argv)
         prep = v["name"] + "_vprep"
         return (
             f"ptxas info    : Compiling entry function '{prep}'\n"

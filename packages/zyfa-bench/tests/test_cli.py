@@ -172,7 +172,9 @@ def test_peers_command(capsys, fake_zyfa_mod):
 def test_bad_values_exit_2(capsys, fake_zyfa_mod):
     assert main(["throughput", "--device", "cpu", "--impl", "nope", "--quiet"]) == 2
     assert "unknown implementation" in capsys.readouterr().err
-    assert main(["throughput", "--device", "cpu", "--shape", "weird", "--quiet"]) == 2
+    with pytest.raises(SystemExit) as exc:  # a bad shape now stops the parse
+        main(["throughput", "--device", "cpu", "--shape", "weird", "--quiet"])
+    assert exc.value.code == 2 and "unknown shape 'weird'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("cmd", ["throughput", "accuracy", "clocks", "capture", "report", "peers"])
@@ -269,3 +271,71 @@ def test_cpu_reference_end_to_end(tmp_path):
         assert r["status"] == "ok"
         # BF16: output rounding; FP8: e4m3 P and rounded row sums (the kernels' own error) stay in 5e-2.
         assert r["rel_l2_vs_dequant"] < (1e-2 if r["precision"] == "bf16" else 5e-2)
+
+
+BAD_ARGS = [
+    (["throughput", "--seqlens", "0"], "must be an integer >= 1, got 0"),
+    (["throughput", "--seqlens", ","], "needs at least one integer"),
+    (["throughput", "--tokens", "-4"], "must be an integer >= 1"),
+    (["throughput", "--precision", "fp16"], "fp16 not accepted; use a comma-separated list of bf16, fp8"),
+    (["throughput", "--time-budget", "-5"], "must be a number >= 0, got -5"),
+    (["throughput", "--time-budget", "nan"], "must be finite"),
+    (["throughput", "--warmup", "-1"], "must be an integer >= 0"),
+    (["throughput", "--shape", "0x2x32x32"], "every size must be >= 1"),
+    (["throughput", "--shape", "6x4x32x32"], "HQ a multiple of HKV"),
+    (["throughput", "--device", "tpu"], "unsupported device 'tpu': use cpu, cuda or cuda:N"),
+    (["accuracy", "--seeds", "0"], "must be an integer >= 1, got 0"),
+    (["accuracy", "--rotate", "maybe"], "maybe not accepted; use a comma-separated list of off, on"),
+    (["clocks", "--seqlen", "0"], "must be an integer >= 1, got 0"),
+    (["clocks", "--seconds", "-1"], "must be a number > 0, got -1"),
+    (["clocks", "--source", "foo"], "invalid choice: 'foo'"),
+    (["clocks", "--shape", "gqa128,mla192"], "one head shape here"),
+    (["clocks", "--interval-ms", "0"], "must be a number > 0"),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"), BAD_ARGS, ids=lambda x: " ".join(x) if isinstance(x, list) else ""
+)
+def test_bad_arguments_are_refused_before_any_work(argv, message, capsys, monkeypatch):
+    """Each bad value stops the parse (exit 2) with a message naming it; nothing is measured or written."""
+    import zyfa_bench.cli as cli
+
+    monkeypatch.setattr(cli, "cmd_throughput", lambda _a: pytest.fail("ran"))
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--device", "cpu"] if "--device" not in argv else argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_json_needs_an_existing_directory(tmp_path, capsys):
+    missing = tmp_path / "no" / "such" / "dir" / "r.json"
+    with pytest.raises(SystemExit) as exc:
+        main(["throughput", *TINY, "--seqlens", "32", "--json", str(missing)])
+    assert exc.value.code == 2 and "does not exist; create it first" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+    with pytest.raises(SystemExit):
+        main(["accuracy", *TINY, "--json", str(tmp_path)])
+    assert "is a directory" in capsys.readouterr().err
+
+
+def test_cuda_device_without_a_gpu_exits_2(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["throughput", "--device", "cuda", "--quiet"]) == 2
+    assert "no CUDA or ROCm GPU is visible" in capsys.readouterr().err
+
+
+def test_nothing_measured_exits_1(tmp_path, fake_zyfa_mod, capsys):
+    """A time budget of 0 starts nothing, and an implementation that is unavailable measures nothing:
+    both leave their rows in the file and exit 1."""
+    out = tmp_path / "t.json"
+    args = ["throughput", *TINY, "--seqlens", "32", "--tokens", "32", "--impl", "zyfa-bf16"]
+    assert main([*args, "--time-budget", "0", "--json", str(out)]) == 1
+    assert "nothing was measured" in capsys.readouterr().err
+    assert load_results(out)["rows"]
+    acc = ["accuracy", *TINY, "--seqlens", "32", "--impl", "fa4-bf16", "--workload", "gaussian"]
+    assert main(acc) == 1
+    clocks = ["clocks", "--device", "cpu", "--shape", "4x2x32x32", "--seqlen", "32", "--tokens", "32"]
+    assert main([*clocks, "--impl", "fa4-bf16", "--seconds", "0.1", "--source", "none", "--quiet"]) == 1

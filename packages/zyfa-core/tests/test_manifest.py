@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -79,6 +80,72 @@ def test_bad_rows_are_rejected(tmp_path: Path, manifest_tools, override: dict, m
     manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0], **override)])
     with pytest.raises(ManifestError, match=message):
         zyfa_core.Manifest.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "override", "message"),
+    [
+        (
+            SM90[0],
+            {"threads": 100000},
+            r"threads = 100000: a cuda block takes at most 1024 threads, a multiple of 32",
+        ),
+        (SM90[0], {"threads": 100}, r"threads = 100: .*multiple of 32"),
+        (GFX950[0], {"threads": 96}, r"threads = 96: a hip block .*multiple of 64"),
+        (SM90[0], {"smem_bytes": 232449}, r"smem_bytes = 232449 exceeds 232448"),
+        (GFX950[0], {"smem_bytes": 163841}, r"smem_bytes = 163841 exceeds 163840"),
+        (SM90[0], {"tile_m": 4096}, r"tile_m = 4096 is beyond 512"),
+        (SM90[0], {"tile_n": 100000}, r"tile_n = 100000 is beyond 512"),
+        (SM90[0], {"d_v": 1 << 20}, r"d_v = 1048576 is beyond 512"),
+        (SM90[0], {"registers": 256}, r"registers = 256 is outside 0..255"),
+        (SM90[0], {"spill_bytes": -8}, r"spill_bytes = -8 must not be negative"),
+        (SM90[0], {"sha256": "xyz"}, r"sha256 'xyz' must be 64 lowercase hex digits"),
+        (SM90[0], {"sha256": 5}, r"sha256 5 must be 64"),
+    ],
+)
+def test_rows_beyond_the_kinds_limits_are_refused(
+    tmp_path: Path, manifest_tools, name: str, override: dict, message: str
+) -> None:
+    """A row a driver would launch wrongly (block size, shared memory, tiles) is refused at load, by name."""
+    manifest_tools.write(tmp_path, [manifest_tools.row(name, **override)])
+    with pytest.raises(ManifestError, match=rf"kernel '{name}': {message}"):
+        zyfa_core.Manifest.load(tmp_path)
+
+
+def test_rows_at_the_limits_load(tmp_path: Path, manifest_tools) -> None:
+    rows = [
+        manifest_tools.row(SM90[0], threads=1024, smem_bytes=232448, tile_m=512, registers=255),
+        manifest_tools.row(GFX950[0], threads=64, smem_bytes=163840, tile_n=1, registers=512),
+    ]
+    manifest_tools.write(tmp_path, rows)
+    assert len(zyfa_core.Manifest.load(tmp_path).kernels) == 2
+
+
+def test_code_object_sha256_is_checked_at_load(tmp_path: Path, manifest_tools) -> None:
+    """The row's sha256 must match the file's bytes: a changed byte is refused, naming the file."""
+    image = bytes(range(256)) * 3
+    digest = hashlib.sha256(image).hexdigest()
+    files = {SM90[0] + ".cubin": image}
+    manifest_tools.write(tmp_path / "good", [manifest_tools.row(SM90[0], sha256=digest)], files=files)
+    spec = zyfa_core.Manifest.load(tmp_path / "good").get(SM90[0])
+    assert spec.sha256 == digest == mf.file_sha256(spec.path)
+    bad = tmp_path / "bad"
+    manifest_tools.write(
+        bad, [manifest_tools.row(SM90[0], sha256=digest)], files={SM90[0] + ".cubin": image[:-1] + b"x"}
+    )
+    path = (bad / (SM90[0] + ".cubin")).resolve()
+    with pytest.raises(
+        ManifestError,
+        match=rf"code object {path} of kernel '{SM90[0]}' has SHA-256 [0-9a-f]{{64}}, "
+        rf"but the manifest records {digest}",
+    ):
+        zyfa_core.Manifest.load(bad)
+    # Swapped after load: check_code_object (what the launcher can call before a driver load) sees it too.
+    spec.path.write_bytes(b"swapped")
+    with pytest.raises(ManifestError, match="changed or corrupted after the build"):
+        mf.check_code_object(spec)
+    spec.path.unlink()  # a missing file is the launch's to report (it names the missing path)
+    mf.check_code_object(spec)
 
 
 def test_missing_key_and_duplicates(tmp_path: Path, manifest_tools) -> None:

@@ -151,6 +151,65 @@ def test_as_float_and_fixed_descale():
             zyfa.fp8_quantize(x, descale=bad)
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("fixed", [None, 0.5], ids=["amax", "fixed"])
+def test_non_finite_input_is_refused(bad, fixed):
+    """One NaN or Inf among fresh random values is refused (it would set, or saturate, the whole tensor);
+    check_finite=False skips the check and quantises as documented."""
+    x = torch.randn(64, 128, generator=torch.Generator().manual_seed(4)) * 1000
+    x[17, 3] = bad
+    with pytest.raises(ValueError, match=r"holds 1 NaN or Inf value"):
+        zyfa.fp8_quantize(x, descale=fixed)
+    with pytest.raises(ValueError, match=r"NaN or Inf"):
+        zyfa.fp8_quantize(x, descale=fixed, as_float=True, rotate=True)
+    # Unchecked, as documented: a NaN becomes e4m3fn's NaN code; an Inf saturates under a fixed
+    # descale and makes the computed descale inf.
+    x8, d = zyfa.fp8_quantize(x, descale=fixed, check_finite=False)
+    if math.isnan(bad):
+        assert torch.isnan(x8.float()[17, 3]) and torch.isnan(x8.float()).sum() == 1
+    elif fixed is not None:
+        assert x8.float()[17, 3].item() == math.copysign(448.0, bad)
+    else:
+        assert d.item() == math.inf
+    # An input finite in float64 but beyond float32 becomes Inf in the float32 conversion: refused too.
+    with pytest.raises(ValueError, match="after the float32 conversion"):
+        zyfa.fp8_quantize(torch.tensor([1.0, 1e300], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("amax", [1.4e-45, 1e-40, 5e-36])
+def test_tiny_amax_gets_the_smallest_normal_descale(amax):
+    """An amax below 448 * 2^-126 gives descale 2^-126 (never 0 or a subnormal); values keep their sign
+    and quantise like x / 2^-126."""
+    x = torch.tensor([amax, -amax / 2, 0.0])
+    x8, d = zyfa.fp8_quantize(x)
+    assert d.item() == 2.0**-126 and math.isfinite(d.item())
+    assert torch.equal(x8.float(), R.round_to_e4m3fn(x / 2.0**-126))
+    _, df = zyfa.fp8_quantize(x, as_float=True)
+    assert df == 2.0**-126
+
+
+def test_fixed_descales_are_checked_after_narrowing_and_as_tensors():
+    """A float descale is checked as the float32 the division uses (1e-50 is 0 there, 1e39 inf); a tensor
+    descale gets the same checks, plus shape, dtype and device."""
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(5))
+    for bad in (1e-50, 1e39, -2.0, 0.0, math.nan):
+        with pytest.raises(ValueError, match="finite and > 0 as a float32"):
+            zyfa.fp8_quantize(x, descale=bad)
+        with pytest.raises(ValueError, match="finite and > 0 as a float32"):
+            zyfa.fp8_quantize(x, descale=torch.tensor(bad))
+    for bad in (torch.ones(2), torch.tensor(1), torch.tensor(1.0, device="meta")):
+        with pytest.raises(ValueError, match="1-element floating tensor on x's device .* or the CPU"):
+            zyfa.fp8_quantize(x, descale=bad)
+    with pytest.raises(TypeError, match="descale must be a float"):
+        zyfa.fp8_quantize(x, descale="0.5")
+    x8, d = zyfa.fp8_quantize(x, descale=torch.tensor(0.25, dtype=torch.float64))
+    assert d.dtype == torch.float32 and d.item() == 0.25
+    assert torch.equal(x8.float(), R.round_to_e4m3fn(x / 0.25))
+    # The float32 bounds exactly: the largest finite float32 and the smallest subnormal pass.
+    for edge in (float(torch.finfo(torch.float32).max), 2.0**-149):
+        assert zyfa.fp8_quantize(x, descale=edge)[1] == edge
+
+
 @pytest.mark.parametrize("d", [128, 192])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_rotation_fast_path_agrees_with_plain(d, dtype):
@@ -202,3 +261,18 @@ def test_rotated_bf16_attention_is_unchanged_up_to_rounding(d):
     assert rel_err(rotated, truth) <= 5e-3
     assert rel_err(rotated, truth) <= 2 * rel_err(plain, truth) + 1e-3
     assert rel_err(rotated, plain) <= 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
+def test_quantize_checks_on_the_gpu():
+    """The same refusals and bounds for GPU tensors (the finiteness flag is read on the host)."""
+    x = torch.randn(64, 128, device="cuda")
+    x[3, 4] = float("nan")
+    with pytest.raises(ValueError, match="holds 1 NaN or Inf value"):
+        zyfa.fp8_quantize(x)
+    _, d = zyfa.fp8_quantize(torch.full((8,), 1.4e-45, device="cuda"))
+    assert d.item() == 2.0**-126
+    for bad in (torch.tensor(0.0, device="cuda"), torch.tensor(float("inf"), device="cuda")):
+        with pytest.raises(ValueError, match="finite and > 0 as a float32"):
+            zyfa.fp8_quantize(x.nan_to_num(), descale=bad)

@@ -91,24 +91,8 @@ def check(res, q, k, v, out, lse, rows, block_n) -> None:
     with np.errstate(invalid="ignore"):
         close = np.abs(lg - lr) <= 1e-4 * np.maximum(1.0, np.abs(lr))
     assert (same_inf | close).all()
-    _check_against_contract_reference(q, k, v, out, rows, block_n)
-
-
-def _check_against_contract_reference(q, k, v, out, rows, block_n) -> None:
-    """Against zyfa.reference (the contract's numerics) when the torch package is importable."""
-    try:
-        import torch
-
-        from zyfa import reference
-    except ImportError:
-        return
-    t = [torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) for x in (q, k, v)]
-    ref, _ = reference.attention(*t, softmax_scale=1.0 / np.sqrt(q.shape[-1]), causal=True, block_n=block_n)
-    refn = ref.float().numpy()[:, rows]
-    got = out.astype(np.float32)[:, rows]
-    # Same blocks and rounding points; t - m is one FMA in the kernel (one rounding instead of two), and
-    # exp2 (exact here) and the MFMA accumulation order differ.
-    assert np.abs(got - refn).max() <= 2**-7 * max(1.0, np.abs(refn).max())
+    # The contract's numerics (zyfa.reference) are checked from above, in zyfa-torch's
+    # test_zyfa_gfx950_sim.py: zyfa-asmgen never imports zyfa.
 
 
 @pytest.mark.parametrize("v", VARIANTS, ids=lambda v: v["name"])

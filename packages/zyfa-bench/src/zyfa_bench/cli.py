@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from zyfa_bench import __version__
+from zyfa_bench import argtypes as T
 from zyfa_bench.peers import all_peers, select
 from zyfa_bench.results import failure_reason
 from zyfa_bench.spec import PRESETS, Spec, parse_shape, specs_for_tokens
@@ -39,15 +40,8 @@ def _words(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def _positive_int(text: str) -> int:
-    """argparse type of counts that must be at least 1 (--repeats, --rounds)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
+CLOCK_SOURCES = ("auto", "nvml", "nvidia-smi", "amd-smi", "rocm-smi", "none")
+PRECISIONS = ("bf16", "fp8")
 
 
 def _default_device() -> str:
@@ -59,22 +53,28 @@ def _add_problem_args(
 ) -> None:
     p.add_argument(
         "--shape",
+        type=T.shape_list,
         default="gqa128,mla192",
         help="comma-separated head shapes: presets "
         + ", ".join(f"{k} (heads {v[0]}/{v[1]}, d_qk {v[2]}, d_v {v[3]})" for k, v in PRESETS.items())
         + ", or HQxHKVxDQKxDV such as 32x8x128x128 (default: %(default)s)",
     )
     p.add_argument(
-        "--seqlens", default=seqlens, help="comma-separated sequence lengths (default: %(default)s)"
+        "--seqlens",
+        type=T.positive_int_list,
+        default=seqlens,
+        help="comma-separated sequence lengths, each >= 1 (default: %(default)s)",
     )
     grp = p.add_mutually_exclusive_group()
     grp.add_argument(
         "--tokens",
-        type=int,
+        type=T.positive_int,
         default=tokens,
         help="tokens per call: batch = tokens // seqlen (default: %(default)s)",
     )
-    grp.add_argument("--batch", type=int, default=batch, help="a fixed batch size instead of --tokens")
+    grp.add_argument(
+        "--batch", type=T.positive_int, default=batch, help="a fixed batch size instead of --tokens"
+    )
     p.add_argument(
         "--non-causal", action="store_true", help="full (non-causal) attention; ZYFA kernels are causal"
     )
@@ -84,13 +84,19 @@ def _add_common(p: argparse.ArgumentParser, impl_default: str) -> None:
     p.add_argument("--impl", default=impl_default, help=IMPL_HELP + " (default: %(default)s)")
     p.add_argument(
         "--device",
+        type=T.device,
         default=_default_device(),
-        help="torch device, e.g. cuda, cuda:1, cpu (default: %(default)s)",
+        help="torch device: cpu, cuda or cuda:N (default: %(default)s)",
     )
     p.add_argument(
         "--seed", type=int, default=0, help="base seed of all random inputs (default: %(default)s)"
     )
-    p.add_argument("--json", metavar="OUT", help="write the results (schema zyfa-bench/1) to this JSON file")
+    p.add_argument(
+        "--json",
+        type=T.existing_parent,
+        metavar="OUT",
+        help="write the results (schema zyfa-bench/1) to this JSON file (its directory must exist)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -125,25 +131,30 @@ def _throughput_parser(sub: Any) -> None:
     )
     _add_problem_args(t, "2048,4096,8192,16384,32768", 32768, None)
     _add_common(t, "available")
-    t.add_argument("--precision", default="bf16,fp8", help="input precisions to run (default: %(default)s)")
+    t.add_argument(
+        "--precision",
+        type=T.choice_list(PRECISIONS),
+        default="bf16,fp8",
+        help="comma-separated input precisions to run: bf16, fp8 (default: %(default)s)",
+    )
     t.add_argument(
         "--workload", default="gaussian", help="gaussian, model-like, or captured:PATH (default: %(default)s)"
     )
     t.add_argument(
         "--warmup",
-        type=int,
+        type=T.non_negative_int,
         default=3,
         help="untimed calls before the first round (later rounds make one each; default: %(default)s)",
     )
     t.add_argument(
         "--repeats",
-        type=_positive_int,
+        type=T.positive_int,
         default=20,
         help="timed calls per implementation, over all rounds; the median is reported (default: %(default)s)",
     )
     t.add_argument(
         "--rounds",
-        type=_positive_int,
+        type=T.positive_int,
         default=3,
         help="interleaved timing rounds: every implementation of a problem is prepared, then each round "
         "times a share of its repeats, in an order rotated every round, so that the clock swings of a "
@@ -152,7 +163,7 @@ def _throughput_parser(sub: Any) -> None:
     )
     t.add_argument(
         "--max-sets",
-        type=int,
+        type=T.positive_int,
         default=8,
         help="at most this many input sets rotated against L2 (default: %(default)s)",
     )
@@ -163,7 +174,10 @@ def _throughput_parser(sub: Any) -> None:
     t.add_argument("--no-check", action="store_true", help="skip the float64 check of each output slice")
     t.add_argument("--no-clocks", action="store_true", help="do not sample GPU clocks")
     t.add_argument(
-        "--clock-interval-ms", type=float, default=20.0, help="clock sampling period (default: %(default)s)"
+        "--clock-interval-ms",
+        type=T.positive_float,
+        default=20.0,
+        help="clock sampling period (default: %(default)s)",
     )
     t.add_argument(
         "--no-ceilings",
@@ -172,7 +186,7 @@ def _throughput_parser(sub: Any) -> None:
     )
     t.add_argument(
         "--time-budget",
-        type=float,
+        type=T.non_negative_float,
         default=None,
         metavar="SECONDS",
         help="stop starting new measurements after this many seconds (rows left say so)",
@@ -197,11 +211,14 @@ def _accuracy_parser(sub: Any) -> None:
         help="comma-separated: gaussian, model-like, captured:PATH (default: %(default)s)",
     )
     a.add_argument(
-        "--rotate", default="off,on", help="Q/K rotation settings for FP8 inputs (default: %(default)s)"
+        "--rotate",
+        type=T.choice_list(("off", "on")),
+        default="off,on",
+        help="comma-separated Q/K rotation settings for FP8 inputs: off, on (default: %(default)s)",
     )
     a.add_argument(
         "--seeds",
-        type=int,
+        type=T.positive_int,
         default=1,
         help="fresh inputs per problem: seeds seed..seed+N-1 (default: %(default)s)",
     )
@@ -218,20 +235,35 @@ def _clocks_parser(sub: Any) -> None:
         "TFLOP/s per GHz: FP8 kernels can run at lower clocks than BF16 ones.",
     )
     c.add_argument(
-        "--shape", default="gqa128", help="one head shape, as for throughput (default: %(default)s)"
+        "--shape",
+        type=T.one_shape,
+        default="gqa128",
+        help="one head shape, as for throughput (default: %(default)s)",
     )
-    c.add_argument("--seqlen", type=int, default=16384, help="sequence length (default: %(default)s)")
-    c.add_argument("--tokens", type=int, default=32768, help="tokens per call (default: %(default)s)")
+    c.add_argument(
+        "--seqlen", type=T.positive_int, default=16384, help="sequence length (default: %(default)s)"
+    )
+    c.add_argument(
+        "--tokens", type=T.positive_int, default=32768, help="tokens per call (default: %(default)s)"
+    )
     _add_common(c, "zyfa-bf16,zyfa-fp8-exact")
     c.add_argument(
         "--workload", default="gaussian", help="gaussian, model-like, captured:PATH (default: %(default)s)"
     )
     c.add_argument(
-        "--seconds", type=float, default=10.0, help="run time per implementation (default: %(default)s)"
+        "--seconds",
+        type=T.positive_float,
+        default=10.0,
+        help="run time per implementation (default: %(default)s)",
     )
-    c.add_argument("--interval-ms", type=float, default=20.0, help="sampling period (default: %(default)s)")
     c.add_argument(
-        "--source", default="auto", help="auto, nvml, nvidia-smi, amd-smi, rocm-smi (default: %(default)s)"
+        "--interval-ms", type=T.positive_float, default=20.0, help="sampling period (default: %(default)s)"
+    )
+    c.add_argument(
+        "--source",
+        choices=CLOCK_SOURCES,
+        default="auto",
+        help="where clocks come from: " + ", ".join(CLOCK_SOURCES) + " (default: %(default)s)",
     )
     c.set_defaults(func=cmd_clocks)
 
@@ -252,9 +284,14 @@ def _capture_parser(sub: Any) -> None:
         help="comma-separated layer indices, negative from the end (default: %(default)s)",
     )
     k.add_argument(
-        "--tokens", type=int, default=2048, help="sequence length of the input (default: %(default)s)"
+        "--tokens",
+        type=T.positive_int,
+        default=2048,
+        help="sequence length of the input (default: %(default)s)",
     )
-    k.add_argument("--batch", type=int, default=1, help="batch size of the input (default: %(default)s)")
+    k.add_argument(
+        "--batch", type=T.positive_int, default=1, help="batch size of the input (default: %(default)s)"
+    )
     k.add_argument(
         "--text-file", help="text to tokenise with the model's tokenizer (default: random token ids)"
     )
@@ -263,7 +300,12 @@ def _capture_parser(sub: Any) -> None:
         "--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="model precision"
     )
     k.add_argument("--seed", type=int, default=0, help="seed of random token ids (default: %(default)s)")
-    k.add_argument("--out", required=True, help="output .safetensors file")
+    k.add_argument(
+        "--out",
+        type=T.existing_parent,
+        required=True,
+        help="output .safetensors file (its directory must exist)",
+    )
     k.set_defaults(func=cmd_capture)
 
 
@@ -425,12 +467,36 @@ def cmd_throughput(args: argparse.Namespace) -> int:
             )
     print(throughput_tables(writer.rows) or "no successful measurement")
     _print_failures(writer.rows)
-    return 0
+    return _measured(writer.rows, args)
 
 
 @contextmanager
 def _null() -> Iterator[None]:
     yield None
+
+
+def _measured(rows: list[dict[str, Any]], args: argparse.Namespace) -> int:
+    """0 when at least one row was measured; else 1, saying so on stderr (the rows say why)."""
+    if any(r.get("status") == "ok" for r in rows):
+        return 0
+    print(
+        f"zyfa-bench {args.command}: nothing was measured ({len(rows)} row(s), none ok); "
+        "see the reasons above",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _check_device(text: str) -> str | None:
+    """Why the --device cannot run here (None: it can)."""
+    if not text.startswith("cuda"):
+        return None
+    if not torch.cuda.is_available():
+        return f"--device {text}: no CUDA or ROCm GPU is visible to torch here; use --device cpu"
+    index = int(text.partition(":")[2] or 0)
+    if index >= torch.cuda.device_count():
+        return f"--device {text}: torch sees {torch.cuda.device_count()} GPU(s) (cuda:0..)"
+    return None
 
 
 def _print_failures(rows: list[dict[str, Any]]) -> None:
@@ -466,7 +532,8 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         ):
             writer.add(row)
     print(accuracy_tables(writer.rows))
-    return 0
+    _print_failures(writer.rows)
+    return _measured(writer.rows, args)
 
 
 def cmd_clocks(args: argparse.Namespace) -> int:
@@ -500,7 +567,7 @@ def cmd_clocks(args: argparse.Namespace) -> int:
     _print_failures(writer.rows)
     if sampler.error:
         print(f"clock sampling: {sampler.error}")
-    return 0
+    return _measured(writer.rows, args)
 
 
 def _clock_run(peer: Any, inputs: Any, seconds: float, sampler: Any) -> dict[str, Any]:
@@ -598,6 +665,10 @@ def cmd_peers(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `zyfa-bench` console script."""
     args = build_parser().parse_args(argv)
+    problem = _check_device(args.device) if isinstance(getattr(args, "device", None), str) else None
+    if problem:
+        print(f"zyfa-bench {args.command}: {problem}", file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except ValueError as exc:  # bad option values: one line, not a traceback

@@ -67,6 +67,8 @@ def parse_shape(text: str) -> tuple[str, tuple[int, int, int, int]]:
     parts = text.lower().split("x")
     if len(parts) == 4 and all(p.isdigit() for p in parts):
         hq, hkv, dqk, dv = (int(p) for p in parts)
+        if min(hq, hkv, dqk, dv) < 1 or hq % hkv:
+            raise ValueError(f"shape {text!r}: every size must be >= 1 and HQ a multiple of HKV")
         return text, (hq, hkv, dqk, dv)
     raise ValueError(
         f"unknown shape {text!r}: use one of {sorted(PRESETS)} or HQxHKVxDQKxDV, e.g. 32x8x128x128"

@@ -3,12 +3,18 @@
 The manifest is written by `kernels/tools/zyfa_kernel_build.py` (Bazel or the pip build) next to the
 code objects it lists. `find_kernel_dir` finds that directory, `Manifest.load` reads and checks it,
 `Manifest.select` picks the kernel for (arch, dtype, d_qk, d_v, causal[, p_mode]).
+
+Loading refuses rows outside what any kernel of their kind can launch with (`_check_row_limits`) and
+code objects whose bytes do not match the row's ``sha256`` (written by the build; a row without it, from
+a manifest older than the field, is not checked), so a corrupt or swapped file is named before a
+driver sees it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import math
 import os
@@ -34,7 +40,9 @@ __all__ = [
     "Manifest",
     "SkippedKernel",
     "canonical_dtype",
+    "check_code_object",
     "default_manifest",
+    "file_sha256",
     "find_kernel_dir",
     "select",
     "vt_row_bytes",
@@ -151,6 +159,9 @@ class KernelSpec:
     `zyfa.reference.attention(stale_tau=...)` to reproduce the kernel's numerics."""
     v_prep: str = ""
     """The V pre-pass entry (kernels/abi/zyfa_abi.h, ABI 3), "" when the kernel reads V as given."""
+    sha256: str = ""
+    """SHA-256 (hex) of the code object's bytes, checked when the manifest loads; "" in rows older than
+    the field (not checked)."""
     toolchain: Mapping[str, Any] = dataclasses.field(
         default_factory=lambda: MappingProxyType({}), compare=False, hash=False
     )
@@ -220,6 +231,19 @@ _ROW_TYPES: dict[str, type | tuple[type, ...]] = {
     "source_sha256": str,
 }
 _KINDS = ("cuda", "hip", "asmgen")
+MAX_THREADS = 1024
+"""Most threads per block any target launches (CUDA and HIP alike)."""
+THREAD_GROUP = MappingProxyType({"cuda": 32, "hip": 64, "asmgen": 64})
+"""Threads per block must be a multiple of the kind's warp (32) or wavefront (64, gfx9)."""
+MAX_SMEM_BYTES = MappingProxyType({"cuda": 232448, "hip": 163840, "asmgen": 163840})
+"""Largest shared memory (LDS) per block of any target of the kind: 227 KiB (sm90a's opt-in limit) and
+160 KiB (gfx950). A launch still checks the device's own limit."""
+MAX_REGISTERS = MappingProxyType({"cuda": 255, "hip": 512, "asmgen": 512})
+"""Registers per thread (cuda) or VGPRs per lane (gfx9, with AGPRs)."""
+MAX_TILE = 512
+"""Largest tile_m / tile_n a row may declare: the kernels' tiles are 1..256 keys or rows."""
+MAX_HEAD_DIM = 512
+"""Largest d_qk / d_v a row may declare."""
 
 
 def _row_error(where: str, name: str, problem: str) -> ManifestError:
@@ -242,6 +266,75 @@ def _check_row_types(row: Mapping[str, Any], where: str, name: str) -> None:
         raise _row_error(where, name, f"smem_bytes = {row['smem_bytes']} must not be negative")
 
 
+def _check_row_limits(row: Mapping[str, Any], where: str, name: str) -> None:
+    """Refuse values no kernel of the row's kind can launch with (the kind is checked already)."""
+    kind = row["kind"]
+    threads, group = row["threads"], THREAD_GROUP[kind]
+    if threads > MAX_THREADS or threads % group:
+        raise _row_error(
+            where,
+            name,
+            f"threads = {threads}: a {kind} block takes at most {MAX_THREADS} threads, a multiple of {group}",
+        )
+    if row["smem_bytes"] > MAX_SMEM_BYTES[kind]:
+        raise _row_error(
+            where,
+            name,
+            f"smem_bytes = {row['smem_bytes']} exceeds {MAX_SMEM_BYTES[kind]}, the most a {kind} block has",
+        )
+    for key, limit in (
+        ("tile_m", MAX_TILE),
+        ("tile_n", MAX_TILE),
+        ("d_qk", MAX_HEAD_DIM),
+        ("d_v", MAX_HEAD_DIM),
+    ):
+        if row[key] > limit:
+            raise _row_error(where, name, f"{key} = {row[key]} is beyond {limit}")
+    if not 0 <= row["registers"] <= MAX_REGISTERS[kind]:
+        raise _row_error(
+            where, name, f"registers = {row['registers']} is outside 0..{MAX_REGISTERS[kind]} for {kind}"
+        )
+    if row["spill_bytes"] < 0:
+        raise _row_error(where, name, f"spill_bytes = {row['spill_bytes']} must not be negative")
+
+
+def _sha256_field(row: Mapping[str, Any], where: str, name: str) -> str:
+    """The row's code-object digest ("" when absent), checked to be 64 lowercase hex digits."""
+    digest = row.get("sha256", "")
+    if not isinstance(digest, str) or (
+        digest and (len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest))
+    ):
+        raise _row_error(where, name, f"sha256 {digest!r} must be 64 lowercase hex digits")
+    return digest
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 (hex) of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_code_object(spec: KernelSpec) -> None:
+    """Refuse a present code object whose bytes do not match the row's sha256 (a missing one is left to
+    the launch, which names it; a row without sha256 is not checked).
+
+    Raises:
+        ManifestError: naming the file, both digests and what to do.
+    """
+    if not spec.sha256 or not spec.path.is_file():
+        return
+    actual = file_sha256(spec.path)
+    if actual != spec.sha256:
+        raise ManifestError(
+            f"code object {spec.path} of kernel {spec.name!r} has SHA-256 {actual}, but the manifest "
+            f"records {spec.sha256}: the file was changed or corrupted after the build; rebuild the "
+            "kernels (`pip install packages/zyfa-core` or `bazel build //kernels:all`)"
+        )
+
+
 def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
     """Build a KernelSpec from one manifest row, checking keys, types and the ABI version."""
     if not isinstance(row, Mapping):
@@ -254,6 +347,7 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
         )
     if row["kind"] not in _KINDS:
         raise _row_error(where, name, f"kind {row['kind']!r} is not one of {_KINDS}")
+    _check_row_limits(row, where, name)
     if Path(row["file"]).name != row["file"]:
         raise _row_error(where, name, f"file {row['file']!r} must be a bare file name")
     try:
@@ -290,6 +384,7 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
         loads=loads,
         stale_tau=stale_tau,
         v_prep=v_prep,
+        sha256=_sha256_field(row, where, name),
         toolchain=MappingProxyType(dict(toolchain)),
     )
 
@@ -342,8 +437,9 @@ class Manifest:
         """Read and check `<directory>/manifest.json`.
 
         Raises:
-            ManifestError: unreadable or malformed JSON, a bad row, duplicate names, or an ABI
-                version other than zyfa_core.abi.ABI_VERSION (the message names both versions).
+            ManifestError: unreadable or malformed JSON, a bad row (including values beyond the
+                kind's limits), duplicate names, a code object whose SHA-256 differs from its row's,
+                or an ABI version other than zyfa_core.abi.ABI_VERSION (the message names both).
         """
         directory = Path(directory).resolve()
         where = str(directory / MANIFEST_NAME)
@@ -367,6 +463,8 @@ class Manifest:
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ManifestError(f"{where}: duplicate kernel name(s) {duplicates}")
+        for spec in kernels:
+            check_code_object(spec)
         skipped = tuple(_skipped_from_rows(data.get("skipped", []), where))
         toolchains = data.get("toolchains") or {}
         return cls(directory, version, kernels, skipped, MappingProxyType(dict(toolchains)))

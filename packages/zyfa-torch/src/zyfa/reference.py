@@ -27,6 +27,14 @@ v [batch, seqlen_k, heads_kv, d_v]; out [batch, seqlen_q, heads_q, d_v] (bf16); 
 [batch, heads_q, seqlen_q] in natural-log units of the softmax-scaled scores. Causal masking is
 bottom-right aligned: row i sees key j iff j <= i + seqlen_k - seqlen_q; a row that sees no key
 outputs 0 and lse = +inf.
+
+Non-finite inputs propagate as on the GPU kernels (and as in SDPA): a row whose visible scores
+include a NaN (a NaN or e4m3 NaN code in its q row or in a key it sees, or ``inf - inf`` from an
+infinite score) outputs NaN in every column and lse = NaN; a NaN in V reaches every row that sees
+its key, and may reach rows that share a key block with it (P = 0 times NaN; a GPU kernel's reach
+also depends on its tile_m), never a row whose visible keys all lie in earlier blocks. A visible
+score of -inf is an ordinary zero weight; a row whose visible scores are all -inf has row sum 0 and
+reads as a row that sees no key (0 and +inf), as the kernels' epilogue does.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ FP8_SHIFT = 8
 E4M3_MAX = 448.0
 """Largest finite float8_e4m3fn value (code 0x7e)."""
 _LEAN_MAX_CODE = 126  # code 127 is NaN in e4m3fn
+_NAN_CODE = 127
 _LOG2E = math.log2(math.e)
 _LN2 = math.log(2.0)
 ROW_SUMS = ("rounded", "unrounded")
@@ -91,11 +100,13 @@ def lean_p_codes(s: Tensor, a: float | Tensor, b: Tensor) -> Tensor:
     rounding); here the product s*a is exact in float64 (24+24 bits), the float64 add rounds once to
     53 bits, and the final rounding to fp32 reproduces the FMA except when the float64 sum lies
     exactly on an fp32 rounding tie (double rounding; vanishingly rare). The value is rounded to
-    fp32 BEFORE rint, as the kernels do.
+    fp32 BEFORE rint, as the kernels do. A NaN sum (a NaN score, or ``inf - inf``) gives code 0x7f,
+    e4m3fn's NaN, so the row reads NaN as in every other mode.
     """
     a64 = torch.as_tensor(a, dtype=torch.float32, device=s.device).double()
     fused = (s.double() * a64 + b.double()).float()
-    return torch.round(fused).clamp(0, _LEAN_MAX_CODE).to(torch.int32)
+    codes = torch.round(fused).clamp(0, _LEAN_MAX_CODE)
+    return torch.where(torch.isnan(fused), _NAN_CODE, codes).to(torch.int32)
 
 
 @contextlib.contextmanager
@@ -236,7 +247,10 @@ def attention(
                 if row_sum == "rounded":
                     p_sum = p_used
             row_l = row_l * alpha + p_sum.sum(dim=-1)
-            acc = acc * alpha[..., None] + p_used @ vf[..., j0:j1, :]
+            pv = p_used @ vf[..., j0:j1, :]
+            if mask is not None:  # a block a row cannot see leaves it alone (0 * NaN in V would not)
+                pv = torch.where(mask.any(dim=-1)[:, None], pv, 0.0)
+            acc = acc * alpha[..., None] + pv
     return _finish(acc, row_l, m, v_descale, shift_f, heads_q)
 
 
@@ -262,9 +276,13 @@ def _fp8_p(
 def _finish(
     acc: Tensor, row_l: Tensor, m: Tensor, v_descale: float, shift: float, heads_q: int
 ) -> tuple[Tensor, Tensor]:
-    """out = (acc / l) * v_descale -> bf16 and lse in natural-log units, both in flash-attn layout."""
+    """out = (acc / l) * v_descale -> bf16 and lse in natural-log units, both in flash-attn layout.
+
+    Only a row sum of exactly 0 means "no visible key" (0 and +inf); a NaN row sum is a row that saw a
+    NaN and stays NaN in out and lse, as the kernels' epilogue (``l == 0`` alone is special) gives.
+    """
     batch, heads_kv, group, seqlen_q, d_v = acc.shape
-    seen = row_l > 0
+    seen = row_l != 0
     l_safe = torch.where(seen, row_l, 1.0)
     out = torch.where(seen[..., None], (acc / l_safe[..., None]) * v_descale, 0.0)
     lse = torch.where(seen, (m + torch.log2(l_safe) - shift) * _LN2, math.inf)
@@ -286,7 +304,8 @@ def attention_dense_f64(
 
     Inputs in flash-attn layout, any floating dtype (FP8 inputs are dequantised as x8 * descale).
     Returns (out float64 [batch, seqlen_q, heads_q, d_v], lse float64 [batch, heads_q, seqlen_q]);
-    rows that see no key give out = 0 and lse = +inf.
+    rows that see no key (or only scores of -inf) give out = 0 and lse = +inf; a row whose visible
+    scores include a NaN gives NaN in out and lse.
     """
     batch, seqlen_q, heads_q, d_qk = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
@@ -301,7 +320,7 @@ def attention_dense_f64(
         j = torch.arange(seqlen_k, device=q.device)[None, :]
         scores = scores.masked_fill(j > i + (seqlen_k - seqlen_q), -math.inf)
     lse = torch.logsumexp(scores, dim=-1)
-    seen = lse > -math.inf
+    seen = lse != -math.inf  # NaN counts as seen: it stays NaN
     probs = torch.exp(scores - torch.where(seen, lse, 0.0)[..., None])
     out = torch.einsum("bhij,bjhd->bihd", probs, vd)
     return out, torch.where(seen, lse, math.inf)

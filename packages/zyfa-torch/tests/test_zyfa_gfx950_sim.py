@@ -1,0 +1,96 @@
+"""The simulated gfx950 kernels against zyfa.reference, the contract's numerics (block_n = tile_n).
+
+zyfa-asmgen's simulator compares a launch with its own numpy float64 softmax only (it sits below
+zyfa-torch and never imports it); this file, above both, adds the contract, on the numbers
+`zyfa-asmgen sim --save-out` writes. Each kernel's assembly
+comes from kernels/variants.bzl (the HIP source compiled by the pinned clang, or the generator run),
+so the tests skip without ziglang. Tolerances: bf16 2^-7 * max(1, |ref|) (same operations in the
+same order; only exp2 and the MFMA accumulation order differ, and out is rounded to bf16 once);
+FP8 0.07 * max(1, |ref|): one e4m3 step of P (2^-4 relative) moved by a different fp32 rounding.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from zyfa import reference as R
+
+REPO = Path(__file__).resolve().parents[3]
+VARIANTS = REPO / "kernels" / "variants.bzl"
+ABI_HEADER = REPO / "kernels" / "abi" / "zyfa_abi.h"
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("ziglang") is None or not VARIANTS.is_file(),
+    reason="needs ziglang (the pinned clang) and kernels/variants.bzl",
+)
+
+# (kernel, (batch, seqlen_q, seqlen_k, heads_q, heads_kv), query tiles): tiny, ragged, GQA, and
+# seqlen_q > seqlen_k (rows without keys) for the bf16 kernel.
+CASES = [
+    ("fa_fwd_bf16_hd128_causal_gfx950", (1, 70, 70, 2, 1), "all"),
+    ("fa_fwd_bf16_hd128_causal_gfx950", (1, 100, 40, 1, 1), "all"),
+    ("fa_fwd_bf16_hd192x128_causal_gfx950", (1, 40, 72, 2, 2), "all"),
+    ("fa_fwd_e4m3fn_hd128_causal_gfx950", (1, 96, 96, 2, 1), "0,1"),
+]
+
+
+def _torch(x: np.ndarray, fp8: bool) -> torch.Tensor:
+    dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    return torch.from_numpy(np.ascontiguousarray(x).view(np.uint8 if fp8 else np.int16)).view(dtype)
+
+
+@pytest.mark.parametrize(("name", "dims", "tiles"), CASES, ids=lambda c: str(c))
+def test_simulated_kernel_matches_the_contract(name, dims, tiles, tmp_path, capsys):
+    """`zyfa-asmgen sim --save-out` gives the launch's numbers; zyfa.reference is the judge here."""
+    from zyfa_asmgen.__main__ import main
+
+    b, sq, sk, hq, hkv = dims
+    saved = tmp_path / "launch.npz"
+    argv = ["sim", name, "--variants", str(VARIANTS), "--abi-header", str(ABI_HEADER), "--no-timing"]
+    argv += ["--batch", str(b), "--seqlen-q", str(sq), "--seqlen-k", str(sk), "--heads-q", str(hq)]
+    argv += [
+        "--heads-kv",
+        str(hkv),
+        "--workgroups",
+        tiles,
+        "--seed",
+        str(sum(dims)),
+        "--save-out",
+        str(saved),
+    ]
+    rc = main(argv)
+    report = capsys.readouterr().out
+    assert rc == 0, report  # its own float64 check and the hazard checker passed
+    run = np.load(saved)
+    entry = json.loads(str(run["entry"]))
+    fp8 = entry["dtype"] == "e4m3fn"
+    q, k, v = (_torch(run[n], fp8) for n in ("q", "k", "v"))
+    ds = [float(x) for x in run["descales"]]
+    want, want_lse = R.attention(
+        q,
+        k,
+        v,
+        softmax_scale=float(run["scale"]),
+        causal=bool(entry["causal"]),
+        q_descale=ds[0],
+        k_descale=ds[1],
+        v_descale=ds[2],
+        p_mode=entry.get("p_mode") or "exact",
+        block_n=entry["tile_n"],
+    )
+    rows = run["rows"]
+    got = torch.from_numpy(run["out"].view(np.int16)).view(torch.bfloat16).double().numpy()[:, rows]
+    ref = want.double().numpy()[:, rows]
+    assert not np.isnan(got).any(), "unwritten output rows"
+    tol = (0.07 if fp8 else 2.0**-7) * max(1.0, float(np.abs(ref).max()))
+    assert np.abs(got - ref).max() <= tol
+    lse, ref_lse = run["lse"].astype(np.float64)[:, :, rows], want_lse.double().numpy()[:, :, rows]
+    assert np.array_equal(np.isinf(lse), np.isinf(ref_lse))
+    finite = np.isfinite(ref_lse)
+    assert np.abs(lse[finite] - ref_lse[finite]).max() <= 2e-2
