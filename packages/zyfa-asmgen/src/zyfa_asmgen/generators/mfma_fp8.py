@@ -407,13 +407,17 @@ class Gen:
             self.e(f"s_sub_u32 {rsrc[2]}, {rsrc[2]}, {step}")
 
 
-def build_program(var: Variant, abi: AbiLayout) -> Program:
-    """Emit and finalize the kernel body for `var` (checked to be what this generator implements)."""
+def _build(var: Variant, abi: AbiLayout) -> tuple[Gen, Program]:
     from .mfma_fp8_body import emit_kernel
 
     g = Gen(var, abi)
     emit_kernel(g)
-    return g.k.finalize()
+    return g, g.k.finalize()
+
+
+def build_program(var: Variant, abi: AbiLayout) -> Program:
+    """Emit and finalize the kernel body for `var` (checked to be what this generator implements)."""
+    return _build(var, abi)[1]
 
 
 def _header(var: Variant, prog: Program, sh: Shape) -> str:
@@ -425,8 +429,15 @@ LDS {prog.lds_bytes} bytes (2 buffers of K {sh.k_bytes} + V {sh.v_bytes}); VGPRs
 SGPRs {prog.sgprs}. Kernarg: zyfa_fwd_args by value, offsets parsed from kernels/abi/zyfa_abi.h."""
 
 
+def generate_with_operands(var: Variant, abi: AbiLayout) -> tuple[str, dict[str, str]]:
+    """The assembly file and where its MFMA operands live ({"p": "v[..]", "q": ..., "acc0": ...}),
+    for tests that read them in the simulator."""
+    g, prog = _build(var, abi)
+    shape = LaunchShape(threads=THREADS, kernarg_bytes=abi.size)
+    regs = {"p": str(g.p), "q": str(g.q), **{f"acc{i}": str(r) for i, r in enumerate(g.acc)}}
+    return assembly_file(prog, shape, _header(var, prog, g.sh)), regs
+
+
 def generate(var: Variant, abi: AbiLayout) -> str:
     """The complete gfx950 assembly file for `var`."""
-    prog = build_program(var, abi)
-    shape = LaunchShape(threads=THREADS, kernarg_bytes=abi.size)
-    return assembly_file(prog, shape, _header(var, prog, _check_variant(var)))
+    return generate_with_operands(var, abi)[0]

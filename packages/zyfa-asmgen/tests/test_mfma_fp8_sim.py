@@ -1,0 +1,200 @@
+"""mfma_fp8 (the gfx950 FP8 matrix-core kernel) run in zyfa_asmgen.sim against zyfa.reference.
+
+The reference runs the contract's numerics with block_n = tile_n = 64 and the same p_mode, so the
+kernel implements the same operations on the same values in the same order except where the
+contract leaves an order free:
+
+* S = q.k: the simulator's MFMA rounds the exact sum once; torch's fp32 matmul rounds along the way.
+  S can differ in the last bit, which can flip a lean code (a rint landing within an ulp of a
+  half-integer) or an exact P's e4m3 rounding, and moves m by an ulp.
+* acc: the MFMA adds P.V to acc * alpha with one rounding, the reference with two; v_exp_f32 and
+  v_log_f32 are exact-rounded in the simulator (torch's exp2/log2 within an ulp); 1/l by a Newton step.
+
+Derived tolerances. Without a flip the differences are fp32 ulps, which move an output by at most
+one bf16 ulp (2^-8 relative) when they straddle a bf16 rounding boundary: every element must be
+within 2^-8 |ref| + 2^-133 of the reference except at most 0.1 % (flips). A flipped code moves one
+P_j by one e4m3 step, at most 16 (P <= 256, 3 mantissa bits), while l >= 256 (the row max adds
+e4m3(2^8)); so no element may move more than 16 / 256 max|v8| v_descale = max|v| / 16, and l by at
+most 16 in 256: lse within 1e-5 max(1, |lse|) except at most 0.1 % of rows, all within
+ln(1 + 16/256). Against the float64 truth (FA3's rule): error at most twice the reference's own
+error plus 1e-3. Outputs start as NaN, lse as NaN, so unwritten rows fail.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import struct
+from functools import cache
+
+import numpy as np
+import pytest
+from asmgen_testlib import ABI_HEADER
+
+from zyfa_asmgen.abi import parse_abi_header
+from zyfa_asmgen.generators.mfma_fp8 import MFMA, generate_with_operands
+from zyfa_asmgen.variant import Variant
+
+torch = pytest.importorskip("torch")
+reference = pytest.importorskip("zyfa.reference")
+sim = pytest.importorskip("zyfa_asmgen.sim")
+
+DESCALES = (0.5, 0.25, 2.0)
+BF16_REL = 2.0**-8
+FLIP_SHARE = 1e-3
+
+
+def variant(d_qk: int, p_mode: str) -> Variant:
+    return Variant.from_dict({"name": "k", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": d_qk, "d_v": 128,
+                              "causal": True, "p_mode": p_mode, "kind": "asmgen", "src": "mfma_fp8",
+                              "tile_m": 32, "tile_n": 64, "threads": 64})  # fmt: skip
+
+
+@cache
+def kernel(d_qk: int, p_mode: str) -> tuple[str, dict[str, str]]:
+    return generate_with_operands(variant(d_qk, p_mode), parse_abi_header(ABI_HEADER))
+
+
+def launch(asm, q8, k8, v8, flags, workgroups=None, simulator=None):
+    """Run the kernel on fp8 tensors [b, s, h, d]; returns (result, out as float64, lse)."""
+    b, sq, hq, d_qk = q8.shape
+    sk, hkv, d_v = k8.shape[1], k8.shape[2], v8.shape[3]
+    out = np.full((b, sq, hq, d_v), 0x7FC0, dtype=np.uint16)  # bf16 NaN
+    lse = np.full((b, hq, sq), np.nan, dtype=np.float32)
+    mem = sim.GlobalMemory()
+    ptrs = [mem.map(x.view(torch.uint8).numpy()) for x in (q8, k8, v8)] + [mem.map(out), mem.map(lse)]
+    strides = [s for t in (q8, k8, v8) for s in t.stride()[:3]] + [s // 2 for s in out.strides[:3]]
+    ints = (b, hq, hkv, sq, sk, d_qk, d_v, flags)
+    args = struct.pack("<5Q12q7iI4fQ", *ptrs, *strides, *ints, 1.0 / math.sqrt(d_qk), *DESCALES, 0)
+    simulator = simulator or sim.Simulator(asm, "k")
+    res = simulator.launch(((sq + 31) // 32, hq, b), (64, 1, 1), args, mem, workgroups=workgroups)
+    got = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).double()
+    return res, got, torch.from_numpy(lse).double()
+
+
+def fp8_inputs(rng, b, sq, sk, hq, hkv, d_qk, d_v=128):
+    return [(torch.from_numpy(rng.standard_normal(s)) * 3).to(torch.float8_e4m3fn)
+            for s in ((b, sq, hq, d_qk), (b, sk, hkv, d_qk), (b, sk, hkv, d_v))]  # fmt: skip
+
+
+def _kw(d_qk: int, flags: int) -> dict:
+    return dict(softmax_scale=1.0 / math.sqrt(d_qk), causal=bool(flags & 1), q_descale=DESCALES[0],
+                k_descale=DESCALES[1], v_descale=DESCALES[2])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "b,sq,sk,hq,hkv,d_qk,p_mode,flags",
+    [
+        (1, 100, 170, 4, 1, 128, "lean", 3),  # GQA 4:1, ragged, seqlen_q < seqlen_k, 4 tiles
+        (1, 70, 40, 2, 2, 128, "exact", 3),  # seqlen_q > seqlen_k: rows with no key (0 / +inf)
+        (2, 33, 97, 4, 1, 192, "lean", 3),  # MQA, batch 2, d_qk 192
+        (1, 130, 130, 2, 2, 192, "exact", 1),  # d_qk 192 exact, no lse
+        (1, 200, 300, 1, 1, 128, "exact", 3),  # several unmasked blocks before the diagonal
+        (1, 64, 200, 1, 1, 128, "lean", 2),  # not causal: only the tail block is masked
+        (1, 96, 96, 8, 2, 192, "lean", 3),  # GQA 4:1 at 192/128
+    ],
+)
+def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags):
+    rng = np.random.default_rng()
+    q8, k8, v8 = fp8_inputs(rng, b, sq, sk, hq, hkv, d_qk)
+    res, got, lse = launch(kernel(d_qk, p_mode)[0], q8, k8, v8, flags)
+    assert not res.findings, "\n".join(map(str, res.findings))
+    assert not torch.isnan(got).any(), "unwritten output rows"
+    kw = _kw(d_qk, flags)
+    ref, ref_lse = (x.double() for x in reference.attention(q8, k8, v8, p_mode=p_mode, block_n=64, **kw))
+    truth, _ = reference.attention_dense_f64(q8, k8, v8, **kw)
+    err = (got - ref).abs()
+    off = err > BF16_REL * ref.abs() + 2.0**-133
+    assert off.float().mean() <= FLIP_SHARE, f"{int(off.sum())} elements beyond one bf16 ulp"
+    vmax = v8.float().abs().max().item() * DESCALES[2]
+    assert err.max() <= vmax / 16
+    assert (got - truth).abs().max() <= 2 * (ref - truth).abs().max() + 1e-3
+    if flags & 2:
+        assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+        fin = torch.isfinite(ref_lse)
+        d = (lse[fin] - ref_lse[fin]).abs()
+        assert (d > 1e-5 * ref_lse[fin].abs().clamp(min=1)).float().mean() <= FLIP_SHARE
+        assert d.max() <= math.log1p(16 / 256)
+    else:
+        assert torch.isnan(lse).all(), "lse written without ZYFA_FLAG_LSE"
+
+
+def _capture_p(simulator, p_reg: str) -> list[np.ndarray]:
+    """Wrap the first P.V MFMA (srcB = the P operand) to record its P registers when it runs."""
+    first, count = (int(x) for x in p_reg[2:-1].split(":"))
+    seen: list[np.ndarray] = []
+    for op in simulator.ops:
+        if op.inst.op == MFMA and op.inst.operands[2].text == p_reg:
+            run = op.fn
+
+            def fn(w, run=run):
+                seen.append(w.v[first : count + 1].copy())
+                run(w)
+
+            op.fn = fn
+    return seen
+
+
+@pytest.mark.parametrize("d_qk,masked", [(128, True), (192, False)])
+def test_lean_p_bytes_are_the_reference_codes(d_qk, masked):
+    """The e4m3 bytes fed to the P.V MFMA for one block equal zyfa.reference.lean_p_codes bit for bit.
+
+    q and k are small integers (exact in e4m3), so S = q.k is an exact integer in both the MFMA and
+    torch's matmul, and the codes must be identical, not merely close.
+    """
+    rng = np.random.default_rng()
+    sq, sk = (64, 64) if masked else (32, 128)
+    q8, k8 = (torch.from_numpy(rng.integers(-4, 5, (1, s, 1, d_qk)).astype(np.float32)).to(torch.float8_e4m3fn)
+              for s in (sq, sk))  # fmt: skip
+    v8 = fp8_inputs(rng, 1, sq, sk, 1, 1, d_qk)[2]
+    asm, regs = kernel(d_qk, "lean")
+    simulator = sim.Simulator(asm, "k")
+    seen = _capture_p(simulator, regs["p"])
+    # Workgroup 0 takes the last query tile (longest first): rows sq-32 .. sq-1; its first block is keys 0..63.
+    res, _, _ = launch(asm, q8, k8, v8, 3, workgroups=[(0, 0, 0)], simulator=simulator)
+    assert not res.findings and seen, "the P.V MFMA did not run"
+    p = seen[0]  # (8 registers, 64 lanes) of the first block
+    row0 = sq - 32
+    s = q8[0, row0:, 0].float() @ k8[0, :64, 0].float().T
+    c = torch.tensor(_kw(d_qk, 1)["softmax_scale"], dtype=torch.float32) * DESCALES[0] * DESCALES[1]
+    c = c * torch.tensor(math.log2(math.e), dtype=torch.float32)
+    vis = torch.arange(64)[None, :] <= torch.arange(row0, sq)[:, None] + (sk - sq)
+    t = torch.where(vis, s * c, -math.inf)
+    m = t.amax(dim=1)
+    m_ref = torch.where(m == -math.inf, 0.0, m)
+    want = reference.lean_p_codes(s, 8.0 * c, (120.0 - 8.0 * m_ref)[:, None]).masked_fill(~vis, 0)
+    got = np.zeros((32, 64), dtype=np.int64)
+    for lane in range(64):
+        g = lane // 32
+        for byte in range(32):
+            blk, r = divmod(byte, 16)
+            key = 32 * blk + 8 * (r // 4) + 4 * g + r % 4
+            got[lane % 32, key] = (int(p[byte // 4, lane]) >> (8 * (byte % 4))) & 0xFF
+    assert bool(vis.all()) != masked
+    assert np.array_equal(got, want.numpy()), "kernel P codes differ from zyfa.reference.lean_p_codes"
+    assert (want > 0).sum() > 32 * 8, "too few non-zero codes for a meaningful comparison"
+
+
+@pytest.mark.parametrize("bug", ["waitcnt", "nop", "swap"])
+def test_seeded_bugs_are_caught(bug):
+    """Dropping the LDS-DMA waits, shortening the MFMA hazard padding, or swapping the S MFMA's
+    operands is reported by the checker or gives a wrong answer (seqlen 160: both loops run)."""
+    asm, _ = kernel(128, "lean")
+    if bug == "waitcnt":
+        bad = asm.replace("s_waitcnt vmcnt(0)", "s_nop 0")
+    elif bug == "nop":
+        # every MFMA-result padding one wait state short
+        bad = re.sub(r"s_nop ([1-9]\d*)(  // hazard: checkMAI)", lambda m: f"s_nop {int(m[1]) - 1}{m[2]}", asm)
+    else:
+        line = next(ln for ln in asm.splitlines() if ln.strip().startswith(MFMA) and ", 0" in ln)
+        ops = line.split("//")[0].split(MFMA)[1].split(", ")
+        bad = asm.replace(line, f"  {MFMA} {ops[0].strip()}, {ops[2]}, {ops[1]}, 0")
+    assert bad != asm
+    rng = np.random.default_rng()
+    q8, k8, v8 = fp8_inputs(rng, 1, 160, 160, 1, 1, 128)
+    try:
+        res, got, _ = launch(bad, q8, k8, v8, 3)
+    except sim.SimError:
+        return  # an operand the simulator rejects is caught too
+    ref, _ = reference.attention(q8, k8, v8, p_mode="lean", block_n=64, **_kw(128, 3))
+    assert res.findings or not torch.allclose(got, ref.double(), rtol=2**-7, atol=1e-3)
