@@ -6,12 +6,11 @@ from collections.abc import Callable
 
 from ..abi import AbiLayout
 from ..variant import Variant, VariantError
-from . import mfma_fp8, rowwise_fp8
+from . import mfma_fp8
 
 # name -> generate(variant, abi) returning the complete assembly text.
 GENERATORS: dict[str, Callable[[Variant, AbiLayout], str]] = {
     "mfma_fp8": mfma_fp8.generate,
-    "rowwise_fp8": rowwise_fp8.generate,
 }
 
 

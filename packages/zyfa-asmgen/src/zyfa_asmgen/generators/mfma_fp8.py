@@ -133,7 +133,7 @@ class Gen:
     # ---- setup -------------------------------------------------------------------------------------
     def setup(self) -> None:
         k, sh = self.k, self.sh
-        self.karg = KernArgs(k, self.abi, self.sv("karg", 48, 4), "s[0:1]")
+        self.karg = KernArgs(k, self.abi, self.sv("karg", -(-self.abi.size // 4), 4), "s[0:1]")
         a = self.karg
         k.comment("a kernel built for other head dims writes nothing (the launcher checks first)")
         self.e(f"s_cmp_eq_u32 {a.reg('d_qk')}, {sh.d_qk}")
