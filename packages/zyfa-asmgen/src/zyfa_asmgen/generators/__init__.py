@@ -14,6 +14,19 @@ GENERATORS: dict[str, Callable[[Variant, AbiLayout], str]] = {
 }
 
 
+# Generators whose workgroup x computes query tile (tiles - 1 - x): the longest causal tiles are
+# dispatched first, so the short ones fill the tail of a launch.
+LONGEST_FIRST = frozenset({"mfma_fp8"})
+
+
+def tile_of_workgroup(entry: dict, x: int, ntiles: int) -> int:
+    """The query tile workgroup x of a variants.bzl / manifest entry computes (and, the map being
+    its own inverse, the workgroup that computes tile x)."""
+    if entry.get("kind") == "asmgen" and entry.get("src") in LONGEST_FIRST:
+        return ntiles - 1 - x
+    return x
+
+
 def generate(name: str, variant: Variant, abi: AbiLayout) -> str:
     """Run generator `name` for `variant`; VariantError names the known generators."""
     if name not in GENERATORS:

@@ -34,6 +34,7 @@ import ml_dtypes
 import numpy as np
 
 from ..abi import AbiLayout, parse_abi_header
+from ..generators import tile_of_workgroup
 from .errors import SimError
 from .machine import Simulator
 from .memory import GlobalMemory
@@ -349,8 +350,8 @@ def parse_shape(text: str) -> Shape:
 def launch_lines(entry: dict, shape: Shape, a: float, b: float, slots: int, peak: float) -> list[str]:
     """Modelled time and TFLOP/s of a full launch of `shape` from per-workgroup cycles a + b * blocks."""
     ntiles = -(-shape.seqlen_q // entry["tile_m"])
-    per_tile = [a + b * key_blocks(t, entry, shape) for t in range(ntiles)]
-    costs = per_tile * (shape.heads_q * shape.batch)  # dispatch order: x fastest
+    per_wg = [a + b * key_blocks(tile_of_workgroup(entry, x, ntiles), entry, shape) for x in range(ntiles)]
+    costs = per_wg * (shape.heads_q * shape.batch)  # dispatch order: x fastest
     lt = model_launch(costs, slots, MI355X)
     pairs = shape.seqlen_q * shape.seqlen_k / (2 if entry["causal"] else 1)
     flops = 2 * shape.batch * shape.heads_q * pairs * (entry["d_qk"] + entry["d_v"])
@@ -387,7 +388,7 @@ def timing_section(
     xs, ys = [], []
     for w in own:
         cu = model_cu(sim, [res.traces[w]], entry["threads"], MI355X)
-        blocks = key_blocks(w[0], entry, shape)
+        blocks = key_blocks(tile_of_workgroup(entry, w[0], -(-shape.seqlen_q // entry["tile_m"])), entry, shape)
         lines = format_cu(cu, [f"workgroup {w} ({blocks} key blocks)"])
         rep.add(*(("  " + x) for x in (lines if w == own[0] else lines[1:])))
         xs.append(blocks)
@@ -434,7 +435,8 @@ def run(args: argparse.Namespace) -> int:
     sim = Simulator(src.asm, entry["name"])
     ntiles = -(-shape.seqlen_q // entry["tile_m"])
     tiles = select_tiles(args.workgroups, ntiles)
-    wgs = [(t, h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for t in tiles]
+    wgs = [(tile_of_workgroup(entry, t, ntiles), h, bi)
+           for bi in range(shape.batch) for h in range(shape.heads_q) for t in tiles]  # fmt: skip
     grid = (ntiles, shape.heads_q, shape.batch)
     try:
         res = sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=wgs, trace=True)
