@@ -53,7 +53,7 @@ def test_descriptor_is_computed_from_the_program(entry, abi_header):
     assert var.d_qk // 8 + 32 + 8 + var.d_v // 2 < prog.vgprs <= 200
     assert prog.sgprs <= 96
     assert f".name:           {var.name}" in text and f".symbol:         {var.name}.kd" in text
-    assert ".size:           192" in text and ".max_flat_workgroup_size: 64" in text
+    assert ".size:           192" in text and f".max_flat_workgroup_size: {var.threads}" in text
 
 
 @pytest.mark.parametrize("entry", CASES, ids=lambda e: e["name"])
@@ -83,7 +83,8 @@ def test_offsets_follow_the_header(abi_header):
     assert ".amdhsa_kernarg_size 196" in moved
 
 
-@pytest.mark.parametrize("change", [{"p_mode": "f16"}, {"tile_m": 64}, {"dtype": "bf16"}, {"d_v": 100}, {"tile_n": 32}])
+@pytest.mark.parametrize("change", [{"p_mode": "f16"}, {"tile_m": 32}, {"threads": 256, "tile_m": 128}, {"dtype": "bf16"}, {"d_v": 100},
+                                    {"tile_n": 32}])
 def test_unimplemented_variants_are_refused(change, abi_header):
     with pytest.raises(VariantError):
         generate("mfma_fp8", Variant.from_dict({**CASES[0], **change}), parse_abi_header(abi_header))

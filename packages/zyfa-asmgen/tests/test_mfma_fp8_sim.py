@@ -44,18 +44,18 @@ BF16_REL = 2.0**-8
 FLIP_SHARE = 1e-3
 
 
-def variant(d_qk: int, p_mode: str) -> Variant:
+def variant(d_qk: int, p_mode: str, waves: int) -> Variant:
     return Variant.from_dict({"name": "k", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": d_qk, "d_v": 128,
                               "causal": True, "p_mode": p_mode, "kind": "asmgen", "src": "mfma_fp8",
-                              "tile_m": 32, "tile_n": 64, "threads": 64})  # fmt: skip
+                              "tile_m": 32 * waves, "tile_n": 64, "threads": 64 * waves})  # fmt: skip
 
 
 @cache
-def kernel(d_qk: int, p_mode: str) -> tuple[str, dict[str, str]]:
-    return generate_with_operands(variant(d_qk, p_mode), parse_abi_header(ABI_HEADER))
+def kernel(d_qk: int, p_mode: str, waves: int = 2) -> tuple[str, dict[str, str]]:
+    return generate_with_operands(variant(d_qk, p_mode, waves), parse_abi_header(ABI_HEADER))
 
 
-def launch(asm, q8, k8, v8, flags, workgroups=None, simulator=None):
+def launch(asm, q8, k8, v8, flags, waves=2, workgroups=None, simulator=None, order="forward"):
     """Run the kernel on fp8 tensors [b, s, h, d]; returns (result, out as float64, lse)."""
     b, sq, hq, d_qk = q8.shape
     sk, hkv, d_v = k8.shape[1], k8.shape[2], v8.shape[3]
@@ -67,7 +67,9 @@ def launch(asm, q8, k8, v8, flags, workgroups=None, simulator=None):
     ints = (b, hq, hkv, sq, sk, d_qk, d_v, flags)
     args = struct.pack("<5Q12q7iI4fQ", *ptrs, *strides, *ints, 1.0 / math.sqrt(d_qk), *DESCALES, 0)
     simulator = simulator or sim.Simulator(asm, "k")
-    res = simulator.launch(((sq + 31) // 32, hq, b), (64, 1, 1), args, mem, workgroups=workgroups)
+    tile_m = 32 * waves
+    res = simulator.launch(((sq + tile_m - 1) // tile_m, hq, b), (64 * waves, 1, 1), args, mem,
+                           workgroups=workgroups, wave_order=order)  # fmt: skip
     got = torch.from_numpy(out.view(np.int16)).view(torch.bfloat16).double()
     return res, got, torch.from_numpy(lse).double()
 
@@ -83,21 +85,23 @@ def _kw(d_qk: int, flags: int) -> dict:
 
 
 @pytest.mark.parametrize(
-    "b,sq,sk,hq,hkv,d_qk,p_mode,flags",
+    "b,sq,sk,hq,hkv,d_qk,p_mode,flags,waves,order",
     [
-        (1, 100, 170, 4, 1, 128, "lean", 3),  # GQA 4:1, ragged, seqlen_q < seqlen_k, 4 tiles
-        (1, 70, 40, 2, 2, 128, "exact", 3),  # seqlen_q > seqlen_k: rows with no key (0 / +inf)
-        (2, 33, 97, 4, 1, 192, "lean", 3),  # MQA, batch 2, d_qk 192
-        (1, 130, 130, 2, 2, 192, "exact", 1),  # d_qk 192 exact, no lse
-        (1, 200, 300, 1, 1, 128, "exact", 3),  # several unmasked blocks before the diagonal
-        (1, 64, 200, 1, 1, 128, "lean", 2),  # not causal: only the tail block is masked
-        (1, 96, 96, 8, 2, 192, "lean", 3),  # GQA 4:1 at 192/128
+        (1, 100, 170, 4, 1, 128, "lean", 3, 2, "forward"),  # GQA 4:1, ragged, seqlen_q < seqlen_k
+        (1, 70, 40, 2, 2, 128, "exact", 3, 2, "reverse"),  # seqlen_q > seqlen_k: rows with no key (0 / +inf)
+        (2, 33, 97, 4, 1, 192, "lean", 3, 2, "forward"),  # MQA, batch 2, d_qk 192; the second wave idle
+        (1, 130, 130, 2, 2, 192, "exact", 1, 2, "forward"),  # d_qk 192 exact, no lse
+        (1, 200, 300, 1, 1, 128, "exact", 3, 2, "reverse"),  # several unmasked blocks before the diagonal
+        (1, 64, 200, 1, 1, 128, "lean", 2, 2, "forward"),  # not causal: only the tail block is masked
+        (1, 96, 96, 8, 2, 192, "lean", 3, 2, "reverse"),  # GQA 4:1 at 192/128
+        (1, 100, 170, 4, 1, 128, "lean", 3, 1, "forward"),  # one wave per workgroup
+        (1, 70, 130, 2, 1, 192, "exact", 3, 1, "forward"),
     ],
 )
-def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags):
+def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order):
     rng = np.random.default_rng()
     q8, k8, v8 = fp8_inputs(rng, b, sq, sk, hq, hkv, d_qk)
-    res, got, lse = launch(kernel(d_qk, p_mode)[0], q8, k8, v8, flags)
+    res, got, lse = launch(kernel(d_qk, p_mode, waves)[0], q8, k8, v8, flags, waves, order=order)
     assert not res.findings, "\n".join(map(str, res.findings))
     assert not torch.isnan(got).any(), "unwritten output rows"
     kw = _kw(d_qk, flags)
@@ -121,14 +125,14 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags):
 
 def _capture_p(simulator, p_reg: str) -> list[np.ndarray]:
     """Wrap the first P.V MFMA (srcB = the P operand) to record its P registers when it runs."""
-    first, count = (int(x) for x in p_reg[2:-1].split(":"))
-    seen: list[np.ndarray] = []
+    first, last = (int(x) for x in p_reg[2:-1].split(":"))
+    seen: list[tuple[int, np.ndarray]] = []
     for op in simulator.ops:
         if op.inst.op == MFMA and op.inst.operands[2].text == p_reg:
             run = op.fn
 
             def fn(w, run=run):
-                seen.append(w.v[first : count + 1].copy())
+                seen.append((w.wave_id, w.v[first : last + 1].copy()))
                 run(w)
 
             op.fn = fn
@@ -143,22 +147,22 @@ def test_lean_p_bytes_are_the_reference_codes(d_qk, masked):
     torch's matmul, and the codes must be identical, not merely close.
     """
     rng = np.random.default_rng()
-    sq, sk = (64, 64) if masked else (32, 128)
+    sq, sk = (64, 64) if masked else (64, 160)
     q8, k8 = (torch.from_numpy(rng.integers(-4, 5, (1, s, 1, d_qk)).astype(np.float32)).to(torch.float8_e4m3fn)
               for s in (sq, sk))  # fmt: skip
     v8 = fp8_inputs(rng, 1, sq, sk, 1, 1, d_qk)[2]
     asm, regs = kernel(d_qk, "lean")
     simulator = sim.Simulator(asm, "k")
     seen = _capture_p(simulator, regs["p"])
-    # Workgroup 0 takes the last query tile (longest first): rows sq-32 .. sq-1; its first block is keys 0..63.
-    res, _, _ = launch(asm, q8, k8, v8, 3, workgroups=[(0, 0, 0)], simulator=simulator)
+    # One query tile of 64 rows; wave 0 owns rows 0..31. Its first P.V MFMA is block 0 (keys 0..63).
+    res, _, _ = launch(asm, q8, k8, v8, 3, simulator=simulator)
     assert not res.findings and seen, "the P.V MFMA did not run"
-    p = seen[0]  # (8 registers, 64 lanes) of the first block
-    row0 = sq - 32
-    s = q8[0, row0:, 0].float() @ k8[0, :64, 0].float().T
+    p = next(regs for wave, regs in seen if wave == 0)  # (8 registers, 64 lanes)
+    row0 = 0
+    s = q8[0, row0 : row0 + 32, 0].float() @ k8[0, :64, 0].float().T
     c = torch.tensor(_kw(d_qk, 1)["softmax_scale"], dtype=torch.float32) * DESCALES[0] * DESCALES[1]
     c = c * torch.tensor(math.log2(math.e), dtype=torch.float32)
-    vis = torch.arange(64)[None, :] <= torch.arange(row0, sq)[:, None] + (sk - sq)
+    vis = torch.arange(64)[None, :] <= torch.arange(row0, row0 + 32)[:, None] + (sk - sq)
     t = torch.where(vis, s * c, -math.inf)
     m = t.amax(dim=1)
     m_ref = torch.where(m == -math.inf, 0.0, m)
@@ -175,13 +179,16 @@ def test_lean_p_bytes_are_the_reference_codes(d_qk, masked):
     assert (want > 0).sum() > 32 * 8, "too few non-zero codes for a meaningful comparison"
 
 
-@pytest.mark.parametrize("bug", ["waitcnt", "nop", "swap"])
+@pytest.mark.parametrize("bug", ["waitcnt", "barrier", "nop", "swap"])
 def test_seeded_bugs_are_caught(bug):
-    """Dropping the LDS-DMA waits, shortening the MFMA hazard padding, or swapping the S MFMA's
-    operands is reported by the checker or gives a wrong answer (seqlen 160: both loops run)."""
+    """Dropping the LDS-DMA waits or the barrier between the two waves, shortening the MFMA hazard
+    padding, or swapping the S MFMA's operands is reported by the checker or gives a wrong answer
+    (seqlen 160: both loops run)."""
     asm, _ = kernel(128, "lean")
     if bug == "waitcnt":
         bad = asm.replace("s_waitcnt vmcnt(0)", "s_nop 0")
+    elif bug == "barrier":
+        bad = asm.replace("s_barrier", "s_nop 0")
     elif bug == "nop":
         # every MFMA-result padding one wait state short
         bad = re.sub(r"s_nop ([1-9]\d*)(  // hazard: checkMAI)", lambda m: f"s_nop {int(m[1]) - 1}{m[2]}", asm)

@@ -53,9 +53,9 @@ from ..variant import Variant, VariantError
 from .common import KernArgs, buffer_rsrc, f32_hex, s_mad64
 
 ARCH = "gfx950"
-TILE_M = 32  # query rows per workgroup (the N dimension of every MFMA)
+ROWS_PER_WAVE = 32  # query rows of one wave (the N dimension of every MFMA)
 TILE_N = 64  # keys per block (two 32-key S^T tiles)
-THREADS = 64  # one wave64
+WAVES = (1, 2)  # waves per workgroup: tile_m = 32 x waves rows share one K/V stream through LDS
 SHIFT = 8.0
 LEAN_MAX_CODE = 126.0
 MFMA = "v_mfma_f32_32x32x64_f8f6f4"
@@ -69,6 +69,12 @@ class Shape:
     d_qk: int
     d_v: int
     p_mode: str
+    waves: int
+
+    @property
+    def tile_m(self) -> int:
+        """Query rows per workgroup."""
+        return ROWS_PER_WAVE * self.waves
 
     @property
     def kc(self) -> int:
@@ -97,15 +103,20 @@ class Shape:
 
 
 def _check_variant(var: Variant) -> Shape:
-    wanted = {"arch": ARCH, "dtype": "e4m3fn", "tile_m": TILE_M, "tile_n": TILE_N, "threads": THREADS}
+    waves = var.threads // 64
+    wanted = {"arch": ARCH, "dtype": "e4m3fn", "tile_m": ROWS_PER_WAVE * waves, "tile_n": TILE_N,
+              "threads": 64 * waves}  # fmt: skip
     bad = {key: getattr(var, key) for key, want in wanted.items() if getattr(var, key) != want}
-    if bad:
-        raise VariantError(f"mfma_fp8 implements {wanted}; variant {var.name!r} asks {bad}")
+    if bad or waves not in WAVES:
+        raise VariantError(
+            f"mfma_fp8 implements threads 64 x waves (waves in {WAVES}), tile_m 32 x waves, {wanted}; "
+            f"variant {var.name!r} asks {bad or {'threads': var.threads}}"
+        )
     if var.p_mode not in P_MODES:
         raise VariantError(f"mfma_fp8: p_mode must be one of {P_MODES}, got {var.p_mode!r}")
     if var.d_qk not in (64, 128, 192, 256) or var.d_v not in (64, 128):
         raise VariantError(f"mfma_fp8 needs d_qk in 64/128/192/256 and d_v in 64/128 (got {var.d_qk}, {var.d_v})")
-    return Shape(var.d_qk, var.d_v, var.p_mode)
+    return Shape(var.d_qk, var.d_v, var.p_mode, waves)
 
 
 class Gen:
@@ -152,20 +163,28 @@ class Gen:
         a, t = self.karg, self.sv("t", 2)
         sq, sk = a.reg("seqlen_q"), a.reg("seqlen_k")
         self.row0, self.diag = self.sv("row0"), self.sv("diag")
+        self.wave, self.roww = self.sv("wave"), self.sv("row0_wave")
+        shift = self.sh.tile_m.bit_length() - 1
         self.nblocks, self.nfull, self.kb = self.sv("nblocks"), self.sv("nfull"), self.sv("kb")
         causal_bit = self.abi.flags["ZYFA_FLAG_CAUSAL"].bit_length() - 1
         self.k.comment("longest query tiles first: workgroup x = 0 takes the last tile")
-        self.e(f"s_add_u32 {t[0]}, {sq}, {TILE_M - 1}")
-        self.e(f"s_lshr_b32 {t[0]}, {t[0]}, 5", "tiles = ceil(seqlen_q / 32)")
+        self.e(f"s_add_u32 {t[0]}, {sq}, {self.sh.tile_m - 1}")
+        self.e(f"s_lshr_b32 {t[0]}, {t[0]}, {shift}", f"tiles = ceil(seqlen_q / {self.sh.tile_m})")
         self.e(f"s_sub_u32 {t[0]}, {t[0]}, 1")
         self.e(f"s_sub_u32 {t[0]}, {t[0]}, s2")
-        self.e(f"s_lshl_b32 {self.row0}, {t[0]}, 5", "row0 = tile * 32")
+        self.e(f"s_lshl_b32 {self.row0}, {t[0]}, {shift}", f"row0 = tile * {self.sh.tile_m}")
+        vt = self.vv("wave_v")
+        self.e(f"v_lshrrev_b32_e32 {vt}, 6, v0")
+        self.e(f"v_readfirstlane_b32 {self.wave}, {vt}", "this wave's index in the workgroup")
+        self.v.free(vt)
+        self.e(f"s_lshl_b32 {t[0]}, {self.wave}, 5")
+        self.e(f"s_add_u32 {self.roww}, {self.row0}, {t[0]}", "the wave's first row")
         self.k.comment("row i sees keys j <= i + diag: diag = seqlen_k - seqlen_q (causal) or seqlen_k")
         self.e(f"s_sub_i32 {self.diag}, {sk}, {sq}")
         self.e(f"s_bitcmp1_b32 {a.reg('flags')}, {causal_bit}")
         self.e(f"s_cselect_b32 {self.diag}, {self.diag}, {sk}")
         self.k.comment("blocks = those holding a key the tile's last valid row sees; full = those every row sees")
-        self.e(f"s_add_i32 {t[0]}, {self.row0}, {TILE_M - 1}")
+        self.e(f"s_add_i32 {t[0]}, {self.row0}, {self.sh.tile_m - 1}")
         self.e(f"s_add_i32 {t[1]}, {sq}, -1")
         self.e(f"s_min_i32 {t[0]}, {t[0]}, {t[1]}", "last valid row")
         self.e(f"s_add_i32 {t[0]}, {t[0]}, {self.diag}")
@@ -222,9 +241,10 @@ class Gen:
         self.ro, self.rl = self.sv("rsrc_o", 4, 4), self.sv("rsrc_lse", 4, 4)
         self.kstep, self.vstep = self.sv("kstep"), self.sv("vstep")
         rows_left = self.sv("rows_left")
-        self.e(f"s_sub_u32 {rows_left}, {a.reg('seqlen_q')}, {self.row0}")
+        self.e(f"s_sub_i32 {rows_left}, {a.reg('seqlen_q')}, {self.roww}")
+        self.e(f"s_max_i32 {rows_left}, {rows_left}, 0", "a wave wholly past seqlen_q reads and writes nothing")
         for name, rsrc, head, shift in (("q", self.rq, "s3", 0), ("out", self.ro, "s3", 1)):
-            base = self._base(name, head, shift, self.row0)
+            base = self._base(name, head, shift, self.roww)
             self.e(f"s_mul_i32 {t}, {rows_left}, {a.reg(f'{name}_stride_seq')}")
             if shift:
                 self.e(f"s_lshl_b32 {t}, {t}, {shift}")
@@ -241,7 +261,7 @@ class Gen:
         self.e(f"s_mul_i32 {t}, s4, {a.reg('heads_q')}")
         self.e(f"s_add_u32 {t}, {t}, s3")
         self.e(f"s_mul_i32 {t}, {t}, {a.reg('seqlen_q')}")
-        self.e(f"s_add_u32 {t}, {t}, {self.row0}")
+        self.e(f"s_add_u32 {t}, {t}, {self.roww}")
         self.e(f"s_mul_hi_u32 {base[1]}, {t}, 4")
         self.e(f"s_mul_i32 {base[0]}, {t}, 4")
         self.e(f"s_add_u32 {base[0]}, {base[0]}, {a.reg('lse')}")
@@ -261,7 +281,7 @@ class Gen:
         self.k.comment("per-lane constants: lane l owns query row l % 32, half g = l / 32")
         col, g, t = self.vv("lane_col"), self.vv("lane_g"), self.vv("tmp_lane", 4)
         self.e(f"v_and_b32_e32 {col}, 31, v0")
-        self.e(f"v_lshrrev_b32_e32 {g}, 5, v0")
+        self.e(f"v_bfe_u32 {g}, v0, 5, 1")
         self.q_off = self.vv("q_off")
         self.e(f"v_mul_lo_u32 {self.q_off}, {a.reg('q_stride_seq')}, {col}")
         self.e(f"v_lshl_add_u32 {self.q_off}, {g}, 4, {self.q_off}", "+ 16 g bytes")
@@ -280,7 +300,7 @@ class Gen:
         self.v_dma = self._dma_offsets("v", sh.d_v, a.reg("v_stride_seq"), t)
         self.k.comment("causal limit per lane: last visible key of the row, less 4 g (the lane's key offset)")
         self.lim = self.vv("limit")
-        self.e(f"v_add_u32_e32 {self.lim}, {self.row0}, {col}")
+        self.e(f"v_add_u32_e32 {self.lim}, {self.roww}, {col}")
         self.e(f"v_add_u32_e32 {self.lim}, {self.diag}, {self.lim}")
         sk1 = self.sv("sk1")
         self.e(f"s_add_i32 {sk1}, {a.reg('seqlen_k')}, -1")
@@ -302,7 +322,7 @@ class Gen:
         sh = self.sh
         j, gg = t[0], t[1]
         self.e(f"v_bfe_u32 {j}, v0, 1, 3", "j = (lane / 2) % 8")
-        self.e(f"v_lshrrev_b32_e32 {gg}, 5, v0", "g = lane / 32")
+        self.e(f"v_bfe_u32 {gg}, v0, 5, 1", "g = (lane / 32) % 2")
         self.e(f"v_and_b32_e32 {dst}, 3, {j}", "j % 4")
         self.e(f"v_lshl_add_u32 {dst}, {gg}, 2, {dst}", "+ 4 g")
         self.e(f"v_lshrrev_b32_e32 {j}, 2, {j}")
@@ -316,14 +336,15 @@ class Gen:
 
     def _dma_offsets(self, name: str, width: int, stride: R, t: R) -> R:
         """Global byte offset each lane fetches in each 1 KiB LDS-DMA of a block: LDS byte
-        x = 1024 i + 16 lane holds row x / width, column x % width of the block (row-major)."""
-        n = TILE_N * width // 1024
+        x = 1024 i + 16 lane holds row x / width, column x % width of the block (row-major).
+        Wave w of the workgroup issues the DMAs i = waves j + w, so x = 1024 waves j + 16 v0."""
+        n = TILE_N * width // 1024 // self.sh.waves
         out = self.vv(f"{name}_dma", n)
         x, row, c = t[0], t[1], t[2]
         for i in range(n):
             self.e(f"v_lshlrev_b32_e32 {x}, 4, v0")
             if i:
-                self.e(f"v_add_u32_e32 {x}, {1024 * i}, {x}")
+                self.e(f"v_add_u32_e32 {x}, {1024 * self.sh.waves * i}, {x}")
             if width & (width - 1) == 0:
                 self.e(f"v_lshrrev_b32_e32 {row}, {width.bit_length() - 1}, {x}")
             else:  # width = 64 * 3: row = ((x / 64) * 43691) >> 17, exact for x / 64 < 2^16
@@ -393,11 +414,17 @@ class Gen:
 
     # ---- K/V streaming -----------------------------------------------------------------------------
     def request_block(self, lds_off: str) -> None:
-        """LDS-DMA of the block the K/V resources point at into the buffer at SGPR `lds_off`."""
+        """LDS-DMA of the block the K/V resources point at into the buffer at SGPR `lds_off`; each
+        wave moves its share (1 KiB DMAs i = waves j + w)."""
+        base = self.sv("dma_base")
+        self.e(f"s_lshl_b32 {base}, {self.wave}, 10")
+        self.e(f"s_add_u32 {base}, {base}, {lds_off}", "buffer + 1 KiB x wave")
+        step = 1024 * self.sh.waves
         for name, dma, rsrc, first in (("K", self.k_dma, self.rk, 0), ("V", self.v_dma, self.rv, self.sh.k_bytes)):
             for i in range(dma.count):
-                self.e(f"s_add_u32 m0, {lds_off}, {first + 1024 * i}", f"{name} rows -> LDS")
+                self.e(f"s_add_u32 m0, {base}, {first + step * i}", f"{name} rows -> LDS")
                 self.e(f"buffer_load_dwordx4 {dma[i]}, {rsrc}, 0 offen lds")
+        self.s.free(base)
 
     def advance_kv(self) -> None:
         """Point the K/V resources at the next block: base += 64 rows, num_records -= 64 rows."""
@@ -423,7 +450,8 @@ def build_program(var: Variant, abi: AbiLayout) -> Program:
 def _header(var: Variant, prog: Program, sh: Shape) -> str:
     return f"""{var.name}: generated by zyfa_asmgen.generators.mfma_fp8 -- do not edit.
 FP8 (e4m3fn q/k/v, bf16 out) causal attention, ZYFA numerics, p_mode {sh.p_mode}, SHIFT {SHIFT:g}.
-arch {ARCH}; tile_m {TILE_M} query rows x tile_n {TILE_N} keys per block; 1 wave64 per workgroup;
+arch {ARCH}; tile_m {sh.tile_m} query rows x tile_n {TILE_N} keys per block; {sh.waves} wave64 per workgroup
+(32 rows each, one shared K/V stream);
 {MFMA} for S^T = K Q^T ({2 * sh.kc} per block) and O^T += V^T P^T ({sh.vc} per block).
 LDS {prog.lds_bytes} bytes (2 buffers of K {sh.k_bytes} + V {sh.v_bytes}); VGPRs {prog.vgprs}, AGPRs {prog.agprs},
 SGPRs {prog.sgprs}. Kernarg: zyfa_fwd_args by value, offsets parsed from kernels/abi/zyfa_abi.h."""
@@ -433,7 +461,7 @@ def generate_with_operands(var: Variant, abi: AbiLayout) -> tuple[str, dict[str,
     """The assembly file and where its MFMA operands live ({"p": "v[..]", "q": ..., "acc0": ...}),
     for tests that read them in the simulator."""
     g, prog = _build(var, abi)
-    shape = LaunchShape(threads=THREADS, kernarg_bytes=abi.size)
+    shape = LaunchShape(threads=64 * g.sh.waves, kernarg_bytes=abi.size)
     regs = {"p": str(g.p), "q": str(g.q), **{f"acc{i}": str(r) for i, r in enumerate(g.acc)}}
     return assembly_file(prog, shape, _header(var, prog, g.sh)), regs
 

@@ -58,6 +58,8 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
     k, sh = g.k, g.sh
     k.comment("-- 1. block kb is in LDS buffer cur: read the K operand (A of S^T = K Q^T)")
     g.e("s_waitcnt vmcnt(0)", "block kb's LDS-DMA (and Q) landed")
+    if sh.waves > 1:
+        g.e("s_barrier", "every wave's share of block kb landed; every wave is done with block kb-1")
     g.e(f"v_add_u32_e32 {g.k_rd_cur}, {g.cur}, {g.k_rd}")
     g.e(f"v_add_u32_e32 {g.v_rd_cur}, {g.cur}, {g.v_rd}")
     for mb in range(2):
