@@ -23,9 +23,7 @@ def test_emit_writes_the_generated_file(abi_header, tmp_path):
     rc = main(["emit", "mfma_fp8", "--variant-json", json.dumps(CASES[0]), "--abi-header", str(abi_header),
                "-o", str(out)])  # fmt: skip
     assert rc == 0
-    assert out.read_text() == generate(
-        "mfma_fp8", Variant.from_dict(CASES[0]), parse_abi_header(abi_header)
-    )
+    assert out.read_text() == generate("mfma_fp8", Variant.from_dict(CASES[0]), parse_abi_header(abi_header))
 
 
 def test_errors_exit_1_with_a_message(abi_header, tmp_path, capsys):

@@ -21,7 +21,10 @@ ASMGEN = [v for v in read_variants() if v["kind"] == "asmgen"]
 HD128 = {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128,
          "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8", "tile_m": 32,
          "tile_n": 64, "threads": 64, "smem_bytes": 0}  # fmt: skip
-CASES = ASMGEN or [HD128, {**HD128, "name": "fa_fwd_e4m3fn_hd192x128_causal_gfx950", "d_qk": 192, "p_mode": "exact"}]
+CASES = ASMGEN or [
+    HD128,
+    {**HD128, "name": "fa_fwd_e4m3fn_hd192x128_causal_gfx950", "d_qk": 192, "p_mode": "exact"},
+]
 
 
 def test_variant_list_has_the_fp8_kernels():
@@ -83,8 +86,17 @@ def test_offsets_follow_the_header(abi_header):
     assert ".amdhsa_kernarg_size 196" in moved
 
 
-@pytest.mark.parametrize("change", [{"p_mode": "f16"}, {"tile_m": 32}, {"threads": 256, "tile_m": 128}, {"dtype": "bf16"}, {"d_v": 100},
-                                    {"tile_n": 32}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"p_mode": "f16"},
+        {"tile_m": 32},
+        {"threads": 256, "tile_m": 128},
+        {"dtype": "bf16"},
+        {"d_v": 100},
+        {"tile_n": 32},
+    ],
+)
 def test_unimplemented_variants_are_refused(change, abi_header):
     with pytest.raises(VariantError):
         generate("mfma_fp8", Variant.from_dict({**CASES[0], **change}), parse_abi_header(abi_header))

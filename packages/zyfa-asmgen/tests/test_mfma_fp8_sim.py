@@ -148,8 +148,8 @@ def test_lean_p_bytes_are_the_reference_codes(d_qk, masked):
     """
     rng = np.random.default_rng()
     sq, sk = (64, 64) if masked else (64, 160)
-    q8, k8 = (torch.from_numpy(rng.integers(-4, 5, (1, s, 1, d_qk)).astype(np.float32)).to(torch.float8_e4m3fn)
-              for s in (sq, sk))  # fmt: skip
+    small = (rng.integers(-4, 5, (1, s, 1, d_qk)).astype(np.float32) for s in (sq, sk))
+    q8, k8 = (torch.from_numpy(x).to(torch.float8_e4m3fn) for x in small)
     v8 = fp8_inputs(rng, 1, sq, sk, 1, 1, d_qk)[2]
     asm, regs = kernel(d_qk, "lean")
     simulator = sim.Simulator(asm, "k")
@@ -191,7 +191,9 @@ def test_seeded_bugs_are_caught(bug):
         bad = asm.replace("s_barrier", "s_nop 0")
     elif bug == "nop":
         # every MFMA-result padding one wait state short
-        bad = re.sub(r"s_nop ([1-9]\d*)(  // hazard: checkMAI)", lambda m: f"s_nop {int(m[1]) - 1}{m[2]}", asm)
+        bad = re.sub(
+            r"s_nop ([1-9]\d*)(  // hazard: checkMAI)", lambda m: f"s_nop {int(m[1]) - 1}{m[2]}", asm
+        )
     else:
         line = next(ln for ln in asm.splitlines() if ln.strip().startswith(MFMA) and ", 0" in ln)
         ops = line.split("//")[0].split(MFMA)[1].split(", ")

@@ -40,7 +40,9 @@ class R:
     def sub(self, start: int, count: int) -> R:
         """The `count` registers from `start` within this range."""
         if start < 0 or count < 1 or start + count > self.count:
-            raise IndexError(f"{self.name or self}: [{start}, {start + count}) outside {self.count} registers")
+            raise IndexError(
+                f"{self.name or self}: [{start}, {start + count}) outside {self.count} registers"
+            )
         return R(self.file, self.first + start, count, f"{self.name}[{start}:{start + count}]")
 
 
@@ -70,7 +72,8 @@ class RegFile:
                 return r
         used = sum(self._busy)
         raise RegisterError(
-            f"no {count} free {self.file}-registers (align {align}) for {name!r}: {used} of {self.limit} in use"
+            f"no {count} free {self.file}-registers (align {align}) for {name!r}: "
+            f"{used} of {self.limit} in use"
         )
 
     def free(self, r: R) -> None:

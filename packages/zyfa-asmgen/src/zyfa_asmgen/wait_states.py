@@ -44,8 +44,12 @@ class _Walk:
     def __init__(self, ops: list[Op | None], targets: dict[int, str], rules: list) -> None:
         self.ops, self.targets, self.rules = ops, targets, rules
 
-    def run(self, items: list[tuple[str, str]], pads: dict[int, tuple[int, str]],
-            incoming: dict[str, list[History]]) -> tuple[bool, dict[str, list[History]]]:
+    def run(
+        self,
+        items: list[tuple[str, str]],
+        pads: dict[int, tuple[int, str]],
+        incoming: dict[str, list[History]],
+    ) -> tuple[bool, dict[str, list[History]]]:
         """One walk; grows `pads` in place; returns (anything grew, histories reaching each label)."""
         grew = False
         alts: list[History] = [()]

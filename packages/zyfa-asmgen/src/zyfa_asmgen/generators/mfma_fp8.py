@@ -31,7 +31,8 @@ Numerics (docs/numerics.md, FP8 mode, SHIFT 8), per row and block, all fp32:
     lean:  code_j = min(rint(fma(S_j, 8C, 120 - 8 m_ref)), 126) saturated to [0, 255] by the pack
     exact: code_j = e4m3(exp2((S_j * C - m_ref) + 8))
     l = l * alpha + sum_j decode(code_j)  (the rounded P; exact in any order: multiples of 2^-9 < 2^15)
-    acc = acc * alpha + P.V (MFMA);  out = (acc / max(l, 1)) * v_descale -> bf16;  lse = ((m + log2 l) - 8) ln 2
+    acc = acc * alpha + P.V (MFMA);  out = (acc / max(l, 1)) * v_descale -> bf16
+    lse = ((m + log2 l) - 8) ln 2
 Masked keys (causal, or past seqlen_k) get S = -inf before the max, so their code is 0.
 
 Schedule: blocks that every row of the tile sees completely run in a loop without masking; the
@@ -115,7 +116,9 @@ def _check_variant(var: Variant) -> Shape:
     if var.p_mode not in P_MODES:
         raise VariantError(f"mfma_fp8: p_mode must be one of {P_MODES}, got {var.p_mode!r}")
     if var.d_qk not in (64, 128, 192, 256) or var.d_v not in (64, 128):
-        raise VariantError(f"mfma_fp8 needs d_qk in 64/128/192/256 and d_v in 64/128 (got {var.d_qk}, {var.d_v})")
+        raise VariantError(
+            f"mfma_fp8 needs d_qk in 64/128/192/256 and d_v in 64/128 (got {var.d_qk}, {var.d_v})"
+        )
     return Shape(var.d_qk, var.d_v, var.p_mode, waves)
 
 
@@ -183,7 +186,9 @@ class Gen:
         self.e(f"s_sub_i32 {self.diag}, {sk}, {sq}")
         self.e(f"s_bitcmp1_b32 {a.reg('flags')}, {causal_bit}")
         self.e(f"s_cselect_b32 {self.diag}, {self.diag}, {sk}")
-        self.k.comment("blocks = those holding a key the tile's last valid row sees; full = those every row sees")
+        self.k.comment(
+            "blocks = those holding a key the tile's last valid row sees; full = those every row sees"
+        )
         self.e(f"s_add_i32 {t[0]}, {self.row0}, {self.sh.tile_m - 1}")
         self.e(f"s_add_i32 {t[1]}, {sq}, -1")
         self.e(f"s_min_i32 {t[0]}, {t[0]}, {t[1]}", "last valid row")
@@ -234,7 +239,7 @@ class Gen:
 
     def _bases(self) -> None:
         """Buffer resources: Q and out of this tile (end at seqlen_q), K and V of key block 0, lse."""
-        a, sh = self.karg, self.sh
+        a = self.karg
         t = self.sv("nrec")
         self.k.comment("raw buffer resources; each ends where the tensor's valid rows end")
         self.rq, self.rk, self.rv = self.sv("rsrc_q", 4, 4), self.sv("rsrc_k", 4, 4), self.sv("rsrc_v", 4, 4)
@@ -242,7 +247,9 @@ class Gen:
         self.kstep, self.vstep = self.sv("kstep"), self.sv("vstep")
         rows_left = self.sv("rows_left")
         self.e(f"s_sub_i32 {rows_left}, {a.reg('seqlen_q')}, {self.roww}")
-        self.e(f"s_max_i32 {rows_left}, {rows_left}, 0", "a wave wholly past seqlen_q reads and writes nothing")
+        self.e(
+            f"s_max_i32 {rows_left}, {rows_left}, 0", "a wave wholly past seqlen_q reads and writes nothing"
+        )
         for name, rsrc, head, shift in (("q", self.rq, "s3", 0), ("out", self.ro, "s3", 1)):
             base = self._base(name, head, shift, self.roww)
             self.e(f"s_mul_i32 {t}, {rows_left}, {a.reg(f'{name}_stride_seq')}")
@@ -254,7 +261,9 @@ class Gen:
             base = self._base(name, self.kvh, 0, None)
             self.e(f"s_mul_i32 {t}, {a.reg('seqlen_k')}, {a.reg(f'{name}_stride_seq')}")
             buffer_rsrc(self.k, rsrc, base, str(t))
-            self.e(f"s_lshl_b32 {step}, {a.reg(f'{name}_stride_seq')}, 6", f"{name} bytes per block of 64 keys")
+            self.e(
+                f"s_lshl_b32 {step}, {a.reg(f'{name}_stride_seq')}, 6", f"{name} bytes per block of 64 keys"
+            )
             self.s.free(base)
         self.k.comment("lse [b, heads_q, seqlen_q] fp32 from row0")
         base = self.sv("lse_base", 2, 2)
@@ -385,11 +394,15 @@ class Gen:
     def _load_q(self) -> None:
         sh = self.sh
         self.q = self.vv("q", 8 * sh.kc, 4)
-        self.k.comment("Q^T operand, loaded once: lane (row, g) holds bytes [16g, +16) and [32 + 16g, +16) of each 64")
+        self.k.comment(
+            "Q^T operand, loaded once: lane (row, g) holds bytes [16g, +16) and [32 + 16g, +16) of each 64"
+        )
         for c in range(sh.kc):
             for half in (0, 1):
                 dst = self.q.sub(8 * c + 4 * half, 4)
-                self.e(f"buffer_load_dwordx4 {dst}, {self.q_off}, {self.rq}, 0 offen offset:{64 * c + 32 * half}")
+                self.e(
+                    f"buffer_load_dwordx4 {dst}, {self.q_off}, {self.rq}, 0 offen offset:{64 * c + 32 * half}"
+                )
 
     def _init_state(self) -> None:
         sh = self.sh
@@ -420,7 +433,10 @@ class Gen:
         self.e(f"s_lshl_b32 {base}, {self.wave}, 10")
         self.e(f"s_add_u32 {base}, {base}, {lds_off}", "buffer + 1 KiB x wave")
         step = 1024 * self.sh.waves
-        for name, dma, rsrc, first in (("K", self.k_dma, self.rk, 0), ("V", self.v_dma, self.rv, self.sh.k_bytes)):
+        for name, dma, rsrc, first in (
+            ("K", self.k_dma, self.rk, 0),
+            ("V", self.v_dma, self.rv, self.sh.k_bytes),
+        ):
             for i in range(dma.count):
                 self.e(f"s_add_u32 m0, {base}, {first + step * i}", f"{name} rows -> LDS")
                 self.e(f"buffer_load_dwordx4 {dma[i]}, {rsrc}, 0 offen lds")
@@ -453,8 +469,9 @@ FP8 (e4m3fn q/k/v, bf16 out) causal attention, ZYFA numerics, p_mode {sh.p_mode}
 arch {ARCH}; tile_m {sh.tile_m} query rows x tile_n {TILE_N} keys per block; {sh.waves} wave64 per workgroup
 (32 rows each, one shared K/V stream);
 {MFMA} for S^T = K Q^T ({2 * sh.kc} per block) and O^T += V^T P^T ({sh.vc} per block).
-LDS {prog.lds_bytes} bytes (2 buffers of K {sh.k_bytes} + V {sh.v_bytes}); VGPRs {prog.vgprs}, AGPRs {prog.agprs},
-SGPRs {prog.sgprs}. Kernarg: zyfa_fwd_args by value, offsets parsed from kernels/abi/zyfa_abi.h."""
+LDS {prog.lds_bytes} bytes (2 buffers of K {sh.k_bytes} + V {sh.v_bytes});
+VGPRs {prog.vgprs}, AGPRs {prog.agprs}, SGPRs {prog.sgprs}.
+Kernarg: zyfa_fwd_args by value, offsets parsed from kernels/abi/zyfa_abi.h."""
 
 
 def generate_with_operands(var: Variant, abi: AbiLayout) -> tuple[str, dict[str, str]]:

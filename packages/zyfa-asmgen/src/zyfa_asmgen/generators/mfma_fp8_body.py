@@ -19,7 +19,7 @@ import math
 
 from ..regs import R
 from .common import f32_hex
-from .mfma_fp8 import MFMA, SHIFT, TILE_N, Gen
+from .mfma_fp8 import MFMA, SHIFT, Gen
 
 _LEAN_B0 = 8.0 * (SHIFT + 7.0)  # 120: the code of 2^SHIFT is 8 * (SHIFT + 7)
 
@@ -176,7 +176,7 @@ def _lean_p(g: Gen) -> None:
         for r in range(0, 16, 2):
             pair = g.sacc[s].sub(r, 2)
             g.e(f"v_pk_fma_f32 {pair}, {pair}, {g.c2}, {b}", "S A + B for two keys, one rounding each")
-    for s, r, reg in _values(g):
+    for _s, _r, reg in _values(g):
         g.e(f"v_min_f32_e32 {reg}, {f32_hex(126.0)}, {reg}")
     for s, r, reg in _values(g):
         preg, byte = _p_byte(s, r)
@@ -201,7 +201,9 @@ def _exact_p(g: Gen) -> None:
         for r in range(0, 16, 2):
             preg, byte = _p_byte(s, r)
             sel = " op_sel:[0,0,1]" if byte else ""
-            g.e(f"v_cvt_pk_fp8_f32 {g.p[preg]}, {g.sacc[s][r]}, {g.sacc[s][r + 1]}{sel}", "e4m3, nearest even")
+            g.e(
+                f"v_cvt_pk_fp8_f32 {g.p[preg]}, {g.sacc[s][r]}, {g.sacc[s][r + 1]}{sel}", "e4m3, nearest even"
+            )
 
 
 def _row_sum(g: Gen) -> None:
@@ -257,4 +259,3 @@ def _epilogue(g: Gen) -> None:
     g.e(f"v_cndmask_b32_e32 {x}, {x}, {inf}, vcc")
     g.e("s_mov_b32 exec_hi, 0")
     g.e(f"buffer_store_dword {x}, {g.lse_off}, {g.rl}, 0 offen")
-

@@ -388,7 +388,9 @@ def timing_section(
     xs, ys = [], []
     for w in own:
         cu = model_cu(sim, [res.traces[w]], entry["threads"], MI355X)
-        blocks = key_blocks(tile_of_workgroup(entry, w[0], -(-shape.seqlen_q // entry["tile_m"])), entry, shape)
+        blocks = key_blocks(
+            tile_of_workgroup(entry, w[0], -(-shape.seqlen_q // entry["tile_m"])), entry, shape
+        )
         lines = format_cu(cu, [f"workgroup {w} ({blocks} key blocks)"])
         rep.add(*(("  " + x) for x in (lines if w == own[0] else lines[1:])))
         xs.append(blocks)
