@@ -55,7 +55,7 @@ def kernel(d_qk: int, p_mode: str, waves: int = 2) -> tuple[str, dict[str, str]]
     return generate_with_operands(variant(d_qk, p_mode, waves), parse_abi_header(ABI_HEADER))
 
 
-def launch(asm, q8, k8, v8, flags, waves=2, workgroups=None, simulator=None, order="forward"):
+def launch(asm, q8, k8, v8, flags, waves=2, workgroups=None, simulator=None, order="forward", scale=None):
     """Run the kernel on fp8 tensors [b, s, h, d]; returns (result, out as float64, lse)."""
     b, sq, hq, d_qk = q8.shape
     sk, hkv, d_v = k8.shape[1], k8.shape[2], v8.shape[3]
@@ -65,7 +65,8 @@ def launch(asm, q8, k8, v8, flags, waves=2, workgroups=None, simulator=None, ord
     ptrs = [mem.map(x.view(torch.uint8).numpy()) for x in (q8, k8, v8)] + [mem.map(out), mem.map(lse)]
     strides = [s for t in (q8, k8, v8) for s in t.stride()[:3]] + [s // 2 for s in out.strides[:3]]
     ints = (b, hq, hkv, sq, sk, d_qk, d_v, flags)
-    args = struct.pack("<5Q12q7iI4fQ", *ptrs, *strides, *ints, 1.0 / math.sqrt(d_qk), *DESCALES, 0)
+    scale = 1.0 / math.sqrt(d_qk) if scale is None else scale
+    args = struct.pack("<5Q12q7iI4fQ", *ptrs, *strides, *ints, scale, *DESCALES, 0)
     simulator = simulator or sim.Simulator(asm, "k")
     tile_m = 32 * waves
     res = simulator.launch(((sq + tile_m - 1) // tile_m, hq, b), (64 * waves, 1, 1), args, mem,
@@ -121,6 +122,21 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
         assert d.max() <= math.log1p(16 / 256)
     else:
         assert torch.isnan(lse).all(), "lse written without ZYFA_FLAG_LSE"
+
+
+def test_huge_logits_take_the_clamped_path():
+    """Scores of 2^20 and more in log2 units: the lean kernel runs its clamp at code 126 (skipped
+    below |m| = 2^20, where it cannot act) and still matches the reference."""
+    rng = np.random.default_rng()
+    q8, k8, v8 = fp8_inputs(rng, 1, 64, 100, 1, 1, 128)
+    scale = 2.0**16
+    res, got, lse = launch(kernel(128, "lean")[0], q8, k8, v8, 3, scale=scale)
+    assert not res.findings, "\n".join(map(str, res.findings))
+    kw = {**_kw(128, 3), "softmax_scale": scale}
+    ref, ref_lse = (x.double() for x in reference.attention(q8, k8, v8, p_mode="lean", block_n=64, **kw))
+    assert ref_lse.abs().max() > 2.0**20 * math.log(2.0)
+    assert (got - ref).abs().max() <= v8.float().abs().max().item() * DESCALES[2] / 16
+    assert ((got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133).float().mean() <= FLIP_SHARE
 
 
 def _capture_p(simulator, p_reg: str) -> list[np.ndarray]:

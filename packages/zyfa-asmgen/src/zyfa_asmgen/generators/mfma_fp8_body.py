@@ -91,11 +91,14 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
                 f"V^T d {32 * cb}+, P bytes {8 * t}+")  # fmt: skip
     if masked:
         _mask(g)
-    _softmax(g)
-    k.comment("-- 8. rescale O, then O^T += V^T P^T")
+    _softmax(g, tag)
+    k.comment("-- 8. rescale O (skipped when no row's max moved: alpha = 1 exactly), then O^T += V^T P^T")
+    g.e(f"v_cmp_neq_f32_e32 vcc, 1.0, {g.alpha2[0]}")
+    g.e(f"s_cbranch_vccz .Lno_rescale_{tag}")
     for acc in g.acc:
         for j in range(0, 16, 2):
             g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2}")
+    k.label(f".Lno_rescale_{tag}")
     g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
     for cb in range(sh.vc):
         g.e(f"{MFMA} {g.acc[cb]}, {g.vop[cb]}, {g.p}, {g.acc[cb]}", f"O^T d {32 * cb}+")
@@ -132,7 +135,7 @@ def _half_swap(g: Gen, x: R, y: R, op: str) -> None:
     g.e(f"{op} {x}, {x}, {y}")
 
 
-def _softmax(g: Gen) -> None:
+def _softmax(g: Gen, tag: str) -> None:
     k = g.k
     vals = [reg for _s, _r, reg in _values(g)]
     mx, tmp = g.t4[0], g.t4[1]
@@ -154,7 +157,7 @@ def _softmax(g: Gen) -> None:
     g.e(f"v_mov_b32_e32 {g.m}, {g.mnew}")
     g.e(f"v_mov_b32_e32 {g.alpha2[1]}, {g.alpha2[0]}")
     if g.sh.p_mode == "lean":
-        _lean_p(g)
+        _lean_p(g, tag)
     else:
         _exact_p(g)
     _row_sum(g)
@@ -166,7 +169,7 @@ def _p_byte(s: int, r: int) -> tuple[int, int]:
     return b // 4, b % 4
 
 
-def _lean_p(g: Gen) -> None:
+def _lean_p(g: Gen, tag: str) -> None:
     g.k.comment("-- 6. lean P: code = min(rint(fma(S, 8C, 120 - 8 m_ref)), 126), saturating byte pack")
     b = g.b2
     g.e(f"v_mul_f32_e32 {b[0]}, {f32_hex(-8.0)}, {g.mref}", "-8 m_ref (exact)")
@@ -176,8 +179,15 @@ def _lean_p(g: Gen) -> None:
         for r in range(0, 16, 2):
             pair = g.sacc[s].sub(r, 2)
             g.e(f"v_pk_fma_f32 {pair}, {pair}, {g.c2}, {b}", "S A + B for two keys, one rounding each")
+    # The clamp at 126 can only act when |m_ref| >= 2^20: below, fl(C S) <= m_ref gives
+    # S A <= 8 m_ref + 4 ulp(m_ref) <= 8 m_ref + 1/4 and B <= 120 - 8 m_ref + 1/2, so S A + B < 121.
+    t = g.t4[0]
+    g.e(f"v_and_b32_e32 {t}, 0x7fffffff, {g.mref}")
+    g.e(f"v_cmp_lt_f32_e32 vcc, {f32_hex(2.0**20)}, {t}", "some row has |m_ref| >= 2^20")
+    g.e(f"s_cbranch_vccz .Lno_clamp_{tag}")
     for _s, _r, reg in _values(g):
         g.e(f"v_min_f32_e32 {reg}, {f32_hex(126.0)}, {reg}")
+    g.k.label(f".Lno_clamp_{tag}")
     for s, r, reg in _values(g):
         preg, byte = _p_byte(s, r)
         old = "0" if byte == 0 else str(g.p[preg])
