@@ -103,6 +103,19 @@ class Shape:
         return self.k_bytes + self.v_bytes
 
 
+@dataclass(frozen=True)
+class Options:
+    """Schedule switches that leave the numerics alone (the variants use the defaults; the
+    ablation in docs/gfx950-fp8-kernel.md turns them off).
+
+    setprio: raise the wave's priority (s_setprio 1) while it issues its MFMAs, so on a SIMD shared
+        by two waves the matrix work of one goes first and the other's softmax fills the VALU
+        (the ping-pong of two waves; the timing model's arbiter honours s_setprio).
+    """
+
+    setprio: bool = True
+
+
 def _check_variant(var: Variant) -> Shape:
     waves = var.threads // 64
     wanted = {"arch": ARCH, "dtype": "e4m3fn", "tile_m": ROWS_PER_WAVE * waves, "tile_n": TILE_N,
@@ -125,8 +138,9 @@ def _check_variant(var: Variant) -> Shape:
 class Gen:
     """Emits one kernel: registers by name, phases as methods, in program order."""
 
-    def __init__(self, var: Variant, abi: AbiLayout) -> None:
+    def __init__(self, var: Variant, abi: AbiLayout, opts: Options) -> None:
         self.sh = _check_variant(var)
+        self.opts = opts
         self.abi = abi
         self.k = Kernel(var.name, preloaded_sgprs=5, preloaded_vgprs=1, sim_hazards=True)
         self.v = RegFile("v", base=1)  # v0: work-item id
@@ -450,17 +464,17 @@ class Gen:
             self.e(f"s_sub_u32 {rsrc[2]}, {rsrc[2]}, {step}")
 
 
-def _build(var: Variant, abi: AbiLayout) -> tuple[Gen, Program]:
+def _build(var: Variant, abi: AbiLayout, opts: Options | None = None) -> tuple[Gen, Program]:
     from .mfma_fp8_body import emit_kernel
 
-    g = Gen(var, abi)
+    g = Gen(var, abi, opts or Options())
     emit_kernel(g)
     return g, g.k.finalize()
 
 
-def build_program(var: Variant, abi: AbiLayout) -> Program:
+def build_program(var: Variant, abi: AbiLayout, opts: Options | None = None) -> Program:
     """Emit and finalize the kernel body for `var` (checked to be what this generator implements)."""
-    return _build(var, abi)[1]
+    return _build(var, abi, opts)[1]
 
 
 def _header(var: Variant, prog: Program, sh: Shape) -> str:
@@ -474,10 +488,12 @@ VGPRs {prog.vgprs}, AGPRs {prog.agprs}, SGPRs {prog.sgprs}.
 Kernarg: zyfa_fwd_args by value, offsets parsed from kernels/abi/zyfa_abi.h."""
 
 
-def generate_with_operands(var: Variant, abi: AbiLayout) -> tuple[str, dict[str, str]]:
+def generate_with_operands(
+    var: Variant, abi: AbiLayout, opts: Options | None = None
+) -> tuple[str, dict[str, str]]:
     """The assembly file and where its MFMA operands live ({"p": "v[..]", "q": ..., "acc0": ...}),
     for tests that read them in the simulator."""
-    g, prog = _build(var, abi)
+    g, prog = _build(var, abi, opts)
     shape = LaunchShape(threads=64 * g.sh.waves, kernarg_bytes=abi.size)
     regs = {"p": str(g.p), "q": str(g.q), **{f"acc{i}": str(r) for i, r in enumerate(g.acc)}}
     return assembly_file(prog, shape, _header(var, prog, g.sh)), regs

@@ -80,10 +80,12 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
     g.s.free(nxt)
     k.comment("-- 3. S^T = K Q^T (fp32), then the V^T operand reads while the matrix cores run")
     g.e("s_waitcnt lgkmcnt(0)")
+    _prio(g, 1)
     for mb in range(2):
         for c in range(sh.kc):
             src_c = "0" if c == 0 else str(g.sacc[mb])
             g.e(f"{MFMA} {g.sacc[mb]}, {g.kop[mb][c]}, {g.q.sub(8 * c, 8)}, {src_c}", f"S^T keys {32 * mb}+")
+    _prio(g, 0)
     for cb in range(sh.vc):
         for t in range(4):
             off = 16 * t * sh.d_v + 32 * cb
@@ -100,10 +102,17 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
             g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2}")
     k.label(f".Lno_rescale_{tag}")
     g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
+    _prio(g, 1)
     for cb in range(sh.vc):
         g.e(f"{MFMA} {g.acc[cb]}, {g.vop[cb]}, {g.p}, {g.acc[cb]}", f"O^T d {32 * cb}+")
+    _prio(g, 0)
     g.e(f"s_add_u32 {g.kb}, {g.kb}, 1")
     g.e(f"s_xor_b32 {g.cur}, {g.cur}, {sh.buf}")
+
+
+def _prio(g: Gen, level: int) -> None:
+    if g.opts.setprio:
+        g.e(f"s_setprio {level}", "MFMA issue first" if level else "softmax at normal priority")
 
 
 def _values(g: Gen) -> list[tuple[int, int, R]]:

@@ -1,0 +1,84 @@
+"""MODELLED figures of the gfx950 FP8 kernel (generator mfma_fp8) and the value of its schedule ideas.
+
+Run from the repository root:
+
+    PYTHONPATH=packages/zyfa-asmgen/src:packages/zyfa-asmgen/tests python -m sim.fp8_ablation
+
+For each configuration it generates the kernel, runs `zyfa-asmgen sim` on seqlen 512 (one head; the
+query tiles are traced and replayed by the timing model) and prints one markdown row: the fitted
+cycles per key block of one workgroup at full occupancy (b of a + b x blocks), the steady-state
+matrix-core busy share that implies (MFMA cycles of a block x workgroups per CU / (b x 4 SIMDs)),
+and the modelled TFLOP/s of a causal launch at 16K (2 x 16K tokens; d=128 GQA 32/8, 192/128 with
+16 heads). Every figure is from the timing model, which is not calibrated against an MI355X.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import tempfile
+from pathlib import Path
+
+from asmgen_testlib import ABI_HEADER, read_variants
+
+from zyfa_asmgen.__main__ import main
+from zyfa_asmgen.abi import parse_abi_header
+from zyfa_asmgen.generators import mfma_fp8
+from zyfa_asmgen.variant import Variant
+
+MFMA_CYCLES = 16 * 4  # v_mfma_f32_32x32x64_f8f6f4: 16 passes of 4 cycles
+LAUNCH = {128: "2,16384,16384,32,8", 192: "2,16384,16384,16,16"}
+CONFIGS = [  # (variant name, waves, setprio, label)
+    ("fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", 2, True, "lean, 2 waves, setprio (shipped)"),
+    ("fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", 2, False, "lean, 2 waves, no setprio"),
+    ("fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", 1, True, "lean, 1 wave"),
+    ("fa_fwd_e4m3fn_hd128_causal_gfx950", 2, True, "exact, 2 waves, setprio (shipped)"),
+    ("fa_fwd_e4m3fn_hd192x128_causal_leanp_gfx950", 2, True, "lean, 2 waves, setprio (shipped)"),
+    ("fa_fwd_e4m3fn_hd192x128_causal_gfx950", 2, True, "exact, 2 waves, setprio (shipped)"),
+]
+
+
+def run_one(name: str, waves: int, setprio: bool) -> dict[str, float]:
+    """Model one configuration; returns b, slots, busy and TFLOP/s at 16K."""
+    entry = {
+        **next(v for v in read_variants() if v["name"] == name),
+        "tile_m": 32 * waves,
+        "threads": 64 * waves,
+    }
+    opts = mfma_fp8.Options(setprio=setprio)
+    abi = parse_abi_header(ABI_HEADER)
+    asm = mfma_fp8.generate_with_operands(Variant.from_dict(entry), abi, opts)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "manifest.json").write_text(json.dumps({"kernels": [entry]}))
+        Path(tmp, f"{name}.s").write_text(asm)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = main(["sim", name, "--manifest-dir", tmp, "--abi-header", str(ABI_HEADER), "--seqlen-q", "512",
+                       "--heads-q", "1", "--heads-kv", "1", "--seed", "1", "--launch-shape", LAUNCH[entry["d_qk"]]])  # fmt: skip
+    text = out.getvalue()
+    if rc != 0:
+        raise RuntimeError(f"{name} ({waves} waves, setprio {setprio}) did not pass:\n{text}")
+    b = float(re.search(r"b = (\d+) modelled cycles/block", text).group(1))
+    slots = int(re.search(r"(\d+) workgroups share a CU", text).group(1))
+    tflops = float(re.findall(r"([\d.e+]+) TFLOP/s MODELLED", text)[-1])
+    mfmas = 2 * entry["d_qk"] // 64 + entry["d_v"] // 32
+    busy = waves * mfmas * MFMA_CYCLES * slots / (b * 4)
+    return {"b": b, "slots": slots, "busy": busy, "tflops": tflops}
+
+
+def main_table() -> None:
+    """Print the markdown table."""
+    print("| kernel | configuration | cycles / key block / workgroup | workgroups / CU | MFMA busy (steady) | "
+          "TFLOP/s at 16K |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    for name, waves, setprio, label in CONFIGS:
+        r = run_one(name, waves, setprio)
+        print(
+            f"| `{name}` | {label} | {r['b']:.0f} | {r['slots']} | {100 * r['busy']:.0f} % | {r['tflops']:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main_table()
