@@ -1,8 +1,9 @@
 """mfma_fp8: FP8 (e4m3fn) causal attention on the gfx950 matrix cores, ZYFA numerics.
 
-One wave64 per workgroup owns 32 query rows (tile_m 32) and walks the keys in blocks of 64
-(tile_n 64, the P-scaling block). All matrix work is `v_mfma_f32_32x32x64_f8f6f4` (e4m3 x e4m3,
-fp32 accumulate), computed transposed so that every lane owns ONE query row:
+Each wave64 owns 32 query rows and walks the keys in blocks of 64 (tile_n 64, the P-scaling
+block); a workgroup has 1 or 2 waves (threads 64 x waves, tile_m 32 x waves) that share one K/V
+stream through LDS. All matrix work is `v_mfma_f32_32x32x64_f8f6f4` (e4m3 x e4m3, fp32
+accumulate), computed transposed so that every lane owns ONE query row:
 
     S^T[64 keys x 32 rows] = K_blk . Q^T    2 x (d_qk/64) MFMAs; A = K rows from LDS, B = Q (registers)
     O^T[d_v x 32 rows]    += V^T . P^T      d_v/32 MFMAs;     A = V^T by transposing LDS reads, B = P
@@ -21,7 +22,8 @@ the same matrix-core time per FLOP in the timing model (16 passes for 32x32x64, 
 
 Memory: Q is loaded once into registers (raw buffer loads; rows past seqlen_q read 0). K and V
 blocks go global -> LDS directly (`buffer_load_dwordx4 ... lds`), double buffered: block kb+1 is
-requested before block kb's matrix work starts. The raw buffer resources end at the last valid key,
+requested before block kb's matrix work starts; with two waves each moves half of every block
+and they meet at one s_barrier per block. The raw buffer resources end at the last valid key,
 so ragged tails read zeros and are masked like causal keys. Output and LSE stores go through raw
 buffers that end at seqlen_q, so rows past it are dropped by the hardware's range check.
 

@@ -1,7 +1,8 @@
 """The program of mfma_fp8 after its setup: the key-block loops and the epilogue.
 
 One iteration (block kb, LDS buffer `cur`), in issue order:
-  1. wait for block kb's LDS-DMA; K^T... operand reads (ds_read_b128) into AGPRs;
+  1. wait for block kb's LDS-DMA (and, with two waves, s_barrier); K operand reads (ds_read_b128)
+     into AGPRs;
   2. prefetch: point the K/V resources at block kb+1 and LDS-DMA it into the other buffer;
   3. S^T = K Q^T on the matrix cores; meanwhile the V^T operand reads (ds_read_b64_tr_b8);
   4. [diagonal/tail blocks only] keys past the row's limit -> S = -inf;
@@ -9,7 +10,8 @@ One iteration (block kb, LDS buffer `cur`), in issue order:
   6. P codes (lean: one packed FMA per two scores, clamp, saturating byte pack; exact: exp2 and
      the e4m3 pack), written straight into the P^T operand;
   7. row sum of the rounded P (decode pairs, packed adds, one half-wave swap); l = l * alpha + sum;
-  8. acc *= alpha (packed multiplies); O^T += V^T P^T on the matrix cores.
+  8. acc *= alpha (packed multiplies, skipped when alpha = 1 in every lane); O^T += V^T P^T.
+MFMAs issue at s_setprio 1 when Options.setprio is on.
 See docs/gfx950-fp8-kernel.md for the annotated listing of one iteration.
 """
 
