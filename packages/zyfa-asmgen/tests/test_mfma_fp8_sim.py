@@ -32,7 +32,7 @@ import pytest
 from asmgen_testlib import ABI_HEADER
 
 from zyfa_asmgen.abi import parse_abi_header
-from zyfa_asmgen.generators.mfma_fp8 import MFMA, generate_with_operands
+from zyfa_asmgen.generators.mfma_fp8 import MFMA, Options, generate_with_operands
 from zyfa_asmgen.variant import Variant
 
 torch = pytest.importorskip("torch")
@@ -51,8 +51,8 @@ def variant(d_qk: int, p_mode: str, waves: int) -> Variant:
 
 
 @cache
-def kernel(d_qk: int, p_mode: str, waves: int = 2) -> tuple[str, dict[str, str]]:
-    return generate_with_operands(variant(d_qk, p_mode, waves), parse_abi_header(ABI_HEADER))
+def kernel(d_qk: int, p_mode: str, waves: int = 2, opts: Options | None = None) -> tuple[str, dict[str, str]]:
+    return generate_with_operands(variant(d_qk, p_mode, waves), parse_abi_header(ABI_HEADER), opts)
 
 
 def launch(asm, q8, k8, v8, flags, waves=2, workgroups=None, simulator=None, order="forward", scale=None):
@@ -124,6 +124,23 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
         assert torch.isnan(lse).all(), "lse written without ZYFA_FLAG_LSE"
 
 
+@pytest.mark.parametrize(
+    "p_mode,opts", [("lean", Options(pipeline=False, setprio=False)), ("exact", Options(pipeline=True))]
+)
+def test_schedule_options_keep_the_numerics(p_mode, opts):
+    """The schedule switches the variants do not use still give the reference's output."""
+    rng = np.random.default_rng()
+    q8, k8, v8 = fp8_inputs(rng, 1, 150, 200, 2, 1, 128)
+    res, got, lse = launch(kernel(128, p_mode, 2, opts)[0], q8, k8, v8, 3)
+    assert not res.findings, "\n".join(map(str, res.findings))
+    ref, ref_lse = (
+        x.double() for x in reference.attention(q8, k8, v8, p_mode=p_mode, block_n=64, **_kw(128, 3))
+    )
+    off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
+    assert off.float().mean() <= FLIP_SHARE and not torch.isnan(got).any()
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+
+
 def test_huge_logits_take_the_clamped_path():
     """Scores of 2^20 and more in log2 units: the lean kernel runs its clamp at code 126 (skipped
     below |m| = 2^20, where it cannot act) and still matches the reference."""
@@ -139,12 +156,13 @@ def test_huge_logits_take_the_clamped_path():
     assert ((got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133).float().mean() <= FLIP_SHARE
 
 
-def _capture_p(simulator, p_reg: str) -> list[np.ndarray]:
-    """Wrap the first P.V MFMA (srcB = the P operand) to record its P registers when it runs."""
+def _capture_p(simulator, p_reg: str, acc0: str) -> list[tuple[int, np.ndarray]]:
+    """Wrap the first P.V MFMA of each block (srcB = the P operand, D = the first O^T tile) to record
+    (wave, its P registers) every time it runs."""
     first, last = (int(x) for x in p_reg[2:-1].split(":"))
     seen: list[tuple[int, np.ndarray]] = []
     for op in simulator.ops:
-        if op.inst.op == MFMA and op.inst.operands[2].text == p_reg:
+        if op.inst.op == MFMA and op.inst.operands[2].text == p_reg and op.inst.operands[0].text == acc0:
             run = op.fn
 
             def fn(w, run=run):
@@ -169,11 +187,14 @@ def test_lean_p_bytes_are_the_reference_codes(d_qk, masked):
     v8 = fp8_inputs(rng, 1, sq, sk, 1, 1, d_qk)[2]
     asm, regs = kernel(d_qk, "lean")
     simulator = sim.Simulator(asm, "k")
-    seen = _capture_p(simulator, regs["p"])
-    # One query tile of 64 rows; wave 0 owns rows 0..31. Its first P.V MFMA is block 0 (keys 0..63).
+    seen = _capture_p(simulator, regs["p"], regs["acc0"])
+    # One query tile of 64 rows; wave 0 owns rows 0..31. The lean kernel defers each block's P.V by
+    # one block and runs a first P.V on P = 0, so wave 0's second P.V is block 0 (keys 0..63).
     res, _, _ = launch(asm, q8, k8, v8, 3, simulator=simulator)
-    assert not res.findings and seen, "the P.V MFMA did not run"
-    p = next(regs for wave, regs in seen if wave == 0)  # (8 registers, 64 lanes)
+    runs = [regs for wave, regs in seen if wave == 0]  # (8 registers, 64 lanes) each
+    assert not res.findings and len(runs) >= 2, "the P.V MFMA did not run"
+    assert not runs[0].any(), "the first P.V of the pipelined kernel must see P = 0"
+    p = runs[1]
     row0 = 0
     s = q8[0, row0 : row0 + 32, 0].float() @ k8[0, :64, 0].float().T
     c = torch.tensor(_kw(d_qk, 1)["softmax_scale"], dtype=torch.float32) * DESCALES[0] * DESCALES[1]

@@ -30,24 +30,28 @@ from zyfa_asmgen.variant import Variant
 
 MFMA_CYCLES = 16 * 4  # v_mfma_f32_32x32x64_f8f6f4: 16 passes of 4 cycles
 LAUNCH = {128: "2,16384,16384,32,8", 192: "2,16384,16384,16,16"}
-CONFIGS = [  # (variant name, waves, setprio, label)
-    ("fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", 2, True, "lean, 2 waves, setprio (shipped)"),
-    ("fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", 2, False, "lean, 2 waves, no setprio"),
-    ("fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", 1, True, "lean, 1 wave"),
-    ("fa_fwd_e4m3fn_hd128_causal_gfx950", 2, True, "exact, 2 waves, setprio (shipped)"),
-    ("fa_fwd_e4m3fn_hd192x128_causal_leanp_gfx950", 2, True, "lean, 2 waves, setprio (shipped)"),
-    ("fa_fwd_e4m3fn_hd192x128_causal_gfx950", 2, True, "exact, 2 waves, setprio (shipped)"),
+LEAN128, EXACT128 = "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", "fa_fwd_e4m3fn_hd128_causal_gfx950"
+LEAN192, EXACT192 = "fa_fwd_e4m3fn_hd192x128_causal_leanp_gfx950", "fa_fwd_e4m3fn_hd192x128_causal_gfx950"
+SHIPPED = mfma_fp8.Options()
+CONFIGS = [  # (variant name, waves, options, label)
+    (LEAN128, 2, SHIPPED, "lean, 2 waves, setprio, pipelined (shipped)"),
+    (LEAN128, 2, mfma_fp8.Options(pipeline=False), "lean, 2 waves, setprio, not pipelined"),
+    (LEAN128, 2, mfma_fp8.Options(pipeline=False, setprio=False), "lean, 2 waves, neither"),
+    (LEAN128, 1, SHIPPED, "lean, 1 wave, setprio, pipelined"),
+    (EXACT128, 2, SHIPPED, "exact, 2 waves, setprio, not pipelined (shipped)"),
+    (EXACT128, 2, mfma_fp8.Options(pipeline=True), "exact, 2 waves, setprio, pipelined"),
+    (LEAN192, 2, SHIPPED, "lean, 2 waves, setprio, pipelined (shipped)"),
+    (EXACT192, 2, SHIPPED, "exact, 2 waves, setprio, not pipelined (shipped)"),
 ]
 
 
-def run_one(name: str, waves: int, setprio: bool) -> dict[str, float]:
+def run_one(name: str, waves: int, opts: mfma_fp8.Options) -> dict[str, float]:
     """Model one configuration; returns b, slots, busy and TFLOP/s at 16K."""
     entry = {
         **next(v for v in read_variants() if v["name"] == name),
         "tile_m": 32 * waves,
         "threads": 64 * waves,
     }
-    opts = mfma_fp8.Options(setprio=setprio)
     abi = parse_abi_header(ABI_HEADER)
     asm = mfma_fp8.generate_with_operands(Variant.from_dict(entry), abi, opts)[0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -69,7 +73,7 @@ def run_one(name: str, waves: int, setprio: bool) -> dict[str, float]:
             rc = main(["sim", name, *args])
     text = out.getvalue()
     if rc != 0:
-        raise RuntimeError(f"{name} ({waves} waves, setprio {setprio}) did not pass:\n{text}")
+        raise RuntimeError(f"{name} ({waves} waves, {opts}) did not pass:\n{text}")
     b = float(re.search(r"b = (\d+) modelled cycles/block", text).group(1))
     slots = int(re.search(r"(\d+) workgroups share a CU", text).group(1))
     tflops = float(re.findall(r"([\d.e+]+) TFLOP/s MODELLED", text)[-1])
@@ -83,8 +87,8 @@ def main_table() -> None:
     print("| kernel | configuration | cycles / key block / workgroup | workgroups / CU | MFMA busy (steady) "
           "| TFLOP/s at 16K |")  # fmt: skip
     print("|---|---|---|---|---|---|")
-    for name, waves, setprio, label in CONFIGS:
-        r = run_one(name, waves, setprio)
+    for name, waves, opts, label in CONFIGS:
+        r = run_one(name, waves, opts)
         busy = f"{100 * r['busy']:.0f} %"
         print(f"| `{name}` | {label} | {r['b']:.0f} | {r['slots']} | {busy} | {r['tflops']:.0f} |")
 

@@ -113,9 +113,17 @@ class Options:
     setprio: raise the wave's priority (s_setprio 1) while it issues its MFMAs, so on a SIMD shared
         by two waves the matrix work of one goes first and the other's softmax fills the VALU
         (the ping-pong of two waves; the timing model's arbiter honours s_setprio).
+    pipeline: block kb's P.V product is issued in iteration kb+1 right after S of block kb+1, so a
+        wave issues its eight MFMAs back to back and then runs one softmax (a P of zeros feeds the
+        first, harmless P.V; the last one follows the loops).
     """
 
     setprio: bool = True
+    pipeline: bool | None = None  # None: on for lean P, off for exact P (the modelled ablation's choice)
+
+    def pipelined(self, p_mode: str) -> bool:
+        """Whether the P.V product is deferred by one block for this p_mode."""
+        return p_mode == "lean" if self.pipeline is None else self.pipeline
 
 
 def _check_variant(var: Variant) -> Shape:

@@ -34,6 +34,13 @@ def emit_kernel(g: Gen) -> None:
     g.e(f"s_cmp_eq_u32 {g.nblocks}, 0")
     g.e("s_cbranch_scc1 .Lepilogue", "no visible key: out 0, lse +inf")
     g.request_block(str(g.cur))
+    if g.opts.pipelined(g.sh.p_mode):
+        k.comment("P and V^T of 'block -1': zeros, so the first iteration's P.V adds exactly 0")
+        for i in range(8):
+            g.e(f"v_mov_b32_e32 {g.p[i]}, 0")
+        for op in g.vop:
+            for i in range(8):
+                g.e(f"v_accvgpr_write_b32 {op[i]}, 0")
     g.e(f"s_mov_b32 {g.kb}, 0")
     g.e(f"s_cmp_eq_u32 {g.nfull}, 0")
     g.e("s_cbranch_scc1 .Lmasked_entry")
@@ -50,6 +57,10 @@ def emit_kernel(g: Gen) -> None:
     _block(g, masked=True, tag="masked")
     g.e(f"s_cmp_lt_u32 {g.kb}, {g.nblocks}")
     g.e("s_cbranch_scc1 .Lmasked")
+    if g.opts.pipelined(g.sh.p_mode):
+        k.comment("---- the last block's P.V")
+        g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
+        _pv(g)
     k.label(".Lepilogue")
     _epilogue(g)
     k.label(".Lend")
@@ -60,6 +71,8 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
     k, sh = g.k, g.sh
     k.comment("-- 1. block kb is in LDS buffer cur: read the K operand (A of S^T = K Q^T)")
     g.e("s_waitcnt vmcnt(0)", "block kb's LDS-DMA (and Q) landed")
+    if g.opts.pipelined(g.sh.p_mode):
+        g.e("s_waitcnt lgkmcnt(0)", "this wave's V^T reads of block kb-1 are done before anyone's prefetch")
     if sh.waves > 1:
         g.e("s_barrier", "every wave's share of block kb landed; every wave is done with block kb-1")
     g.e(f"v_add_u32_e32 {g.k_rd_cur}, {g.cur}, {g.k_rd}")
@@ -87,6 +100,9 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
         for c in range(sh.kc):
             src_c = "0" if c == 0 else str(g.sacc[mb])
             g.e(f"{MFMA} {g.sacc[mb]}, {g.kop[mb][c]}, {g.q.sub(8 * c, 8)}, {src_c}", f"S^T keys {32 * mb}+")
+    if g.opts.pipelined(g.sh.p_mode):
+        k.comment("O^T += V^T P^T of block kb-1 (its V^T operand and P are still in the registers)")
+        _pv(g, prio=False)
     _prio(g, 0)
     for cb in range(sh.vc):
         for t in range(4):
@@ -103,13 +119,21 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
         for j in range(0, 16, 2):
             g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2}")
     k.label(f".Lno_rescale_{tag}")
-    g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
-    _prio(g, 1)
-    for cb in range(sh.vc):
-        g.e(f"{MFMA} {g.acc[cb]}, {g.vop[cb]}, {g.p}, {g.acc[cb]}", f"O^T d {32 * cb}+")
-    _prio(g, 0)
+    if not g.opts.pipelined(g.sh.p_mode):
+        g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
+        _pv(g)
     g.e(f"s_add_u32 {g.kb}, {g.kb}, 1")
     g.e(f"s_xor_b32 {g.cur}, {g.cur}, {sh.buf}")
+
+
+def _pv(g: Gen, prio: bool = True) -> None:
+    """O^T += V^T P^T for the block whose P and V^T operands are in the registers."""
+    if prio:
+        _prio(g, 1)
+    for cb in range(g.sh.vc):
+        g.e(f"{MFMA} {g.acc[cb]}, {g.vop[cb]}, {g.p}, {g.acc[cb]}", f"O^T d {32 * cb}+")
+    if prio:
+        _prio(g, 0)
 
 
 def _prio(g: Gen, level: int) -> None:
