@@ -14,7 +14,7 @@ from zyfa_asmgen.abi import parse_abi_header, parse_abi_text
 from zyfa_asmgen.assembler import build_hsaco, descriptor_fields
 from zyfa_asmgen.codeobject import MAX_LDS_BYTES, MAX_UNIFIED_VGPRS, resources
 from zyfa_asmgen.generators import generate
-from zyfa_asmgen.generators.mfma_fp8 import build_program
+from zyfa_asmgen.generators.mfma_fp8 import Options, build_program
 from zyfa_asmgen.variant import Variant, VariantError
 
 ASMGEN = [v for v in read_variants() if v["kind"] == "asmgen"]
@@ -52,7 +52,9 @@ def test_descriptor_is_computed_from_the_program(entry, abi_header):
     ) == (1, 1, 1)
     # register budget: the MFMA operands of K and V in AGPRs (8 per MFMA), the rest in VGPRs:
     # Q 8 per 64 of d_qk, S^T 32, P 8, O^T accumulators d_v / 2, and the fixed block
-    assert prog.agprs == 8 * (2 * var.d_qk // 64 + var.d_v // 32)
+    ones = Options().row_sum_on_mfma(var.p_mode, var.d_qk)  # the ones operand of the row-sum MFMA
+    assert prog.agprs == 8 * (2 * var.d_qk // 64 + var.d_v // 32 + ones)
+    assert prog.vgprs + prog.agprs <= 256, "two waves per SIMD: at most 256 registers per lane"
     assert var.d_qk // 8 + 32 + 8 + var.d_v // 2 < prog.vgprs <= 200
     assert prog.sgprs <= 96
     assert f".name:           {var.name}" in text and f".symbol:         {var.name}.kd" in text

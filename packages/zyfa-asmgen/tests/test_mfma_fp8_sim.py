@@ -125,7 +125,11 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
 
 
 @pytest.mark.parametrize(
-    "p_mode,opts", [("lean", Options(pipeline=False, setprio=False)), ("exact", Options(pipeline=True))]
+    "p_mode,opts",
+    [
+        ("lean", Options(pipeline=False, setprio=False, mfma_row_sum=False)),
+        ("exact", Options(pipeline=True, mfma_row_sum=True)),
+    ],
 )
 def test_schedule_options_keep_the_numerics(p_mode, opts):
     """The schedule switches the variants do not use still give the reference's output."""

@@ -34,14 +34,26 @@ LEAN128, EXACT128 = "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", "fa_fwd_e4m3fn_hd
 LEAN192, EXACT192 = "fa_fwd_e4m3fn_hd192x128_causal_leanp_gfx950", "fa_fwd_e4m3fn_hd192x128_causal_gfx950"
 SHIPPED = mfma_fp8.Options()
 CONFIGS = [  # (variant name, waves, options, label)
-    (LEAN128, 2, SHIPPED, "lean, 2 waves, setprio, pipelined (shipped)"),
-    (LEAN128, 2, mfma_fp8.Options(pipeline=False), "lean, 2 waves, setprio, not pipelined"),
-    (LEAN128, 2, mfma_fp8.Options(pipeline=False, setprio=False), "lean, 2 waves, neither"),
-    (LEAN128, 1, SHIPPED, "lean, 1 wave, setprio, pipelined"),
-    (EXACT128, 2, SHIPPED, "exact, 2 waves, setprio, not pipelined (shipped)"),
-    (EXACT128, 2, mfma_fp8.Options(pipeline=True), "exact, 2 waves, setprio, pipelined"),
-    (LEAN192, 2, SHIPPED, "lean, 2 waves, setprio, pipelined (shipped)"),
-    (EXACT192, 2, SHIPPED, "exact, 2 waves, setprio, not pipelined (shipped)"),
+    (LEAN128, 2, SHIPPED, "lean, 2 waves, setprio, pipelined, MFMA row sums (shipped)"),
+    (LEAN128, 2, mfma_fp8.Options(mfma_row_sum=False), "lean, 2 waves, setprio, pipelined, VALU row sums"),
+    (
+        LEAN128,
+        2,
+        mfma_fp8.Options(mfma_row_sum=False, pipeline=False),
+        "lean, 2 waves, setprio, VALU row sums",
+    ),
+    (
+        LEAN128,
+        2,
+        mfma_fp8.Options(mfma_row_sum=False, pipeline=False, setprio=False),
+        "lean, 2 waves, VALU row sums",
+    ),
+    (LEAN128, 1, SHIPPED, "lean, 1 wave, setprio, pipelined, MFMA row sums"),
+    (EXACT128, 2, SHIPPED, "exact, 2 waves, setprio, VALU row sums (shipped)"),
+    (EXACT128, 2, mfma_fp8.Options(pipeline=True), "exact, 2 waves, setprio, pipelined, VALU row sums"),
+    (LEAN192, 2, SHIPPED, "lean, 2 waves, setprio, pipelined, VALU row sums (shipped)"),
+    (LEAN192, 2, mfma_fp8.Options(mfma_row_sum=True), "lean, 2 waves, setprio, pipelined, MFMA row sums"),
+    (EXACT192, 2, SHIPPED, "exact, 2 waves, setprio, VALU row sums (shipped)"),
 ]
 
 
@@ -77,7 +89,9 @@ def run_one(name: str, waves: int, opts: mfma_fp8.Options) -> dict[str, float]:
     b = float(re.search(r"b = (\d+) modelled cycles/block", text).group(1))
     slots = int(re.search(r"(\d+) workgroups share a CU", text).group(1))
     tflops = float(re.findall(r"([\d.e+]+) TFLOP/s MODELLED", text)[-1])
-    mfmas = 2 * entry["d_qk"] // 64 + entry["d_v"] // 32
+    mfmas = (
+        2 * entry["d_qk"] // 64 + entry["d_v"] // 32 + opts.row_sum_on_mfma(entry["p_mode"], entry["d_qk"])
+    )
     busy = waves * mfmas * MFMA_CYCLES * slots / (b * 4)
     return {"b": b, "slots": slots, "busy": busy, "tflops": tflops}
 

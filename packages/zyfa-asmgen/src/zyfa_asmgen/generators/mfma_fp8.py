@@ -116,14 +116,26 @@ class Options:
     pipeline: block kb's P.V product is issued in iteration kb+1 right after S of block kb+1, so a
         wave issues its eight MFMAs back to back and then runs one softmax (a P of zeros feeds the
         first, harmless P.V; the last one follows the loops).
+    mfma_row_sum: the row sum of the rounded P comes from one more MFMA per block, ones (e4m3 1.0)
+        times the same P bytes, accumulated and rescaled like O, instead of 32 VALU decodes and adds.
+        Exact in the simulator (it rounds the MFMA's exact sum once, and the block sums are exact
+        anyway); on hardware it rests on the MFMA's undocumented accumulation, as the sm_90a lean
+        kernels' tensor-core row sums do (docs/numerics.md), so exact P keeps the VALU sum.
     """
 
     setprio: bool = True
     pipeline: bool | None = None  # None: on for lean P, off for exact P (the modelled ablation's choice)
+    mfma_row_sum: bool | None = None  # None: on for lean P at d_qk <= 128 (see row_sum_on_mfma)
 
     def pipelined(self, p_mode: str) -> bool:
         """Whether the P.V product is deferred by one block for this p_mode."""
         return p_mode == "lean" if self.pipeline is None else self.pipeline
+
+    def row_sum_on_mfma(self, p_mode: str, d_qk: int) -> bool:
+        """Whether the row sums come from the matrix core. By default for lean P up to d_qk 128: at
+        192 its 16 VGPRs + 8 AGPRs push a wave past 256 registers, halving occupancy (modelled
+        1860 against 2950 TFLOP/s)."""
+        return (p_mode == "lean" and d_qk <= 128) if self.mfma_row_sum is None else self.mfma_row_sum
 
 
 def _check_variant(var: Variant) -> Shape:
@@ -448,6 +460,17 @@ class Gen:
         self.b2 = self.vv("b2", 2, 2)  # lean: B = 120 - 8 m_ref (pair); exact: -m_ref (pair)
         self.t4 = self.vv("t4", 4, 2)
         self.bsum = self.vv("bsum", 2, 2)
+        if self.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
+            self.k.comment(
+                "row sums on the matrix core: A = ones (e4m3 1.0 = 0x38), D = 32 copies of l per row"
+            )
+            self.lacc = self.vv("lacc", 16, 4)
+            for i in range(16):
+                self.e(f"v_mov_b32_e32 {self.lacc[i]}, 0")
+            self.ones = self.a.alloc("ones", 8, 4)
+            self.e(f"v_mov_b32_e32 {self.bsum[0]}, 0x38383838")
+            for i in range(8):
+                self.e(f"v_accvgpr_write_b32 {self.ones[i]}, {self.bsum[0]}")
 
     # ---- K/V streaming -----------------------------------------------------------------------------
     def request_block(self, lds_off: str) -> None:

@@ -115,7 +115,8 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
     k.comment("-- 8. rescale O (skipped when no row's max moved: alpha = 1 exactly), then O^T += V^T P^T")
     g.e(f"v_cmp_neq_f32_e32 vcc, 1.0, {g.alpha2[0]}")
     g.e(f"s_cbranch_vccz .Lno_rescale_{tag}")
-    for acc in g.acc:
+    mfma_sum = g.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk)
+    for acc in [*g.acc, g.lacc] if mfma_sum else g.acc:
         for j in range(0, 16, 2):
             g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2}")
     k.label(f".Lno_rescale_{tag}")
@@ -132,6 +133,8 @@ def _pv(g: Gen, prio: bool = True) -> None:
         _prio(g, 1)
     for cb in range(g.sh.vc):
         g.e(f"{MFMA} {g.acc[cb]}, {g.vop[cb]}, {g.p}, {g.acc[cb]}", f"O^T d {32 * cb}+")
+    if g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
+        g.e(f"{MFMA} {g.lacc}, {g.ones}, {g.p}, {g.lacc}", "l = l + sum of the rounded P (every row of D)")
     if prio:
         _prio(g, 0)
 
@@ -195,7 +198,8 @@ def _softmax(g: Gen, tag: str) -> None:
         _lean_p(g, tag)
     else:
         _exact_p(g)
-    _row_sum(g)
+    if not g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
+        _row_sum(g)
 
 
 def _p_byte(s: int, r: int) -> tuple[int, int]:
@@ -272,6 +276,8 @@ def _epilogue(g: Gen) -> None:
     k, a = g.k, g.karg
     ls, r, t = g.t4[2], g.t4[3], g.t4
     k.comment("---- epilogue: out = (acc / max(l, 1)) * v_descale -> bf16; a row that saw no key has acc = 0")
+    if g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
+        g.e(f"v_mov_b32_e32 {g.l}, {g.lacc[0]}", "l from the matrix core's row sums")
     g.e(f"v_max_f32_e32 {ls}, 1.0, {g.l}")
     g.e(f"v_rcp_f32_e32 {r}, {ls}")
     g.e(f"v_fma_f32 {t[0]}, -{ls}, {r}, 1.0", "Newton step on 1/l")
