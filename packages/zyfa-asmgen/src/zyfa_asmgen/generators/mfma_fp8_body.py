@@ -112,7 +112,9 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
     if masked:
         _mask(g)
     _softmax(g, tag)
-    k.comment("-- 8. rescale O (skipped when no row's max moved: alpha = 1 exactly), then O^T += V^T P^T")
+    what = "O and the row-sum tile" if g.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk) else "O"
+    then = "this block's P.V runs next iteration" if g.opts.pipelined(sh.p_mode) else "then O^T += V^T P^T"
+    k.comment(f"-- 8. rescale {what} unless no row's max moved (alpha = 1 exactly); {then}")
     g.e(f"v_cmp_neq_f32_e32 vcc, 1.0, {g.alpha2[0]}")
     g.e(f"s_cbranch_vccz .Lno_rescale_{tag}")
     mfma_sum = g.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk)
