@@ -127,7 +127,8 @@ VARIANTS = [
      "tile_m": 32, "tile_n": 32, "threads": 64, "smem_bytes": 0, "tag": ""},
     # FP8 on the matrix cores (generator mfma_fp8: v_mfma_f32_32x32x64_f8f6f4, K/V double buffered in LDS,
     # docs/gfx950-fp8-kernel.md); lean P is the default mode, exact P the accuracy-first one. Two waves of 32
-    # rows share each K/V block (threads 128): MODELLED 2120 against 1690 TFLOP/s for one wave at 16K (lean d128).
+    # rows share each K/V block (threads 128): MODELLED 2950 against 1940 TFLOP/s for one wave at 16K (lean d128;
+    # the ablation table of docs/gfx950-fp8-kernel.md and its command).
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
      "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": ""},

@@ -97,7 +97,9 @@ class Kernel:
             self._lines.append(Line("instr", ins.text, comment, ins))
             return
         if ins.mnemonic.startswith("v_mfma"):
-            raise KernelBuildError("MFMA hazards are not modelled by zyfa_asmgen.hazards yet")
+            raise KernelBuildError(
+                "zyfa_asmgen.hazards has no MFMA rules: build MFMA kernels with Kernel(..., sim_hazards=True)"
+            )
         if ins.is_branch:
             self._pad(hazards.drain(self._window), "drain hazards before a branch")
         else:
