@@ -93,7 +93,7 @@ def test_offsets_follow_the_header(abi_header):
     [
         {"p_mode": "f16"},
         {"tile_m": 32},
-        {"threads": 256, "tile_m": 128},
+        {"threads": 192, "tile_m": 96},
         {"dtype": "bf16"},
         {"d_v": 100},
         {"tile_n": 32},

@@ -125,17 +125,20 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
 
 
 @pytest.mark.parametrize(
-    "p_mode,opts",
+    "p_mode,waves,opts,order",
     [
-        ("lean", Options(pipeline=False, setprio=False, mfma_row_sum=False)),
-        ("exact", Options(pipeline=True, mfma_row_sum=True)),
+        ("lean", 2, Options(pipeline=False, setprio=False, mfma_row_sum=False), "forward"),
+        ("exact", 2, Options(pipeline=True, mfma_row_sum=True), "forward"),
+        ("lean", 8, Options(), "reverse"),  # the ping-pong of two groups of four waves
+        ("exact", 8, Options(pingpong=False), "forward"),
     ],
 )
-def test_schedule_options_keep_the_numerics(p_mode, opts):
-    """The schedule switches the variants do not use still give the reference's output."""
+def test_schedule_options_keep_the_numerics(p_mode, waves, opts, order):
+    """The schedule switches the variants do not use still give the reference's output, hazard-free."""
     rng = np.random.default_rng()
-    q8, k8, v8 = fp8_inputs(rng, 1, 150, 200, 2, 1, 128)
-    res, got, lse = launch(kernel(128, p_mode, 2, opts)[0], q8, k8, v8, 3)
+    sq, sk = (150, 200) if waves == 2 else (300, 270)
+    q8, k8, v8 = fp8_inputs(rng, 1, sq, sk, 2, 1, 128)
+    res, got, lse = launch(kernel(128, p_mode, waves, opts)[0], q8, k8, v8, 3, waves, order=order)
     assert not res.findings, "\n".join(map(str, res.findings))
     ref, ref_lse = (
         x.double() for x in reference.attention(q8, k8, v8, p_mode=p_mode, block_n=64, **_kw(128, 3))

@@ -49,6 +49,13 @@ CONFIGS = [  # (variant name, waves, options, label)
         "lean, 2 waves, VALU row sums",
     ),
     (LEAN128, 1, SHIPPED, "lean, 1 wave, setprio, pipelined, MFMA row sums"),
+    (LEAN128, 8, SHIPPED, "lean, 8 waves, two groups in a ping-pong, setprio, pipelined, MFMA row sums"),
+    (
+        LEAN128,
+        8,
+        mfma_fp8.Options(pingpong=False),
+        "lean, 8 waves in step, setprio, pipelined, MFMA row sums",
+    ),
     (EXACT128, 2, SHIPPED, "exact, 2 waves, setprio, VALU row sums (shipped)"),
     (EXACT128, 2, mfma_fp8.Options(pipeline=True), "exact, 2 waves, setprio, pipelined, VALU row sums"),
     (LEAN192, 2, SHIPPED, "lean, 2 waves, setprio, pipelined, VALU row sums (shipped)"),

@@ -58,7 +58,8 @@ from .common import KernArgs, buffer_rsrc, f32_hex, s_mad64
 ARCH = "gfx950"
 ROWS_PER_WAVE = 32  # query rows of one wave (the N dimension of every MFMA)
 TILE_N = 64  # keys per block (two 32-key S^T tiles)
-WAVES = (1, 2)  # waves per workgroup: tile_m = 32 x waves rows share one K/V stream through LDS
+WAVES = (1, 2, 4, 8)  # waves per workgroup: tile_m = 32 x waves rows share one K/V stream through LDS
+DMA_WAVES = 4  # at most this many waves of a workgroup move K/V into LDS (with 8: the first group)
 SHIFT = 8.0
 LEAN_MAX_CODE = 126.0
 MFMA = "v_mfma_f32_32x32x64_f8f6f4"
@@ -73,6 +74,11 @@ class Shape:
     d_v: int
     p_mode: str
     waves: int
+
+    @property
+    def dma_waves(self) -> int:
+        """Waves that issue the K/V LDS-DMA (waves 0 .. dma_waves-1)."""
+        return min(self.waves, DMA_WAVES)
 
     @property
     def tile_m(self) -> int:
@@ -116,6 +122,10 @@ class Options:
     pipeline: block kb's P.V product is issued in iteration kb+1 right after S of block kb+1, so a
         wave issues its eight MFMAs back to back and then runs one softmax (a P of zeros feeds the
         first, harmless P.V; the last one follows the loops).
+    pingpong: with 8 waves per workgroup (two per SIMD), the second group of four starts one barrier
+        late, so on every SIMD one wave issues its MFMAs while the other runs its softmax; each
+        iteration has two workgroup barriers (before the MFMAs and before the softmax). Only the first
+        group moves K/V, so the second never waits on a DMA. Off: both groups in step.
     mfma_row_sum: the row sum of the rounded P comes from one more MFMA per block, ones (e4m3 1.0)
         times the same P bytes, accumulated and rescaled like O, instead of 32 VALU decodes and adds.
         Exact in the simulator (it rounds the MFMA's exact sum once, and the block sums are exact
@@ -126,6 +136,7 @@ class Options:
     setprio: bool = True
     pipeline: bool | None = None  # None: on for lean P, off for exact P (the modelled ablation's choice)
     mfma_row_sum: bool | None = None  # None: on for lean P at d_qk <= 128 (see row_sum_on_mfma)
+    pingpong: bool = True  # with 8 waves: the two groups of 4 run half an iteration apart
 
     def pipelined(self, p_mode: str) -> bool:
         """Whether the P.V product is deferred by one block for this p_mode."""
@@ -382,14 +393,14 @@ class Gen:
     def _dma_offsets(self, name: str, width: int, stride: R, t: R) -> R:
         """Global byte offset each lane fetches in each 1 KiB LDS-DMA of a block: LDS byte
         x = 1024 i + 16 lane holds row x / width, column x % width of the block (row-major).
-        Wave w of the workgroup issues the DMAs i = waves j + w, so x = 1024 waves j + 16 v0."""
-        n = TILE_N * width // 1024 // self.sh.waves
+        Wave w < dma_waves issues the DMAs i = dma_waves j + w, so x = 1024 dma_waves j + 16 v0."""
+        n = TILE_N * width // 1024 // self.sh.dma_waves
         out = self.vv(f"{name}_dma", n)
         x, row, c = t[0], t[1], t[2]
         for i in range(n):
             self.e(f"v_lshlrev_b32_e32 {x}, 4, v0")
             if i:
-                self.e(f"v_add_u32_e32 {x}, {1024 * self.sh.waves * i}, {x}")
+                self.e(f"v_add_u32_e32 {x}, {1024 * self.sh.dma_waves * i}, {x}")
             if width & (width - 1) == 0:
                 self.e(f"v_lshrrev_b32_e32 {row}, {width.bit_length() - 1}, {x}")
             else:  # width = 64 * 3: row = ((x / 64) * 43691) >> 17, exact for x / 64 < 2^16
@@ -475,11 +486,15 @@ class Gen:
     # ---- K/V streaming -----------------------------------------------------------------------------
     def request_block(self, lds_off: str) -> None:
         """LDS-DMA of the block the K/V resources point at into the buffer at SGPR `lds_off`; each
-        wave moves its share (1 KiB DMAs i = waves j + w)."""
+        DMA wave moves its share (1 KiB DMAs i = dma_waves j + w)."""
         base = self.sv("dma_base")
+        skip = f".Lno_dma_{self._uid()}"
+        if self.sh.waves > self.sh.dma_waves:
+            self.e(f"s_cmp_lt_u32 {self.wave}, {self.sh.dma_waves}")
+            self.e(f"s_cbranch_scc0 {skip}", "the second wave group moves no K/V")
         self.e(f"s_lshl_b32 {base}, {self.wave}, 10")
         self.e(f"s_add_u32 {base}, {base}, {lds_off}", "buffer + 1 KiB x wave")
-        step = 1024 * self.sh.waves
+        step = 1024 * self.sh.dma_waves
         for name, dma, rsrc, first in (
             ("K", self.k_dma, self.rk, 0),
             ("V", self.v_dma, self.rv, self.sh.k_bytes),
@@ -487,7 +502,13 @@ class Gen:
             for i in range(dma.count):
                 self.e(f"s_add_u32 m0, {base}, {first + step * i}", f"{name} rows -> LDS")
                 self.e(f"buffer_load_dwordx4 {dma[i]}, {rsrc}, 0 offen lds")
+        if self.sh.waves > self.sh.dma_waves:
+            self.k.label(skip)
         self.s.free(base)
+
+    def _uid(self) -> int:
+        self._labels_made = getattr(self, "_labels_made", 0) + 1
+        return self._labels_made
 
     def advance_kv(self) -> None:
         """Point the K/V resources at the next block: base += 64 rows, num_records -= 64 rows."""

@@ -41,6 +41,8 @@ def emit_kernel(g: Gen) -> None:
         for op in g.vop:
             for i in range(8):
                 g.e(f"v_accvgpr_write_b32 {op[i]}, 0")
+    if g.sh.waves == 8 and g.opts.pingpong:
+        _group_barrier(g, "lead", first_group=False, why="the second group starts half an iteration late")
     g.e(f"s_mov_b32 {g.kb}, 0")
     g.e(f"s_cmp_eq_u32 {g.nfull}, 0")
     g.e("s_cbranch_scc1 .Lmasked_entry")
@@ -57,6 +59,8 @@ def emit_kernel(g: Gen) -> None:
     _block(g, masked=True, tag="masked")
     g.e(f"s_cmp_lt_u32 {g.kb}, {g.nblocks}")
     g.e("s_cbranch_scc1 .Lmasked")
+    if g.sh.waves == 8 and g.opts.pingpong:
+        _group_barrier(g, "tail", first_group=True, why="the first group matches the second's extra barrier")
     if g.opts.pipelined(g.sh.p_mode):
         k.comment("---- the last block's P.V")
         g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
@@ -96,11 +100,15 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
     k.comment("-- 3. S^T = K Q^T (fp32), then the V^T operand reads while the matrix cores run")
     g.e("s_waitcnt lgkmcnt(0)")
     _prio(g, 1)
+    pingpong = sh.waves == 8
+    if pingpong and g.opts.pipelined(sh.p_mode):
+        k.comment("O^T += V^T P^T of block kb-1 first: done by the time S is, before the softmax phase")
+        _pv(g, prio=False)
     for mb in range(2):
         for c in range(sh.kc):
             src_c = "0" if c == 0 else str(g.sacc[mb])
             g.e(f"{MFMA} {g.sacc[mb]}, {g.kop[mb][c]}, {g.q.sub(8 * c, 8)}, {src_c}", f"S^T keys {32 * mb}+")
-    if g.opts.pipelined(g.sh.p_mode):
+    if g.opts.pipelined(g.sh.p_mode) and not pingpong:
         k.comment("O^T += V^T P^T of block kb-1 (its V^T operand and P are still in the registers)")
         _pv(g, prio=False)
     _prio(g, 0)
@@ -127,6 +135,15 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
         _pv(g)
     g.e(f"s_add_u32 {g.kb}, {g.kb}, 1")
     g.e(f"s_xor_b32 {g.cur}, {g.cur}, {sh.buf}")
+
+
+def _group_barrier(g: Gen, tag: str, first_group: bool, why: str) -> None:
+    """One s_barrier executed by one wave group only (waves 0-3 or 4-7)."""
+    g.e(f"s_cmp_lt_u32 {g.wave}, 4")
+    g.e(f"s_cbranch_scc{0 if first_group else 1} .Lgroup_{tag}")
+    g.e("s_waitcnt vmcnt(0) lgkmcnt(0)")
+    g.e("s_barrier", why)
+    g.k.label(f".Lgroup_{tag}")
 
 
 def _pv(g: Gen, prio: bool = True) -> None:
@@ -188,6 +205,9 @@ def _softmax(g: Gen, tag: str) -> None:
     if rest:
         g.e(f"v_max_f32_e32 {mx}, {mx}, {rest[0]}")
     _half_swap(g, mx, tmp, "v_max_f32_e32")
+    if g.sh.waves == 8:
+        g.e("s_waitcnt lgkmcnt(0)", "this wave's LDS reads of block kb are done")
+        g.e("s_barrier", "MFMA phase | softmax phase: S (and the P.V before it) have landed")
     g.e(f"v_mul_f32_e32 {mx}, {mx}, {g.cs}", "block max of t")
     g.e(f"v_max_f32_e32 {g.mnew}, {g.m}, {mx}")
     g.e(f"v_cmp_eq_f32_e32 vcc, {f32_hex(-math.inf)}, {g.mnew}")
