@@ -124,8 +124,9 @@ class Options:
         first, harmless P.V; the last one follows the loops).
     pingpong: with 8 waves per workgroup (two per SIMD), the second group of four starts one barrier
         late, so on every SIMD one wave issues its MFMAs while the other runs its softmax; each
-        iteration has two workgroup barriers (before the MFMAs and before the softmax). Only the first
-        group moves K/V, so the second never waits on a DMA. Off: both groups in step.
+        iteration has two workgroup barriers (before the MFMAs, and after the row max, when S has
+        landed). Only the first group moves K/V, so the second never waits on a DMA. Off: both
+        groups in step, same barriers.
     mfma_row_sum: the row sum of the rounded P comes from one more MFMA per block, ones (e4m3 1.0)
         times the same P bytes, accumulated and rescaled like O, instead of 32 VALU decodes and adds.
         Exact in the simulator (it rounds the MFMA's exact sum once, and the block sums are exact
