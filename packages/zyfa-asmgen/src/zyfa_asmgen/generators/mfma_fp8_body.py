@@ -21,7 +21,7 @@ import math
 
 from ..regs import R
 from .common import f32_hex
-from .mfma_fp8 import MFMA, SHIFT, Gen
+from .mfma_fp8 import LEAN_MAX_CODE, MFMA, SHIFT, Gen
 
 _LEAN_B0 = 8.0 * (SHIFT + 7.0)  # 120: the code of 2^SHIFT is 8 * (SHIFT + 7)
 
@@ -247,7 +247,7 @@ def _lean_p(g: Gen, tag: str) -> None:
     g.e(f"v_cmp_lt_f32_e32 vcc, {f32_hex(2.0**20)}, {t}", "some row has |m_ref| >= 2^20")
     g.e(f"s_cbranch_vccz .Lno_clamp_{tag}")
     for _s, _r, reg in _values(g):
-        g.e(f"v_min_f32_e32 {reg}, {f32_hex(126.0)}, {reg}")
+        g.e(f"v_min_f32_e32 {reg}, {f32_hex(LEAN_MAX_CODE)}, {reg}")
     g.k.label(f".Lno_clamp_{tag}")
     for s, r, reg in _values(g):
         preg, byte = _p_byte(s, r)
