@@ -1,8 +1,8 @@
 """mfma_fp8: FP8 (e4m3fn) causal attention on the gfx950 matrix cores, ZYFA numerics.
 
 Each wave64 owns 32 query rows and walks the keys in blocks of 64 (tile_n 64, the P-scaling
-block); a workgroup has 1 or 2 waves (threads 64 x waves, tile_m 32 x waves) that share one K/V
-stream through LDS. All matrix work is `v_mfma_f32_32x32x64_f8f6f4` (e4m3 x e4m3, fp32
+block); a workgroup has 1, 2, 4 or 8 waves (threads 64 x waves, tile_m 32 x waves; the variants
+use 2) that share one K/V stream through LDS. All matrix work is `v_mfma_f32_32x32x64_f8f6f4` (e4m3 x e4m3, fp32
 accumulate), computed transposed so that every lane owns ONE query row:
 
     S^T[64 keys x 32 rows] = K_blk . Q^T    2 x (d_qk/64) MFMAs; A = K rows from LDS, B = Q (registers)
@@ -22,8 +22,8 @@ the same matrix-core time per FLOP in the timing model (16 passes for 32x32x64, 
 
 Memory: Q is loaded once into registers (raw buffer loads; rows past seqlen_q read 0). K and V
 blocks go global -> LDS directly (`buffer_load_dwordx4 ... lds`), double buffered: block kb+1 is
-requested before block kb's matrix work starts; with two waves each moves half of every block
-and they meet at one s_barrier per block. The raw buffer resources end at the last valid key,
+requested before block kb's matrix work starts; up to four waves each move their share of every
+block and all waves meet at an s_barrier per block (two with 8 waves, see Options.pingpong). The raw buffer resources end at the last valid key,
 so ragged tails read zeros and are masked like causal keys. Output and LSE stores go through raw
 buffers that end at seqlen_q, so rows past it are dropped by the hardware's range check.
 
@@ -32,7 +32,8 @@ Numerics (docs/numerics.md, FP8 mode, SHIFT 8), per row and block, all fp32:
     m_ref = m_new, or 0 while m_new = -inf;  alpha = exp2(m - m_ref);  m = m_new
     lean:  code_j = min(rint(fma(S_j, 8C, 120 - 8 m_ref)), 126) saturated to [0, 255] by the pack
     exact: code_j = e4m3(exp2((S_j * C - m_ref) + 8))
-    l = l * alpha + sum_j decode(code_j)  (the rounded P; exact in any order: multiples of 2^-9 < 2^15)
+    l = l * alpha + sum_j decode(code_j)  (the rounded P; exact in any order: multiples of 2^-9 < 2^15;
+                                          on the VALU, or by an MFMA with a ones operand)
     acc = acc * alpha + P.V (MFMA);  out = (acc / max(l, 1)) * v_descale -> bf16
     lse = ((m + log2 l) - 8) ln 2
 Masked keys (causal, or past seqlen_k) get S = -inf before the max, so their code is 0.
