@@ -2,8 +2,8 @@
 
 Each wave64 owns 32 query rows and walks the keys in blocks of 64 (tile_n 64, the P-scaling
 block); a workgroup has 1, 2, 4 or 8 waves (threads 64 x waves, tile_m 32 x waves; the variants
-use 2) that share one K/V stream through LDS. All matrix work is `v_mfma_f32_32x32x64_f8f6f4` (e4m3 x e4m3, fp32
-accumulate), computed transposed so that every lane owns ONE query row:
+use 2) that share one K/V stream through LDS. All matrix work is `v_mfma_f32_32x32x64_f8f6f4`
+(e4m3 x e4m3, fp32 accumulate), computed transposed so that every lane owns ONE query row:
 
     S^T[64 keys x 32 rows] = K_blk . Q^T    2 x (d_qk/64) MFMAs; A = K rows from LDS, B = Q (registers)
     O^T[d_v x 32 rows]    += V^T . P^T      d_v/32 MFMAs;     A = V^T by transposing LDS reads, B = P
@@ -23,8 +23,9 @@ the same matrix-core time per FLOP in the timing model (16 passes for 32x32x64, 
 Memory: Q is loaded once into registers (raw buffer loads; rows past seqlen_q read 0). K and V
 blocks go global -> LDS directly (`buffer_load_dwordx4 ... lds`), double buffered: block kb+1 is
 requested before block kb's matrix work starts; up to four waves each move their share of every
-block and all waves meet at an s_barrier per block (two with 8 waves, see Options.pingpong). The raw buffer resources end at the last valid key,
-so ragged tails read zeros and are masked like causal keys. Output and LSE stores go through raw
+block and all waves meet at an s_barrier per block (two with 8 waves, see Options.pingpong). The
+raw buffer resources end at the last valid key, so ragged tails read zeros and are masked like
+causal keys. Output and LSE stores go through raw
 buffers that end at seqlen_q, so rows past it are dropped by the hardware's range check.
 
 Numerics (docs/numerics.md, FP8 mode, SHIFT 8), per row and block, all fp32:
