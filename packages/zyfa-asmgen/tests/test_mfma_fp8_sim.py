@@ -62,7 +62,10 @@ def launch(asm, q8, k8, v8, flags, waves=2, workgroups=None, simulator=None, ord
     out = np.full((b, sq, hq, d_v), 0x7FC0, dtype=np.uint16)  # bf16 NaN
     lse = np.full((b, hq, sq), np.nan, dtype=np.float32)
     mem = sim.GlobalMemory()
-    ptrs = [mem.map(x.view(torch.uint8).numpy()) for x in (q8, k8, v8)] + [mem.map(out), mem.map(lse)]
+    # a [b, h, s, d] tensor seen as [b, s, h, d] (permuted view) is mapped through its contiguous base
+    bufs = [x if x.is_contiguous() else x.permute(0, 2, 1, 3) for x in (q8, k8, v8)]
+    assert all(x.is_contiguous() for x in bufs)
+    ptrs = [mem.map(x.view(torch.uint8).numpy()) for x in bufs] + [mem.map(out), mem.map(lse)]
     strides = [s for t in (q8, k8, v8) for s in t.stride()[:3]] + [s // 2 for s in out.strides[:3]]
     ints = (b, hq, hkv, sq, sk, d_qk, d_v, flags)
     scale = 1.0 / math.sqrt(d_qk) if scale is None else scale
@@ -158,6 +161,23 @@ def test_other_head_dims_the_generator_accepts(d_qk, d_v, p_mode):
     assert not res.findings, "\n".join(map(str, res.findings))
     ref, ref_lse = (
         x.double() for x in reference.attention(q8, k8, v8, p_mode=p_mode, block_n=64, **_kw(d_qk, 3))
+    )
+    off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
+    assert off.float().mean() <= FLIP_SHARE and not torch.isnan(got).any()
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+
+
+def test_head_major_strides():
+    """q, k, v laid out [b, h, s, d] in memory and passed as [b, s, h, d] views: the kernel follows
+    the strides of the kernel arguments (stride_seq = d, stride_head = s d)."""
+    rng = np.random.default_rng()
+    q8, k8, v8 = (x.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+                  for x in fp8_inputs(rng, 2, 100, 130, 4, 2, 192))  # fmt: skip
+    assert not q8.is_contiguous() and q8.stride()[1] == 192
+    res, got, lse = launch(kernel(192, "lean")[0], q8, k8, v8, 3)
+    assert not res.findings, "\n".join(map(str, res.findings))
+    ref, ref_lse = (
+        x.double() for x in reference.attention(q8, k8, v8, p_mode="lean", block_n=64, **_kw(192, 3))
     )
     off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
     assert off.float().mean() <= FLIP_SHARE and not torch.isnan(got).any()
