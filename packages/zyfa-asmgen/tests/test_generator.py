@@ -52,8 +52,10 @@ def test_descriptor_is_computed_from_the_program(entry, abi_header):
     ) == (1, 1, 1)
     # register budget: the MFMA operands of K and V in AGPRs (8 per MFMA), the rest in VGPRs:
     # Q 8 per 64 of d_qk, S^T 32, P 8, O^T accumulators d_v / 2, and the fixed block
-    ones = Options().row_sum_on_mfma(var.p_mode, var.d_qk)  # the ones operand of the row-sum MFMA
-    assert prog.agprs == 8 * (2 * var.d_qk // 64 + var.d_v // 32 + ones)
+    opts = Options()
+    ones = opts.row_sum_on_mfma(var.p_mode, var.d_qk)  # the ones operand of the row-sum MFMA
+    halves = 1 if opts.shares_k_operand(var.p_mode, var.d_qk) else 2  # K operands of S^T
+    assert prog.agprs == 8 * (halves * var.d_qk // 64 + var.d_v // 32 + ones)
     assert prog.vgprs + prog.agprs <= 256, "two waves per SIMD: at most 256 registers per lane"
     assert var.d_qk // 8 + 32 + 8 + var.d_v // 2 < prog.vgprs <= 200
     assert prog.sgprs <= 96

@@ -131,7 +131,7 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
     "p_mode,waves,opts,order",
     [
         ("lean", 2, Options(pipeline=False, setprio=False, mfma_row_sum=False), "forward"),
-        ("exact", 2, Options(pipeline=True, mfma_row_sum=True), "forward"),
+        ("exact", 2, Options(pipeline=True, mfma_row_sum=True, share_k_operand=True), "forward"),
         ("lean", 8, Options(), "reverse"),  # the ping-pong of two groups of four waves
         ("exact", 8, Options(pingpong=False), "forward"),
     ],

@@ -58,8 +58,9 @@ CONFIGS = [  # (variant name, waves, options, label)
     ),
     (EXACT128, 2, SHIPPED, "exact, 2 waves, setprio, VALU row sums (shipped)"),
     (EXACT128, 2, mfma_fp8.Options(pipeline=True), "exact, 2 waves, setprio, pipelined, VALU row sums"),
-    (LEAN192, 2, SHIPPED, "lean, 2 waves, setprio, pipelined, VALU row sums (shipped)"),
-    (LEAN192, 2, mfma_fp8.Options(mfma_row_sum=True), "lean, 2 waves, setprio, pipelined, MFMA row sums"),
+    (LEAN192, 2, SHIPPED, "lean, 2 waves, setprio, pipelined, MFMA row sums, shared K operand (shipped)"),
+    (LEAN192, 2, mfma_fp8.Options(share_k_operand=False), "lean, 2 waves, setprio, pipelined, MFMA row sums"),
+    (LEAN192, 2, mfma_fp8.Options(mfma_row_sum=False), "lean, 2 waves, setprio, pipelined, VALU row sums"),
     (EXACT192, 2, SHIPPED, "exact, 2 waves, setprio, VALU row sums (shipped)"),
 ]
 

@@ -129,6 +129,9 @@ class Options:
         iteration has two workgroup barriers (before the MFMAs, and after the row max, when S has
         landed). Only the first group moves K/V, so the second never waits on a DMA. Off: both
         groups in step, same barriers.
+    share_k_operand: S^T's second 32-key half reads its K operand into the AGPRs of the first
+        once the first half's MFMAs are issued (24 AGPRs fewer at d_qk 192; relies, like the
+        deferred P.V, on an MFMA reading srcA when it starts).
     mfma_row_sum: the row sum of the rounded P comes from one more MFMA per block, ones (e4m3 1.0)
         times the same P bytes, accumulated and rescaled like O, instead of 32 VALU decodes and adds.
         Exact in the simulator (it rounds the MFMA's exact sum once, and the block sums are exact
@@ -138,7 +141,8 @@ class Options:
 
     setprio: bool = True
     pipeline: bool | None = None  # None: on for lean P, off for exact P (the modelled ablation's choice)
-    mfma_row_sum: bool | None = None  # None: on for lean P at d_qk <= 128 (see row_sum_on_mfma)
+    mfma_row_sum: bool | None = None  # None: on for lean P
+    share_k_operand: bool | None = None  # None: on where the row-sum MFMA would not fit otherwise
     pingpong: bool = True  # with 8 waves: the two groups of 4 run half an iteration apart
 
     def pipelined(self, p_mode: str) -> bool:
@@ -146,10 +150,17 @@ class Options:
         return p_mode == "lean" if self.pipeline is None else self.pipeline
 
     def row_sum_on_mfma(self, p_mode: str, d_qk: int) -> bool:
-        """Whether the row sums come from the matrix core. By default for lean P up to d_qk 128: at
-        192 its 16 VGPRs + 8 AGPRs push a wave past 256 registers, halving occupancy (modelled
-        1860 against 2950 TFLOP/s)."""
-        return (p_mode == "lean" and d_qk <= 128) if self.mfma_row_sum is None else self.mfma_row_sum
+        """Whether the row sums come from the matrix core (by default for lean P)."""
+        return p_mode == "lean" if self.mfma_row_sum is None else self.mfma_row_sum
+
+    def shares_k_operand(self, p_mode: str, d_qk: int) -> bool:
+        """Whether the two 32-key halves of S^T read their K operand into the same AGPRs, one after
+        the other. By default where d_qk > 128 and the row sums are on the matrix core: without it
+        the row-sum MFMA's 16 VGPRs + 8 AGPRs push a 192/128 wave past 256 registers, halving the
+        occupancy (modelled 1860 against 2950 TFLOP/s)."""
+        if self.share_k_operand is None:
+            return d_qk > 128 and self.row_sum_on_mfma(p_mode, d_qk)
+        return self.share_k_operand
 
 
 def _check_variant(var: Variant) -> Shape:
@@ -466,7 +477,8 @@ class Gen:
                 self.e(f"v_mov_b32_e32 {acc[i]}, 0")
         self.sacc = [self.vv(f"s{i}", 16, 4) for i in range(2)]  # S^T of the block, 2 x 32 keys
         self.p = self.vv("p", 8, 4)  # P^T operand: 32 e4m3 bytes
-        self.kop = [[self.a.alloc(f"k{mb}_{c}", 8, 4) for c in range(sh.kc)] for mb in range(2)]
+        halves = 1 if self.opts.shares_k_operand(sh.p_mode, sh.d_qk) else 2
+        self.kop = [[self.a.alloc(f"k{mb}_{c}", 8, 4) for c in range(sh.kc)] for mb in range(halves)]
         self.vop = [self.a.alloc(f"v{cb}", 8, 4) for cb in range(sh.vc)]
         self.k_rd_cur, self.v_rd_cur = self.vv("k_rd_cur"), self.vv("v_rd_cur")
         self.rel = self.vv("rel")

@@ -81,12 +81,9 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
         g.e("s_barrier", "every wave's share of block kb landed; every wave is done with block kb-1")
     g.e(f"v_add_u32_e32 {g.k_rd_cur}, {g.cur}, {g.k_rd}")
     g.e(f"v_add_u32_e32 {g.v_rd_cur}, {g.cur}, {g.v_rd}")
-    for mb in range(2):
-        for c in range(sh.kc):
-            off = 32 * mb * sh.d_qk + 64 * c
-            op = g.kop[mb][c]
-            g.e(f"ds_read_b128 {op.sub(0, 4)}, {g.k_rd_cur} offset:{off}", f"K rows {32 * mb}+, d {64 * c}+")
-            g.e(f"ds_read_b128 {op.sub(4, 4)}, {g.k_rd_cur} offset:{off + 32}")
+    share = g.opts.shares_k_operand(sh.p_mode, sh.d_qk)
+    for mb in range(1 if share else 2):
+        _read_k(g, mb)
     k.comment("-- 2. prefetch block kb+1 into the other buffer (its last reader finished a block ago)")
     nxt = g.sv(f"next_{tag}")
     g.e(f"s_add_u32 {nxt}, {g.kb}, 1")
@@ -104,13 +101,16 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
     if pingpong and g.opts.pipelined(sh.p_mode):
         k.comment("O^T += V^T P^T of block kb-1 first: done by the time S is, before the softmax phase")
         _pv(g, prio=False)
-    for mb in range(2):
-        for c in range(sh.kc):
-            src_c = "0" if c == 0 else str(g.sacc[mb])
-            g.e(f"{MFMA} {g.sacc[mb]}, {g.kop[mb][c]}, {g.q.sub(8 * c, 8)}, {src_c}", f"S^T keys {32 * mb}+")
+    _s_half(g, 0)
+    if share:
+        k.comment("the second half's K operand into the same AGPRs (the first half's MFMAs have read them)")
+        _read_k(g, 1)
     if g.opts.pipelined(g.sh.p_mode) and not pingpong:
         k.comment("O^T += V^T P^T of block kb-1 (its V^T operand and P are still in the registers)")
         _pv(g, prio=False)
+    if share:
+        g.e("s_waitcnt lgkmcnt(0)")
+    _s_half(g, 1)
     _prio(g, 0)
     for cb in range(sh.vc):
         for t in range(4):
@@ -135,6 +135,26 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
         _pv(g)
     g.e(f"s_add_u32 {g.kb}, {g.kb}, 1")
     g.e(f"s_xor_b32 {g.cur}, {g.cur}, {sh.buf}")
+
+
+def _read_k(g: Gen, mb: int) -> None:
+    """ds_read_b128 of the K operand of S^T's keys 32 mb .. 32 mb + 31 (all d_qk)."""
+    op_set = g.kop[mb if len(g.kop) == 2 else 0]
+    for c in range(g.sh.kc):
+        off = 32 * mb * g.sh.d_qk + 64 * c
+        g.e(
+            f"ds_read_b128 {op_set[c].sub(0, 4)}, {g.k_rd_cur} offset:{off}",
+            f"K rows {32 * mb}+, d {64 * c}+",
+        )
+        g.e(f"ds_read_b128 {op_set[c].sub(4, 4)}, {g.k_rd_cur} offset:{off + 32}")
+
+
+def _s_half(g: Gen, mb: int) -> None:
+    """S^T for keys 32 mb .. 32 mb + 31: d_qk / 64 chained MFMAs."""
+    op_set = g.kop[mb if len(g.kop) == 2 else 0]
+    for c in range(g.sh.kc):
+        src_c = "0" if c == 0 else str(g.sacc[mb])
+        g.e(f"{MFMA} {g.sacc[mb]}, {op_set[c]}, {g.q.sub(8 * c, 8)}, {src_c}", f"S^T keys {32 * mb}+")
 
 
 def _group_barrier(g: Gen, tag: str, first_group: bool, why: str) -> None:
