@@ -127,3 +127,14 @@ def test_assembles_links_and_fits(entry, abi_header, toolchain, tmp_path):
     assert d["next_free_vgpr"] <= MAX_UNIFIED_VGPRS and d["group_segment_fixed_size"] <= MAX_LDS_BYTES
     # the builder's branch-range check relies on its size bound never being below the real size
     assert build_program(var, abi).max_code_bytes >= _encoded_bytes(toolchain, asm)
+
+
+def test_output_is_deterministic_and_commented_by_phase(abi_header):
+    abi = parse_abi_header(abi_header)
+    var = Variant.from_dict(CASES[0])
+    text = generate("mfma_fp8", var, abi)
+    assert text == generate("mfma_fp8", var, abi)
+    p_phase = "-- 6. lean P" if var.p_mode == "lean" else "-- 6. exact P"
+    phases = ["-- 1. block kb", "-- 2. prefetch", "-- 3. S^T = K Q^T", "-- 4. mask", "-- 5. row max", p_phase]
+    for phase in [*phases, "-- 8. rescale", "---- epilogue"]:
+        assert f"// {phase}" in text, phase
