@@ -131,7 +131,20 @@ VARIANTS = [
     {"name": "fa_fwd_bf16_hd192x128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
      "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
+    # FP8 on the matrix cores (generator mfma_fp8: v_mfma_f32_32x32x64_f8f6f4, K/V double buffered in LDS,
+    # docs/gfx950-fp8-kernel.md); lean P is the default mode, exact P the accuracy-first one. Two waves of 32
+    # rows share each K/V block (threads 128; one wave and the 8-wave ping-pong model slower: the ablation
+    # table of docs/gfx950-fp8-kernel.md). The generator always runs the last query tile first.
+    {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128,
+     "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
     {"name": "fa_fwd_e4m3fn_hd128_causal_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
-     "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "rowwise_fp8",
-     "tile_m": 64, "tile_n": 1, "threads": 64, "smem_bytes": 0, "tag": ""},
+     "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "mfma_fp8",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 192,
+     "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 192,
+     "d_v": 128, "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "mfma_fp8",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
 ]

@@ -79,9 +79,11 @@ OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 # Query-tile order of a "tiles" grid: "ascending" = blockIdx.x is the query tile; "descending" = blockIdx.x
 # is ceil(seqlen_q / tile_m) - 1 - tile, so the causal tiles with the most keys are dispatched first
-# (built with -DZYFA_TILE_DESCENDING=1; only src gfx950/fa_fwd_bf16.hip reads it).
+# (gfx950/fa_fwd_bf16.hip is built with -DZYFA_TILE_DESCENDING=1; the mfma_fp8 generator always emits it,
+# so its rows must say so: the simulator and the models map workgroups to tiles by this field).
 TILE_ORDERS = ("ascending", "descending")
-DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip",)
+DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip", "mfma_fp8")
+ALWAYS_DESCENDING_SRCS = ("mfma_fp8",)
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
 # which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself).
 GRID_MODES = ("tiles", "persistent")
@@ -212,6 +214,8 @@ def tile_order_problems(v: dict[str, Any]) -> list[str]:
         return [f"{label}: tile_order {order!r} is not one of {TILE_ORDERS}"]
     if order == "descending" and (v["src"] not in DESCENDING_SRCS or grid_mode(v) != "tiles"):
         return [f"{label}: tile_order 'descending' needs grid 'tiles' and src in {DESCENDING_SRCS}"]
+    if order != "descending" and v["src"] in ALWAYS_DESCENDING_SRCS:
+        return [f"{label}: src {v['src']!r} always runs the last query tile first: set tile_order 'descending'"]
     return []
 
 

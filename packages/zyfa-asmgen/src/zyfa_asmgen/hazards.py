@@ -5,8 +5,9 @@ The hardware does not interlock these cases; the program must put enough indepen
 Sources: LLVM's GCNHazardRecognizer (the gfx940 rules it applies to gfx950) and AMD rocRoller's
 wait-state observer tables for 94x/950 (`VALUTransWrite94x`, `VALUWriteSGPRVCC94x`,
 `VALUWriteSGPRVMEM`, `BufferStoreDwordXXRead`, `OPSEL94x`, `VALUWriteVCCVDIVFMAS`). MFMA (XDL)
-dependencies are not modelled yet: `Kernel` refuses v_mfma_* while this module is in use, so no
-MFMA hazard can slip through silently.
+dependencies are not modelled here: `Kernel` refuses v_mfma_* while this module is in use, so no
+MFMA hazard can slip through silently; MFMA kernels use `Kernel(sim_hazards=True)`, which places
+wait states with the simulator's full rule set (`wait_states`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Generators write instructions in LLVM syntax through `Kernel.emit`. The builder
 
 * parses each line (`isa.Instr`) and inserts the `s_nop` wait states the gfx950 hazard rules ask
-  for (`hazards`), draining the hazard window before every branch;
+  for: by default with the linear rules of `hazards` (no MFMA), draining the hazard window before
+  every branch; with `sim_hazards=True` with the simulator's full rule set (MFMA included) over the
+  program's control flow, at `finalize` (`wait_states`);
 * places labels and checks, at `finalize`, that every branch reaches its target within the SOPP
   branch range (signed 16-bit count of 4-byte words from the next instruction), using an upper
   bound of each instruction's size;
@@ -72,8 +74,11 @@ class Kernel:
     instruction (user SGPRs, workgroup ids, workitem ids). They count as used even if never read.
     """
 
-    def __init__(self, name: str, *, preloaded_sgprs: int = 0, preloaded_vgprs: int = 1) -> None:
+    def __init__(
+        self, name: str, *, preloaded_sgprs: int = 0, preloaded_vgprs: int = 1, sim_hazards: bool = False
+    ) -> None:
         self.name = name
+        self._sim_hazards = sim_hazards
         self._lines: list[Line] = []
         self._labels: set[str] = set()
         self._window: list[Instr] = []  # recent instructions for the hazard rules
@@ -88,8 +93,13 @@ class Kernel:
         """Append one instruction (LLVM syntax), preceded by any s_nop a hazard rule needs."""
         self._check_open()
         ins = Instr.parse(text)
+        if self._sim_hazards:
+            self._lines.append(Line("instr", ins.text, comment, ins))
+            return
         if ins.mnemonic.startswith("v_mfma"):
-            raise KernelBuildError("MFMA hazards are not modelled by zyfa_asmgen.hazards yet")
+            raise KernelBuildError(
+                "zyfa_asmgen.hazards has no MFMA rules: build MFMA kernels with Kernel(..., sim_hazards=True)"
+            )
         if ins.is_branch:
             self._pad(hazards.drain(self._window), "drain hazards before a branch")
         else:
@@ -128,6 +138,8 @@ class Kernel:
         """Check labels and branch ranges, count resources, return the Program."""
         self._check_open()
         self._finalized = True
+        if self._sim_hazards:
+            self._place_wait_states()
         addresses = self._label_addresses()
         self._check_branches(addresses)
         instrs = [ln.instr for ln in self._lines if ln.instr is not None]
@@ -167,6 +179,20 @@ class Kernel:
             n = min(wait_states, 16)  # s_nop takes 0..15 (1..16 wait states)
             self._append(Instr.parse(f"s_nop {n - 1}"), f"hazard: {why}")
             wait_states -= n
+
+    def _place_wait_states(self) -> None:
+        from . import wait_states  # the simulator's rules (numpy); only kernels that ask load it
+
+        pads = wait_states.plan([(ln.kind, ln.text) for ln in self._lines])
+        out: list[Line] = []
+        for idx, ln in enumerate(self._lines):
+            n, why = pads.get(idx, (0, ""))
+            while n > 0:
+                k = min(n, 16)  # s_nop takes 0..15 (1..16 wait states)
+                out.append(Line("instr", f"s_nop {k - 1}", f"hazard: {why}", Instr.parse(f"s_nop {k - 1}")))
+                n -= k
+            out.append(ln)
+        self._lines = out
 
     def _label_addresses(self) -> dict[str, int]:
         addr = 0

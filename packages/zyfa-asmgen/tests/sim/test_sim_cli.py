@@ -26,6 +26,7 @@ SHAPES = {
     "fa_fwd_bf16_hd192x128_causal_gfx950": ["--seqlen-q", "64", "--seqlen-k", "80", "--heads-q", "1",
                                             "--heads-kv", "1"],
     "fa_fwd_e4m3fn_hd128_causal_gfx950": ["--seqlen-q", "96", "--heads-q", "1", "--heads-kv", "1"],
+    "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950": ["--seqlen-q", "96", "--heads-q", "1", "--heads-kv", "1"],
 }  # fmt: skip
 LAUNCH = ["--launch-shape", "1,4096,4096,8,2"]
 
@@ -81,7 +82,7 @@ def test_a_seeded_bug_fails_the_run(capsys, tmp_path) -> None:
     "name,origin",
     [
         ("fa_fwd_bf16_hd128_causal_gfx950", "compiled now by the pinned clang"),
-        ("fa_fwd_e4m3fn_hd128_causal_gfx950", "generator 'rowwise_fp8' run now"),
+        ("fa_fwd_e4m3fn_hd128_causal_gfx950", "generator 'mfma_fp8' run now"),
     ],
 )
 def test_variants_path_builds_the_assembly(capsys, name, origin) -> None:  # fmt: skip

@@ -6,12 +6,13 @@ from collections.abc import Callable
 
 from ..abi import AbiLayout
 from ..variant import Variant, VariantError
-from . import rowwise_fp8
+from . import mfma_fp8
 
 # name -> generate(variant, abi) returning the complete assembly text.
 GENERATORS: dict[str, Callable[[Variant, AbiLayout], str]] = {
-    "rowwise_fp8": rowwise_fp8.generate,
+    "mfma_fp8": mfma_fp8.generate,
 }
+
 
 
 def generate(name: str, variant: Variant, abi: AbiLayout) -> str:

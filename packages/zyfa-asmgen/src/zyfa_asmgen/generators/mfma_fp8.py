@@ -1,0 +1,573 @@
+"""mfma_fp8: FP8 (e4m3fn) causal attention on the gfx950 matrix cores, ZYFA numerics.
+
+Each wave64 owns 32 query rows and walks the keys in blocks of 64 (tile_n 64, the P-scaling
+block); a workgroup has 1, 2, 4 or 8 waves (threads 64 x waves, tile_m 32 x waves; the variants
+use 2) that share one K/V stream through LDS. All matrix work is `v_mfma_f32_32x32x64_f8f6f4`
+(e4m3 x e4m3, fp32 accumulate), computed transposed so that every lane owns ONE query row:
+
+    S^T[64 keys x 32 rows] = K_blk . Q^T    2 x (d_qk/64) MFMAs; A = K rows from LDS, B = Q (registers)
+    O^T[d_v x 32 rows]    += V^T . P^T      d_v/32 MFMAs;     A = V^T by transposing LDS reads, B = P
+
+In the 32x32 accumulator layout lane l holds column l % 32 (its query row) and 16 rows
+8*(r/4) + 4*(l/32) + r%4 of the M dimension (keys of S^T, head dims of O^T), so the softmax is
+lane-local except for one swap between the two half-waves (v_permlane32_swap) for the row max and
+the row sum. P's 32 e4m3 bytes per lane are packed straight into the B operand of the P.V MFMA; the
+key each byte stands for is fixed by that packing, and the V^T operand is read from LDS with
+`ds_read_b64_tr_b8` at row addresses chosen to match it (see `_v_lane_base`).
+
+Why 32x32x64 and not 16x16x128: per MFMA the same 4 KiB of A and B operands feed twice the
+multiply-adds (65536 vs 32768), halving LDS operand traffic per FLOP, and a query row lives in two
+lanes instead of four, so the row max and row sum need one cross-lane step instead of two. Both take
+the same matrix-core time per FLOP in the timing model (16 passes for 32x32x64, 8 for 16x16x128).
+
+Memory: Q is loaded once into registers (raw buffer loads; rows past seqlen_q read 0). K and V
+blocks go global -> LDS directly (`buffer_load_dwordx4 ... lds`), double buffered: block kb+1 is
+requested before block kb's matrix work starts; up to four waves each move their share of every
+block and all waves meet at an s_barrier per block (two with 8 waves, see Options.pingpong). The
+raw buffer resources end at the last valid key, so ragged tails read zeros and are masked like
+causal keys. Output and LSE stores go through raw
+buffers that end at seqlen_q, so rows past it are dropped by the hardware's range check.
+
+Numerics (docs/numerics.md, FP8 mode, SHIFT 8), per row and block, all fp32:
+    C = ((softmax_scale * q_descale) * k_descale) * log2(e); m_new = max(m, C * max_j S_j)
+    m_ref = m_new, or 0 while m_new = -inf;  alpha = exp2(m - m_ref);  m = m_new
+    lean:  code_j = min(rint(fma(S_j, 8C, 120 - 8 m_ref)), 126) saturated to [0, 255] by the pack
+    exact: code_j = e4m3(exp2((S_j * C - m_ref) + 8))
+    l = l * alpha + sum_j decode(code_j)  (the rounded P; exact in any order: multiples of 2^-9 < 2^15;
+                                          on the VALU, or by an MFMA with a ones operand)
+    acc = acc * alpha + P.V (MFMA);  out = (acc / max(l, 1)) * v_descale -> bf16
+    lse = ((m + log2 l) - 8) ln 2
+Masked keys (causal, or past seqlen_k) get S = -inf before the max, so their code is 0.
+
+Schedule: blocks that every row of the tile sees completely run in a loop without masking; the
+remaining (diagonal and tail) blocks run the same body with the mask. Fully masked blocks are never
+visited. Query tiles are dispatched longest first (workgroup x = 0 takes the last tile). Wait states
+come from the simulator's hazard rules over the control flow (`Kernel(sim_hazards=True)`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..abi import AbiLayout
+from ..codeobject import LaunchShape, assembly_file
+from ..kernel import Kernel, Program
+from ..regs import R, RegFile
+from ..variant import Variant, VariantError
+from .common import KernArgs, buffer_rsrc, f32_hex, s_mad64
+
+ARCH = "gfx950"
+ROWS_PER_WAVE = 32  # query rows of one wave (the N dimension of every MFMA)
+TILE_N = 64  # keys per block (two 32-key S^T tiles)
+WAVES = (1, 2, 4, 8)  # waves per workgroup: tile_m = 32 x waves rows share one K/V stream through LDS
+DMA_WAVES = 4  # at most this many waves of a workgroup move K/V into LDS (with 8: the first group)
+SHIFT = 8.0
+LEAN_MAX_CODE = 126.0
+MFMA = "v_mfma_f32_32x32x64_f8f6f4"
+P_MODES = ("lean", "exact")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Head dims and the LDS layout they imply."""
+
+    d_qk: int
+    d_v: int
+    p_mode: str
+    waves: int
+
+    @property
+    def dma_waves(self) -> int:
+        """Waves that issue the K/V LDS-DMA (waves 0 .. dma_waves-1)."""
+        return min(self.waves, DMA_WAVES)
+
+    @property
+    def tile_m(self) -> int:
+        """Query rows per workgroup."""
+        return ROWS_PER_WAVE * self.waves
+
+    @property
+    def kc(self) -> int:
+        """64-wide chunks of d_qk: K-steps of the S MFMA."""
+        return self.d_qk // 64
+
+    @property
+    def vc(self) -> int:
+        """32-wide chunks of d_v: P.V MFMAs per block."""
+        return self.d_v // 32
+
+    @property
+    def k_bytes(self) -> int:
+        """One K block in LDS: 64 rows of d_qk bytes, row-major."""
+        return TILE_N * self.d_qk
+
+    @property
+    def v_bytes(self) -> int:
+        """One V block in LDS: 64 rows of d_v bytes, row-major."""
+        return TILE_N * self.d_v
+
+    @property
+    def buf(self) -> int:
+        """Bytes of one LDS buffer (K then V); two of them."""
+        return self.k_bytes + self.v_bytes
+
+
+@dataclass(frozen=True)
+class Options:
+    """Schedule switches that leave the numerics alone (the variants use the defaults; the
+    ablation in docs/gfx950-fp8-kernel.md turns them off).
+
+    setprio: raise the wave's priority (s_setprio 1) while it issues its MFMAs, so on a SIMD shared
+        by two waves the matrix work of one goes first and the other's softmax fills the VALU
+        (the ping-pong of two waves; the timing model's arbiter honours s_setprio).
+    pipeline: block kb's P.V product is issued in iteration kb+1 right after S of block kb+1, so a
+        wave issues its eight MFMAs back to back and then runs one softmax (a P of zeros feeds the
+        first, harmless P.V; the last one follows the loops).
+    pingpong: with 8 waves per workgroup (two per SIMD), the second group of four starts one barrier
+        late, so on every SIMD one wave issues its MFMAs while the other runs its softmax; each
+        iteration has two workgroup barriers (before the MFMAs, and after the row max, when S has
+        landed). Only the first group moves K/V, so the second never waits on a DMA. Off: both
+        groups in step, same barriers.
+    share_k_operand: S^T's second 32-key half reads its K operand into the AGPRs of the first
+        once the first half's MFMAs are issued (24 AGPRs fewer at d_qk 192; relies, like the
+        deferred P.V, on an MFMA reading srcA when it starts).
+    mfma_row_sum: the row sum of the rounded P comes from one more MFMA per block, ones (e4m3 1.0)
+        times the same P bytes, accumulated and rescaled like O, instead of 32 VALU decodes and adds.
+        Exact in the simulator (it rounds the MFMA's exact sum once, and the block sums are exact
+        anyway); on hardware it rests on the MFMA's undocumented accumulation, as the sm_90a lean
+        kernels' tensor-core row sums do (docs/numerics.md), so exact P keeps the VALU sum.
+    """
+
+    setprio: bool = True
+    pipeline: bool | None = None  # None: on for lean P, off for exact P (the modelled ablation's choice)
+    mfma_row_sum: bool | None = None  # None: on for lean P
+    share_k_operand: bool | None = None  # None: on where the row-sum MFMA would not fit otherwise
+    pingpong: bool = True  # with 8 waves: the two groups of 4 run half an iteration apart
+
+    def pipelined(self, p_mode: str) -> bool:
+        """Whether the P.V product is deferred by one block for this p_mode."""
+        return p_mode == "lean" if self.pipeline is None else self.pipeline
+
+    def row_sum_on_mfma(self, p_mode: str, d_qk: int) -> bool:
+        """Whether the row sums come from the matrix core (by default for lean P)."""
+        return p_mode == "lean" if self.mfma_row_sum is None else self.mfma_row_sum
+
+    def shares_k_operand(self, p_mode: str, d_qk: int) -> bool:
+        """Whether the two 32-key halves of S^T read their K operand into the same AGPRs, one after
+        the other. By default where d_qk > 128 and the row sums are on the matrix core: without it
+        the row-sum MFMA's 16 VGPRs + 8 AGPRs push a 192/128 wave past 256 registers, halving the
+        occupancy (modelled 1860 against 2950 TFLOP/s)."""
+        if self.share_k_operand is None:
+            return d_qk > 128 and self.row_sum_on_mfma(p_mode, d_qk)
+        return self.share_k_operand
+
+
+def _check_variant(var: Variant) -> Shape:
+    waves = var.threads // 64
+    wanted = {"arch": ARCH, "dtype": "e4m3fn", "tile_m": ROWS_PER_WAVE * waves, "tile_n": TILE_N,
+              "threads": 64 * waves}  # fmt: skip
+    bad = {key: getattr(var, key) for key, want in wanted.items() if getattr(var, key) != want}
+    if bad or waves not in WAVES:
+        raise VariantError(
+            f"mfma_fp8 implements threads 64 x waves (waves in {WAVES}), tile_m 32 x waves, {wanted}; "
+            f"variant {var.name!r} asks {bad or {'threads': var.threads}}"
+        )
+    if var.p_mode not in P_MODES:
+        raise VariantError(f"mfma_fp8: p_mode must be one of {P_MODES}, got {var.p_mode!r}")
+    if var.d_qk not in (64, 128, 192, 256) or var.d_v not in (64, 128):
+        raise VariantError(
+            f"mfma_fp8 needs d_qk in 64/128/192/256 and d_v in 64/128 (got {var.d_qk}, {var.d_v})"
+        )
+    return Shape(var.d_qk, var.d_v, var.p_mode, waves)
+
+
+class Gen:
+    """Emits one kernel: registers by name, phases as methods, in program order."""
+
+    def __init__(self, var: Variant, abi: AbiLayout, opts: Options) -> None:
+        self.sh = _check_variant(var)
+        self.opts = opts
+        self.abi = abi
+        self.k = Kernel(var.name, preloaded_sgprs=5, preloaded_vgprs=1, sim_hazards=True)
+        self.v = RegFile("v", base=1)  # v0: work-item id
+        self.a = RegFile("a")
+        self.s = RegFile("s", base=5)  # s[0:1] kernarg pointer, s2..s4 workgroup ids x, y, z
+        self.lds = self.k.lds("kv", 2 * self.sh.buf)
+
+    # ---- small helpers ---------------------------------------------------------------------------
+    def e(self, text: str, comment: str = "") -> None:
+        self.k.emit(text, comment)
+
+    def sv(self, name: str, n: int = 1, align: int = 1) -> R:
+        return self.s.alloc(name, n, align)
+
+    def vv(self, name: str, n: int = 1, align: int = 1) -> R:
+        return self.v.alloc(name, n, align)
+
+    # ---- setup -------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        k, sh = self.k, self.sh
+        self.karg = KernArgs(k, self.abi, self.sv("karg", -(-self.abi.size // 4), 4), "s[0:1]")
+        a = self.karg
+        k.comment("a kernel built for other head dims writes nothing (the launcher checks first)")
+        self.e(f"s_cmp_eq_u32 {a.reg('d_qk')}, {sh.d_qk}")
+        self.e("s_cbranch_scc0 .Lend")
+        self.e(f"s_cmp_eq_u32 {a.reg('d_v')}, {sh.d_v}")
+        self.e("s_cbranch_scc0 .Lend")
+        self._tile_and_blocks()
+        self._kv_head()
+        self._bases()
+        self._lane_constants()
+        self._scale_constants()
+        self._load_q()
+        self._init_state()
+
+    def _tile_and_blocks(self) -> None:
+        a, t = self.karg, self.sv("t", 2)
+        sq, sk = a.reg("seqlen_q"), a.reg("seqlen_k")
+        self.row0, self.diag = self.sv("row0"), self.sv("diag")
+        self.wave, self.roww = self.sv("wave"), self.sv("row0_wave")
+        shift = self.sh.tile_m.bit_length() - 1
+        self.nblocks, self.nfull, self.kb = self.sv("nblocks"), self.sv("nfull"), self.sv("kb")
+        causal_bit = self.abi.flags["ZYFA_FLAG_CAUSAL"].bit_length() - 1
+        self.k.comment("longest query tiles first: workgroup x = 0 takes the last tile")
+        self.e(f"s_add_u32 {t[0]}, {sq}, {self.sh.tile_m - 1}")
+        self.e(f"s_lshr_b32 {t[0]}, {t[0]}, {shift}", f"tiles = ceil(seqlen_q / {self.sh.tile_m})")
+        self.e(f"s_sub_u32 {t[0]}, {t[0]}, 1")
+        self.e(f"s_sub_u32 {t[0]}, {t[0]}, s2")
+        self.e(f"s_lshl_b32 {self.row0}, {t[0]}, {shift}", f"row0 = tile * {self.sh.tile_m}")
+        vt = self.vv("wave_v")
+        self.e(f"v_lshrrev_b32_e32 {vt}, 6, v0")
+        self.e(f"v_readfirstlane_b32 {self.wave}, {vt}", "this wave's index in the workgroup")
+        self.v.free(vt)
+        self.e(f"s_lshl_b32 {t[0]}, {self.wave}, 5")
+        self.e(f"s_add_u32 {self.roww}, {self.row0}, {t[0]}", "the wave's first row")
+        self.k.comment("row i sees keys j <= i + diag: diag = seqlen_k - seqlen_q (causal) or seqlen_k")
+        self.e(f"s_sub_i32 {self.diag}, {sk}, {sq}")
+        self.e(f"s_bitcmp1_b32 {a.reg('flags')}, {causal_bit}")
+        self.e(f"s_cselect_b32 {self.diag}, {self.diag}, {sk}")
+        self.k.comment(
+            "blocks = those holding a key the tile's last valid row sees; full = those every row sees"
+        )
+        self.e(f"s_add_i32 {t[0]}, {self.row0}, {self.sh.tile_m - 1}")
+        self.e(f"s_add_i32 {t[1]}, {sq}, -1")
+        self.e(f"s_min_i32 {t[0]}, {t[0]}, {t[1]}", "last valid row")
+        self.e(f"s_add_i32 {t[0]}, {t[0]}, {self.diag}")
+        self.e(f"s_add_i32 {t[1]}, {sk}, -1")
+        self.e(f"s_min_i32 {t[0]}, {t[0]}, {t[1]}", "its last visible key")
+        self.e(f"s_add_i32 {t[0]}, {t[0]}, {TILE_N}")
+        self.e(f"s_ashr_i32 {self.nblocks}, {t[0]}, 6")
+        self.e(f"s_max_i32 {self.nblocks}, {self.nblocks}, 0")
+        self.e(f"s_add_i32 {t[0]}, {self.row0}, {self.diag}")
+        self.e(f"s_min_i32 {t[0]}, {t[0]}, {t[1]}", "the first row's last visible key")
+        self.e(f"s_add_i32 {t[0]}, {t[0]}, 1")
+        self.e(f"s_ashr_i32 {self.nfull}, {t[0]}, 6")
+        self.e(f"s_max_i32 {self.nfull}, {self.nfull}, 0")
+        self.e(f"s_min_i32 {self.nfull}, {self.nfull}, {self.nblocks}")
+        self.s.free(t)
+
+    def _kv_head(self) -> None:
+        """kv_head = floor(head * heads_kv / heads_q), by at most heads_kv subtractions."""
+        a = self.karg
+        rem = self.sv("gqa_rem")
+        self.kvh = self.sv("kvh")
+        self.k.comment("GQA / MQA: kv head = floor(head * heads_kv / heads_q)")
+        self.e(f"s_mul_i32 {rem}, s3, {a.reg('heads_kv')}")
+        self.e(f"s_mov_b32 {self.kvh}, 0")
+        self.k.label(".Lgqa")
+        self.e(f"s_cmp_lt_u32 {rem}, {a.reg('heads_q')}")
+        self.e("s_cbranch_scc1 .Lgqa_done")
+        self.e(f"s_sub_u32 {rem}, {rem}, {a.reg('heads_q')}")
+        self.e(f"s_add_u32 {self.kvh}, {self.kvh}, 1")
+        self.e("s_branch .Lgqa")
+        self.k.label(".Lgqa_done")
+        self.s.free(rem)
+
+    def _base(self, tensor: str, head: R, elem_shift: int, row: R | None) -> R:
+        """pointer + (batch * stride_b + head * stride_h [+ row * stride_s]) << elem_shift (64-bit)."""
+        a = self.karg
+        base, tmp, st = self.sv(f"{tensor}_base", 2, 2), self.sv("mad_tmp", 3), self.sv("stride", 2, 2)
+        self.e(f"s_mov_b64 {base}, {a.pair(tensor)}")
+        for field, x in (("batch", "s4"), ("head", head), ("seq", row)):
+            if x is None:
+                continue
+            self.e(f"s_lshl_b64 {st}, {a.pair(f'{tensor}_stride_{field}')}, {elem_shift}")
+            s_mad64(self.k, base, x, st, tmp)
+        self.s.free(tmp)
+        self.s.free(st)
+        return base
+
+    def _bases(self) -> None:
+        """Buffer resources: Q and out of this tile (end at seqlen_q), K and V of key block 0, lse."""
+        a = self.karg
+        t = self.sv("nrec")
+        self.k.comment("raw buffer resources; each ends where the tensor's valid rows end")
+        self.rq, self.rk, self.rv = self.sv("rsrc_q", 4, 4), self.sv("rsrc_k", 4, 4), self.sv("rsrc_v", 4, 4)
+        self.ro, self.rl = self.sv("rsrc_o", 4, 4), self.sv("rsrc_lse", 4, 4)
+        self.kstep, self.vstep = self.sv("kstep"), self.sv("vstep")
+        rows_left = self.sv("rows_left")
+        self.e(f"s_sub_i32 {rows_left}, {a.reg('seqlen_q')}, {self.roww}")
+        self.e(
+            f"s_max_i32 {rows_left}, {rows_left}, 0", "a wave wholly past seqlen_q reads and writes nothing"
+        )
+        for name, rsrc, head, shift in (("q", self.rq, "s3", 0), ("out", self.ro, "s3", 1)):
+            base = self._base(name, head, shift, self.roww)
+            self.e(f"s_mul_i32 {t}, {rows_left}, {a.reg(f'{name}_stride_seq')}")
+            if shift:
+                self.e(f"s_lshl_b32 {t}, {t}, {shift}")
+            buffer_rsrc(self.k, rsrc, base, str(t))
+            self.s.free(base)
+        for name, rsrc, step in (("k", self.rk, self.kstep), ("v", self.rv, self.vstep)):
+            base = self._base(name, self.kvh, 0, None)
+            self.e(f"s_mul_i32 {t}, {a.reg('seqlen_k')}, {a.reg(f'{name}_stride_seq')}")
+            buffer_rsrc(self.k, rsrc, base, str(t))
+            self.e(
+                f"s_lshl_b32 {step}, {a.reg(f'{name}_stride_seq')}, 6", f"{name} bytes per block of 64 keys"
+            )
+            self.s.free(base)
+        self.k.comment("lse [b, heads_q, seqlen_q] fp32 from row0")
+        base = self.sv("lse_base", 2, 2)
+        self.e(f"s_mul_i32 {t}, s4, {a.reg('heads_q')}")
+        self.e(f"s_add_u32 {t}, {t}, s3")
+        self.e(f"s_mul_i32 {t}, {t}, {a.reg('seqlen_q')}")
+        self.e(f"s_add_u32 {t}, {t}, {self.roww}")
+        self.e(f"s_mul_hi_u32 {base[1]}, {t}, 4")
+        self.e(f"s_mul_i32 {base[0]}, {t}, 4")
+        self.e(f"s_add_u32 {base[0]}, {base[0]}, {a.reg('lse')}")
+        self.e(f"s_addc_u32 {base[1]}, {base[1]}, {a.reg('lse', 1)}")
+        self.e(f"s_lshl_b32 {t}, {rows_left}, 2")
+        buffer_rsrc(self.k, self.rl, base, str(t))
+        self.s.free(base)
+        self.s.free(t)
+        self.s.free(rows_left)
+        self.cur = self.sv("lds_cur")  # LDS offset of the buffer block kb is in: 0 or buf
+        self.e(f"s_mov_b32 {self.cur}, 0")
+        self.mask_sel = self.sv("mask_sel", 8, 2)  # four lane masks of the causal compare
+
+    # ---- per-lane constants -------------------------------------------------------------------------
+    def _lane_constants(self) -> None:
+        sh, a = self.sh, self.karg
+        self.k.comment("per-lane constants: lane l owns query row l % 32, half g = l / 32")
+        col, g, t = self.vv("lane_col"), self.vv("lane_g"), self.vv("tmp_lane", 4)
+        self.e(f"v_and_b32_e32 {col}, 31, v0")
+        self.e(f"v_bfe_u32 {g}, v0, 5, 1")
+        self.q_off = self.vv("q_off")
+        self.e(f"v_mul_lo_u32 {self.q_off}, {a.reg('q_stride_seq')}, {col}")
+        self.e(f"v_lshl_add_u32 {self.q_off}, {g}, 4, {self.q_off}", "+ 16 g bytes")
+        self.o_off = self.vv("o_off")
+        self.e(f"v_mul_lo_u32 {self.o_off}, {a.reg('out_stride_seq')}, {col}")
+        self.e(f"v_lshlrev_b32_e32 {self.o_off}, 1, {self.o_off}")
+        self.e(f"v_lshl_add_u32 {self.o_off}, {g}, 3, {self.o_off}", "+ 4 g bf16")
+        self.lse_off = self.vv("lse_off")
+        self.e(f"v_lshlrev_b32_e32 {self.lse_off}, 2, {col}")
+        self.k_rd = self.vv("k_rd")  # LDS byte of this lane's K row chunk in buffer 0
+        self.e(f"v_mul_u32_u24_e32 {self.k_rd}, {sh.d_qk}, {col}")
+        self.e(f"v_lshl_add_u32 {self.k_rd}, {g}, 4, {self.k_rd}")
+        self.v_rd = self.vv("v_rd")
+        self._v_lane_base(self.v_rd, t)
+        self.k_dma = self._dma_offsets("k", sh.d_qk, a.reg("k_stride_seq"), t)
+        self.v_dma = self._dma_offsets("v", sh.d_v, a.reg("v_stride_seq"), t)
+        self.k.comment("causal limit per lane: last visible key of the row, less 4 g (the lane's key offset)")
+        self.lim = self.vv("limit")
+        self.e(f"v_add_u32_e32 {self.lim}, {self.roww}, {col}")
+        self.e(f"v_add_u32_e32 {self.lim}, {self.diag}, {self.lim}")
+        sk1 = self.sv("sk1")
+        self.e(f"s_add_i32 {sk1}, {a.reg('seqlen_k')}, -1")
+        self.e(f"v_min_i32_e32 {self.lim}, {sk1}, {self.lim}")
+        self.s.free(sk1)
+        self.e(f"v_lshlrev_b32_e32 {t[0]}, 2, {g}")
+        self.e(f"v_sub_u32_e32 {self.lim}, {self.lim}, {t[0]}")
+        for r in (col, g, t):
+            self.v.free(r)
+
+    def _v_lane_base(self, dst: R, t: R) -> None:
+        """LDS byte each lane's ds_read_b64_tr_b8 reads for the V^T operand (buffer 0, t = 0, chunk 0).
+
+        Result lane l of a 16-lane group G gets byte l % 8 of source lanes 16G + 2j + (l % 16) / 8,
+        j = 0..7 (sim/ops_memory.tr_source). Source lane (G, j, h) reads row key(j, g) at column
+        16 (G % 2) + 8 h, so result lane l receives column l % 32 of rows key(0..7, g): exactly the
+        keys its P bytes 8t..8t+7 stand for, key = 16 t + 8 (j / 4) + 4 g + j % 4 (t: the offset).
+        """
+        sh = self.sh
+        j, gg = t[0], t[1]
+        self.e(f"v_bfe_u32 {j}, v0, 1, 3", "j = (lane / 2) % 8")
+        self.e(f"v_bfe_u32 {gg}, v0, 5, 1", "g = (lane / 32) % 2")
+        self.e(f"v_and_b32_e32 {dst}, 3, {j}", "j % 4")
+        self.e(f"v_lshl_add_u32 {dst}, {gg}, 2, {dst}", "+ 4 g")
+        self.e(f"v_lshrrev_b32_e32 {j}, 2, {j}")
+        self.e(f"v_lshl_add_u32 {dst}, {j}, 3, {dst}", "+ 8 (j / 4): the row")
+        self.e(f"v_mul_u32_u24_e32 {dst}, {sh.d_v}, {dst}")
+        self.e(f"v_bfe_u32 {j}, v0, 4, 1", "G % 2")
+        self.e(f"v_lshl_add_u32 {dst}, {j}, 4, {dst}", "+ 16 (G % 2)")
+        self.e(f"v_and_b32_e32 {j}, 1, v0", "h")
+        self.e(f"v_lshl_add_u32 {dst}, {j}, 3, {dst}", "+ 8 h")
+        self.e(f"v_add_u32_e32 {dst}, {sh.k_bytes}, {dst}", "V follows K in the buffer")
+
+    def _dma_offsets(self, name: str, width: int, stride: R, t: R) -> R:
+        """Global byte offset each lane fetches in each 1 KiB LDS-DMA of a block: LDS byte
+        x = 1024 i + 16 lane holds row x / width, column x % width of the block (row-major).
+        Wave w < dma_waves issues the DMAs i = dma_waves j + w, so x = 1024 dma_waves j + 16 v0."""
+        n = TILE_N * width // 1024 // self.sh.dma_waves
+        out = self.vv(f"{name}_dma", n)
+        x, row, c = t[0], t[1], t[2]
+        for i in range(n):
+            self.e(f"v_lshlrev_b32_e32 {x}, 4, v0")
+            if i:
+                self.e(f"v_add_u32_e32 {x}, {1024 * self.sh.dma_waves * i}, {x}")
+            if width & (width - 1) == 0:
+                self.e(f"v_lshrrev_b32_e32 {row}, {width.bit_length() - 1}, {x}")
+            else:  # width = 64 * 3: row = ((x / 64) * 43691) >> 17, exact for x / 64 < 2^16
+                self.e(f"v_lshrrev_b32_e32 {row}, 6, {x}")
+                self.e(f"v_mul_u32_u24_e32 {row}, 0xaaab, {row}")
+                self.e(f"v_lshrrev_b32_e32 {row}, 17, {row}")
+            self.e(f"v_mul_u32_u24_e32 {c}, {width}, {row}")
+            self.e(f"v_sub_u32_e32 {c}, {x}, {c}", "column")
+            self.e(f"v_mul_lo_u32 {row}, {stride}, {row}")
+            self.e(f"v_add_u32_e32 {out[i]}, {row}, {c}")
+        return out
+
+    def _scale_constants(self) -> None:
+        a = self.karg
+        self.k.comment("C = ((softmax_scale * q_descale) * k_descale) * log2(e); lean A = 8 C (pairs)")
+        self.c2 = self.vv("c2", 2, 2)
+        c = self.c2[0]
+        self.e(f"v_mov_b32_e32 {c}, {a.reg('softmax_scale')}")
+        self.e(f"v_mul_f32_e32 {c}, {a.reg('q_descale')}, {c}")
+        self.e(f"v_mul_f32_e32 {c}, {a.reg('k_descale')}, {c}")
+        self.e(f"v_mul_f32_e32 {c}, {f32_hex(math.log2(math.e))}, {c}")
+        if self.sh.p_mode == "lean":
+            self.e(f"v_mul_f32_e32 {self.c2[1]}, 0x41000000, {c}", "A = 8 C (exact)")
+            self.e(f"v_mov_b32_e32 {c}, {self.c2[1]}")
+        else:
+            self.e(f"v_mov_b32_e32 {self.c2[1]}, {c}")
+            self.eight2 = self.vv("eight2", 2, 2)
+            self.e(f"v_mov_b32_e32 {self.eight2[0]}, {f32_hex(SHIFT)}")
+            self.e(f"v_mov_b32_e32 {self.eight2[1]}, {f32_hex(SHIFT)}")
+        self.cs = self.vv("c_scalar")  # C itself (the lean pair holds 8 C)
+        self.e(f"v_mov_b32_e32 {self.cs}, {a.reg('softmax_scale')}")
+        self.e(f"v_mul_f32_e32 {self.cs}, {a.reg('q_descale')}, {self.cs}")
+        self.e(f"v_mul_f32_e32 {self.cs}, {a.reg('k_descale')}, {self.cs}")
+        self.e(f"v_mul_f32_e32 {self.cs}, {f32_hex(math.log2(math.e))}, {self.cs}")
+        self.ninf = self.vv("neg_inf")
+        self.e(f"v_mov_b32_e32 {self.ninf}, {f32_hex(-math.inf)}")
+
+    def _load_q(self) -> None:
+        sh = self.sh
+        self.q = self.vv("q", 8 * sh.kc, 4)
+        self.k.comment(
+            "Q^T operand, loaded once: lane (row, g) holds bytes [16g, +16) and [32 + 16g, +16) of each 64"
+        )
+        for c in range(sh.kc):
+            for half in (0, 1):
+                dst = self.q.sub(8 * c + 4 * half, 4)
+                self.e(
+                    f"buffer_load_dwordx4 {dst}, {self.q_off}, {self.rq}, 0 offen offset:{64 * c + 32 * half}"
+                )
+
+    def _init_state(self) -> None:
+        sh = self.sh
+        self.k.comment("running state: m = -inf, l = 0, acc = 0")
+        self.m, self.l = self.vv("m"), self.vv("l")
+        self.e(f"v_mov_b32_e32 {self.m}, {self.ninf}")
+        self.e(f"v_mov_b32_e32 {self.l}, 0")
+        self.acc = [self.vv(f"acc{i}", 16, 4) for i in range(sh.vc)]
+        for acc in self.acc:
+            for i in range(16):
+                self.e(f"v_mov_b32_e32 {acc[i]}, 0")
+        self.sacc = [self.vv(f"s{i}", 16, 4) for i in range(2)]  # S^T of the block, 2 x 32 keys
+        self.p = self.vv("p", 8, 4)  # P^T operand: 32 e4m3 bytes
+        halves = 1 if self.opts.shares_k_operand(sh.p_mode, sh.d_qk) else 2
+        self.kop = [[self.a.alloc(f"k{mb}_{c}", 8, 4) for c in range(sh.kc)] for mb in range(halves)]
+        self.vop = [self.a.alloc(f"v{cb}", 8, 4) for cb in range(sh.vc)]
+        self.k_rd_cur, self.v_rd_cur = self.vv("k_rd_cur"), self.vv("v_rd_cur")
+        self.rel = self.vv("rel")
+        self.mnew, self.mref, self.alpha2 = self.vv("m_new"), self.vv("m_ref"), self.vv("alpha2", 2, 2)
+        self.b2 = self.vv("b2", 2, 2)  # lean: B = 120 - 8 m_ref (pair); exact: -m_ref (pair)
+        self.t4 = self.vv("t4", 4, 2)
+        self.bsum = self.vv("bsum", 2, 2)
+        if self.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
+            self.k.comment(
+                "row sums on the matrix core: A = ones (e4m3 1.0 = 0x38), D = 32 copies of l per row"
+            )
+            self.lacc = self.vv("lacc", 16, 4)
+            for i in range(16):
+                self.e(f"v_mov_b32_e32 {self.lacc[i]}, 0")
+            self.ones = self.a.alloc("ones", 8, 4)
+            self.e(f"v_mov_b32_e32 {self.bsum[0]}, 0x38383838")
+            for i in range(8):
+                self.e(f"v_accvgpr_write_b32 {self.ones[i]}, {self.bsum[0]}")
+
+    # ---- K/V streaming -----------------------------------------------------------------------------
+    def request_block(self, lds_off: str) -> None:
+        """LDS-DMA of the block the K/V resources point at into the buffer at SGPR `lds_off`; each
+        DMA wave moves its share (1 KiB DMAs i = dma_waves j + w)."""
+        base = self.sv("dma_base")
+        skip = f".Lno_dma_{self._uid()}"
+        if self.sh.waves > self.sh.dma_waves:
+            self.e(f"s_cmp_lt_u32 {self.wave}, {self.sh.dma_waves}")
+            self.e(f"s_cbranch_scc0 {skip}", "the second wave group moves no K/V")
+        self.e(f"s_lshl_b32 {base}, {self.wave}, 10")
+        self.e(f"s_add_u32 {base}, {base}, {lds_off}", "buffer + 1 KiB x wave")
+        step = 1024 * self.sh.dma_waves
+        for name, dma, rsrc, first in (
+            ("K", self.k_dma, self.rk, 0),
+            ("V", self.v_dma, self.rv, self.sh.k_bytes),
+        ):
+            for i in range(dma.count):
+                self.e(f"s_add_u32 m0, {base}, {first + step * i}", f"{name} rows -> LDS")
+                self.e(f"buffer_load_dwordx4 {dma[i]}, {rsrc}, 0 offen lds")
+        if self.sh.waves > self.sh.dma_waves:
+            self.k.label(skip)
+        self.s.free(base)
+
+    def _uid(self) -> int:
+        self._labels_made = getattr(self, "_labels_made", 0) + 1
+        return self._labels_made
+
+    def advance_kv(self) -> None:
+        """Point the K/V resources at the next block: base += 64 rows, num_records -= 64 rows."""
+        for rsrc, step in ((self.rk, self.kstep), (self.rv, self.vstep)):
+            self.e(f"s_add_u32 {rsrc[0]}, {rsrc[0]}, {step}")
+            self.e(f"s_addc_u32 {rsrc[1]}, {rsrc[1]}, 0")
+            self.e(f"s_sub_u32 {rsrc[2]}, {rsrc[2]}, {step}")
+
+
+def _build(var: Variant, abi: AbiLayout, opts: Options | None = None) -> tuple[Gen, Program]:
+    from .mfma_fp8_body import emit_kernel
+
+    g = Gen(var, abi, opts or Options())
+    emit_kernel(g)
+    return g, g.k.finalize()
+
+
+def build_program(var: Variant, abi: AbiLayout, opts: Options | None = None) -> Program:
+    """Emit and finalize the kernel body for `var` (checked to be what this generator implements)."""
+    return _build(var, abi, opts)[1]
+
+
+def _header(var: Variant, prog: Program, sh: Shape) -> str:
+    return f"""{var.name}: generated by zyfa_asmgen.generators.mfma_fp8 -- do not edit.
+FP8 (e4m3fn q/k/v, bf16 out) causal attention, ZYFA numerics, p_mode {sh.p_mode}, SHIFT {SHIFT:g}.
+arch {ARCH}; tile_m {sh.tile_m} query rows x tile_n {TILE_N} keys per block; {sh.waves} wave64 per workgroup
+(32 rows each, one shared K/V stream);
+{MFMA} for S^T = K Q^T ({2 * sh.kc} per block) and O^T += V^T P^T ({sh.vc} per block).
+LDS {prog.lds_bytes} bytes (2 buffers of K {sh.k_bytes} + V {sh.v_bytes});
+VGPRs {prog.vgprs}, AGPRs {prog.agprs}, SGPRs {prog.sgprs}.
+Kernarg: zyfa_fwd_args by value, offsets parsed from kernels/abi/zyfa_abi.h."""
+
+
+def generate_with_operands(
+    var: Variant, abi: AbiLayout, opts: Options | None = None
+) -> tuple[str, dict[str, str]]:
+    """The assembly file and where its MFMA operands live ({"p": "v[..]", "q": ..., "acc0": ...}),
+    for tests that read them in the simulator."""
+    g, prog = _build(var, abi, opts)
+    shape = LaunchShape(threads=64 * g.sh.waves, kernarg_bytes=abi.size)
+    regs = {"p": str(g.p), "q": str(g.q), **{f"acc{i}": str(r) for i, r in enumerate(g.acc)}}
+    return assembly_file(prog, shape, _header(var, prog, g.sh)), regs
+
+
+def generate(var: Variant, abi: AbiLayout) -> str:
+    """The complete gfx950 assembly file for `var`."""
+    return generate_with_operands(var, abi)[0]
