@@ -103,11 +103,11 @@ def test_loaded_kernel_runs_like_its_assembly(built) -> None:
     seed = int(np.random.SeedSequence().entropy % (1 << 32))
     runs = [run(prog, VAR, 1, 45, 45, 2, 1, rng=np.random.default_rng(seed))
             for prog in (parse_asm(asm), load_code_object(hsaco).program)]  # fmt: skip
-    (res_s, *_, out_s, lse_s, _), (res_b, q, k, v, out_b, lse_b, rows) = runs
+    (res_s, *_, out_s, lse_s, _, _), (res_b, q, k, v, out_b, lse_b, rows, block_n) = runs
     assert res_b.instructions == res_s.instructions > 0
     assert np.array_equal(out_b.view(np.uint16), out_s.view(np.uint16))
     assert np.array_equal(lse_b.view(np.uint32), lse_s.view(np.uint32))
-    check(res_b, q, k, v, out_b, lse_b, rows)
+    check(res_b, q, k, v, out_b, lse_b, rows, block_n)
 
 
 def test_aiter_kernel_loads() -> None:
@@ -228,7 +228,9 @@ def test_cli_summary_listing_and_roundtrip(built, tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "code object v6, target amdgcn-amd-amdhsa--gfx950" in out
     assert f"kernel {VAR['name']}: entry instruction 0" in out
-    assert "descriptor group_segment_fixed_size = 0" in out and "simulator lacks: nothing" in out
+    lds = load_code_object(hsaco).kernel(VAR["name"]).descriptor["group_segment_fixed_size"]
+    assert lds > 0  # the kernel stages K and V in LDS
+    assert f"descriptor group_segment_fixed_size = {lds}" in out and "simulator lacks: nothing" in out
     assert main(["codeobject", str(hsaco), "--disassemble", "-o", str(tmp_path / "k.s")]) == 0
     listing = (tmp_path / "k.s").read_text()
     assert listing.startswith(".text\n") and f"\n{VAR['name']}:\n" in listing

@@ -54,12 +54,15 @@ P_MODES = ("exact", "lean", "f16")
 """FP8 probability modes: "exact" (P = e4m3(exp2)), "lean" (P's e4m3 code from one FMA), "f16" (P.V in
 f16: P = f16(exp2), V converted e4m3 -> f16 in the kernel; sm90a only). Also the order in which `select`
 prefers them when p_mode is None, on an arch without its own entry in `P_MODE_PREFERENCE`."""
-P_MODE_PREFERENCE: Mapping[str, tuple[str, ...]] = MappingProxyType({"sm90a": ("lean", "exact", "f16")})
+P_MODE_PREFERENCE: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"sm90a": ("lean", "exact", "f16"), "gfx950": ("lean", "exact")}
+)
 """Per-arch order of `select`'s preference when p_mode is None. sm90a prefers lean P because the H200
 measured it faster than exact P at every seqlen (2K-32K), on both shapes and on Gaussian and model-like
 inputs (1.10-1.40x), and faster and more accurate than cuDNN FP8, the peer a user would otherwise run
 (docs/benchmarks/index.md; kernels/sm90/NOTES.md, "FP8 modes"). Exact P stays the choice for the smallest
-error (p_mode="exact")."""
+error (p_mode="exact"). gfx950 prefers lean P too: its exp shares the VALU with the softmax, so the one
+FMA per score is where lean P gains most (MODELLED in docs/gfx950-fp8-kernel.md; no MI355X measures it)."""
 
 
 def preferred_p_modes(arch: str) -> tuple[str, ...]:
@@ -495,7 +498,7 @@ class Manifest:
 
         `dtype` is the input dtype ("bf16" or "e4m3fn"; aliases such as "fp8_e4m3" or a torch dtype
         are accepted). `p_mode` applies to FP8 only: "exact", "lean" or "f16" (P.V in f16, sm90a);
-        None takes the first built of `P_MODE_PREFERENCE[arch]` (sm90a: lean, exact, f16), or of
+        None takes the first built of `P_MODE_PREFERENCE[arch]` (sm90a: lean, exact, f16; gfx950: lean, exact), or of
         `P_MODES` (exact, lean, f16) on other arches. `tag` "" picks the default implementation of
         that key; another tag (e.g. "simple" for the first mma.sync kernels on sm90a) picks that one.
         Among equal matches the first in manifest order wins.
