@@ -498,10 +498,10 @@ class Manifest:
 
         `dtype` is the input dtype ("bf16" or "e4m3fn"; aliases such as "fp8_e4m3" or a torch dtype
         are accepted). `p_mode` applies to FP8 only: "exact", "lean" or "f16" (P.V in f16, sm90a);
-        None takes the first built of `P_MODE_PREFERENCE[arch]` (sm90a: lean, exact, f16; gfx950: lean, exact), or of
-        `P_MODES` (exact, lean, f16) on other arches. `tag` "" picks the default implementation of
-        that key; another tag (e.g. "simple" for the first mma.sync kernels on sm90a) picks that one.
-        Among equal matches the first in manifest order wins.
+        None takes the first built of `P_MODE_PREFERENCE[arch]` (sm90a: lean, exact, f16; gfx950: lean,
+        exact), or of `P_MODES` (exact, lean, f16) on other arches. `tag` "" picks the default
+        implementation of that key; another tag (e.g. "simple" for the first mma.sync kernels on sm90a)
+        picks that one. Among equal matches the first in manifest order wins.
 
         Raises:
             ValueError: an unknown dtype or p_mode, or a p_mode with bf16.
