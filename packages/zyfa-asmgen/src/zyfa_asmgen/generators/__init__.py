@@ -14,7 +14,6 @@ GENERATORS: dict[str, Callable[[Variant, AbiLayout], str]] = {
 }
 
 
-
 def generate(name: str, variant: Variant, abi: AbiLayout) -> str:
     """Run generator `name` for `variant`; VariantError names the known generators."""
     if name not in GENERATORS:
