@@ -401,7 +401,7 @@ struct Timing {
 };
 
 // The SM clock of the current device (sm90/sm_clock.h). The H200 runs power-capped and its clock moves by
-// 10-25% between launches and builds (kernels/sm90/NOTES.md), most of the self-test's pass-to-pass spread;
+// 10-25% between launches and builds, most of the self-test's pass-to-pass spread;
 // cycles (ms x MHz) compare builds of the same work per clock.
 const SmClock& sm_clock() {
   static const SmClock clock = [] {
