@@ -3,7 +3,7 @@ decoded, printed in LLVM syntax, reassembled by the pinned clang, and must give 
 
 Inputs: ZYFA's own gfx950 kernels (each gfx950 entry of kernels/variants.bzl, built as the build
 builds it), the simulator's test kernels (tests/sim/kernels/*.hip), the assembler probe of
-../shared/oracles when present, and AITER's eight fmha_v3_fwd code objects from the pinned PyPI
+the oracle data (data/oracles/toolchain), and AITER's eight fmha_v3_fwd code objects from the pinned PyPI
 wheel (aiter_inputs.py; skipped with the reason when it cannot be had).
 """
 
