@@ -72,8 +72,8 @@ namespace {
 // 4.2e-2 (sharp rows: an error of ~1e-3 in a large S moves its p), mean <= 1.5e-3. Grid cases (S
 // exact) must match to rounding: lse 1e-4, out 4e-3 (bf16 rounding + P.V accumulation). With the
 // tensor-pipe row sums (kLSumOnes, lean d128) l itself goes through that adder: the grid cases' lse then
-// measured max 2.9-5.0e-3, mean 4.6-8.2e-4 (runs 45-47), bounded here at 1e-2 / 2e-3.
-// Shifted cases (Case::shift, not yet run on the H200): one product of 36 per key in the first k-step puts
+// measured max 2.9-5.0e-3, mean 4.6-8.2e-4 on the H200, bounded here at 1e-2 / 2e-3.
+// Shifted cases (Case::shift; a reasoned bound, not a measured one): one product of 36 per key in the first k-step puts
 // that step's truncation on a coarser grid, so the lse mean may exceed the Gaussian cases' 1.5e-3: 5e-3
 // there. A wrong running max (what these cases are for) moves lse by whole log2 units, far past 6e-2.
 Tolerances case_tolerances(const Case& cs) {
