@@ -106,7 +106,7 @@ def main() -> None:
             for tau in (0.0, 8.0):
                 shares = [max3_fallback_share(t, tau) for t in ts]
                 old, new = (sum(x[i] for x in shares) / len(shares) for i in (0, 1))
-                print(f"{name:11s} seqlen {a.seqlen} tau {tau:3}: all-negative {old:.3f}, exact-min path {new:.4f}")
+                print(f"{name:11s} seqlen {a.seqlen} tau {tau:3}: all negative {old:.3f}, int min {new:.4f}")
             continue
         for forward in (True, False):
             for tau in (0.0, 0.75, 8.0):

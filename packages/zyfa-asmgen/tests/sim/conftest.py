@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from .aiter_inputs import aiter_code_objects
+
 HERE = Path(__file__).parent
 REPO = HERE.parents[3]
 # The independent oracle data (data/oracles/README.md gives its provenance); ZYFA_ORACLES may name another
@@ -61,6 +63,16 @@ def compile_hip(src: Path, defines: dict[str, int | str], cache: Path) -> str:
                "-o", str(out)]  # fmt: skip
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     return out.read_text()
+
+
+@pytest.fixture(scope="module")
+def aiter() -> dict[str, Path]:
+    """AITER's gfx950 fmha_v3_fwd code objects by file name (aiter_inputs.py); skips with the reason
+    when the pinned wheel cannot be had."""
+    cos, reason = aiter_code_objects()
+    if not cos:
+        pytest.skip(reason)
+    return cos
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from zyfa_asmgen.sim.cli import locate_kernel
 from zyfa_asmgen.sim.elf import read_elf
 from zyfa_asmgen.sim.roundtrip import RoundTripError, roundtrip_file, roundtrip_text
 
-from .aiter_inputs import CODE_OBJECTS, aiter_code_objects
+from .aiter_inputs import CODE_OBJECTS
 from .conftest import KERNELS, ORACLES, REPO
 
 pytest.importorskip("tinygrad", reason="the decoder's CDNA4 tables: pip install 'zyfa-asmgen[decode]'")
@@ -44,14 +44,6 @@ def ours(toolchain, tmp_path_factory: pytest.TempPathFactory):
         return built[name]
 
     return build
-
-
-@pytest.fixture(scope="module")
-def aiter() -> dict[str, Path]:
-    cos, reason = aiter_code_objects()
-    if not cos:
-        pytest.skip(reason)
-    return cos
 
 
 @pytest.mark.parametrize("name", GFX950)
