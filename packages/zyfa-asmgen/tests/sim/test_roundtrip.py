@@ -21,13 +21,12 @@ from zyfa_asmgen.sim.elf import read_elf
 from zyfa_asmgen.sim.roundtrip import RoundTripError, roundtrip_file, roundtrip_text
 
 from .aiter_inputs import CODE_OBJECTS
-from .conftest import KERNELS, ORACLES, REPO
+from .conftest import KERNELS, REPO
 
 pytest.importorskip("tinygrad", reason="the decoder's CDNA4 tables: pip install 'zyfa-asmgen[decode]'")
 
 GFX950 = [v["name"] for v in read_variants() if v["arch"] == "gfx950"]
 TEST_KERNELS = sorted(p.stem for p in KERNELS.glob("*.hip"))
-PROBE = ORACLES / "toolchain" / "gfx950_probe_accepted.s"
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +63,11 @@ def test_roundtrip_simulator_test_kernels(name, hip, toolchain, tmp_path) -> Non
     assert result.instructions > 10
 
 
-def test_roundtrip_assembler_probe(toolchain, tmp_path) -> None:
+def test_roundtrip_assembler_probe(oracle, toolchain, tmp_path) -> None:
     """The oracle probe: every accepted gfx950 line (DPP, SDWA, scaled MFMA, bitop3, LDS loads...)."""
-    if not PROBE.exists():
-        pytest.skip(f"{PROBE} not available")
-    obj = assemble(PROBE, tmp_path / "probe.o", toolchain)
+    probe = tmp_path / "gfx950_probe_accepted.s"
+    probe.write_text(oracle("toolchain/gfx950_probe_accepted.s").read_text())
+    obj = assemble(probe, tmp_path / "probe.o", toolchain)
     result = roundtrip_file(obj, toolchain)
     assert result.instructions >= 150
 
