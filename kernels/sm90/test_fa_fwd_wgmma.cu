@@ -676,7 +676,7 @@ int main(int argc, char** argv) {
       {"causal b1 s2048 diffuse (q x0.25)", 1, 2048, 2048, 2, 1, true, true, kContiguous, 0.25f},
       {"causal b1 s1024 grid (exact S)", 1, 1024, 1024, 2, 1, true, true, kContiguous, 2.0f, true},
       {"causal b2 s300 grid sharp (exact S)", 2, 300, 300, 2, 1, true, true, kContiguous, 3.0f, true},
-      // Many work items (5 q tiles x 32 pairs = 160, more than the SMs: persistent CTAs run 1-2 items,
+      // Many work items (5 q tiles x 32 pairs = 160, more than the SMs: each persistent CTA takes 1-2 items,
       // 53-54 each in the grid-3 repeat) of 1-5 KV blocks (ragged last tile); and few (1 x 2 < SMs).
       {"causal b2 s520 GQA 16/4 (160 items)", 2, 520, 520, 16, 4, true, true, kContiguous, 1.0f},
       {"causal b1 s100 2/1 (2 items)", 1, 100, 100, 2, 1, true, true, kContiguous, 1.0f},

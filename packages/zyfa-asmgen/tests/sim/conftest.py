@@ -77,7 +77,7 @@ def aiter() -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def hip_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A per-session directory for compiled kernels."""
+    """One directory for the compiled kernels of the whole test run."""
     return tmp_path_factory.mktemp("hip")
 
 
