@@ -50,34 +50,33 @@ VARIANTS = [
     # ---- NVIDIA Hopper (sm_90a): warp-specialised wgmma kernels (kernels/sm90/fa_fwd_wgmma.cu), the default.
     # smem_bytes = Q + stages x (K + V) + 128 B of mbarriers + 1 KiB of alignment slack + the epilogue's
     # O staging (the kernel static_asserts it); e4m3 V stages hold V^T, and e4m3 without v_prep adds 2 x 16 KiB of V
-    # staging. O staging: 32 KiB (d128: whole rows; runs 19-20, +1..6% at 2K-8K) or 16 KiB (192/128:
-    # two passes of 64 columns; run 20, +1..7% at 2K-8K).
-    # stale_tau 8.0 on both BF16 wgmma kernels: run 36 (H200, twelfth session), d128 1.027..1.028 at 2K-8K and
-    # 1.03..1.09 at 16K, 192/128 1.013..1.017 and 1.06; errors vs float64 unchanged. FP8 (tau 0.75) did not
-    # gain (0.99..1.05 d128, 0.94..0.99 192/128) and is not set.
+    # staging. O staging: 32 KiB (d128: whole rows) or 16 KiB (192/128: two passes of 64 columns), each
+    # +1..7% at 2K-8K over the register-path epilogue.
+    # Ratios below are TFLOP/s over the build without the option, H200, at 2K / 4K / 8K / 16K
+    # (kernels/sm90/NOTES.md; its "What was tried" table has what lost).
+    # stale_tau 8.0 on both BF16 wgmma kernels: d128 1.027..1.028 at 2K-8K and 1.03..1.09 at 16K, 192/128
+    # 1.013..1.017 and 1.06; errors vs float64 unchanged. FP8 (tau 0.75) did not gain and is not set.
     {"name": "fa_fwd_bf16_hd128_causal_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197760, "tag": "",
      "grid": "persistent", "loads": "tma", "stale_tau": 8.0},
-    # tile_n 192 (2 K/V stages): run 6 on the H200, +5% at 16K, +3% at 8K, -4% at 2K against tile_n 128.
-    # grid "persistent" for the four FP8 kernels: run 8 (kernels/sm90/NOTES.md), 2K +9..12%, 16K 1.00..1.02;
-    # BF16 stays "tiles" (16K 0.94..0.98 persistent). Run 10: BF16 loads "tma" +4..6%; d128 with TMA also
-    # persistent (+6..13% over the run-10 default, 16K 629 TFLOP/s); 192/128 BF16 TMA, tiles (persistent
-    # TMA unmeasured there).
+    # tile_n 192 (2 K/V stages): +5% at 16K, +3% at 8K, -4% at 2K against tile_n 128.
+    # grid "persistent" for the FP8 kernels: 2K +9..12%, 16K 1.00..1.02. BF16 loads "tma" +4..6%; BF16 d128
+    # with TMA also persistent (+6..13% over TMA with one CTA per tile); BF16 192/128 keeps one CTA per
+    # tile (persistent TMA unmeasured there; persistent without TMA 0.94..0.98 at 16K).
     {"name": "fa_fwd_e4m3fn_hd128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 192, "threads": 384, "smem_bytes": 214144, "tag": "", "grid": "persistent"},
-    # v_prep on lean d128: runs 40-41 (H200, thirteenth session), the pass inside every timed launch: 1.027 /
-    # 1.052 / 1.029 / 1.054 at 2K / 4K / 8K / 16K (exact d128 and 192/128 lost: not set there). Its row sums run
-    # on the tensor pipe (the kernel's lean-P row sums, kLSumOnes: 8 rows of ones per V stage, 3 KiB)
-    # with the f16 code pack: run 47 (fourteenth session) 1.036 / 1.050 / 1.053 / 1.045; the codes as f16
-    # subnormals, run 49 (fifteenth session) +5%; run 51's issue block (same smem) +1-2%.
+    # v_prep on lean d128, the pass inside every timed launch: 1.027 / 1.052 / 1.029 / 1.054 (exact d128 and
+    # 192/128 lost: not set there). Its row sums run on the tensor pipe (the kernel's lean-P row sums,
+    # kLSumOnes: 8 rows of ones per V stage, 3 KiB): 1.036 / 1.050 / 1.053 / 1.045; the codes as f16
+    # subnormals a further +5%.
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 151680, "tag": "", "grid": "persistent",
      "v_prep": True},
     # p_mode "f16": FP8 inputs with P.V in f16 (P rounded to f16, V converted e4m3 -> f16 in the kernel):
-    # run 24 (H200), out vs float64 of the dequantised inputs 1.6e-3 against FP8 exact's ~2e-2, at 0.86..1.00
+    # out vs float64 of the dequantised inputs 1.6e-3 against FP8 exact's ~2e-2, at 0.86..1.00
     # of exact's speed. V stages are 16-bit (tile_n 128 x 256 B), so tile_n 128 with 3 stages at d128.
     {"name": "fa_fwd_e4m3fn_hd128_causal_pf16_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "f16", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
@@ -86,18 +85,17 @@ VARIANTS = [
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "loads": "tma",
      "stale_tau": 8.0},
-    # Runs 11 and 12: Q / K by TMA +1..3% at 2K-8K in both runs, 16K 0.981 and 1.071 (NOTES.md).
+    # Q / K by TMA: +1..3% at 2K-8K; 16K within the card's pass-to-pass noise (0.98..1.07).
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "grid": "persistent",
      "loads": "tma"},
     # Lean 192/128: the tensor-pipe row sums through one shared 1 KiB ones region (the kernel's kLSumOnes and
-    # kOnesRegion for it) with the subnormal codes: run 52 (fifteenth session) 1.090 / 1.069 /
-    # 1.052 / 1.043 at 2K / 4K / 8K / 16K.
+    # kOnesRegion for it) with the subnormal codes: 1.090 / 1.069 / 1.052 / 1.043.
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231552, "tag": "", "grid": "persistent"},
-    # 192/128 f16 P.V: 2 stages (3 do not fit), the two-pass epilogue; 0.85..0.90 of exact in run 24.
+    # 192/128 f16 P.V: 2 stages (3 do not fit), the two-pass epilogue; 0.85..0.90 of exact's speed.
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_pf16_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": "f16", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 214144, "tag": "", "grid": "persistent",

@@ -1,7 +1,7 @@
-"""How often the sm90a kernels leave their fast paths: O rescales, or MAX3's fallback (--max3), per workload.
+"""How often the sm90a kernels leave their fast paths: O rescales, or the integer max's fallback (--max3).
 
 The sm90a wgmma kernels skip a warp's O rescale when none of its 16 rows raised its running max in a block
-(ZYFA_WS_RESCALE_SKIP), and the BF16 kernels keep a stale max until a block's max exceeds it by more than
+(the rescale skip), and the BF16 kernels keep a stale max until a block's max exceeds it by more than
 tau = 8 (log2 units; FP8 uses 0). How often that skip fails depends on the data and on the order in which the
 blocks are visited: the kernels walk from key 0 towards the diagonal ("forward"). This counts, from the
 float32 scores of a few heads (in log2 units, as the kernels see them), the share of (warp, block) pairs
@@ -9,10 +9,10 @@ after a row's first visible block in which some row of the warp moved its max by
 
     python3 tools/max_moves.py --seqlen 4096
 
-With --max3 it counts instead how often the kernels' integer row max (ZYFA_WS_MAX3) leaves its fast path:
-the share of (warp, row half, block) triples in which some thread's 32 values of its row are all negative
-(ZYFA_WS_MAX3_LB 0: the FMNMX fallback) and in which that also happens while the row's running max is still
-negative (MAX3_LB 1: the int-min fallback, the only case where a lower bound of the max is not enough).
+With --max3 it counts instead how often the kernels' integer row max (VIMNMX3 on the float bits) leaves its
+fast path: the share of (warp, row half, block) triples in which some thread's 32 values of its row are all
+negative (where the integer max is only a lower bound), and in which that also happens while the row's
+running max is still negative (the exact int-min path, the only case where a lower bound is not enough).
 
 Needs torch and zyfa-bench's workloads (packages/zyfa-bench/src is put on the path); no GPU.
 """
@@ -72,7 +72,7 @@ def move_share(t: torch.Tensor, tau: float, forward: bool) -> float:
 
 
 def max3_fallback_share(t: torch.Tensor, tau: float) -> tuple[float, float]:
-    """Shares of (warp, row half, block) triples taking MAX3's fallback: without and with MAX3_LB.
+    """Shares of (warp, row half, block) triples: all-negative values, and of those the exact int-min path.
 
     A thread holds keys 8 j + 2 tig + x (j < 16, x < 2) of rows g and g + 8 of its warp's 16 (tig, g: the
     lane's quad index and quad); the triple takes the fallback when any of its 32 threads does (the branch
@@ -95,7 +95,7 @@ def main() -> None:
     p.add_argument("--seqlen", type=int, default=4096)
     p.add_argument("--heads", default="0,9,17,30", help="q heads to sample (32 q / 8 kv heads)")
     p.add_argument("--workloads", default="gaussian,model-like")
-    p.add_argument("--max3", action="store_true", help="count MAX3's negative-value fallbacks instead")
+    p.add_argument("--max3", action="store_true", help="count the integer max's fallbacks instead")
     a = p.parse_args()
     spec = Spec(batch=1, seqlen_q=a.seqlen, seqlen_k=a.seqlen, heads_q=32, heads_kv=8, d_qk=128, d_v=128)
     heads = [int(h) for h in a.heads.split(",")]
@@ -106,7 +106,7 @@ def main() -> None:
             for tau in (0.0, 8.0):
                 shares = [max3_fallback_share(t, tau) for t in ts]
                 old, new = (sum(x[i] for x in shares) / len(shares) for i in (0, 1))
-                print(f"{name:11s} seqlen {a.seqlen} tau {tau:3}: MAX3 fallback {old:.3f}, {new:.4f} MAX3_LB")
+                print(f"{name:11s} seqlen {a.seqlen} tau {tau:3}: all negative {old:.3f}, int min {new:.4f}")
             continue
         for forward in (True, False):
             for tau in (0.0, 0.75, 8.0):

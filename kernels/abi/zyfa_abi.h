@@ -61,7 +61,7 @@ typedef __UINT64_TYPE__ uint64_t;
  * static_asserts below and tests/test_abi.py check it). With pack 1, nvcc also gives the struct
  * alignment 1 and reads each kernel-parameter field byte by byte (the sm90 FP8 kernel: 173 LDC.U8 and
  * 272 more instructions than with pack 8, at kernel start and per persistent item), yet pack 8 timed
- * 0.965..1.014 of pack 1 on the H200 (run 23, kernels/sm90/NOTES.md): not worth an ABI change. */
+ * 0.965..1.014 of pack 1 on the H200 (kernels/sm90/NOTES.md, "What was tried"): not worth an ABI change. */
 #pragma pack(push, 1)
 typedef struct zyfa_fwd_args {
   const void *q;             /*   0 */

@@ -72,8 +72,8 @@ namespace {
 // 4.2e-2 (sharp rows: an error of ~1e-3 in a large S moves its p), mean <= 1.5e-3. Grid cases (S
 // exact) must match to rounding: lse 1e-4, out 4e-3 (bf16 rounding + P.V accumulation). With the
 // tensor-pipe row sums (kLSumOnes, lean d128) l itself goes through that adder: the grid cases' lse then
-// measured max 2.9-5.0e-3, mean 4.6-8.2e-4 (runs 45-47), bounded here at 1e-2 / 2e-3.
-// Shifted cases (Case::shift, not yet run on the H200): one product of 36 per key in the first k-step puts
+// measured max 2.9-5.0e-3, mean 4.6-8.2e-4 on the H200, bounded here at 1e-2 / 2e-3.
+// Shifted cases (Case::shift; a reasoned bound, not a measured one): one product of 36 per key in the first k-step puts
 // that step's truncation on a coarser grid, so the lse mean may exceed the Gaussian cases' 1.5e-3: 5e-3
 // there. A wrong running max (what these cases are for) moves lse by whole log2 units, far past 6e-2.
 Tolerances case_tolerances(const Case& cs) {
@@ -401,7 +401,7 @@ struct Timing {
 };
 
 // The SM clock of the current device (sm90/sm_clock.h). The H200 runs power-capped and its clock moves by
-// 10-25% between launches and builds (kernels/sm90/NOTES.md), most of the self-test's pass-to-pass spread;
+// 10-25% between launches and builds, most of the self-test's pass-to-pass spread;
 // cycles (ms x MHz) compare builds of the same work per clock.
 const SmClock& sm_clock() {
   static const SmClock clock = [] {
@@ -676,7 +676,7 @@ int main(int argc, char** argv) {
       {"causal b1 s2048 diffuse (q x0.25)", 1, 2048, 2048, 2, 1, true, true, kContiguous, 0.25f},
       {"causal b1 s1024 grid (exact S)", 1, 1024, 1024, 2, 1, true, true, kContiguous, 2.0f, true},
       {"causal b2 s300 grid sharp (exact S)", 2, 300, 300, 2, 1, true, true, kContiguous, 3.0f, true},
-      // Many work items (5 q tiles x 32 pairs = 160, more than the SMs: persistent CTAs run 1-2 items,
+      // Many work items (5 q tiles x 32 pairs = 160, more than the SMs: each persistent CTA takes 1-2 items,
       // 53-54 each in the grid-3 repeat) of 1-5 KV blocks (ragged last tile); and few (1 x 2 < SMs).
       {"causal b2 s520 GQA 16/4 (160 items)", 2, 520, 520, 16, 4, true, true, kContiguous, 1.0f},
       {"causal b1 s100 2/1 (2 items)", 1, 100, 100, 2, 1, true, true, kContiguous, 1.0f},

@@ -1,6 +1,6 @@
-// wgmma.h — Hopper warpgroup MMA (wgmma) helpers shared by the sm_90a attention kernel (fa_fwd_wgmma.cu) and
-// the tensor-pipe probe (tools/device/wgmma_data_probe.cu): shared-memory matrix descriptors, the fences and
-// commit / wait of the async group, and the m64nN instructions with their accumulator operand lists written out.
+// wgmma.h — Hopper warpgroup MMA (wgmma) helpers used by the sm_90a attention kernel (fa_fwd_wgmma.cu):
+// shared-memory matrix descriptors, the fences and commit / wait of the async group, and the m64nN
+// instructions with their accumulator operand lists written out.
 //
 // Accumulator layout (per warp w of the warpgroup: rows 16w..16w+15; g = lane / 4, t = lane % 4):
 //   d[4j + e] = D[16w + g + 8 (e >> 1)][8j + 2t + (e & 1)],  j = 0..N/8-1.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the carried site-packages archives of the NVIDIA peers the H200 image lacks (run here, on a
-# machine with PyPI; the device has no network):
+# Builds site-packages archives of the NVIDIA peers for a GPU machine without network access (run it on a
+# machine with PyPI):
 #   .whl/nvidia_cudnn_frontend-1.16.0-*.whl   cuDNN BF16/FP8 SDPA through the cuDNN frontend (1.9 MB)
 #   .carry/fa4-site.tar.xz                    FlashAttention-4 with its CuTe DSL (46 MB, 206 MB unpacked)
 #   .carry/fa3-site.tar.xz                    FlashAttention-3's forward, fa3-fwd 0.0.3 (8.8 MB, 105 MB unpacked)

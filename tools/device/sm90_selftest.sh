@@ -8,7 +8,7 @@
 #   bash tools/device/sm90_selftest.sh run DIR      only run executables built earlier into DIR
 #
 # Env: NVCC (default nvcc); ZYFA_SANITIZE=1 also runs the first variant under compute-sanitizer
-# (memcheck) when it is installed; OUT (set on the device machine) receives the full log.
+# (memcheck) when it is installed; OUT, when set, receives the full log.
 # Exit status: 0 when every variant passes, 1 otherwise.
 set -euo pipefail
 

@@ -12,7 +12,7 @@
 #      2K / 4K / 8K / 16K, in two passes, then a compact TFLOP/s table per variant and shape.
 #
 #   bash tools/device/sm90_wgmma_selftest.sh [WORKDIR]
-# Env: NVCC (default nvcc); OUT (device machine) receives the summary and a .tgz of every log; ZYFA_BENCH=0 skips timing;
+# Env: NVCC (default nvcc); OUT, when set, receives the summary and a .tgz of every log; ZYFA_BENCH=0 skips timing;
 # ZYFA_BUILD_ONLY=1 stops after the builds (a preflight here, without a GPU); ZYFA_ONLY=REGEX restricts to matching variant names; ZYFA_SANITIZE=1 runs the first bf16 and e4m3
 # variants' tests under compute-sanitizer (ZYFA_SANITIZE_TOOLS="memcheck racecheck synccheck initcheck": those tools,
 # default memcheck; ZYFA_SANITIZE_ALL=1: every variant; ZYFA_SANITIZE_TIMEOUT seconds per run, default 100); ZYFA_NCU=1 (=all: every variant) profiles one launch of each with ncu (ZYFA_NCU_ARG=--profile-2k: at 2K instead of 8K)

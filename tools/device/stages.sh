@@ -59,10 +59,10 @@ stage_table() {
     done
 }
 
-# fit_out_files DIR MAX TAR FILE...: for a machine whose results come back as at most MAX (8) files from
-# $OUT. When more than MAX files lie under DIR (a second workload's JSON and the caller's console copy
-# make nine in h200_run.sh), pack the named FILEs (those present) into DIR/TAR: the report and figures
-# are made from the JSON again by `zyfa-bench report`, the JSON and logs are not.
+# fit_out_files DIR MAX TAR FILE...: for a results folder copied off the GPU machine with a limit of MAX
+# (8) files. When more than MAX files lie under DIR (a second workload's JSON and the caller's console
+# copy make nine in h200_run.sh), pack the named FILEs (those present) into DIR/TAR: the report and
+# figures are made from the JSON again by `zyfa-bench report`, the JSON and logs are not.
 fit_out_files() {
     local dir=$1 max=$2 tarname=$3 n f present=()
     shift 3

@@ -6,7 +6,7 @@
 // ZYFA_WS_PERSISTENT (grid "persistent"), ZYFA_WS_TMA (loads "tma"), ZYFA_WS_STALE_TAU (stale_tau > 0) and
 // ZYFA_WS_VPRE (v_prep). Everything else below is a constexpr derived from them: the per-variant choices
 // (softmax form, row-max method, row-sum method, ring depth, register split) are the ones measured fastest
-// for that variant (kernels/sm90/TRIED.md lists what was measured against them).
+// for that variant (kernels/sm90/NOTES.md, "What was tried", lists what was measured against them).
 #pragma once
 
 #include <stdint.h>
@@ -66,7 +66,7 @@ constexpr int kTileM = ZYFA_TILE_M;
 constexpr int kTileN = ZYFA_TILE_N;
 constexpr int kThreads = ZYFA_THREADS;
 
-// ---- per-variant choices (what each variant measured fastest; kernels/sm90/TRIED.md has the alternatives)
+// ---- per-variant choices (what each variant measured fastest; kernels/sm90/NOTES.md, "What was tried", has the alternatives)
 // Softmax of the thread's two rows as one interleaved chain (softmax_rows_x2) on every e4m3 variant and
 // BF16 d128; BF16 192/128 keeps the per-row form (softmax_rows<true>).
 constexpr bool kSoftmaxX2 = kFp8 || kDQk == 128;

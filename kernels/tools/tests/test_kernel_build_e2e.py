@@ -181,11 +181,10 @@ def _write_output(argv: list[str]) -> None:
     out.write_bytes(b"stand-in code object " + out.name.encode())
 
 
-@pytest.mark.parametrize("grid", ["tiles", "persistent"])
-def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grid: str) -> None:
-    """With a stand-in nvcc: a persistent variant compiles with -DZYFA_WS_PERSISTENT=1 and its manifest
-    row says "grid": "persistent"; a tile-grid one has no such define and says "tiles"."""
-    v = variant(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, grid=grid)
+def _compile_with_stand_in_nvcc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, v: dict[str, Any]
+) -> tuple[list[str], dict[str, Any]]:
+    """Variant `v` of a stand-in fa_fwd_wgmma.cu through a stand-in nvcc: (nvcc's one argv, the row)."""
     root = make_root(tmp_path / "repo", [v])
     (root / "kernels" / "sm90").mkdir()
     (root / "kernels" / "sm90" / "fa_fwd_wgmma.cu").write_text("// stand-in source\n")
@@ -200,6 +199,15 @@ def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.Monke
     tc = kb.Toolchain("cuda", ("nvcc",), {"nvcc": "13.0.88"})
     row = kb.compile_variant(v, root, tc, tmp_path / "out" / f"{v['name']}.cubin")
     (argv,) = argvs
+    return argv, row
+
+
+@pytest.mark.parametrize("grid", ["tiles", "persistent"])
+def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, grid: str) -> None:
+    """With a stand-in nvcc: a persistent variant compiles with -DZYFA_WS_PERSISTENT=1 and its manifest
+    row says "grid": "persistent"; a tile-grid one has no such define and says "tiles"."""
+    v = variant(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, grid=grid)
+    argv, row = _compile_with_stand_in_nvcc(tmp_path, monkeypatch, v)
     assert ("-DZYFA_WS_PERSISTENT=1" in argv) == (grid == "persistent")
     assert row["grid"] == grid and row["tile_m"] == v["tile_m"]
     assert "-DZYFA_WS_TMA=1" not in argv and row["loads"] == "cp.async"  # absent in the variant: written
@@ -217,20 +225,7 @@ def test_cuda_compile_carries_tma_loads_and_stale_tau(
     becomes -DZYFA_WS_STALE_TAU=8.0f and the row's stale_tau (the reference reproduces the kernel by it)."""
     v = variant(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, loads="tma",
                 stale_tau=8.0)  # fmt: skip
-    root = make_root(tmp_path / "repo", [v])
-    (root / "kernels" / "sm90").mkdir()
-    (root / "kernels" / "sm90" / "fa_fwd_wgmma.cu").write_text("// stand-in source\n")
-    argvs: list[list[str]] = []
-
-    def fake_nvcc(argv: list[str], env: dict[str, str], what: str) -> str:
-        argvs.append(list(argv))
-        _write_output(argv)
-        return f"ptxas info    : Compiling entry function '{v['name']}'\nptxas info    : Used 168 registers\n"
-
-    monkeypatch.setattr(kb, "run_tool", fake_nvcc)
-    tc = kb.Toolchain("cuda", ("nvcc",), {"nvcc": "13.0.88"})
-    row = kb.compile_variant(v, root, tc, tmp_path / "out" / f"{v['name']}.cubin")
-    (argv,) = argvs
+    argv, row = _compile_with_stand_in_nvcc(tmp_path, monkeypatch, v)
     assert "-DZYFA_WS_TMA=1" in argv and row["loads"] == "tma" and row["grid"] == "tiles"
     assert "-DZYFA_WS_STALE_TAU=8.0f" in argv and row["stale_tau"] == 8.0
 

@@ -1,10 +1,10 @@
 """tools/device/sm90_wgmma_selftest.sh's own logic, without a GPU: builds, tests, timing passes and tables.
 
-Device time is scarce, so a broken branch of the script costs a whole call. Here NVCC points at a stand-in
-compiler that writes a cubin and its ptxas lines, or a stand-in test program that prints the lines the real
-one prints (its TFLOP/s set per build and input by the environment), and the summary must hold: the
-resources lines, a PASS per variant, one TFLOP/s table and one TFLOP/s-per-GHz table per input of
-ZYFA_BENCH_INPUTS, and exit status 0.
+A broken branch of the script would otherwise only show on a GPU machine, after the whole build. Here
+NVCC points at a stand-in compiler that writes a cubin and its ptxas lines, or a stand-in test program
+that prints the lines the real one prints (its TFLOP/s set per build and input by the environment), and
+the summary must hold: the resources lines, a PASS per variant, one TFLOP/s table and one
+TFLOP/s-per-GHz table per input of ZYFA_BENCH_INPUTS, and exit status 0.
 """
 
 from __future__ import annotations

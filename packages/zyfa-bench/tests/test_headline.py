@@ -117,7 +117,7 @@ def test_fp8_errors_against_the_most_accurate_peer(tmp_path):
 
 def test_the_console_summary_ends_with_the_headline():
     text = summary_text([THROUGHPUT, ACCURACY])
-    # Last, so the device tool's output tail (its last 12,000 characters) holds it.
+    # Last, so a log that keeps only the output's tail still holds it.
     assert text.rstrip().splitlines()[-1] == "| gqa128 | cudnn-fp8 | 3.35e-2 | – | – | 3.35e-2 | – | – |"
 
 

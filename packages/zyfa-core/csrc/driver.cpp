@@ -39,10 +39,9 @@ namespace zyfa_core {
   f.call = call;
   f.code = code;
   f.error_name = error_name;
-  // Built with strings and std::to_string, never iostreams: on the H200 image the extensions link
-  // libstdc++ statically (ldd lists none; hundreds of its symbols are defined in the .so), and streaming
-  // an integer crashed there in the locale facets (SIGSEGV in ostream<<long, 2026-12-01, cuda-gdb
-  // backtrace in docs/benchmarks/2026-12-01/session2_call4/diag_static_libstdcxx.txt).
+  // Built with strings and std::to_string, never iostreams: where the extension links libstdc++
+  // statically (ldd lists none; hundreds of its symbols are defined in the .so), streaming an integer
+  // has crashed in the locale facets (SIGSEGV in ostream<<long, seen under cuda-gdb on an H200 host).
   std::string msg;
   if (!kernel.empty()) msg += kernel + ": ";
   msg += call + " failed";

@@ -1,7 +1,7 @@
 """Fixtures shared by the zyfa-core tests.
 
 The tests run from an installed zyfa-core (where `zyfa_core._driver` was built by the pip build) or
-from a source checkout: then `driver_dir` compiles csrc/driver.cpp once per session into a temporary
+from a source checkout: then `driver_dir` compiles csrc/driver.cpp once per test run into a temporary
 directory and adds it to the package's search path, so `zyfa_core._driver` imports either way.
 """
 

@@ -157,8 +157,8 @@ def test_fp8(shape, p_mode):
 def _negative_scores(q, k, sink: bool):
     """Every score 36 lower (channel 0: q +6, k -6), and with `sink` key 0 of each sequence at +6: the one
     large positive score of every row, as an attention sink. A thread's values of a row are then all
-    negative in most KV blocks: the sm90 kernels' integer row max takes its fallbacks (ZYFA_WS_MAX3_LB;
-    without the sink the running max stays negative)."""
+    negative in most KV blocks: the sm90 kernels' integer row max takes its fallbacks (the lower bound while
+    the running max is >= 0; without the sink the running max stays negative, so the exact integer min)."""
     q, k = q.clone(), k.clone()
     q[..., 0] = 6.0
     k[..., 0] = -6.0

@@ -1,4 +1,4 @@
-"""zyfa in real PyTorch programs on a GPU (issue 6): torch.compile and CUDA graphs give eager's bits,
+"""zyfa in real PyTorch programs on a GPU: torch.compile and CUDA graphs give eager's bits,
 the float-descale op does no host sync, repeated calls are bitwise identical, backward raises, and the
 eager host overhead per call is measured.
 
@@ -328,7 +328,7 @@ def test_host_overhead_per_eager_call():
     """µs per eager call at a tiny shape, per layer of the call path (zyfa.overhead), reported as a
     warning (visible in pytest's summary). Speed is judged by benchmarks, not here: this checks that
     every layer was measured (finite, positive). Measured on the H200 (2026-12-01) on the Python path:
-    flash_attn_func 215 µs, far over issue 6's 15 µs; the C++ hot path (zyfa._C) answers that, and the
+    flash_attn_func 215 µs, far over the 15 µs target; the C++ hot path (zyfa._C) answers that, and the
     warning names the path that was active."""
     from zyfa import overhead
 

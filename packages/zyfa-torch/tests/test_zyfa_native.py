@@ -435,8 +435,8 @@ def test_bind_core_names_what_is_wrong(native, tmp_path):
 
 
 def test_extensions_use_no_iostreams():
-    """The H200 image links the extensions' libstdc++ statically, and streaming an integer there crashed
-    in the locale facets (2026-12-01): zyfa._C and zyfa_core._driver format with std::to_string and read
+    """Where the extensions link libstdc++ statically (as on an H200 host), streaming an integer has
+    crashed in the locale facets: zyfa._C and zyfa_core._driver format with std::to_string and read
     files with C stdio, never with iostreams."""
     sources = [REPO / "packages" / "zyfa-torch" / "csrc" / "zyfa_ops.cpp"]
     sources += sorted((REPO / "packages" / "zyfa-core" / "csrc").glob("*.cpp"))

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from .aiter_inputs import aiter_code_objects
+
 HERE = Path(__file__).parent
 REPO = HERE.parents[3]
 # The independent oracle data (data/oracles/README.md gives its provenance); ZYFA_ORACLES may name another
@@ -63,9 +65,19 @@ def compile_hip(src: Path, defines: dict[str, int | str], cache: Path) -> str:
     return out.read_text()
 
 
+@pytest.fixture(scope="module")
+def aiter() -> dict[str, Path]:
+    """AITER's gfx950 fmha_v3_fwd code objects by file name (aiter_inputs.py); skips with the reason
+    when the pinned wheel cannot be had."""
+    cos, reason = aiter_code_objects()
+    if not cos:
+        pytest.skip(reason)
+    return cos
+
+
 @pytest.fixture(scope="session")
 def hip_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A per-session directory for compiled kernels."""
+    """One directory for the compiled kernels of the whole test run."""
     return tmp_path_factory.mktemp("hip")
 
 

@@ -26,7 +26,7 @@ from zyfa_asmgen.sim.aiter import AiterKernel, AiterRun, run_aiter, run_aiter_gr
 from zyfa_asmgen.sim.codeobject import load_code_object
 from zyfa_asmgen.sim.errors import MemoryFault
 
-from .aiter_inputs import V3_FIELDS, V3_KERNARG_BYTES, aiter_code_objects
+from .aiter_inputs import V3_FIELDS, V3_KERNARG_BYTES
 from .test_kernels import attention_reference
 
 pytest.importorskip("tinygrad", reason="the decoder's CDNA4 tables: pip install 'zyfa-asmgen[decode]'")
@@ -57,14 +57,6 @@ def _documented(f) -> bool:
         return True
     kinds = {"lds_race": TIMING_PROTECTED[0], "waitcnt": TIMING_PROTECTED[1]}
     return f.kind in kinds and kinds[f.kind].match(f.message) is not None
-
-
-@pytest.fixture(scope="module")
-def aiter() -> dict:
-    cos, reason = aiter_code_objects()
-    if not cos:
-        pytest.skip(reason)
-    return cos
 
 
 def _path(aiter: dict, d: int, causal: bool):

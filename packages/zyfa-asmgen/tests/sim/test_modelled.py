@@ -19,19 +19,11 @@ from zyfa_asmgen.sim.anchors import ANCHORS, calibrate
 from zyfa_asmgen.sim.steady import WorkgroupCost, attention_flops, estimate
 from zyfa_asmgen.sim.timing import MI355X
 
-from .aiter_inputs import aiter_code_objects, cache_dir
+from .aiter_inputs import cache_dir
 from .conftest import REPO
 from .timing_kernels import kernel, timed
 
 CALIBRATION_TOLERANCE = 0.15  # every anchor within +-15% with the one machine model
-
-
-@pytest.fixture(scope="module")
-def aiter() -> dict:
-    cos, reason = aiter_code_objects()
-    if not cos:
-        pytest.skip(reason)
-    return cos
 
 
 def test_causal_pairs_balance_the_work() -> None:

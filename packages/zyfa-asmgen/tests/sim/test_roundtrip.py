@@ -3,7 +3,7 @@ decoded, printed in LLVM syntax, reassembled by the pinned clang, and must give 
 
 Inputs: ZYFA's own gfx950 kernels (each gfx950 entry of kernels/variants.bzl, built as the build
 builds it), the simulator's test kernels (tests/sim/kernels/*.hip), the assembler probe of
-../shared/oracles when present, and AITER's eight fmha_v3_fwd code objects from the pinned PyPI
+the oracle data (data/oracles/toolchain), and AITER's eight fmha_v3_fwd code objects from the pinned PyPI
 wheel (aiter_inputs.py; skipped with the reason when it cannot be had).
 """
 
@@ -20,14 +20,13 @@ from zyfa_asmgen.sim.cli import locate_kernel
 from zyfa_asmgen.sim.elf import read_elf
 from zyfa_asmgen.sim.roundtrip import RoundTripError, roundtrip_file, roundtrip_text
 
-from .aiter_inputs import CODE_OBJECTS, aiter_code_objects
-from .conftest import KERNELS, ORACLES, REPO
+from .aiter_inputs import CODE_OBJECTS
+from .conftest import KERNELS, REPO
 
 pytest.importorskip("tinygrad", reason="the decoder's CDNA4 tables: pip install 'zyfa-asmgen[decode]'")
 
 GFX950 = [v["name"] for v in read_variants() if v["arch"] == "gfx950"]
 TEST_KERNELS = sorted(p.stem for p in KERNELS.glob("*.hip"))
-PROBE = ORACLES / "toolchain" / "gfx950_probe_accepted.s"
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +43,6 @@ def ours(toolchain, tmp_path_factory: pytest.TempPathFactory):
         return built[name]
 
     return build
-
-
-@pytest.fixture(scope="module")
-def aiter() -> dict[str, Path]:
-    cos, reason = aiter_code_objects()
-    if not cos:
-        pytest.skip(reason)
-    return cos
 
 
 @pytest.mark.parametrize("name", GFX950)
@@ -72,11 +63,11 @@ def test_roundtrip_simulator_test_kernels(name, hip, toolchain, tmp_path) -> Non
     assert result.instructions > 10
 
 
-def test_roundtrip_assembler_probe(toolchain, tmp_path) -> None:
+def test_roundtrip_assembler_probe(oracle, toolchain, tmp_path) -> None:
     """The oracle probe: every accepted gfx950 line (DPP, SDWA, scaled MFMA, bitop3, LDS loads...)."""
-    if not PROBE.exists():
-        pytest.skip(f"{PROBE} not available")
-    obj = assemble(PROBE, tmp_path / "probe.o", toolchain)
+    probe = tmp_path / "gfx950_probe_accepted.s"
+    probe.write_text(oracle("toolchain/gfx950_probe_accepted.s").read_text())
+    obj = assemble(probe, tmp_path / "probe.o", toolchain)
     result = roundtrip_file(obj, toolchain)
     assert result.instructions >= 150
 

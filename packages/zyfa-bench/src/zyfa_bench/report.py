@@ -422,5 +422,5 @@ def summary_text(paths: list[str | Path]) -> str:
     if rows["clocks"]:
         parts.append(clocks_table(rows["clocks"]))
     if rows["throughput"] or rows["accuracy"]:
-        parts.append(headline(rows, ceilings))  # last: what the device tool's output tail keeps
+        parts.append(headline(rows, ceilings))  # last: a console that keeps only the tail still shows it
     return "\n\n".join(p for p in parts if p)

@@ -103,7 +103,7 @@ class MachineModel:
         """Every figure the model uses, with where it comes from."""
         return [
             f"{self.name}: {self.cus} CUs x {self.simds} SIMDs at {self.clock_ghz} GHz peak engine clock "
-            "(ROCm GPU specs table; research/hardware-and-anchors.md section 2a)",
+            "(ROCm GPU specs table, https://rocm.docs.amd.com/en/latest/reference/gpu-specs.html)",
             f"issue: one opportunity per SIMD every {self.issue_cycles} cycles, at most one instruction per "
             "port and per wave (GCN issue model); oldest wave first, s_setprio first",
             f"VALU wave64 op {self.valu_cycles} cycles (16-lane SIMD); transcendentals and f32<->int/f16 "
