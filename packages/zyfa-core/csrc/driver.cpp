@@ -532,28 +532,30 @@ void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[
 
 namespace {
 
-// Reads the kernel's parameter count and sizes into `k` (left 0, "unknown", without cuFuncGetParamInfo).
-// ZYFA kernels take one struct, or two for TMA kernels; a third parameter is an ABI mismatch.
-void cuda_param_info(State &s, Kernel &k) {
+// Reads the sizes of the kernel's `expected` parameters (1, or 2 for TMA kernels and the V pre-pass) into
+// `k`; param_count stays 0 ("unknown") without cuFuncGetParamInfo. Only indices below `expected` are
+// queried: a query past the last parameter is a failing driver call, which compute-sanitizer reports as
+// an error on every load. A kernel with fewer parameters than expected gets its true count, and the launch
+// refuses it as an ABI mismatch; an extra parameter cannot be seen this way (the manifest's SHA-256 of the
+// code object guards against a kernel built from other sources).
+void cuda_param_info(State &s, Kernel &k, size_t expected) {
   if (!s.cu.cuFuncGetParamInfo) return;
   size_t offset = 0, size = 0;
   // Any failure of the first query (old driver, unsupported module) just means "unknown"; the launch works.
   if (s.cu.cuFuncGetParamInfo(k.function, 0, &offset, &size) != 0) return;
-  size_t offset1 = 0, size1 = 0;
-  const bool has_second = s.cu.cuFuncGetParamInfo(k.function, 1, &offset1, &size1) == 0;
-  size_t offset2 = 0, size2 = 0;
-  if (has_second && s.cu.cuFuncGetParamInfo(k.function, 2, &offset2, &size2) == 0) {
-    fail(k.name, "cuFuncGetParamInfo", 0, "",
-         "the kernel takes more than two parameters; ZYFA kernels take the args struct, and TMA kernels the maps");
-  }
-  k.param_count = has_second ? 2 : 1;
+  k.param_count = 1;
   k.param_size = size;
-  k.second_param_size = has_second ? size1 : 0;
+  if (expected < 2) return;
+  size_t offset1 = 0, size1 = 0;
+  if (s.cu.cuFuncGetParamInfo(k.function, 1, &offset1, &size1) != 0) return;
+  k.param_count = 2;
+  k.second_param_size = size1;
 }
 
 }  // namespace
 
-Kernel load_kernel(int device, const std::string &path, const std::string &name, int dynamic_smem) {
+Kernel load_kernel(int device, const std::string &path, const std::string &name, int dynamic_smem,
+                   size_t params) {
   State &s = ready_state(name);
   Kernel k;
   k.name = name;
@@ -565,7 +567,7 @@ Kernel load_kernel(int device, const std::string &path, const std::string &name,
     void *module = load_module(s, device, path, name);
     if (s.backend == Backend::cuda) {
       check(s, s.cu.cuModuleGetFunction(&k.function, module, name.c_str()), name, "cuModuleGetFunction");
-      cuda_param_info(s, k);
+      cuda_param_info(s, k, params);
     } else {
       check(s, s.hip.hipModuleGetFunction(&k.function, module, name.c_str()), name, "hipModuleGetFunction");
     }

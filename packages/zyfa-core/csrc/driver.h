@@ -59,7 +59,8 @@ struct Kernel {
   std::string path;
   int device = 0;
   void *function = nullptr;
-  // CUDA with cuFuncGetParamInfo: the kernel's parameter count (1 or 2) and sizes; else 0 (unknown).
+  // CUDA with cuFuncGetParamInfo: how many of the expected parameters the kernel has (1 or 2) and their
+  // sizes; else 0 (unknown).
   size_t param_count = 0;
   size_t param_size = 0;         // the first parameter (zyfa_fwd_args)
   size_t second_param_size = 0;  // the second (zyfa_tma_maps, or the V pre-pass's workspace pointer)
@@ -72,8 +73,9 @@ int device_count();
 DeviceProperties device_properties(int device);
 
 // Loads `name` from the code object at `path` on `device`; raises its dynamic shared memory limit to
-// `dynamic_smem` on CUDA when above 48 KiB.
-Kernel load_kernel(int device, const std::string &path, const std::string &name, int dynamic_smem);
+// `dynamic_smem` on CUDA when above 48 KiB. `params` is the number of parameters the launch will pass (1, or
+// 2 for TMA kernels and the V pre-pass); on CUDA their sizes are read for the launch's ABI check.
+Kernel load_kernel(int device, const std::string &path, const std::string &name, int dynamic_smem, size_t params);
 void set_max_dynamic_smem(Kernel &k, int bytes);
 
 // Launches `k` with `args` (size bytes) as its first parameter and, when second_size is not 0, `second` as

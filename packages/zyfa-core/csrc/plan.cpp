@@ -237,8 +237,8 @@ LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path) 
   check_spec(spec);
   LoadedPlan plan;
   plan.spec = spec;
-  plan.kernel = load_kernel(device, path, spec.name, static_cast<int>(spec.smem));
-  if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0);
+  plan.kernel = load_kernel(device, path, spec.name, static_cast<int>(spec.smem), spec.tma ? 2 : 1);
+  if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0, 2);
   if (spec.persistent) {
     plan.multiprocessors = device_properties(device).multiprocessors;
     launch_grid(spec, zyfa_fwd_args{}, plan.multiprocessors);  // refuses a device that reports no count

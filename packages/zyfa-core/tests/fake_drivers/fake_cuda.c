@@ -153,7 +153,9 @@ CUresult cuFuncSetAttribute(void *function, int attribute, int value) {
 CUresult cuFuncGetParamInfo(void *function, size_t index, size_t *offset, size_t *size) {
   if (env_int("FAKE_NO_PARAM_INFO", 0)) return INVALID_VALUE;
   fake_function *f = function;
-  if (index >= f->param_count) return INVALID_VALUE;
+  const int past_end = index >= f->param_count;
+  log_line("cuFuncGetParamInfo name=%s index=%zu result=%d", f->name, index, past_end ? INVALID_VALUE : SUCCESS);
+  if (past_end) return INVALID_VALUE;
   *offset = f->param_offset[index];
   *size = f->param_size[index];
   return SUCCESS;
