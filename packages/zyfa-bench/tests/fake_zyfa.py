@@ -8,6 +8,7 @@ a kernel bug or the other way round.  `calls` records every flash_attn_func call
 from __future__ import annotations
 
 import math
+import os
 import sys
 import types
 
@@ -84,6 +85,7 @@ def build() -> types.ModuleType:
                 "p_mode": p_mode,
                 "causal": causal,
                 "descales": (q_descale, k_descale, v_descale),
+                "kernel_dir": os.environ.get("ZYFA_KERNEL_DIR"),
             }
         )
         scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale

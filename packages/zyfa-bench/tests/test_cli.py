@@ -93,6 +93,22 @@ def test_throughput_time_budget(tmp_path, fake_zyfa_mod):
     assert rows and all(r["status"] == "skipped" and "time budget" in r["reason"] for r in rows)
 
 
+def test_throughput_baseline_kernels_times_both_builds_in_one_run(tmp_path, fake_zyfa_mod, capsys):
+    base = tmp_path / "before"
+    base.mkdir()
+    (base / "manifest.json").write_text("{}")
+    out = tmp_path / "t.json"
+    args = ["throughput", *TINY, "--seqlens", "32", "--tokens", "32", "--impl", "zyfa-bf16", "--repeats", "2"]
+    assert main([*args, "--baseline-kernels", str(base), "--json", str(out)]) == 0
+    rows = load_results(out)["rows"]
+    assert {r["impl"] for r in rows if r["status"] == "ok"} == {"zyfa-bf16", "zyfa-bf16-baseline"}
+    assert {c["kernel_dir"] for c in fake_zyfa_mod.calls} == {None, str(base.resolve())}
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--baseline-kernels", str(tmp_path / "missing")])
+    assert exc.value.code == 2 and "holds no manifest.json" in capsys.readouterr().err
+
+
 def test_throughput_rounds_option(tmp_path, fake_zyfa_mod, capsys):
     out = tmp_path / "t.json"
     args = ["throughput", *TINY, "--seqlens", "32", "--tokens", "32", "--impl", "zyfa-bf16,sdpa-math"]

@@ -106,6 +106,36 @@ def test_select():
     assert len({p.name for p in all_peers()}) == len(all_peers())
 
 
+def test_select_with_baseline_kernels_follows_each_zyfa_impl(tmp_path):
+    (tmp_path / "manifest.json").write_text("{}")
+    chosen = select(["zyfa-bf16", "zyfa-fp8-lean", "sdpa-math"], baseline_kernels=str(tmp_path))
+    assert [p.name for p in chosen] == [
+        "zyfa-bf16", "zyfa-bf16-baseline", "zyfa-fp8-lean", "zyfa-fp8-lean-baseline", "sdpa-math"
+    ]  # fmt: skip
+    assert [p.precision for p in chosen[:4]] == ["bf16", "bf16", "fp8", "fp8"]
+    assert chosen[1].available()[0] and str(tmp_path) in chosen[1].note
+    assert not select(["zyfa-bf16"], baseline_kernels=str(tmp_path / "none"))[1].available()[0]
+
+
+def test_baseline_runs_on_its_kernel_dir_and_restores_the_environment(monkeypatch, tmp_path, fake_zyfa_mod):
+    (tmp_path / "manifest.json").write_text("{}")
+    monkeypatch.setenv("ZYFA_KERNEL_DIR", "/the/installed/kernels")
+    plain, baseline = select(["zyfa-fp8-lean"], baseline_kernels=str(tmp_path))
+    inputs = _inputs(GQA, fp8=True)
+    prepared = baseline.prepare(inputs)
+    assert fake_zyfa_mod.calls[-1]["kernel_dir"] == str(tmp_path.resolve())  # the validating call
+    out = prepared.output()
+    assert fake_zyfa_mod.calls[-1]["kernel_dir"] == str(tmp_path.resolve())
+    assert fake_zyfa_mod.calls[-1]["p_mode"] == "lean"
+    assert os.environ["ZYFA_KERNEL_DIR"] == "/the/installed/kernels"
+    assert errors(out, _ref(inputs, fp8=True))["rel_l2"] < 1e-2
+    plain.prepare(inputs).output()
+    assert fake_zyfa_mod.calls[-1]["kernel_dir"] == "/the/installed/kernels"
+    monkeypatch.delenv("ZYFA_KERNEL_DIR")
+    baseline.prepare(inputs).output()
+    assert "ZYFA_KERNEL_DIR" not in os.environ
+
+
 def test_gpu_only_peers_refuse_cpu():
     for p in all_peers():
         if p.family in ("zyfa",) or p.name == "sdpa-math":

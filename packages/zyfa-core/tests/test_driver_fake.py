@@ -579,7 +579,8 @@ def test_loading_queries_only_the_parameters_the_launch_passes(run_with_fake, tm
     """Every cuFuncGetParamInfo query succeeds: a probe past the last parameter is a failing driver call,
     which compute-sanitizer counts as an error on every kernel load. One query for a plain kernel, two for
     a TMA kernel."""
-    snippet = tma_args(SM90_BF16) + "zyfa_core.launch(spec, args, stream=0, device=0)\n" + tma_args() + TMA_LAUNCH
+    plain = tma_args(SM90_BF16) + "zyfa_core.launch(spec, args, stream=0, device=0)\n"
+    snippet = plain + tma_args() + TMA_LAUNCH
     _, calls = run_with_fake("cuda", snippet, tma_dir)
     queries = calls_named(calls, "cuFuncGetParamInfo")
     assert [(q["name"], q["index"]) for q in queries] == [(SM90_BF16, "0"), (SM90_TMA, "0"), (SM90_TMA, "1")]

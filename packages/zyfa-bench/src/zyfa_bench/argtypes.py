@@ -18,6 +18,7 @@ __all__ = [
     "choice_list",
     "device",
     "existing_parent",
+    "kernel_dir",
     "non_negative_float",
     "non_negative_int",
     "one_shape",
@@ -134,6 +135,14 @@ def existing_parent(text: str) -> str:
     if Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a directory; name a file")
     return text
+
+
+def kernel_dir(text: str) -> str:
+    """A kernel build's directory: it must hold a manifest.json."""
+    path = Path(text).expanduser()
+    if not (path / "manifest.json").is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} holds no manifest.json; give a kernel build's directory")
+    return str(path.resolve())
 
 
 def one_shape(text: str) -> str:

@@ -169,6 +169,14 @@ def _throughput_parser(sub: Any) -> None:
     )
     t.add_argument("--rotate", action="store_true", help="rotate q and k (Hadamard) before FP8 quantisation")
     t.add_argument(
+        "--baseline-kernels",
+        type=T.kernel_dir,
+        default=None,
+        metavar="DIR",
+        help="also time each chosen ZYFA implementation on the kernel build in DIR (a manifest.json and its "
+        "code objects), as <impl>-baseline in the same rounds: a before/after comparison in one run",
+    )
+    t.add_argument(
         "--no-graph", action="store_true", help="skip the CUDA-graph replay host-overhead measurement"
     )
     t.add_argument("--no-check", action="store_true", help="skip the float64 check of each output slice")
@@ -418,7 +426,9 @@ def cmd_throughput(args: argparse.Namespace) -> int:
     from zyfa_bench.throughput import Problem, SweepOptions, run_sweep
 
     device = torch.device(args.device)
-    peers = select(_words(args.impl), precisions=tuple(_words(args.precision)))
+    peers = select(
+        _words(args.impl), precisions=tuple(_words(args.precision)), baseline_kernels=args.baseline_kernels
+    )
     problems = [Problem(n, s) for n, s in _problems(args)]
     workload = _workload(args.workload)
     opts = SweepOptions(

@@ -14,7 +14,7 @@ from zyfa_bench.peers.fa4 import FA4BF16
 from zyfa_bench.peers.flashinfer import FlashInferBF16, FlashInferFP8
 from zyfa_bench.peers.torch_sdpa import TorchSDPA
 from zyfa_bench.peers.triton_amd import TritonAmdBF16, TritonAmdFP8
-from zyfa_bench.peers.zyfa import ZyfaBF16, ZyfaFP8
+from zyfa_bench.peers.zyfa import ZyfaBaseline, ZyfaBF16, ZyfaFP8
 
 __all__ = ["Peer", "Prepared", "Unsupported", "all_peers", "select"]
 
@@ -44,11 +44,14 @@ def all_peers() -> list[Peer]:
     ]
 
 
-def select(names: list[str], *, precisions: tuple[str, ...] = ("bf16", "fp8")) -> list[Peer]:
+def select(
+    names: list[str], *, precisions: tuple[str, ...] = ("bf16", "fp8"), baseline_kernels: str | None = None
+) -> list[Peer]:
     """Peers matching any of `names` (a peer name, a family, "all" or "available"), in report order.
 
     "available" keeps the peers whose `available()` is true right now.  Unknown names raise ValueError
-    listing the known ones.
+    listing the known ones.  With `baseline_kernels` (a kernel build's directory), each chosen ZYFA
+    implementation is followed by its `ZyfaBaseline` on that build.
     """
     peers = [p for p in all_peers() if p.precision in precisions]
     known = {p.name for p in all_peers()} | {p.family for p in all_peers()} | {"all", "available"}
@@ -60,4 +63,6 @@ def select(names: list[str], *, precisions: tuple[str, ...] = ("bf16", "fp8")) -
         wanted = "all" in names or p.name in names or p.family in names
         if wanted or ("available" in names and p.available()[0]):
             chosen.append(p)
+            if baseline_kernels is not None and p.family == "zyfa":
+                chosen.append(ZyfaBaseline(p, baseline_kernels))
     return chosen

@@ -8,13 +8,20 @@ inside the op (a device sync), which would also keep the call out of CUDA graphs
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
 import torch
 
 from zyfa_bench.inputs import Inputs
 from zyfa_bench.peers.base import Peer, Prepared, bshd_float, import_status, validate_once
 from zyfa_bench.spec import Spec
 
-__all__ = ["ZyfaBF16", "ZyfaFP8"]
+__all__ = ["ZyfaBF16", "ZyfaBaseline", "ZyfaFP8"]
+
+KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"  # zyfa_core.manifest.ENV_KERNEL_DIR (zyfa-bench does not import zyfa_core)
 
 
 class _Zyfa(Peer):
@@ -82,3 +89,54 @@ class ZyfaFP8(_Zyfa):
             p_mode=self.p_mode,
         )
         return validate_once(Prepared(lambda: zyfa.flash_attn_func(q8, k8, v8, **kw), bshd_float), q8.device)
+
+
+@contextlib.contextmanager
+def _kernel_dir(path: str) -> Iterator[None]:
+    """$ZYFA_KERNEL_DIR = path inside the block (zyfa keys its kernel caches by it), restored after."""
+    saved = os.environ.get(KERNEL_DIR_ENV)
+    os.environ[KERNEL_DIR_ENV] = path
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ[KERNEL_DIR_ENV]
+        else:
+            os.environ[KERNEL_DIR_ENV] = saved
+
+
+class ZyfaBaseline(Peer):
+    """A ZYFA implementation on another kernel build: `inner`'s call with $ZYFA_KERNEL_DIR = `kernel_dir`.
+
+    The "before" side of a before/after comparison timed in the same process and rounds as the
+    installed kernels (`zyfa-bench throughput --baseline-kernels DIR`); named `<inner>-baseline`.
+    """
+
+    family = "zyfa-baseline"
+    vendor = "any"
+
+    def __init__(self, inner: _Zyfa, kernel_dir: str) -> None:
+        self.inner = inner
+        self.kernel_dir = str(Path(kernel_dir).resolve())
+        self.name = f"{inner.name}-baseline"
+        self.precision = inner.precision
+        self.note = f"{inner.name} on the kernels in {self.kernel_dir}"
+
+    def available(self) -> tuple[bool, str]:
+        if not (Path(self.kernel_dir) / "manifest.json").is_file():
+            return False, f"{self.kernel_dir} holds no manifest.json"
+        return self.inner.available()
+
+    def supports(self, spec: Spec, device: torch.device) -> tuple[bool, str]:
+        return self.inner.supports(spec, device)
+
+    def _prepare(self, inputs: Inputs) -> Prepared:
+        with _kernel_dir(self.kernel_dir):
+            prepared = self.inner._prepare(inputs)
+        call = prepared.call
+
+        def on_baseline() -> object:
+            with _kernel_dir(self.kernel_dir):
+                return call()
+
+        return Prepared(on_baseline, prepared.result, prepared.notes)
