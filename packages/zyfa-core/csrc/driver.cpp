@@ -491,8 +491,8 @@ void check_parameters(const Kernel &k, size_t size, size_t second_size) {
 
 }  // namespace
 
-// The launch itself, for the launch plan (plan.cpp). `args` (and `second`, the TMA maps or the V pre-pass's
-// workspace pointer, when second_size is not 0) must stay readable until the driver returns (it copies the
+// The launch itself, for the launch plan (plan.cpp). `args` (and `second`, the TMA maps, zyfa_varlen_args or the
+// V pre-pass's workspace pointer, when second_size is not 0) must stay readable until the driver returns (it copies the
 // parameter bytes during the call). Throws DriverFailure for a parameter mismatch with the kernel's declared
 // parameters or a failing driver call.
 
@@ -500,7 +500,7 @@ void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[
                   const void *args, size_t size, const void *second, size_t second_size) {
   State &s = state();  // a Kernel exists only once a backend has loaded; no need for the probe lock
   if (second_size != 0 && s.backend != Backend::cuda) {
-    fail(k.name, "launch", 0, "", "a second kernel parameter (TMA maps) is CUDA only; the loaded backend is HIP");
+    fail(k.name, "launch", 0, "", "a second kernel parameter (TMA maps or zyfa_varlen_args) is CUDA only; the loaded backend is HIP");
   }
   if (second_size > MAX_ARGS_BYTES) {
     fail(k.name, "launch", 0, "", "second parameter of " + std::to_string(second_size) + " bytes exceeds " +
@@ -544,7 +544,8 @@ void cuda_param_info(State &s, Kernel &k) {
   size_t offset2 = 0, size2 = 0;
   if (has_second && s.cu.cuFuncGetParamInfo(k.function, 2, &offset2, &size2) == 0) {
     fail(k.name, "cuFuncGetParamInfo", 0, "",
-         "the kernel takes more than two parameters; ZYFA kernels take the args struct, and TMA kernels the maps");
+         "the kernel takes more than two parameters; ZYFA kernels take the args struct, and TMA kernels the maps or "
+         "varlen kernels zyfa_varlen_args");
   }
   k.param_count = has_second ? 2 : 1;
   k.param_size = size;
