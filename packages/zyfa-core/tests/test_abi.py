@@ -88,6 +88,11 @@ def program(fields: list[tuple[str, str]], header_name: str) -> str:
         decode_lines.append(f'  printf("%s\\"{name}\\": {fmt}", {sep}, {cast}a.{name});')
     text = _PROGRAM.replace("@HEADER@", header_name).replace("@LAYOUT@", "\n".join(layout_lines))
     text = text.replace("@VT_ROWS@", ", ".join(f"{{{s}, {t}}}" for s, t in VT_ROW_SAMPLES))
+    varlen = "".join(
+        f'  printf("%s\\"{name}\\": %zu", {sep}, offsetof(zyfa_varlen_args, {name}));\n'
+        for sep, name in zip(['""'] + ['", "'] * len(abi.VARLEN_FIELD_NAMES), abi.VARLEN_FIELD_NAMES)
+    )
+    text = text.replace("@VARLEN@", varlen)
     return text.replace("@DECODE@", "\n".join(decode_lines))
 
 
@@ -113,6 +118,11 @@ int main(int argc, char **argv) {
          offsetof(zyfa_tma_maps, q), offsetof(zyfa_tma_maps, k), offsetof(zyfa_tma_maps, v),
          offsetof(zyfa_tma_maps, valid), sizeof(zyfa_tensor_map));
   printf("\"fp8_max_stale_tau\": %.17g, ", (double)ZYFA_FP8_MAX_STALE_TAU);
+  printf("\"varlen_flags\": [%u, %u, %u], ", (unsigned)ZYFA_FLAG_VARLEN, (unsigned)ZYFA_FLAG_PAGED,
+         (unsigned)ZYFA_FLAG_DESCALE_TABLE);
+  printf("\"varlen_size\": %zu, \"varlen\": {", sizeof(zyfa_varlen_args));
+@VARLEN@
+  printf("}, ");
   printf("\"vprep\": [%d, %d", (int)ZYFA_VPREP_KEYS, (int)ZYFA_VPREP_THREADS);
   for (int i = 0; i < (int)(sizeof vt_rows / sizeof vt_rows[0]); ++i) {
     printf(", %lld", (long long)ZYFA_VT_ROW_BYTES(vt_rows[i][0], vt_rows[i][1]));
@@ -192,6 +202,15 @@ def test_tma_maps_layout_matches(compiled) -> None:
         384,
         abi.TENSOR_MAP_BYTES,
     )
+
+
+def test_varlen_args_layout_matches(compiled) -> None:
+    """zyfa_varlen_args (ABI 4): every field's offset and the size as the C and C++ compilers see them."""
+    _, exe = compiled
+    info = layout(exe)
+    assert info["varlen_size"] == ctypes.sizeof(abi.ZyfaVarlenArgs) == abi.VARLEN_ARGS_SIZE
+    assert info["varlen"] == {name: getattr(abi.ZyfaVarlenArgs, name).offset for name in abi.VARLEN_FIELD_NAMES}
+    assert info["varlen_flags"] == [abi.FLAG_VARLEN, abi.FLAG_PAGED, abi.FLAG_DESCALE_TABLE]
 
 
 def test_version_and_flags_match(compiled) -> None:

@@ -80,11 +80,10 @@ def _fwd_varlen_impl(
         _validate.check_descale_table(q.dtype, softmax_scale, floats, descales)
     if dims is None or 0 in (dims.batch, dims.total_q, dims.total_k, max_seqlen_q, max_seqlen_k):
         return _ops._empty_outputs(*_out_shapes(q, v, return_lse), q.device)
-    if q.device.type == "cpu":
-        return _fwd_cpu(q, k, v, index, softmax_scale, causal, floats, return_lse, p_mode)
-    if q.device.type == "cuda":
-        return _fwd_core(q, k, v, index, dims, (max_seqlen_q, max_seqlen_k), softmax_scale, causal, floats,
-                         return_lse, p_mode)  # fmt: skip
+    if q.device.type in ("cpu", "cuda"):  # ROCm builds of torch report HIP devices as "cuda" too
+        run = _fwd_cpu if q.device.type == "cpu" else _fwd_core
+        return run(q, k, v, index, dims, (max_seqlen_q, max_seqlen_k), softmax_scale, causal, floats, return_lse,
+                   p_mode)  # fmt: skip
     raise NotImplementedError(
         f"zyfa: tensors on {q.device.type!r} are not supported; use CPU or CUDA/ROCm tensors"
     )
@@ -127,12 +126,16 @@ def _fwd_cpu(
     k: Tensor,
     v: Tensor,
     index: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, Tensor | None],
+    dims: _validate.VarlenDims,
+    max_seqlens: tuple[int, int],
     softmax_scale: float,
     causal: bool,
     floats: tuple[float, float, float],
     return_lse: bool,
     p_mode: str | None,
 ) -> tuple[Tensor, Tensor]:
+    """The reference per sequence; it reads the offsets itself (dims and max_seqlens size GPU launches)."""
+    del dims, max_seqlens
     cu_q, cu_k, seqused_k, page_table, table = index
     descales = floats if table is None else (table[0], table[1], table[2])
     out, lse = reference.attention_varlen(
