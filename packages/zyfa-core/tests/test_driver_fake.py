@@ -709,8 +709,8 @@ print(json.dumps(errors))
         f"{GFX950_BF16}: cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA"
     )
     assert out[2] == (
-        f"{GFX950_BF16}: launch failed: a second kernel parameter (TMA maps or zyfa_varlen_args) is CUDA only; "
-        "the loaded backend is HIP"
+        f"{GFX950_BF16}: launch failed: a second kernel parameter (TMA maps or zyfa_varlen_args) is CUDA "
+        "only; the loaded backend is HIP"
     )
     assert calls_named(calls, "hipModuleLaunchKernel") == []
 

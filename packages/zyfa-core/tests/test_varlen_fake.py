@@ -33,14 +33,32 @@ def packed_args(fp8: bool = False, paged: bool = False, **overrides: Any) -> zyf
     hq, hkv, d = 8, 2, 128
     flags = zyfa_core.FLAG_CAUSAL | zyfa_core.FLAG_VARLEN | (zyfa_core.FLAG_PAGED if paged else 0)
     fields = dict(
-        q=0x7F0000000000, k=0x7F0000100000, v=0x7F0000200000, out=0x7F0000300000,
-        q_stride_batch=0, q_stride_seq=hq * d, q_stride_head=d,
-        k_stride_batch=16 * hkv * d if paged else 0, k_stride_seq=hkv * d, k_stride_head=d,
-        v_stride_batch=16 * hkv * d if paged else 0, v_stride_seq=hkv * d, v_stride_head=d,
-        out_stride_batch=0, out_stride_seq=hq * d, out_stride_head=d,
-        batch=3, heads_q=hq, heads_kv=hkv, seqlen_q=100, seqlen_k=300, d_qk=d, d_v=d,
-        flags=flags, softmax_scale=d**-0.5,
-    )  # fmt: skip
+        q=0x7F0000000000,
+        k=0x7F0000100000,
+        v=0x7F0000200000,
+        out=0x7F0000300000,
+        q_stride_batch=0,
+        q_stride_seq=hq * d,
+        q_stride_head=d,
+        k_stride_batch=16 * hkv * d if paged else 0,
+        k_stride_seq=hkv * d,
+        k_stride_head=d,
+        v_stride_batch=16 * hkv * d if paged else 0,
+        v_stride_seq=hkv * d,
+        v_stride_head=d,
+        out_stride_batch=0,
+        out_stride_seq=hq * d,
+        out_stride_head=d,
+        batch=3,
+        heads_q=hq,
+        heads_kv=hkv,
+        seqlen_q=100,
+        seqlen_k=300,
+        d_qk=d,
+        d_v=d,
+        flags=flags,
+        softmax_scale=d**-0.5,
+    )
     if fp8:
         fields.update(q_descale=0.5, k_descale=0.25, v_descale=2.0)
     fields.update(overrides)
@@ -48,20 +66,42 @@ def packed_args(fp8: bool = False, paged: bool = False, **overrides: Any) -> zyf
 
 
 def varlen_args(paged: bool = False, **overrides: Any) -> zyfa_core.ZyfaVarlenArgs:
-    fields: dict[str, Any] = dict(cu_seqlens_q=0x7F0000400000, cu_seqlens_k=0x7F0000400100, total_q=180, total_k=520)
+    fields: dict[str, Any] = dict(
+        cu_seqlens_q=0x7F0000400000, cu_seqlens_k=0x7F0000400100, total_q=180, total_k=520
+    )
     if paged:
-        fields.update(page_table=0x7F0000400200, page_table_stride=19, page_size=16, num_pages=40, max_pages=19,
-                      total_k=640, seqused_k=0x7F0000400300)  # fmt: skip
+        fields.update(
+            page_table=0x7F0000400200,
+            page_table_stride=19,
+            page_size=16,
+            num_pages=40,
+            max_pages=19,
+            total_k=640,
+            seqused_k=0x7F0000400300,
+        )
     fields.update(overrides)
     return zyfa_core.make_varlen_args(**fields)
 
 
 def test_varlen_struct_layout() -> None:
     assert ctypes.sizeof(zyfa_core.ZyfaVarlenArgs) == zyfa_core.VARLEN_ARGS_SIZE == 72
-    offsets = {name: getattr(zyfa_core.ZyfaVarlenArgs, name).offset for name in zyfa_core.abi.VARLEN_FIELD_NAMES}
-    assert offsets == {"cu_seqlens_q": 0, "cu_seqlens_k": 8, "seqused_k": 16, "page_table": 24, "descales": 32,
-                       "page_table_stride": 40, "page_size": 48, "num_pages": 52, "max_pages": 56,
-                       "total_q": 60, "total_k": 64, "reserved": 68}  # fmt: skip
+    offsets = {
+        name: getattr(zyfa_core.ZyfaVarlenArgs, name).offset for name in zyfa_core.abi.VARLEN_FIELD_NAMES
+    }
+    assert offsets == {
+        "cu_seqlens_q": 0,
+        "cu_seqlens_k": 8,
+        "seqused_k": 16,
+        "page_table": 24,
+        "descales": 32,
+        "page_table_stride": 40,
+        "page_size": 48,
+        "num_pages": 52,
+        "max_pages": 56,
+        "total_q": 60,
+        "total_k": 64,
+        "reserved": 68,
+    }
     with pytest.raises(ValueError, match=r"zyfa_varlen_args.page_size = 4294967296 does not fit"):
         zyfa_core.make_varlen_args(page_size=2**32)
     with pytest.raises(TypeError, match="unknown field"):
@@ -85,41 +125,64 @@ def test_good_packed_args_pass(kernel_dir: Path) -> None:
     manifest = zyfa_core.Manifest.load(kernel_dir)
     zyfa_core.check_args(manifest.get(VARLEN), packed_args(), varlen_args())
     zyfa_core.check_args(manifest.get(PAGED), packed_args(fp8=True, paged=True), varlen_args(paged=True))
-    table = packed_args(fp8=True, paged=True, flags=zyfa_core.FLAG_VARLEN | zyfa_core.FLAG_PAGED
-                        | zyfa_core.FLAG_DESCALE_TABLE, q_descale=1.0, k_descale=1.0, v_descale=1.0)  # fmt: skip
+    table = packed_args(
+        fp8=True,
+        paged=True,
+        flags=zyfa_core.FLAG_VARLEN | zyfa_core.FLAG_PAGED | zyfa_core.FLAG_DESCALE_TABLE,
+        q_descale=1.0,
+        k_descale=1.0,
+        v_descale=1.0,
+    )
     zyfa_core.check_args(manifest.get(PAGED), table, varlen_args(paged=True, descales=0x7F0000500000))
     # Paged with cu_seqlens_k NULL: the key counts come from seqused_k.
-    zyfa_core.check_args(manifest.get(PAGED), packed_args(fp8=True, paged=True),
-                         varlen_args(paged=True, cu_seqlens_k=0))  # fmt: skip
+    zyfa_core.check_args(
+        manifest.get(PAGED), packed_args(fp8=True, paged=True), varlen_args(paged=True, cu_seqlens_k=0)
+    )
 
 
 @pytest.mark.parametrize(
     ("kernel", "args", "varlen", "message"),
     [
-        (DENSE, {"flags": zyfa_core.FLAG_VARLEN}, "packed", "serves dense batches; args.flags ask for a varlen"),
+        (
+            DENSE,
+            {"flags": zyfa_core.FLAG_VARLEN},
+            "packed",
+            "serves dense batches; args.flags ask for a varlen",
+        ),
         (VARLEN, {"flags": zyfa_core.FLAG_CAUSAL}, None, "serves varlen batches; args.flags ask for a dense"),
         (VARLEN, {}, None, "FLAG_VARLEN needs the packed batch's zyfa_varlen_args"),
         (VARLEN, {"flags": zyfa_core.FLAG_VARLEN | zyfa_core.FLAG_PAGED}, "packed", "serves varlen batches"),
         (VARLEN, {}, {"cu_seqlens_q": 0}, "varlen.cu_seqlens_q is a null pointer"),
         (VARLEN, {}, {"cu_seqlens_k": 0}, "varlen.cu_seqlens_k is a null pointer"),
-        (VARLEN, {}, {"seqused_k": 0x7F0000400002}, "varlen.seqused_k = 0x7f0000400002 is not 4-byte aligned"),
+        (
+            VARLEN,
+            {},
+            {"seqused_k": 0x7F0000400002},
+            "varlen.seqused_k = 0x7f0000400002 is not 4-byte aligned",
+        ),
         (VARLEN, {}, {"page_table": 0x7F0000400200}, "page_table is set without FLAG_PAGED"),
         (VARLEN, {}, {"page_size": 16}, "must be 0 without FLAG_PAGED"),
         (VARLEN, {}, {"total_q": 0}, "varlen.total_q = 0 and varlen.total_k = 520 must be positive"),
-        (VARLEN, {"flags": zyfa_core.FLAG_VARLEN | zyfa_core.FLAG_DESCALE_TABLE}, {"descales": 0x7F0000500000},
-         "FLAG_DESCALE_TABLE applies to FP8 kernels only"),
+        (
+            VARLEN,
+            {"flags": zyfa_core.FLAG_VARLEN | zyfa_core.FLAG_DESCALE_TABLE},
+            {"descales": 0x7F0000500000},
+            "FLAG_DESCALE_TABLE applies to FP8 kernels only",
+        ),
         (VARLEN, {}, {"reserved": 1}, "varlen.reserved must be 0"),
         (PAGED, {}, {"page_table": 0}, "varlen.page_table is a null pointer"),
         (PAGED, {}, {"max_pages": 20}, "page_table_stride >= max_pages"),
         (PAGED, {}, {"total_k": 600}, "must be num_pages x page_size = 640"),
         (PAGED, {}, {"seqused_k": 0, "cu_seqlens_k": 0}, "varlen.cu_seqlens_k is a null pointer"),
     ],
-)  # fmt: skip
+)
 def test_bad_packed_args(kernel_dir: Path, kernel: str, args: dict, varlen: Any, message: str) -> None:
     spec = zyfa_core.Manifest.load(kernel_dir).get(kernel)
     paged = kernel == PAGED
     fields = {"fp8": paged, "paged": paged, **args} if "flags" not in args else {"fp8": paged, **args}
-    struct = None if varlen is None else varlen_args(paged) if varlen == "packed" else varlen_args(paged, **varlen)
+    struct = (
+        None if varlen is None else varlen_args(paged) if varlen == "packed" else varlen_args(paged, **varlen)
+    )
     with pytest.raises(ValueError) as info:
         zyfa_core.check_args(spec, packed_args(**fields), struct)
     assert message in str(info.value) and str(info.value).startswith(kernel)
@@ -152,7 +215,8 @@ def test_launch_passes_varlen_as_the_second_parameter(run_with_fake, kernel_dir:
 def test_dense_kernel_refuses_a_packed_launch(run_with_fake, kernel_dir: Path) -> None:
     snippet = LAUNCH.format(kernel=DENSE, args=bytes(packed_args()).hex(), varlen=bytes(varlen_args()).hex())
     snippet = snippet.replace("zyfa_core.launch(", "try:\n    zyfa_core.launch(").replace(
-        "\nprint(", "\nexcept ValueError as exc:\n    print(json.dumps(str(exc)))\n    raise SystemExit\nprint("
+        "\nprint(",
+        "\nexcept ValueError as exc:\n    print(json.dumps(str(exc)))\n    raise SystemExit\nprint(",
     )
     out, calls = run_with_fake("cuda", snippet, kernel_dir)
     assert "serves dense batches" in out and not [c for c in calls if c.startswith("cuLaunchKernel ")]

@@ -154,7 +154,10 @@ class _MockVarlenArgs(ctypes.Structure):
     """zyfa_varlen_args (kernels/abi/zyfa_abi.h, ABI 4), typed."""
 
     _fields_ = [
-        *[(n, ctypes.c_void_p) for n in ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "page_table", "descales")],
+        *[
+            (n, ctypes.c_void_p)
+            for n in ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "page_table", "descales")
+        ],
         ("page_table_stride", ctypes.c_int64),
         *[(n, ctypes.c_int32) for n in ("page_size", "num_pages", "max_pages", "total_q", "total_k")],
         ("reserved", ctypes.c_uint32),
@@ -174,9 +177,14 @@ class _MockCore:
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         abi = types.SimpleNamespace(
-            ZyfaFwdArgs=_MockArgs, ZyfaVarlenArgs=_MockVarlenArgs, FLAG_CAUSAL=0x1, FLAG_LSE=0x2, FLAG_VARLEN=0x4,
-            FLAG_PAGED=0x8, FLAG_DESCALE_TABLE=0x10,
-        )  # fmt: skip
+            ZyfaFwdArgs=_MockArgs,
+            ZyfaVarlenArgs=_MockVarlenArgs,
+            FLAG_CAUSAL=0x1,
+            FLAG_LSE=0x2,
+            FLAG_VARLEN=0x4,
+            FLAG_PAGED=0x8,
+            FLAG_DESCALE_TABLE=0x10,
+        )
         manifest = types.SimpleNamespace(select=self.select)
         launcher = types.SimpleNamespace(
             available_backend=lambda: self.backend,
@@ -243,14 +251,21 @@ class _MockCore:
         if args.flags & 0x2:
             self.outputs[args.lse].copy_(lse)
 
-
     def _launch_varlen(self, spec, args):
-        """A packed call: the reference per sequence on the inputs (their pointers are checked by the test)."""
+        """A packed call: the reference per sequence on the inputs (the test checks their pointers)."""
         q, k, v, cu_q, cu_k, seqused_k, page_table = self.inputs
         o, lse = R.attention_varlen(
-            q, k, v, cu_q, cu_k, seqused_k=seqused_k, page_table=page_table, softmax_scale=args.softmax_scale,
-            causal=bool(args.flags & 0x1), block_n=spec.tile_n,
-        )  # fmt: skip
+            q,
+            k,
+            v,
+            cu_q,
+            cu_k,
+            seqused_k=seqused_k,
+            page_table=page_table,
+            softmax_scale=args.softmax_scale,
+            causal=bool(args.flags & 0x1),
+            block_n=spec.tile_n,
+        )
         self.outputs[args.out].copy_(o)
         if args.flags & 0x2:
             self.outputs[args.lse].copy_(lse)
@@ -441,10 +456,12 @@ def test_host_overhead_measures_every_layer(core, monkeypatch, fp8):
 
 @pytest.mark.parametrize("paged", [False, True])
 def test_dispatch_varlen_fills_both_structs(core, monkeypatch, paged):
-    """A packed call on the GPU path: zyfa_fwd_args with batch = sequences, max_seqlen bounds and batch strides
-    0 (the page stride for a cache), and zyfa_varlen_args with the index tensors' pointers and sizes."""
-    from zyfa import _ops_varlen
+    """A packed call on the GPU path: zyfa_fwd_args with batch = sequences, max_seqlen bounds and batch
+    strides 0 (the page stride for a cache), and zyfa_varlen_args with the index tensors' pointers and
+    sizes."""
     from zyfa_varlen_testutil import make_packed, page_cache
+
+    from zyfa import _ops_varlen
 
     monkeypatch.setattr(_ops_varlen, "_fwd_cpu", _ops_varlen._fwd_core)
     p = make_packed([5, 1, 40], [9, 3, 70], 4, 2, seed=12)
@@ -461,7 +478,10 @@ def test_dispatch_varlen_fills_both_structs(core, monkeypatch, paged):
     assert args.flags == 0x1 | 0x2 | 0x4 | (0x8 if paged else 0)
     assert (args.q_stride_batch, args.q_stride_seq, args.out_stride_batch) == (0, 4 * 128, 0)
     assert args.k_stride_batch == (16 * 2 * 128 if paged else 0) and args.lse == lse.data_ptr()
-    assert (varlen.cu_seqlens_q, varlen.cu_seqlens_k) == (p.cu_seqlens_q.data_ptr(), p.cu_seqlens_k.data_ptr())
+    assert (varlen.cu_seqlens_q, varlen.cu_seqlens_k) == (
+        p.cu_seqlens_q.data_ptr(),
+        p.cu_seqlens_k.data_ptr(),
+    )
     assert (varlen.total_q, varlen.total_k) == (46, k.shape[0] * 16 if paged else 82)
     if paged:
         assert (varlen.page_table, varlen.seqused_k) == (table.data_ptr(), seqused.data_ptr())
@@ -473,6 +493,15 @@ def test_dispatch_varlen_fills_both_structs(core, monkeypatch, paged):
 
 def _call_varlen_through_core(p, k, v, table, seqused):
     return zyfa.flash_attn_varlen_func(
-        p.q, k, v, p.cu_seqlens_q, p.cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k, seqused_k=seqused, causal=True,
-        page_table=table, return_attn_probs=True,
-    )  # fmt: skip
+        p.q,
+        k,
+        v,
+        p.cu_seqlens_q,
+        p.cu_seqlens_k,
+        p.max_seqlen_q,
+        p.max_seqlen_k,
+        seqused_k=seqused,
+        causal=True,
+        page_table=table,
+        return_attn_probs=True,
+    )

@@ -50,7 +50,9 @@ def test_bf16_packed_matches_f64(case, causal):
     p = make_packed(lens_q, lens_k, hq, hkv, dqk, seed=hash((tuple(lens_q), causal)) % 2**31, q_scale=2.0)
     out, lse = _call(p, causal=causal, return_attn_probs=True)
     ref, ref_lse = R.attention_varlen_dense_f64(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, causal=causal)
-    assert out.dtype == torch.bfloat16 and out.shape == (sum(lens_q), hq, 128) and lse.shape == (hq, sum(lens_q))
+    assert (
+        out.dtype == torch.bfloat16 and out.shape == (sum(lens_q), hq, 128) and lse.shape == (hq, sum(lens_q))
+    )
     assert rel_err(out, ref) < BF16_TOL
     assert lse_err(lse, ref_lse) < LSE_TOL
 
@@ -67,9 +69,12 @@ def test_packed_equals_the_dense_path_per_sequence(case):
             continue
         rows = slice(cq[b], cq[b + 1])
         dense, dense_lse, _ = zyfa.flash_attn_func(
-            p.q[rows][None], p.k[ck[b] : ck[b + 1]][None], p.v[ck[b] : ck[b + 1]][None], causal=True,
+            p.q[rows][None],
+            p.k[ck[b] : ck[b + 1]][None],
+            p.v[ck[b] : ck[b + 1]][None],
+            causal=True,
             return_attn_probs=True,
-        )  # fmt: skip
+        )
         assert torch.equal(out[rows], dense[0]) and torch.equal(lse[:, rows], dense_lse[0])
 
 
@@ -93,9 +98,18 @@ def test_paged_matches_packed_bitwise_and_f64(page_size):
     k_cache, v_cache, table = page_cache(p.k, p.v, lens, page_size, seed=page_size)
     seqused = torch.tensor(lens, dtype=torch.int32)
     out, lse = zyfa.flash_attn_varlen_func(
-        p.q, k_cache, v_cache, p.cu_seqlens_q, None, p.max_seqlen_q, p.max_seqlen_k, seqused_k=seqused,
-        causal=True, page_table=table, return_attn_probs=True,
-    )  # fmt: skip
+        p.q,
+        k_cache,
+        v_cache,
+        p.cu_seqlens_q,
+        None,
+        p.max_seqlen_q,
+        p.max_seqlen_k,
+        seqused_k=seqused,
+        causal=True,
+        page_table=table,
+        return_attn_probs=True,
+    )
     packed, packed_lse = _call(p, causal=True, return_attn_probs=True)
     assert torch.equal(out, packed) and torch.equal(lse, packed_lse)
     ref, _ = R.attention_varlen_dense_f64(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k)
@@ -149,22 +163,52 @@ def test_fp8_per_sequence_and_head_descales(p_mode, d_qk):
 
     (q8, dq), (k8, dk), (v8, dv) = quantise(p.q, cq, 2), quantise(p.k, ck, 1), quantise(p.v, ck, 1)
     out = zyfa.flash_attn_varlen_func(
-        q8, k8, v8, p.cu_seqlens_q, p.cu_seqlens_k, 70, 130, causal=True, q_descale=dq, k_descale=dk,
-        v_descale=dv, p_mode=p_mode,
-    )  # fmt: skip
+        q8,
+        k8,
+        v8,
+        p.cu_seqlens_q,
+        p.cu_seqlens_k,
+        70,
+        130,
+        causal=True,
+        q_descale=dq,
+        k_descale=dk,
+        v_descale=dv,
+        p_mode=p_mode,
+    )
     ref, _ = R.attention_varlen_dense_f64(
         q8, k8, v8, p.cu_seqlens_q, p.cu_seqlens_k, q_descale=dq, k_descale=dk, v_descale=dv
     )
     assert rel_err(out, ref) < FP8_TOL[p_mode]
     # A per-tensor float descale is the same as a table holding it everywhere.
     same = zyfa.flash_attn_varlen_func(
-        q8, k8, v8, p.cu_seqlens_q, p.cu_seqlens_k, 70, 130, causal=True, q_descale=0.5,
-        k_descale=torch.tensor(0.25), v_descale=torch.full((3, 2), 2.0), p_mode=p_mode,
-    )  # fmt: skip
+        q8,
+        k8,
+        v8,
+        p.cu_seqlens_q,
+        p.cu_seqlens_k,
+        70,
+        130,
+        causal=True,
+        q_descale=0.5,
+        k_descale=torch.tensor(0.25),
+        v_descale=torch.full((3, 2), 2.0),
+        p_mode=p_mode,
+    )
     floats = zyfa.flash_attn_varlen_func(
-        q8, k8, v8, p.cu_seqlens_q, p.cu_seqlens_k, 70, 130, causal=True, q_descale=0.5, k_descale=0.25,
-        v_descale=2.0, p_mode=p_mode,
-    )  # fmt: skip
+        q8,
+        k8,
+        v8,
+        p.cu_seqlens_q,
+        p.cu_seqlens_k,
+        70,
+        130,
+        causal=True,
+        q_descale=0.5,
+        k_descale=0.25,
+        v_descale=2.0,
+        p_mode=p_mode,
+    )
     assert torch.equal(same, floats)
 
 
@@ -175,9 +219,16 @@ def test_long_tailed_batch_up_to_4k():
     p = make_packed(lens, lens, 2, 1, seed=8)
     k_cache, v_cache, table = page_cache(p.k, p.v, lens, 64, seed=9)
     out = zyfa.flash_attn_varlen_func(
-        p.q, k_cache, v_cache, p.cu_seqlens_q, p.cu_seqlens_k, max(lens), max(lens), causal=True,
+        p.q,
+        k_cache,
+        v_cache,
+        p.cu_seqlens_q,
+        p.cu_seqlens_k,
+        max(lens),
+        max(lens),
+        causal=True,
         page_table=table,
-    )  # fmt: skip
+    )
     ref, _ = R.attention_varlen_dense_f64(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k)
     assert rel_err(out, ref) < BF16_TOL
 
@@ -200,8 +251,16 @@ def test_empty_batches():
 
 def _bad_call(**changes):
     p = make_packed([3, 5], [3, 9], 4, 2, seed=2)
-    kwargs = dict(q=p.q, k=p.k, v=p.v, cu_seqlens_q=p.cu_seqlens_q, cu_seqlens_k=p.cu_seqlens_k,
-                  max_seqlen_q=5, max_seqlen_k=9, causal=True)  # fmt: skip
+    kwargs = dict(
+        q=p.q,
+        k=p.k,
+        v=p.v,
+        cu_seqlens_q=p.cu_seqlens_q,
+        cu_seqlens_k=p.cu_seqlens_k,
+        max_seqlen_q=5,
+        max_seqlen_k=9,
+        causal=True,
+    )
     kwargs.update({name: (f(p) if callable(f) else f) for name, f in changes.items()})
     return zyfa.flash_attn_varlen_func(**kwargs)
 
@@ -222,7 +281,11 @@ def _bad_call(**changes):
         ({"v": lambda p: p.v[:5]}, ValueError, "k and v need the same shape"),
         ({"q": lambda p: p.q[:, :3]}, ValueError, r"heads_q \(3\) must be a positive multiple of heads_kv"),
         ({"cu_seqlens_k": None}, ValueError, "cu_seqlens_k is required unless page_table and seqused_k"),
-        ({"seqused_k": torch.tensor([3, 10], dtype=torch.int32), "max_seqlen_k": 10}, ValueError, "exceeds the 9 rows"),
+        (
+            {"seqused_k": torch.tensor([3, 10], dtype=torch.int32), "max_seqlen_k": 10},
+            ValueError,
+            "exceeds the 9 rows",
+        ),
         ({"seqused_k": torch.tensor([3, 10], dtype=torch.int32)}, ValueError, "exceeds max_seqlen_k = 9"),
         ({"seqused_q": torch.tensor([3, 5], dtype=torch.int32)}, NotImplementedError, "seqused_q"),
         ({"window_size": (8, 0)}, NotImplementedError, "window_size"),
@@ -238,8 +301,16 @@ def test_bad_inputs(changes, exc, match):
 def test_bad_pages():
     p = make_packed([3, 5], [20, 40], 2, 2, seed=4)
     k_cache, v_cache, table = page_cache(p.k, p.v, [20, 40], 16, seed=4)
-    call = dict(q=p.q, k=k_cache, v=v_cache, cu_seqlens_q=p.cu_seqlens_q, cu_seqlens_k=p.cu_seqlens_k,
-                max_seqlen_q=5, max_seqlen_k=40, causal=True)  # fmt: skip
+    call = dict(
+        q=p.q,
+        k=k_cache,
+        v=v_cache,
+        cu_seqlens_q=p.cu_seqlens_q,
+        cu_seqlens_k=p.cu_seqlens_k,
+        max_seqlen_q=5,
+        max_seqlen_k=40,
+        causal=True,
+    )
     bad = table.clone()
     bad[1, 2] = k_cache.shape[0]
     with pytest.raises(ValueError, match=r"page_table\[1, 2\] = 8 is not a page of the cache \(0\.\.7\)"):
@@ -248,12 +319,24 @@ def test_bad_pages():
         zyfa.flash_attn_varlen_func(**call, page_table=table[:, :2].contiguous())
     with pytest.raises(ValueError, match="page_table must be contiguous in its last dim"):
         zyfa.flash_attn_varlen_func(**call, page_table=table.t().contiguous().t())
-    with pytest.raises(ValueError, match="v_descale must be a float, a 1-element tensor or a tensor of shape"):
+    with pytest.raises(
+        ValueError, match="v_descale must be a float, a 1-element tensor or a tensor of shape"
+    ):
         q8, k8, v8 = (x.to(torch.float8_e4m3fn) for x in (p.q, k_cache, v_cache))
         zyfa.flash_attn_varlen_func(
-            q8, k8, v8, p.cu_seqlens_q, p.cu_seqlens_k, 5, 40, causal=True, page_table=table, q_descale=1.0,
-            k_descale=1.0, v_descale=torch.ones(3),
-        )  # fmt: skip
+            q8,
+            k8,
+            v8,
+            p.cu_seqlens_q,
+            p.cu_seqlens_k,
+            5,
+            40,
+            causal=True,
+            page_table=table,
+            q_descale=1.0,
+            k_descale=1.0,
+            v_descale=torch.ones(3),
+        )
 
 
 def test_descale_table_values_are_checked_on_the_cpu():
@@ -269,5 +352,22 @@ def test_descale_table_values_are_checked_on_the_cpu():
 def test_opcheck():
     """The op's schema, fake implementation and dispatch agree (torch.library.opcheck)."""
     p = make_packed([3, 0, 6], [5, 2, 6], 4, 2, seed=10)
-    args = (p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, None, None, 6, 6, 0.1, True, 1.0, 1.0, 1.0, None, True)
+    args = (
+        p.q,
+        p.k,
+        p.v,
+        p.cu_seqlens_q,
+        p.cu_seqlens_k,
+        None,
+        None,
+        6,
+        6,
+        0.1,
+        True,
+        1.0,
+        1.0,
+        1.0,
+        None,
+        True,
+    )
     torch.library.opcheck(torch.ops.zyfa.fwd_varlen.default, args, kwargs={"p_mode": None})

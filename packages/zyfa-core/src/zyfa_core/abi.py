@@ -203,13 +203,15 @@ _VARLEN_TYPES: dict[str, Any] = dict(_VARLEN_FIELDS)
 
 
 class ZyfaVarlenArgs(ctypes.Structure):
-    """`zyfa_varlen_args`: a packed batch's index pointers and sizes (72 bytes), range-checked on assignment."""
+    """`zyfa_varlen_args`: a packed batch's index pointers and sizes (72 bytes), checked on assignment."""
 
     _fields_ = _VARLEN_FIELDS
 
     def __setattr__(self, name: str, value: Any) -> None:
         ctype = _VARLEN_TYPES.get(name)
-        super().__setattr__(name, value if ctype is None else _checked(name, ctype, value, "zyfa_varlen_args"))
+        super().__setattr__(
+            name, value if ctype is None else _checked(name, ctype, value, "zyfa_varlen_args")
+        )
 
     def __repr__(self) -> str:
         body = ", ".join(f"{name}={getattr(self, name)!r}" for name in VARLEN_FIELD_NAMES)
@@ -225,7 +227,9 @@ def make_varlen_args(**fields: Any) -> ZyfaVarlenArgs:
     """
     unknown = sorted(set(fields) - set(VARLEN_FIELD_NAMES))
     if unknown:
-        raise TypeError(f"make_varlen_args: unknown field(s) {unknown}; fields are {list(VARLEN_FIELD_NAMES)}")
+        raise TypeError(
+            f"make_varlen_args: unknown field(s) {unknown}; fields are {list(VARLEN_FIELD_NAMES)}"
+        )
     args = ZyfaVarlenArgs()
     for name, value in fields.items():
         setattr(args, name, value)
@@ -244,4 +248,6 @@ TENSOR_MAP_BYTES = 128
 if ctypes.sizeof(ZyfaFwdArgs) != ARGS_SIZE:  # pragma: no cover - guards edits of _FIELDS
     raise ImportError(f"ZyfaFwdArgs is {ctypes.sizeof(ZyfaFwdArgs)} bytes, the ABI says {ARGS_SIZE}")
 if ctypes.sizeof(ZyfaVarlenArgs) != VARLEN_ARGS_SIZE:  # pragma: no cover - guards edits of _VARLEN_FIELDS
-    raise ImportError(f"ZyfaVarlenArgs is {ctypes.sizeof(ZyfaVarlenArgs)} bytes, the ABI says {VARLEN_ARGS_SIZE}")
+    raise ImportError(
+        f"ZyfaVarlenArgs is {ctypes.sizeof(ZyfaVarlenArgs)} bytes, the ABI says {VARLEN_ARGS_SIZE}"
+    )

@@ -389,9 +389,10 @@ def launch(
     aligned; the caller allocates it and keeps it alive until the launch has run on `stream`): that entry
     runs first on `stream`, writing the pre-transposed V there, then the kernel with args.v = workspace;
     other specs ignore `workspace`. A packed call (args.flags has FLAG_VARLEN) passes its `varlen` struct, the
-    second parameter of a "varlen" / "paged" kernel. The code object is loaded once per (device, file). `stream` is the raw
-    CUstream / hipStream_t value as an int (torch: `torch.cuda.current_stream(device).cuda_stream`),
-    0 for the default stream; it must belong to `device`. The GIL is released during the driver calls.
+    second parameter of a "varlen" / "paged" kernel. The code object is loaded once per (device, file).
+    `stream` is the raw CUstream / hipStream_t value as an int (torch:
+    `torch.cuda.current_stream(device).cuda_stream`), 0 for the default stream; it must belong to
+    `device`. The GIL is released during the driver calls.
 
     Raises:
         TypeError, ValueError: bad arguments (see `check_args`), a kernel for another arch, backend

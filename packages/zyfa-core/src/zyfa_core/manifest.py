@@ -549,7 +549,9 @@ class Manifest:
                 for spec in matches:
                     if spec.p_mode == mode:
                         return spec
-        raise KernelNotFoundError(self._not_found_message(arch, dtype, d_qk, d_v, causal, p_mode, tag, layout))
+        raise KernelNotFoundError(
+            self._not_found_message(arch, dtype, d_qk, d_v, causal, p_mode, tag, layout)
+        )
 
     def _not_found_message(
         self,

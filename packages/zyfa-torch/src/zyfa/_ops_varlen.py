@@ -21,8 +21,9 @@ __all__ = ["fwd_varlen"]
 
 _ops._LIB.define(
     "fwd_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor? cu_seqlens_k, Tensor? seqused_k, "
-    "Tensor? page_table, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, float q_descale, "
-    "float k_descale, float v_descale, Tensor? descales, bool return_lse, str? p_mode=None) -> (Tensor, Tensor)",
+    "Tensor? page_table, int max_seqlen_q, int max_seqlen_k, float softmax_scale, bool causal, "
+    "float q_descale, float k_descale, float v_descale, Tensor? descales, bool return_lse, str? p_mode=None) "
+    "-> (Tensor, Tensor)",
     tags=_ops._tags("pt2_compliant_tag"),
 )
 
@@ -82,8 +83,19 @@ def _fwd_varlen_impl(
         return _ops._empty_outputs(*_out_shapes(q, v, return_lse), q.device)
     if q.device.type in ("cpu", "cuda"):  # ROCm builds of torch report HIP devices as "cuda" too
         run = _fwd_cpu if q.device.type == "cpu" else _fwd_core
-        return run(q, k, v, index, dims, (max_seqlen_q, max_seqlen_k), softmax_scale, causal, floats, return_lse,
-                   p_mode)  # fmt: skip
+        return run(
+            q,
+            k,
+            v,
+            index,
+            dims,
+            (max_seqlen_q, max_seqlen_k),
+            softmax_scale,
+            causal,
+            floats,
+            return_lse,
+            p_mode,
+        )
     raise NotImplementedError(
         f"zyfa: tensors on {q.device.type!r} are not supported; use CPU or CUDA/ROCm tensors"
     )
@@ -118,7 +130,9 @@ def _fwd_varlen_fake(
 
 _ops._LIB.impl("fwd_varlen", _fwd_varlen_impl, "CompositeExplicitAutograd")
 torch.library.register_fake("zyfa::fwd_varlen", _fwd_varlen_fake, lib=_ops._LIB)
-torch.library.register_autograd("zyfa::fwd_varlen", _ops._backward, setup_context=_ops._setup_context, lib=_ops._LIB)
+torch.library.register_autograd(
+    "zyfa::fwd_varlen", _ops._backward, setup_context=_ops._setup_context, lib=_ops._LIB
+)
 
 
 def _fwd_cpu(
@@ -176,8 +190,20 @@ def _fwd_core(
     out_shape, lse_shape = _out_shapes(q, v, return_lse)
     out = torch.empty(out_shape, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    args = fill_args(core.abi, q, k, v, out, lse if return_lse else None, dims, max_seqlens, softmax_scale, causal,
-                     floats, index)  # fmt: skip
+    args = fill_args(
+        core.abi,
+        q,
+        k,
+        v,
+        out,
+        lse if return_lse else None,
+        dims,
+        max_seqlens,
+        softmax_scale,
+        causal,
+        floats,
+        index,
+    )
     varlen = fill_varlen_args(core.abi, index, dims)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     core.launcher.launch(spec, args, stream=stream, device=_ops._device_index(q.device), varlen=varlen)
@@ -218,7 +244,9 @@ def fill_args(
     args.seqlen_q, args.seqlen_k = max_seqlens
     args.d_qk, args.d_v = dims.d_qk, dims.d_v
     flags = abi.FLAG_VARLEN | (abi.FLAG_CAUSAL if causal else 0) | (abi.FLAG_LSE if lse is not None else 0)
-    flags |= (abi.FLAG_PAGED if dims.page_size else 0) | (abi.FLAG_DESCALE_TABLE if index[4] is not None else 0)
+    flags |= (abi.FLAG_PAGED if dims.page_size else 0) | (
+        abi.FLAG_DESCALE_TABLE if index[4] is not None else 0
+    )
     args.flags = flags
     args.softmax_scale = softmax_scale
     args.q_descale, args.k_descale, args.v_descale = descales
@@ -234,8 +262,13 @@ def fill_varlen_args(
     """The zyfa_varlen_args of a packed call: the index tensors' device pointers and the sizes."""
     cu_q, cu_k, seqused_k, page_table, table = index
     varlen = abi.ZyfaVarlenArgs()
-    for name, x in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k), ("seqused_k", seqused_k),
-                    ("page_table", page_table), ("descales", table)):  # fmt: skip
+    for name, x in (
+        ("cu_seqlens_q", cu_q),
+        ("cu_seqlens_k", cu_k),
+        ("seqused_k", seqused_k),
+        ("page_table", page_table),
+        ("descales", table),
+    ):
         setattr(varlen, name, x.data_ptr() if x is not None else 0)
     if page_table is not None:
         varlen.page_table_stride = page_table.stride(0) if page_table.shape[0] > 1 else page_table.shape[1]

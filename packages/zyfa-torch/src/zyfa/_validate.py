@@ -165,7 +165,11 @@ def check_varlen(
         return None
     readable = index[0].device.type == "cpu" and not is_fake(index[0])
     dims = launcher.check_varlen(
-        *views, *optional, _size(max_seqlen_q), _size(max_seqlen_k), readable  # type: ignore[arg-type]
+        *views,
+        *optional,
+        _size(max_seqlen_q),
+        _size(max_seqlen_k),
+        readable,  # type: ignore[arg-type]
     )
     return VarlenDims(*dims)
 

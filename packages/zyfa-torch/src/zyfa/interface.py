@@ -118,7 +118,9 @@ def _check_varlen_options(
 ) -> None:
     """Refuse the FlashAttention-3 options ZYFA does not serve."""
     if seqused_q is not None:
-        raise NotImplementedError("zyfa: seqused_q is not supported; cu_seqlens_q gives each sequence's queries")
+        raise NotImplementedError(
+            "zyfa: seqused_q is not supported; cu_seqlens_q gives each sequence's queries"
+        )
     if qv is not None:
         raise NotImplementedError("zyfa: qv is not supported; pass qv=None")
     if attention_chunk != 0:
@@ -173,7 +175,8 @@ def flash_attn_varlen_func(
             (no host sync). Checked against the values on the CPU only; on a GPU a larger sequence is
             clamped to them.
         seqused_q: must be None. seqused_k: int32 [batch] key counts, or None.
-        softmax_scale: default 1/sqrt(d_qk). causal: as above; False for full attention (flash-attn's default).
+        softmax_scale: default 1/sqrt(d_qk).
+        causal: as above; False (flash-attn's default) for full attention.
         qv: must be None. window_size: (-1, -1) or None; attention_chunk: 0; softcap: 0.0.
         q_descale, k_descale, v_descale: FP8 only and then required: floats (by value), 1-element tensors or
             float32 tensors of shape (batch, heads_kv) (FlashAttention-3's; query head h takes its kv head's
@@ -189,8 +192,8 @@ def flash_attn_varlen_func(
         [heads_q, total_q]. Rows that see no key give 0 and +inf. Rows of q outside every sequence are 0
         (lse +inf) on the CPU and not written on a GPU.
 
-    CPU tensors run `zyfa.reference.attention_varlen` (block_n 64); CUDA tensors the zyfa_core kernel of layout
-    "varlen" or "paged" for (arch, dtype, d_qk, d_v, p_mode); the call is capturable in a CUDA graph.
+    CPU tensors run `zyfa.reference.attention_varlen` (block_n 64); CUDA tensors the zyfa_core kernel of
+    layout "varlen" or "paged" for (arch, dtype, d_qk, d_v, p_mode); the call is capturable in a CUDA graph.
     """
     del num_splits, pack_gqa, deterministic, sm_margin
     _check_varlen_options(seqused_q, qv, window_size, attention_chunk, softcap)
@@ -208,9 +211,22 @@ def flash_attn_varlen_func(
     batch, heads_kv = cu_seqlens_q.shape[0] - 1, k.shape[-2]
     floats, table = _descale_table(q, batch, heads_kv, descales)  # type: ignore[arg-type]
     out, lse = _ops_varlen.fwd_varlen(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, max_seqlen_q, max_seqlen_k, scale, causal,
-        *floats, table, return_attn_probs, p_mode,
-    )  # fmt: skip
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        seqused_k,
+        page_table,
+        max_seqlen_q,
+        max_seqlen_k,
+        scale,
+        causal,
+        *floats,
+        table,
+        return_attn_probs,
+        p_mode,
+    )
     return (out, lse) if return_attn_probs else out
 
 

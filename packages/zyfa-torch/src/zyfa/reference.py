@@ -363,9 +363,7 @@ class Sequence:
     len_k: int
 
 
-def sequences(
-    cu_seqlens_q: Tensor, cu_seqlens_k: Tensor | None, seqused_k: Tensor | None
-) -> list[Sequence]:
+def sequences(cu_seqlens_q: Tensor, cu_seqlens_k: Tensor | None, seqused_k: Tensor | None) -> list[Sequence]:
     """The sequences of a packed batch, read from the (host) index tensors."""
     cu_q = cu_seqlens_q.tolist()
     cu_k = cu_seqlens_k.tolist() if cu_seqlens_k is not None else None
@@ -377,9 +375,7 @@ def sequences(
     return out
 
 
-def gather_kv(
-    x: Tensor, seq: Sequence, cu_seqlens_k: Tensor | None, page_table: Tensor | None
-) -> Tensor:
+def gather_kv(x: Tensor, seq: Sequence, cu_seqlens_k: Tensor | None, page_table: Tensor | None) -> Tensor:
     """The ``len_k`` key rows of sequence ``seq`` as a dense [1, len_k, heads_kv, d] tensor.
 
     Packed: rows ``cu_seqlens_k[b] ..`` of x [total_k, heads_kv, d]. Paged: key j from page
@@ -438,7 +434,9 @@ def _run(
             qh = slice(None) if h is None else slice(h * group, (h + 1) * group)
             kh = slice(None) if h is None else slice(h, h + 1)
             qd, kd, vd = (_descale_of(d, seq.index, h) for d in descales)
-            o, s = fn(qb[:, :, qh], kb[:, :, kh], vb[:, :, kh], q_descale=qd, k_descale=kd, v_descale=vd, **kwargs)
+            o, s = fn(
+                qb[:, :, qh], kb[:, :, kh], vb[:, :, kh], q_descale=qd, k_descale=kd, v_descale=vd, **kwargs
+            )
             out[rows, qh] = o[0].to(out_dtype)
             lse[qh, rows] = s[0].to(lse_dtype)
     return out, lse
