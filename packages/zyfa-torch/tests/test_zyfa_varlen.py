@@ -14,10 +14,11 @@ import math
 import pytest
 import torch
 from zyfa_testutil import lse_err, rel_err
-from zyfa_varlen_testutil import long_tailed_lengths, make_packed, offsets, page_cache
+from zyfa_varlen_testutil import make_packed, offsets, page_cache
 
 import zyfa
 from zyfa import reference as R
+from zyfa_bench.serving import long_tailed_lengths
 
 BF16_TOL = 5e-3
 FP8_TOL = {"exact": 0.04, "lean": 0.06}
@@ -213,7 +214,8 @@ def test_fp8_per_sequence_and_head_descales(p_mode, d_qk):
 
 
 def test_long_tailed_batch_up_to_4k():
-    """A serving-like step: lengths from a long-tailed draw (1 to about 4K), paged with 64-key pages."""
+    """A serving-like step: lengths from zyfa-bench's long-tailed draw (1 to about 4K), paged with 64-key
+    pages."""
     lens = long_tailed_lengths(12, 6000, seed=7)
     assert min(lens) >= 1 and max(lens) <= 4096 and sum(lens) == 6000
     p = make_packed(lens, lens, 2, 1, seed=8)

@@ -59,17 +59,6 @@ def make_packed(
     return Packed(q, k, v, offsets(lens_q, q_pad[0]), offsets(lens_k), list(lens_q), list(lens_k))
 
 
-def long_tailed_lengths(count: int, total: int, *, seed: int, minimum: int = 1) -> list[int]:
-    """`count` lengths >= minimum summing to `total`, drawn from a log-normal (a few long prompts, many
-    short ones), as a serving step's prompts are."""
-    g = torch.Generator().manual_seed(seed)
-    weights = torch.exp(torch.randn(count, generator=g) * 1.2)
-    spare = total - minimum * count
-    lens = [minimum + int(w) for w in (weights / weights.sum() * spare).floor()]
-    lens[int(torch.argmax(weights))] += total - sum(lens)
-    return lens
-
-
 def page_cache(
     k: Tensor, v: Tensor, lens_k: list[int], page_size: int, *, seed: int, spare_pages: int = 3
 ) -> tuple[Tensor, Tensor, Tensor]:
