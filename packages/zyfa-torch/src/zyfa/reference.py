@@ -22,6 +22,9 @@ Everything is vectorised over batch, heads and query rows; only the KV blocks ar
 Products of bf16 or e4m3 values are exact in fp32, so ``S`` differs from a kernel's only by fp32
 summation order. `attention_dense_f64` is the float64 dense softmax the tests measure errors against.
 
+`attention_varlen` and `attention_varlen_dense_f64` run these two on each sequence of a packed (or paged)
+batch (the section at the end of this module).
+
 Layouts are flash-attn's: q [batch, seqlen_q, heads_q, d_qk], k [batch, seqlen_k, heads_kv, d_qk],
 v [batch, seqlen_k, heads_kv, d_v]; out [batch, seqlen_q, heads_q, d_v] (bf16); lse float32
 [batch, heads_q, seqlen_q] in natural-log units of the softmax-scaled scores. Causal masking is
