@@ -69,14 +69,19 @@ def test_measure_rows_on_cpu():
     step = ServingStep((3, 9), 16, 16, 2, 1, 192, 128)
     rows = measure(
         step,
-        ["zyfa-varlen", "fa3-varlen", "zyfa-dense"],
+        ["zyfa-varlen", "fa3-varlen", "fa4-varlen", "zyfa-dense"],
         device=torch.device("cpu"),
         precision="fp8",
         warmup=1,
         repeats=1,
     )
     status = {row["impl"]: row["status"] for row in rows}
-    assert status == {"zyfa-varlen": "ok", "fa3-varlen": "skipped", "zyfa-dense": "ok"}
+    assert status == {
+        "zyfa-varlen": "ok",
+        "fa3-varlen": "skipped",
+        "fa4-varlen": "skipped",
+        "zyfa-dense": "ok",
+    }
     ok = [row for row in rows if row["status"] == "ok"]
     assert all(row["tflops"] > 0 and row["timing"]["median_ms"] > 0 for row in ok)
     with pytest.raises(ValueError, match="unknown serving implementation"):

@@ -12,6 +12,8 @@ The implementations compared on the same step, each timed with `zyfa_bench.timin
 - "fa3-varlen": FlashAttention-3 (`fa3_fwd_interface`, PyPI fa3-fwd): `flash_attn_varlen_func` without a
   prefix, `flash_attn_with_kvcache` (page_table, cache_seqlens, cu_seqlens_q) with one, as serving
   engines call it; FP8 descales of shape (batch, heads_kv);
+- "fa4-varlen": FlashAttention-4 (`flash_attn.cute.flash_attn_varlen_func`, PyPI flash-attn-4): cu_seqlens,
+  or page_table with seqused_k; BF16 only on sm90 (its FP8 needs sm100);
 - "zyfa-dense": `zyfa.flash_attn_func` on a dense batch of the same prompts count with every prompt at the
   mean length (and the prefix copied into each), the same token count: the dense speed the packed call is
   measured against.
@@ -42,7 +44,7 @@ __all__ = [
     "step_flops",
 ]
 
-IMPLEMENTATIONS = ("zyfa-varlen", "fa3-varlen", "zyfa-dense")
+IMPLEMENTATIONS = ("zyfa-varlen", "fa3-varlen", "fa4-varlen", "zyfa-dense")
 
 
 def long_tailed_lengths(count: int, total: int, *, seed: int, minimum: int = 1) -> list[int]:
@@ -209,6 +211,34 @@ def _fa3_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     )
 
 
+def _fa4_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
+    from flash_attn.cute import flash_attn_varlen_func
+
+    max_q, max_k = max(step.lens), max(step.lens_k)
+    if x.page_table is None:
+        return lambda: flash_attn_varlen_func(
+            x.q,
+            x.k,
+            x.v,
+            cu_seqlens_q=x.cu_seqlens_q,
+            cu_seqlens_k=x.cu_seqlens_k,
+            max_seqlen_q=max_q,
+            max_seqlen_k=max_k,
+            causal=True,
+        )
+    return lambda: flash_attn_varlen_func(
+        x.q,
+        x.k,
+        x.v,
+        cu_seqlens_q=x.cu_seqlens_q,
+        max_seqlen_q=max_q,
+        max_seqlen_k=max_k,
+        seqused_k=x.seqused_k,
+        page_table=x.page_table,
+        causal=True,
+    )
+
+
 def dense_spec(step: ServingStep) -> Spec:
     """The dense batch of the same token count: every prompt at the mean length, after the prefix."""
     mean = max(1, round(sum(step.lens) / len(step.lens)))
@@ -236,6 +266,7 @@ def _zyfa_dense(step: ServingStep, x: StepInputs) -> Callable[[], object]:
 _BUILDERS: dict[str, Callable[[ServingStep, StepInputs], Callable[[], object]]] = {
     "zyfa-varlen": _zyfa_varlen,
     "fa3-varlen": _fa3_varlen,
+    "fa4-varlen": _fa4_varlen,
     "zyfa-dense": _zyfa_dense,
 }
 
@@ -248,18 +279,20 @@ def prepare(impl: str, step: ServingStep, inputs: StepInputs) -> tuple[Callable[
     return _BUILDERS[impl](step, inputs), flops
 
 
-def _available(impl: str, device: torch.device) -> str:
-    """ "" when `impl` can run on `device`, else why not (FA3: its package and a Hopper GPU)."""
-    if impl != "fa3-varlen":
+def _available(impl: str, device: torch.device, precision: str) -> str:
+    """An empty string when `impl` can run on `device` in `precision`, else why not: the FlashAttention
+    peers' own checks (package, GPU), and FlashAttention-4's FP8 being sm100-only."""
+    if impl not in ("fa3-varlen", "fa4-varlen"):
         return ""
-    if device.type != "cuda" or torch.version.hip is not None:
-        return "FlashAttention-3 needs an NVIDIA GPU"
-    try:
-        import fa3_fwd_interface  # noqa: F401
-    except ImportError as exc:
-        return f"fa3_fwd_interface is not importable ({exc}; pip package fa3-fwd)"
-    major, _ = torch.cuda.get_device_capability(device)
-    return "" if major == 9 else f"FlashAttention-3 (fa3-fwd) holds sm90 kernels; this GPU is sm{major}x"
+    if impl == "fa4-varlen" and precision == "fp8":
+        return "FlashAttention-4 takes FP8 inputs on sm100 only"
+    if device.type != "cuda":
+        return f"{impl} needs an NVIDIA GPU"
+    from zyfa_bench.peers.fa3 import FA3BF16
+    from zyfa_bench.peers.fa4 import FA4BF16
+
+    ok, why = (FA3BF16() if impl == "fa3-varlen" else FA4BF16()).available()
+    return "" if ok else why
 
 
 def measure(
@@ -279,7 +312,7 @@ def measure(
     rows: list[dict[str, object]] = []
     for impl in impls:
         row: dict[str, object] = {"impl": impl, "precision": precision, "step": step.as_dict()}
-        why = _available(impl, device)
+        why = _available(impl, device, precision)
         if why:
             rows.append({**row, "status": "skipped", "reason": why})
             continue
