@@ -180,8 +180,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
     const uint8_t* const q_base = static_cast<const uint8_t*>(args.q) +
         (static_cast<int64_t>(blk.batch) * args.q_stride_batch + static_cast<int64_t>(blk.head) * args.q_stride_head) * kESize;
+#if ZYFA_WS_VARLEN != 2  // a paged build reads K through the page table (k_rows below)
     const uint8_t* const k_base = static_cast<const uint8_t*>(args.k) +
         (static_cast<int64_t>(blk.batch) * args.k_stride_batch + static_cast<int64_t>(blk.kv_head) * args.k_stride_head) * kESize;
+#endif
     const uint8_t* const v_base = kVPre
         ? static_cast<const uint8_t*>(args.v) +
               (static_cast<int64_t>(blk.batch) * args.heads_kv + blk.kv_head) * kDV * vt_row_bytes(seqlen_k)
