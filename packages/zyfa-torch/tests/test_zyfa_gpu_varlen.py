@@ -1,5 +1,5 @@
 """zyfa.flash_attn_varlen_func on a GPU: the "varlen" and "paged" kernels against zyfa.reference of the same
-numerics and the float64 truth, bitwise repeatability, CUDA-graph capture, and the dense kernels' bits.
+numerics and the float64 truth, bitwise repeatability, CUDA-graph capture, agreement with the dense kernel.
 
 Skipped without a GPU, and per case where the GPU's manifest has no kernel of that layout. Tolerances are
 test_zyfa_gpu.py's (derived there): against the reference with the kernel's own numerics (block_n = its
@@ -26,7 +26,9 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 SAME_NUMERICS_TOL = {"bf16": 5e-3, "fp8": 2e-2}
 F64_TOL = {"bf16": 5e-3, "fp8": 0.06}
-LSE_TOL = 0.02
+# lse against the same-numerics reference: BF16 1e-3; FP8 8e-2, the default kernels' S on Hopper's FP8 tensor
+# cores (test_zyfa_gpu.py gives the measured reason).
+LSE_TOL = {"bf16": 1e-3, "fp8": 8e-2}
 
 # (lens_q, lens_k, heads_q, heads_kv, d_qk): length 1, no queries, no keys, chunked prefill, len_q > len_k,
 # lengths that cross tiles unevenly, one long sequence among short ones.
@@ -149,7 +151,9 @@ def test_kernel_matches_the_reference(case, precision, paged):
     assert not torch.isnan(out.float()).any() and not torch.isnan(lse).any(), "a row was not written"
     assert rel_err(out, want) < SAME_NUMERICS_TOL[precision]
     assert rel_err(out, truth) < F64_TOL[precision]
-    assert lse_err(lse, truth_lse) < LSE_TOL
+    assert lse_err(lse, want_lse) <= LSE_TOL[precision]
+    if precision == "bf16":
+        assert lse_err(lse, truth_lse) <= LSE_TOL["bf16"]
 
 
 @pytest.mark.parametrize("page_size", [16, 64, 128, 256])
