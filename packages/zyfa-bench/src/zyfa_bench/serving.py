@@ -187,55 +187,35 @@ def _zyfa_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
 
 
 def _fa3_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
-    import fa3_fwd_interface as fa3
+    from zyfa_bench.peers.fa3 import varlen_call
 
-    kw: dict[str, object] = {"causal": True}
-    if x.descales is not None:  # FA3 takes float32 descales of shape (batch, heads_kv)
-        shape = (len(step.lens), step.heads_kv)
-        dq, dk, dv = (torch.full(shape, d, dtype=torch.float32, device=x.q.device) for d in x.descales)
-        kw.update(q_descale=dq, k_descale=dk, v_descale=dv)
-    max_q, max_k = max(step.lens), max(step.lens_k)
-    if x.page_table is None:
-        return lambda: fa3.flash_attn_varlen_func(
-            x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, max_q, max_k, **kw
-        )
-    return lambda: fa3.flash_attn_with_kvcache(
+    heads_kv = step.heads_kv
+    return varlen_call(
         x.q,
         x.k,
         x.v,
-        cache_seqlens=x.seqused_k,
-        page_table=x.page_table,
-        cu_seqlens_q=x.cu_seqlens_q,
-        max_seqlen_q=max_q,
-        **kw,
+        x.cu_seqlens_q,
+        x.cu_seqlens_k,
+        x.seqused_k,
+        x.page_table,
+        (max(step.lens), max(step.lens_k)),
+        x.descales,
+        heads_kv,
     )
 
 
 def _fa4_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
-    from flash_attn.cute import flash_attn_varlen_func
+    from zyfa_bench.peers.fa4 import varlen_call
 
-    max_q, max_k = max(step.lens), max(step.lens_k)
-    if x.page_table is None:
-        return lambda: flash_attn_varlen_func(
-            x.q,
-            x.k,
-            x.v,
-            cu_seqlens_q=x.cu_seqlens_q,
-            cu_seqlens_k=x.cu_seqlens_k,
-            max_seqlen_q=max_q,
-            max_seqlen_k=max_k,
-            causal=True,
-        )
-    return lambda: flash_attn_varlen_func(
+    return varlen_call(
         x.q,
         x.k,
         x.v,
-        cu_seqlens_q=x.cu_seqlens_q,
-        max_seqlen_q=max_q,
-        max_seqlen_k=max_k,
-        seqused_k=x.seqused_k,
-        page_table=x.page_table,
-        causal=True,
+        x.cu_seqlens_q,
+        x.cu_seqlens_k,
+        x.seqused_k,
+        x.page_table,
+        (max(step.lens), max(step.lens_k)),
     )
 
 
