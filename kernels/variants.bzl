@@ -40,6 +40,11 @@ Fields:
               ABI 3; the manifest row's "v_prep" names the entry, "" when absent). Only src
               sm90/fa_fwd_wgmma.cu, e4m3fn with p_mode exact or lean, d_v 128, tile_n a multiple of 64
               (-DZYFA_WS_VPRE=1); the V stages then need no staging buffers (2 x tile_n x 128 bytes less).
+  layout      optional, written to the manifest row ("dense" when absent): "varlen" = packed q / k / v of a
+              serving step (cu_seqlens), "paged" = packed q with K / V through a page table (kernels/abi/
+              zyfa_abi.h, ABI 4: the kernel takes zyfa_varlen_args as a second parameter). Only src
+              sm90/fa_fwd_wgmma.cu with grid "tiles", loads "cp.async" and no v_prep (-DZYFA_WS_VARLEN=1 / 2);
+              the name spells it (_varlen / _paged before the arch).
   tile_order  optional, written to the manifest row ("ascending" when absent): "descending" = blockIdx.x
               computes query tile ceil(seqlen_q / tile_m) - 1 - blockIdx.x, so the causal tiles with the most
               keys start first and the short ones fill the tail (grid "tiles", src gfx950/fa_fwd_bf16.hip,
@@ -100,6 +105,38 @@ VARIANTS = [
      "causal": True, "p_mode": "f16", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 214144, "tag": "", "grid": "persistent",
      "loads": "tma"},
+    # ---- NVIDIA Hopper (sm_90a): packed batches of a serving step (layout "varlen": cu_seqlens; "paged": K / V
+    # through a page table), the default kernels' numerics on the tile grid with cp.async loads (the TMA maps
+    # describe dense tensors); FP8 in the default lean P mode. smem_bytes as the dense rows; lean d128 without
+    # the V pre-pass stages V (+32 KiB) like lean 192/128.
+    {"name": "fa_fwd_bf16_hd128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
+     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197760, "tag": "", "stale_tau": 8.0,
+     "layout": "varlen"},
+    {"name": "fa_fwd_bf16_hd128_causal_paged_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
+     "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197760, "tag": "", "stale_tau": 8.0,
+     "layout": "paged"},
+    {"name": "fa_fwd_bf16_hd192x128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
+     "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "stale_tau": 8.0,
+     "layout": "varlen"},
+    {"name": "fa_fwd_bf16_hd192x128_causal_paged_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
+     "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "stale_tau": 8.0,
+     "layout": "paged"},
+    {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_varlen_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128,
+     "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 184448, "tag": "", "layout": "varlen"},
+    {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128,
+     "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 184448, "tag": "", "layout": "paged"},
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_varlen_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
+     "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231552, "tag": "", "layout": "varlen"},
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
+     "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231552, "tag": "", "layout": "paged"},
     # ---- NVIDIA Hopper (sm_90a): simple mma.sync kernels, tag "simple": the first correct kernels, kept as a
     # cross-check and a fallback (select with tag="simple").
     {"name": "fa_fwd_bf16_hd128_causal_simple_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,

@@ -35,11 +35,16 @@ typedef __UINT64_TYPE__ uint64_t;
  * shared memory, grid (vt_row_bytes / 128, heads_kv, batch)), which writes Vt [batch][heads_kv][d_v]
  * [vt_row_bytes] bytes into the workspace `vt` (vt_row_bytes = seqlen_k rounded up to a multiple of
  * lcm(tile_n, 128); 16-byte aligned), then the kernel with the same args but v = vt (v's strides unread).
- * zyfa_fwd_args unchanged. */
-#define ZYFA_ABI_VERSION 3
+ * zyfa_fwd_args unchanged. 4: packed variable-length batches and paged K/V (2026-12-06): flags
+ * ZYFA_FLAG_VARLEN / _PAGED / _DESCALE_TABLE and zyfa_varlen_args, the second parameter of kernels whose
+ * manifest row has "layout" "varlen" or "paged" (zyfa_fwd_args unchanged: dense kernels take what they took). */
+#define ZYFA_ABI_VERSION 4
 
 #define ZYFA_FLAG_CAUSAL 0x1u /* apply the causal mask */
 #define ZYFA_FLAG_LSE 0x2u    /* write log-sum-exp to `lse` */
+#define ZYFA_FLAG_VARLEN 0x4u /* a packed batch: rows and lengths from zyfa_varlen_args (see below) */
+#define ZYFA_FLAG_PAGED 0x8u  /* with VARLEN: K/V rows through zyfa_varlen_args.page_table */
+#define ZYFA_FLAG_DESCALE_TABLE 0x10u /* with VARLEN, FP8: descales per (sequence, kv head) from .descales */
 
 /* The largest running-max staleness (a manifest row's "stale_tau", log2 units; exclusive) an FP8 kernel may
  * declare: its P = 2^(t - m + 8) must stay below e4m3's 448 = 2^8.81 when t exceeds the kept max m by up to
@@ -141,6 +146,45 @@ typedef struct __attribute__((aligned(64))) zyfa_tma_maps {
 static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
 #else
 _Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
+#endif
+
+/* Packed variable-length batches (ABI 4): the second parameter of kernels whose manifest row has "layout"
+ * "varlen" or "paged" (such kernels load with cp.async, so no TMA maps take that place); args.flags then
+ * has ZYFA_FLAG_VARLEN. Dense kernels take no such parameter. In zyfa_fwd_args of such a call:
+ *   batch     the number of sequences; seqlen_q / seqlen_k their bounds (max_seqlen_q / max_seqlen_k): the
+ *             grid is sized by them, and query tiles past a sequence's own length exit at once
+ *   q, out    [total_q, heads, d]: *_stride_batch is 0; sequence b's rows are cu_seqlens_q[b] .. [b+1] - 1
+ *   k, v      packed [total_k, heads_kv, d] (rows cu_seqlens_k[b] ..; *_stride_batch 0), or with
+ *             ZYFA_FLAG_PAGED a cache [num_pages, page_size, heads_kv, d]: *_stride_batch is the page stride,
+ *             key j of sequence b is slot j % page_size of page page_table[b * page_table_stride + j / page_size],
+ *             j < max_pages * page_size
+ *   lse       float32 [heads_q, total_q] (flash-attn's varlen layout)
+ * Sequence b has len_q = cu_seqlens_q[b+1] - cu_seqlens_q[b] queries and len_k = seqused_k[b] (when
+ * non-NULL) or cu_seqlens_k[b+1] - cu_seqlens_k[b] keys; causal masking is bottom-right per sequence
+ * (row i sees key j iff j <= i + len_k - len_q). Launchers guarantee len_q <= seqlen_q and len_k <=
+ * seqlen_k only where the values are on the host; kernels clamp to them (no read or write outside q, k,
+ * v, out as sized by total_q, total_k / num_pages). Rows of q outside every sequence are not written.
+ * DESCALE_TABLE: descales[(t * batch + b) * heads_kv + h] for t = 0 (q), 1 (k), 2 (v) replaces the
+ * per-tensor q/k/v_descale of sequence b, kv head h (query head h' takes kv head h' / (heads_q / heads_kv)). */
+typedef struct zyfa_varlen_args {
+  const int32_t *cu_seqlens_q; /*  0  [batch + 1] */
+  const int32_t *cu_seqlens_k; /*  8  [batch + 1]; NULL only with PAGED and seqused_k */
+  const int32_t *seqused_k;    /* 16  [batch] or NULL */
+  const int32_t *page_table;   /* 24  [batch][page_table_stride], PAGED only */
+  const float *descales;       /* 32  [3][batch][heads_kv], DESCALE_TABLE only */
+  int64_t page_table_stride;   /* 40  elements from one sequence's page row to the next */
+  int32_t page_size;           /* 48  keys per page (PAGED), else 0 */
+  int32_t num_pages;           /* 52  pages of the cache (PAGED), else 0 */
+  int32_t max_pages;           /* 56  pages in each sequence's row of page_table (PAGED), else 0 */
+  int32_t total_q;             /* 60  rows of q and out */
+  int32_t total_k;             /* 64  rows of packed k and v, or num_pages * page_size */
+  uint32_t reserved;           /* 68  zero */
+} zyfa_varlen_args;            /* 72 bytes */
+
+#ifdef __cplusplus
+static_assert(sizeof(zyfa_varlen_args) == 72, "zyfa_varlen_args must be 72 bytes");
+#else
+_Static_assert(sizeof(zyfa_varlen_args) == 72, "zyfa_varlen_args must be 72 bytes");
 #endif
 
 #endif /* ZYFA_ABI_H */

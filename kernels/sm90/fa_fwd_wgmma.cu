@@ -14,6 +14,7 @@
  *   mma.cuh        S = Q K^T and O += P V as wgmma groups, the FP8 row sums
  *   softmax.cuh    the online softmax of one block and the packing of P
  *   epilogue.cuh   the normalised O stores (staged through shared memory, or from registers)
+ *   varlen.cuh     packed batches (ZYFA_WS_VARLEN): one sequence per CTA, the paged K / V gather
  * This file is the kernel: barrier setup, then the producer warpgroup and the two consumer warpgroups.
  *
  * Block structure (FA3-class; 384 threads, tile_m = 128):
@@ -64,11 +65,16 @@
 #include "sm90/fa_fwd_wgmma/ptx.cuh"
 #include "sm90/fa_fwd_wgmma/scheduler.cuh"
 #include "sm90/fa_fwd_wgmma/softmax.cuh"
+#include "sm90/fa_fwd_wgmma/varlen.cuh"
 #include "sm90/fa_fwd_wgmma/vprep.cuh"
 #include "sm90/warp_ptx.h"
 #include "sm90/wgmma.h"
 
-#if ZYFA_WS_TMA
+#if ZYFA_WS_VARLEN
+extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1)
+    ZYFA_KERNEL_NAME(const zyfa_fwd_args packed, const zyfa_varlen_args varlen) {
+  constexpr bool tma_on = false;
+#elif ZYFA_WS_TMA
 extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1)
     ZYFA_KERNEL_NAME(const zyfa_fwd_args args, const __grid_constant__ zyfa_tma_maps maps) {
   const bool tma_on = maps.valid != 0;
@@ -77,6 +83,14 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   constexpr bool tma_on = false;
 #endif
   using namespace zyfa_sm90_ws;
+#if ZYFA_WS_VARLEN
+  // One sequence per CTA (varlen.cuh); the rest of the kernel runs on its dense view, `args`. A q tile past
+  // the sequence's end exits here, uniformly, before any barrier exists.
+  const Block seq_blk = tile_block(packed);
+  const Sequence seq = sequence_of(packed, varlen, seq_blk.batch);
+  if (seq_blk.q_row0 >= seq.len_q) return;
+  const zyfa_fwd_args args = sequence_args(packed, varlen, seq, seq_blk.batch, seq_blk.kv_head);
+#endif
   // Arrivals that complete a full barrier's phase: the 128 producer threads, or the one TMA thread
   // (e4m3 V: always the 128 threads of the transpose).
   const uint32_t full_arrivals = tma_on ? 1u : 128u;
@@ -166,13 +180,21 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
     const uint8_t* const q_base = static_cast<const uint8_t*>(args.q) +
         (static_cast<int64_t>(blk.batch) * args.q_stride_batch + static_cast<int64_t>(blk.head) * args.q_stride_head) * kESize;
+#if ZYFA_WS_VARLEN != 2  // a paged build reads K through the page table (k_rows below)
     const uint8_t* const k_base = static_cast<const uint8_t*>(args.k) +
         (static_cast<int64_t>(blk.batch) * args.k_stride_batch + static_cast<int64_t>(blk.kv_head) * args.k_stride_head) * kESize;
+#endif
     const uint8_t* const v_base = kVPre
         ? static_cast<const uint8_t*>(args.v) +
               (static_cast<int64_t>(blk.batch) * args.heads_kv + blk.kv_head) * kDV * vt_row_bytes(seqlen_k)
         : static_cast<const uint8_t*>(args.v) +
               (static_cast<int64_t>(blk.batch) * args.v_stride_batch + static_cast<int64_t>(blk.kv_head) * args.v_stride_head) * kESize;
+#if ZYFA_WS_VARLEN == 2
+    const PagedRows k_rows = paged_rows(packed, varlen, seq, packed.k, packed.k_stride_batch, packed.k_stride_seq,
+                                        packed.k_stride_head, blk.kv_head);
+    const PagedRows v_rows = paged_rows(packed, varlen, seq, packed.v, packed.v_stride_batch, packed.v_stride_seq,
+                                        packed.v_stride_head, blk.kv_head);
+#endif
     // 16-byte copies are legal only if every row start is 16-byte aligned (uniform per launch).
     const bool vec_ok =
         ((reinterpret_cast<uintptr_t>(args.q) | reinterpret_cast<uintptr_t>(args.k) |
@@ -210,7 +232,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     }
     const uint32_t stg = v_s + kStages * kVStageBytes + kOnesBytes;  // kVStaged: two staging buffers (the mbarriers after them)
     if constexpr (kVStaged) {
+#if ZYFA_WS_VARLEN == 2
+      if (blk.n_blocks > 0) load_v_staging_paged(stg, v_rows, 0, seqlen_k, vec_ok, t);
+#else
       if (blk.n_blocks > 0) load_v_staging(stg, v_base, args.v_stride_seq, 0, seqlen_k, vec_ok, t);
+#endif
       cp_async_commit();
     }
 #pragma unroll 1
@@ -240,16 +266,24 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       } else
 #endif
       {
+#if ZYFA_WS_VARLEN == 2
+        load_tile_paged<kTileN, kQkChunks>(k_s + s * kKStageBytes, k_rows, j * kTileN, seqlen_k, vec_ok, t);
+#else
         load_tile<kTileN, kQkChunks>(k_s + s * kKStageBytes, k_base, args.k_stride_seq * kESize, j * kTileN, seqlen_k,
                                      vec_ok, t);
+#endif
         signal(bar_full_k(s));
       }
       if constexpr (kVStaged) {
         // Groups: ..., V_j staging (issued last iteration), K_j, V_{j+1} staging.
         cp_async_commit();
         const bool ahead = j + 1 < blk.n_blocks;
+#if ZYFA_WS_VARLEN == 2
+        if (ahead) load_v_staging_paged(stg + ((j + 1) & 1) * kTileN * 128, v_rows, (j + 1) * kTileN, seqlen_k, vec_ok, t);
+#else
         if (ahead) load_v_staging(stg + ((j + 1) & 1) * kTileN * 128, v_base, args.v_stride_seq, (j + 1) * kTileN,
                                   seqlen_k, vec_ok, t);
+#endif
         cp_async_commit();
         cp_async_wait_group<2>();     // V_j staging has landed (this thread's copies)
         named_bar_sync(3, 128);       // ... and every producer thread's
@@ -269,8 +303,12 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
                                       vec_ok, t);
           signal(bar_full_v(s));
         } else {
+#if ZYFA_WS_VARLEN == 2
+          load_tile_paged<kTileN, kVChunks>(v_s + s * kVStageBytes, v_rows, j * kTileN, seqlen_k, vec_ok, t);
+#else
           load_tile<kTileN, kVChunks>(v_s + s * kVStageBytes, v_base, args.v_stride_seq * kESize, j * kTileN, seqlen_k,
                                       vec_ok, t);
+#endif
           signal(bar_full_v(s));
         }
       }
@@ -552,7 +590,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     }
     if (write_lse && tig == 0) {
       const float lse = l == 0.0f ? INFINITY : (m_run[r] + log2f(l) - kPShift) * kLn2;
+#if ZYFA_WS_VARLEN
+      args.lse[static_cast<int64_t>(blk.head) * varlen.total_q + row] = lse;  // [heads_q, total_q], from q_start
+#else
       args.lse[(static_cast<int64_t>(blk.batch) * args.heads_q + blk.head) * seqlen_q + row] = lse;
+#endif
     }
   }
 #if ZYFA_WS_PERSISTENT

@@ -69,13 +69,15 @@ VARIANT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "tag": str,
 }
 # Optional fields -> accepted types (an absent "grid" is "tiles": see grid_mode; an absent "loads" is
-# "cp.async": see loads_mode; an absent "stale_tau" is 0.0: see stale_tau; an absent "v_prep" is False).
+# "cp.async": see loads_mode; an absent "stale_tau" is 0.0: see stale_tau; an absent "v_prep" is False; an
+# absent "layout" is "dense": see layout).
 OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
     "grid": str,
     "loads": str,
     "stale_tau": float,
     "v_prep": bool,
     "tile_order": str,
+    "layout": str,
 }
 # Query-tile order of a "tiles" grid: "ascending" = blockIdx.x is the query tile; "descending" = blockIdx.x
 # is ceil(seqlen_q / tile_m) - 1 - tile, so the causal tiles with the most keys are dispatched first
@@ -101,6 +103,14 @@ STALE_SRC = "sm90/fa_fwd_wgmma.cu"
 # row names in "v_prep" (launchers run it into a workspace first).
 VPREP_SRC = "sm90/fa_fwd_wgmma.cu"
 VPREP_SUFFIX = "_vprep"
+# Packed batches (kernels/abi/zyfa_abi.h, ABI 4): "varlen" (packed k, v) and "paged" (k, v through a page
+# table) builds of the sm90 wgmma kernel (ZYFA_WS_VARLEN = 1 / 2) take zyfa_varlen_args as a second
+# parameter; they load with cp.async on the tile grid, without a V pre-pass. The name spells the layout
+# (LAYOUT_SUFFIX).
+LAYOUTS = ("dense", "varlen", "paged")
+LAYOUT_SUFFIX = {"varlen": "_varlen", "paged": "_paged"}
+LAYOUT_DEFINE = {"varlen": 1, "paged": 2}
+VARLEN_SRC = "sm90/fa_fwd_wgmma.cu"
 ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
 KIND_SUFFIX = {"cuda": ".cubin", "hip": ".hsaco", "asmgen": ".hsaco"}
@@ -123,8 +133,9 @@ def expected_name(v: dict[str, Any]) -> str:
     hd = f"{v['d_qk']}" if v["d_qk"] == v["d_v"] else f"{v['d_qk']}x{v['d_v']}"
     causal = "_causal" if v["causal"] else ""
     mode = P_MODE_SUFFIX.get(v["p_mode"], "")
+    packed = LAYOUT_SUFFIX.get(layout(v), "")
     tag = f"_{v['tag']}" if v.get("tag") else ""
-    return f"fa_fwd_{v['dtype']}_hd{hd}{causal}{mode}{tag}_{v['arch']}"
+    return f"fa_fwd_{v['dtype']}_hd{hd}{causal}{mode}{packed}{tag}_{v['arch']}"
 
 
 def variant_problems(v: Any, root: Path = ROOT) -> list[str]:
@@ -151,6 +162,7 @@ def variant_problems(v: Any, root: Path = ROOT) -> list[str]:
     problems += stale_problems(v, fp8_max_stale_tau(root))
     problems += v_prep_problems(v)
     problems += tile_order_problems(v)
+    problems += layout_problems(v)
     if v["kind"] not in ARCH_KINDS.get(v["arch"], ()):
         problems.append(f"{label}: kind {v['kind']!r} is not built for arch {v['arch']!r} ({ARCH_KINDS})")
     if v["dtype"] not in DTYPES:
@@ -233,6 +245,28 @@ def stale_problems(v: dict[str, Any], fp8_max: float) -> list[str]:
         return [f"{label}: stale_tau > 0 needs src {STALE_SRC!r} (ZYFA_WS_STALE_TAU)"]
     if v["dtype"] == "e4m3fn" and tau >= fp8_max:
         return [f"{label}: stale_tau {tau} would let FP8 P pass e4m3's 448; it must be < {fp8_max}"]
+    return []
+
+
+def layout(v: dict[str, Any]) -> str:
+    """The batches the variant serves: its "layout" field, "dense" when absent."""
+    return v.get("layout", "dense")
+
+
+def layout_problems(v: dict[str, Any]) -> list[str]:
+    """What is wrong with the variant's layout (unknown, or packed where the varlen build does not exist)."""
+    label, kind = v["name"], layout(v)
+    if kind not in LAYOUTS:
+        return [f"{label}: layout {kind!r} is not one of {LAYOUTS}"]
+    if kind != "dense" and not (
+        v["src"] == VARLEN_SRC
+        and grid_mode(v) == "tiles"
+        and loads_mode(v) == "cp.async"
+        and not v.get("v_prep")
+    ):
+        return [
+            f"{label}: layout {kind!r} needs src {VARLEN_SRC!r}, grid 'tiles', loads 'cp.async' and no v_prep"
+        ]
     return []
 
 
@@ -324,6 +358,8 @@ def defines(v: dict[str, Any]) -> list[str]:
         values["ZYFA_WS_VPRE"] = 1
     if tile_order(v) == "descending":
         values["ZYFA_TILE_DESCENDING"] = 1
+    if layout(v) != "dense":  # only then: the dense builds keep exactly their defines
+        values["ZYFA_WS_VARLEN"] = LAYOUT_DEFINE[layout(v)]
     return [f"-D{key}={value}" for key, value in values.items()]
 
 
@@ -433,6 +469,7 @@ def compile_variant(
     row["stale_tau"] = stale_tau(v)  # the reference needs it to reproduce the kernel's running max
     row["v_prep"] = v_prep_entry(v)  # "": none; else the entry a launcher runs first (ABI 3)
     row["tile_order"] = tile_order(v)  # which query tile blockIdx.x computes (the simulator maps it)
+    row["layout"] = layout(v)  # "varlen" / "paged": the kernel takes zyfa_varlen_args as a second parameter
     row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
     row["sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()  # the loader checks the built file
     row["toolchain"] = dict(tc.versions)

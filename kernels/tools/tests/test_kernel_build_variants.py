@@ -224,3 +224,24 @@ def test_descending_tile_order_sets_its_define() -> None:
     assert kb.defines(hip) == kb.defines(dict(hip, tile_order="ascending"))
     assert not any("TILE_DESCENDING" in d for d in kb.defines(hip))
     assert kb.tile_order(hip) == "ascending"
+
+
+def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
+    """layout "varlen" / "paged" adds -DZYFA_WS_VARLEN=1 / 2 and _varlen / _paged to the name; "dense" and
+    absent are the same variant. Refused on another source, a persistent grid, TMA loads or a V pre-pass."""
+    dense = variant(**WGMMA, tile_m=128, tile_n=128)
+    assert kb.defines(dense) == kb.defines(variant(**WGMMA, tile_m=128, tile_n=128, layout="dense"))
+    assert not any("ZYFA_WS_VARLEN" in d for d in kb.defines(dense))
+    for layout, value in (("varlen", 1), ("paged", 2)):
+        v = variant(**WGMMA, tile_m=128, tile_n=128, layout=layout)
+        name = f"fa_fwd_bf16_hd128_causal_{layout}_sm90a"
+        assert v["name"] == name and kb.variant_problems(v) == []
+        want = [f"-DZYFA_KERNEL_NAME={name}", *kb.defines(dense)[1:], f"-DZYFA_WS_VARLEN={value}"]
+        assert kb.defines(v) == want
+        for bad in ({"grid": "persistent"}, {"loads": "tma"}, {"src": "sm90/fa_fwd_simple.cu"}):
+            problems = kb.variant_problems(
+                variant(**{**WGMMA, "tile_m": 128, "tile_n": 128, **bad}, layout=layout)
+            )
+            assert any(f"layout '{layout}' needs src" in p for p in problems), (bad, problems)
+    (problem,) = kb.variant_problems(variant(**WGMMA, layout="ragged"))
+    assert "layout 'ragged' is not one of" in problem

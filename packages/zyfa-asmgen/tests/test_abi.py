@@ -23,7 +23,13 @@ def test_offsets_match_header_comments(abi_header):
     assert abi.size == 192
     assert abi.packed
     assert abi.version >= 1
-    assert abi.flags == {"ZYFA_FLAG_CAUSAL": 1, "ZYFA_FLAG_LSE": 2}
+    assert abi.flags == {
+        "ZYFA_FLAG_CAUSAL": 1,
+        "ZYFA_FLAG_LSE": 2,
+        "ZYFA_FLAG_VARLEN": 4,
+        "ZYFA_FLAG_PAGED": 8,
+        "ZYFA_FLAG_DESCALE_TABLE": 16,
+    }
 
 
 def test_fields_tile_the_struct(abi_header):

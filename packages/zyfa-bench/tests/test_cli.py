@@ -193,7 +193,7 @@ def test_bad_values_exit_2(capsys, fake_zyfa_mod):
     assert exc.value.code == 2 and "unknown shape 'weird'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("cmd", ["throughput", "accuracy", "clocks", "capture", "report", "peers"])
+@pytest.mark.parametrize("cmd", ["throughput", "accuracy", "serving", "clocks", "capture", "report", "peers"])
 def test_help_explains_each_option(cmd, capsys):
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices[cmd]

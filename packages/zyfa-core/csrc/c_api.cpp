@@ -60,6 +60,11 @@ extern "C" int zyfa_check_tensors(const zyfa_tensor_view *q, const zyfa_tensor_v
   return guarded(error, "", "check", [&] { *dims = zyfa_core::check_tensors(*q, *k, *v); });
 }
 
+extern "C" int zyfa_check_varlen(const zyfa_tensor_view *q, const zyfa_tensor_view *k, const zyfa_tensor_view *v,
+                                 const zyfa_varlen_views *varlen, zyfa_varlen_dims *dims, zyfa_core_error *error) {
+  return guarded(error, "", "check", [&] { *dims = zyfa_core::check_varlen(*q, *k, *v, *varlen); });
+}
+
 extern "C" int zyfa_check_scalars(const char *who, int fp8, double softmax_scale, const double descales[3],
                                   float narrowed[4], zyfa_core_error *error) {
   return guarded(error, "", "check", [&] {
@@ -83,12 +88,12 @@ extern "C" int zyfa_plan_workspace_bytes(const void *plan, const zyfa_fwd_args *
   return guarded(error, p.spec.name, "plan", [&] { *bytes = zyfa_core::workspace_bytes(p.spec, *args); });
 }
 
-extern "C" int zyfa_plan_launch(const void *plan, const zyfa_fwd_args *args, void *stream,
-                                unsigned long long workspace, zyfa_core_error *error) {
+extern "C" int zyfa_plan_launch(const void *plan, const zyfa_fwd_args *args, const zyfa_varlen_args *varlen,
+                                void *stream, unsigned long long workspace, zyfa_core_error *error) {
   if (plan == nullptr || args == nullptr) {
     report(error, ZYFA_ERROR_VALUE, "", "launch", 0, "", "zyfa_plan_launch: null plan or args");
     return 1;
   }
   const auto &p = *static_cast<const zyfa_core::LoadedPlan *>(plan);
-  return guarded(error, p.spec.name, "launch", [&] { zyfa_core::launch(p, *args, stream, workspace); });
+  return guarded(error, p.spec.name, "launch", [&] { zyfa_core::launch(p, *args, varlen, stream, workspace); });
 }

@@ -21,6 +21,10 @@ std::string format_float(double x);
 // See zyfa_check_tensors in zyfa_core_api.h.
 zyfa_call_dims check_tensors(const zyfa_tensor_view &q, const zyfa_tensor_view &k, const zyfa_tensor_view &v);
 
+// See zyfa_check_varlen in zyfa_core_api.h.
+zyfa_varlen_dims check_varlen(const zyfa_tensor_view &q, const zyfa_tensor_view &k, const zyfa_tensor_view &v,
+                              const zyfa_varlen_views &varlen);
+
 // See zyfa_check_scalars in zyfa_core_api.h. Returns softmax_scale, q, k, v descales as float32.
 std::array<float, 4> check_scalars(const std::string &who, bool fp8, double softmax_scale,
                                    const std::array<double, 3> &descales);

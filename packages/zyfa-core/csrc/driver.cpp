@@ -491,8 +491,8 @@ void check_parameters(const Kernel &k, size_t size, size_t second_size) {
 
 }  // namespace
 
-// The launch itself, for the launch plan (plan.cpp). `args` (and `second`, the TMA maps or the V pre-pass's
-// workspace pointer, when second_size is not 0) must stay readable until the driver returns (it copies the
+// The launch itself, for the launch plan (plan.cpp). `args` (and `second`, the TMA maps, zyfa_varlen_args or the
+// V pre-pass's workspace pointer, when second_size is not 0) must stay readable until the driver returns (it copies the
 // parameter bytes during the call). Throws DriverFailure for a parameter mismatch with the kernel's declared
 // parameters or a failing driver call.
 
@@ -500,7 +500,7 @@ void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[
                   const void *args, size_t size, const void *second, size_t second_size) {
   State &s = state();  // a Kernel exists only once a backend has loaded; no need for the probe lock
   if (second_size != 0 && s.backend != Backend::cuda) {
-    fail(k.name, "launch", 0, "", "a second kernel parameter (TMA maps) is CUDA only; the loaded backend is HIP");
+    fail(k.name, "launch", 0, "", "a second kernel parameter (TMA maps or zyfa_varlen_args) is CUDA only; the loaded backend is HIP");
   }
   if (second_size > MAX_ARGS_BYTES) {
     fail(k.name, "launch", 0, "", "second parameter of " + std::to_string(second_size) + " bytes exceeds " +
@@ -532,7 +532,7 @@ void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[
 
 namespace {
 
-// Reads the sizes of the kernel's `expected` parameters (1, or 2 for TMA kernels and the V pre-pass) into
+// Reads the sizes of the kernel's `expected` parameters (1, or 2 for TMA, packed-batch and V pre-pass kernels) into
 // `k`; param_count stays 0 ("unknown") without cuFuncGetParamInfo. Only indices below `expected` are
 // queried: a query past the last parameter is a failing driver call, which compute-sanitizer reports as
 // an error on every load. A kernel with fewer parameters than expected gets its true count, and the launch

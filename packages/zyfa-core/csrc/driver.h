@@ -74,7 +74,7 @@ DeviceProperties device_properties(int device);
 
 // Loads `name` from the code object at `path` on `device`; raises its dynamic shared memory limit to
 // `dynamic_smem` on CUDA when above 48 KiB. `params` is the number of parameters the launch will pass (1, or
-// 2 for TMA kernels and the V pre-pass); on CUDA their sizes are read for the launch's ABI check.
+// 2 for TMA, packed-batch and V pre-pass kernels); on CUDA their sizes are read for the launch's ABI check.
 Kernel load_kernel(int device, const std::string &path, const std::string &name, int dynamic_smem, size_t params);
 void set_max_dynamic_smem(Kernel &k, int bytes);
 

@@ -35,12 +35,39 @@ zyfa_fwd_args args_from(const py::bytes &bytes) {
   return a;
 }
 
+// zyfa_varlen_args from its bytes, or nullptr for None (a dense call).
+struct VarlenBytes {
+  zyfa_varlen_args value{};
+  bool present = false;
+  const zyfa_varlen_args *get() const { return present ? &value : nullptr; }
+};
+
+VarlenBytes varlen_from(const py::object &bytes) {
+  VarlenBytes v;
+  if (bytes.is_none()) return v;
+  const std::string data = py::bytes(bytes);
+  if (data.size() != sizeof(zyfa_varlen_args)) {
+    throw ArgumentError("varlen must be the " + std::to_string(sizeof(zyfa_varlen_args)) +
+                        " bytes of zyfa_varlen_args, got " + std::to_string(data.size()));
+  }
+  std::memcpy(&v.value, data.data(), sizeof(v.value));
+  v.present = true;
+  return v;
+}
+
 // A zyfa_tensor_view with its own storage, from Python's (sizes, strides, element_size, storage_offset,
 // dtype code, dtype name, device name, address or None).
 struct View {
   std::vector<long long> sizes, strides;
   std::string dtype_name, device;
   zyfa_tensor_view view{};
+  // Points the view at this object's own storage (again after a move: short strings move their bytes).
+  void bind() {
+    view.sizes = sizes.data();
+    view.strides = strides.data();
+    view.dtype_name = dtype_name.c_str();
+    view.device = device.c_str();
+  }
 };
 
 View view_from(const py::tuple &t) {
@@ -65,9 +92,37 @@ View view_from(const py::tuple &t) {
 }
 
 py::tuple check_tensors_py(const py::tuple &q, const py::tuple &k, const py::tuple &v) {
-  const View a = view_from(q), b = view_from(k), c = view_from(v);
+  View a = view_from(q), b = view_from(k), c = view_from(v);
+  for (View *x : {&a, &b, &c}) x->bind();
   const zyfa_call_dims d = check_tensors(a.view, b.view, c.view);
   return py::make_tuple(d.batch, d.seqlen_q, d.seqlen_k, d.heads_q, d.heads_kv, d.d_qk, d.d_v);
+}
+
+// check_varlen's optional tensors: a View per given tuple, kept alive with the views struct.
+py::tuple check_varlen_py(const py::tuple &q, const py::tuple &k, const py::tuple &v, const py::object &cu_q,
+                          const py::object &cu_k, const py::object &seqused_k, const py::object &page_table,
+                          const py::object &descales, long long max_seqlen_q, long long max_seqlen_k,
+                          bool values_readable) {
+  View a = view_from(q), b = view_from(k), c = view_from(v);
+  for (View *x : {&a, &b, &c}) x->bind();
+  std::vector<View> held;
+  held.reserve(5);
+  auto optional = [&](const py::object &t) -> const zyfa_tensor_view * {
+    if (t.is_none()) return nullptr;
+    held.push_back(view_from(t.cast<py::tuple>()));
+    held.back().bind();
+    return &held.back().view;
+  };
+  zyfa_varlen_views vl{};
+  vl.cu_seqlens_q = optional(cu_q);
+  vl.cu_seqlens_k = optional(cu_k);
+  vl.seqused_k = optional(seqused_k);
+  vl.page_table = optional(page_table);
+  vl.descales = optional(descales);
+  vl.max_seqlen_q = max_seqlen_q, vl.max_seqlen_k = max_seqlen_k, vl.values_readable = values_readable;
+  const zyfa_varlen_dims d = check_varlen(a.view, b.view, c.view, vl);
+  return py::make_tuple(d.batch, d.total_q, d.total_k, d.heads_q, d.heads_kv, d.d_qk, d.d_v, d.page_size, d.num_pages,
+                        d.max_pages);
 }
 
 py::dict probe_dict() {
@@ -156,13 +211,17 @@ py::bytes tma_maps(const PlanSpec &spec, const py::bytes &args, const py::object
 
 PlanSpec make_spec(const std::string &name, const std::string &dtype, int d_qk, int d_v, bool causal, int tile_m,
                    int tile_n, int threads, unsigned smem, const std::string &grid, const std::string &loads,
-                   const std::string &v_prep) {
+                   const std::string &v_prep, const std::string &layout) {
+  if (layout != "dense" && layout != "varlen" && layout != "paged") {
+    throw ArgumentError(name + ": layout must be 'dense', 'varlen' or 'paged'");
+  }
   if (dtype != "bf16" && dtype != "e4m3fn") throw ArgumentError(name + ": dtype must be 'bf16' or 'e4m3fn'");
   if (grid != "tiles" && grid != "persistent") throw ArgumentError(name + ": grid must be 'tiles' or 'persistent'");
   if (loads != "cp.async" && loads != "tma") throw ArgumentError(name + ": loads must be 'cp.async' or 'tma'");
   PlanSpec s;
   s.name = name, s.v_prep = v_prep, s.fp8 = dtype == "e4m3fn", s.causal = causal;
   s.persistent = grid == "persistent", s.tma = loads == "tma";
+  s.layout = layout == "dense" ? Layout::dense : layout == "varlen" ? Layout::varlen : Layout::paged;
   s.d_qk = d_qk, s.d_v = d_v, s.tile_m = tile_m, s.tile_n = tile_n, s.threads = threads, s.smem = smem;
   check_spec(s);
   return s;
@@ -191,10 +250,13 @@ PYBIND11_MODULE(_driver, m) {
   py::class_<PlanSpec>(m, "Plan", "A kernel's launch plan (from its manifest row); needs no GPU.")
       .def(py::init(&make_spec), py::arg("name"), py::arg("dtype"), py::arg("d_qk"), py::arg("d_v"),
            py::arg("causal"), py::arg("tile_m"), py::arg("tile_n"), py::arg("threads"), py::arg("smem"),
-           py::arg("grid"), py::arg("loads"), py::arg("v_prep"))
+           py::arg("grid"), py::arg("loads"), py::arg("v_prep"), py::arg("layout") = "dense")
       .def_readonly("name", &PlanSpec::name)
-      .def("check", [](const PlanSpec &s, const py::bytes &args) { check_args(s, args_from(args)); },
-           py::arg("args"), "Raise ValueError unless the argument bytes can be launched with this kernel.")
+      .def("check", [](const PlanSpec &s, const py::bytes &args, const py::object &varlen) {
+             check_args(s, args_from(args), varlen_from(varlen).get());
+           }, py::arg("args"), py::arg("varlen") = py::none(),
+           "Raise ValueError unless the argument bytes (and zyfa_varlen_args bytes of a packed call) can be "
+           "launched with this kernel.")
       .def("grid", [](const PlanSpec &s, const py::bytes &args, long long mp) {
              return launch_grid(s, args_from(args), mp);
            }, py::arg("args"), py::arg("multiprocessors"), "The launch grid (multiprocessors: persistent only).")
@@ -223,12 +285,14 @@ PYBIND11_MODULE(_driver, m) {
             return py::make_tuple(p.kernel.param_count, p.kernel.param_size, p.kernel.second_param_size);
           },
           "The kernel's declared parameters (count, first bytes, second bytes); zeros where the driver cannot tell.")
-      .def("launch", [](const LoadedPlan &p, const py::bytes &args, std::uintptr_t stream, std::uint64_t workspace) {
+      .def("launch", [](const LoadedPlan &p, const py::bytes &args, std::uintptr_t stream, std::uint64_t workspace,
+                        const py::object &varlen) {
              const zyfa_fwd_args a = args_from(args);
+             const VarlenBytes v = varlen_from(varlen);
              py::gil_scoped_release no_gil;
-             launch(p, a, reinterpret_cast<void *>(stream), workspace);
-           }, py::arg("args"), py::arg("stream"), py::arg("workspace") = 0,
-           "Check and launch (V pre-pass, TMA maps, kernel) on `stream`; the GIL is released.");
+             launch(p, a, v.get(), reinterpret_cast<void *>(stream), workspace);
+           }, py::arg("args"), py::arg("stream"), py::arg("workspace") = 0, py::arg("varlen") = py::none(),
+           "Check and launch (V pre-pass, TMA maps or zyfa_varlen_args, kernel) on `stream`; the GIL is released.");
 
   m.def("load_plan", [](const PlanSpec &spec, int device, const std::string &path) {
           py::gil_scoped_release no_gil;
@@ -239,6 +303,11 @@ PYBIND11_MODULE(_driver, m) {
         "See zyfa_check_tensors in zyfa_core_api.h; each tensor is (sizes, strides, element_size, storage_offset, "
         "dtype code (DTYPE_*), dtype name, device name, data address or None). Returns (batch, seqlen_q, seqlen_k, "
         "heads_q, heads_kv, d_qk, d_v).");
+  m.def("check_varlen", &check_varlen_py, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("cu_seqlens_q"),
+        py::arg("cu_seqlens_k"), py::arg("seqused_k"), py::arg("page_table"), py::arg("descales"),
+        py::arg("max_seqlen_q"), py::arg("max_seqlen_k"), py::arg("values_readable"),
+        "See zyfa_check_varlen in zyfa_core_api.h; tensors as check_tensors takes them, None where absent. Returns "
+        "(batch, total_q, total_k, heads_q, heads_kv, d_qk, d_v, page_size, num_pages, max_pages).");
   m.def("check_scalars", [](const std::string &who, bool fp8, double scale, double qd, double kd, double vd) {
           const auto n = check_scalars(who, fp8, scale, {qd, kd, vd});
           return py::make_tuple(n[0], n[1], n[2], n[3]);
@@ -264,5 +333,8 @@ PYBIND11_MODULE(_driver, m) {
   m.attr("DTYPE_OTHER") = ZYFA_DTYPE_OTHER;
   m.attr("DTYPE_BF16") = ZYFA_DTYPE_BF16;
   m.attr("DTYPE_E4M3FN") = ZYFA_DTYPE_E4M3FN;
+  m.attr("DTYPE_INT32") = ZYFA_DTYPE_INT32;
+  m.attr("DTYPE_FLOAT32") = ZYFA_DTYPE_FLOAT32;
+  m.attr("VARLEN_ARGS_SIZE") = sizeof(zyfa_varlen_args);
   m.attr("TENSOR_MAP_BYTES") = TENSOR_MAP_BYTES;
 }

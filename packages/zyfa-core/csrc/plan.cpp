@@ -131,14 +131,72 @@ void check_strides(const PlanSpec &spec, const zyfa_fwd_args &a) {
 }
 
 void check_scalar_fields(const PlanSpec &spec, const zyfa_fwd_args &a) {
-  const std::uint32_t unknown = a.flags & ~(ZYFA_FLAG_CAUSAL | ZYFA_FLAG_LSE);
+  const std::uint32_t known =
+      ZYFA_FLAG_CAUSAL | ZYFA_FLAG_LSE | ZYFA_FLAG_VARLEN | ZYFA_FLAG_PAGED | ZYFA_FLAG_DESCALE_TABLE;
+  const std::uint32_t unknown = a.flags & ~known;
   if (unknown) refuse(spec.name + ": args.flags has unknown bits " + hex(unknown));
-  if (((a.flags & ZYFA_FLAG_CAUSAL) != 0) != spec.causal) {
-    refuse(spec.name + ": causal=" + (spec.causal ? "True" : "False") + " needs FLAG_CAUSAL " +
-           (spec.causal ? "set" : "clear") + " in args.flags");
+  // A causal kernel serves non-causal calls too (the mask is the run-time flag); a non-causal one cannot mask.
+  if ((a.flags & ZYFA_FLAG_CAUSAL) != 0 && !spec.causal) {
+    refuse(spec.name + ": causal=False kernel: FLAG_CAUSAL must be clear in args.flags");
   }
   check_scalars(spec.name, spec.fp8, a.softmax_scale, {a.q_descale, a.k_descale, a.v_descale});
   if (a.reserved != 0) refuse(spec.name + ": args.reserved must be 0, got " + std::to_string(a.reserved));
+}
+
+const char *layout_name(Layout layout) {
+  return layout == Layout::dense ? "dense" : layout == Layout::varlen ? "varlen" : "paged";
+}
+
+// The layout a call's flags ask for, against the kernel's.
+void check_layout_flags(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen) {
+  const bool packed = (a.flags & ZYFA_FLAG_VARLEN) != 0, paged = (a.flags & ZYFA_FLAG_PAGED) != 0;
+  if ((paged || (a.flags & ZYFA_FLAG_DESCALE_TABLE)) && !packed) {
+    refuse(spec.name + ": FLAG_PAGED and FLAG_DESCALE_TABLE need FLAG_VARLEN (a packed batch)");
+  }
+  const Layout asked = !packed ? Layout::dense : paged ? Layout::paged : Layout::varlen;
+  if (asked != spec.layout) {
+    refuse(spec.name + " serves " + layout_name(spec.layout) + " batches; args.flags ask for a " + layout_name(asked) +
+           " one (select a kernel with that layout)");
+  }
+  if (packed != (varlen != nullptr)) {
+    refuse(spec.name + (packed ? ": FLAG_VARLEN needs the packed batch's zyfa_varlen_args"
+                               : ": a dense call takes no zyfa_varlen_args"));
+  }
+}
+
+void check_index_pointer(const PlanSpec &spec, const char *name, const void *p, bool required) {
+  if (required && p == nullptr) refuse(spec.name + ": varlen." + name + " is a null pointer");
+  if (address(p) % 4) refuse(spec.name + ": varlen." + name + " = " + hex(address(p)) + " is not 4-byte aligned");
+}
+
+void check_varlen_fields(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args &v) {
+  const bool paged = (a.flags & ZYFA_FLAG_PAGED) != 0, table = (a.flags & ZYFA_FLAG_DESCALE_TABLE) != 0;
+  check_index_pointer(spec, "cu_seqlens_q", v.cu_seqlens_q, true);
+  check_index_pointer(spec, "cu_seqlens_k", v.cu_seqlens_k, !(paged && v.seqused_k != nullptr));
+  check_index_pointer(spec, "seqused_k", v.seqused_k, false);
+  check_index_pointer(spec, "page_table", v.page_table, paged);
+  check_index_pointer(spec, "descales", v.descales, table);
+  if (!paged && v.page_table != nullptr) refuse(spec.name + ": varlen.page_table is set without FLAG_PAGED");
+  if (!table && v.descales != nullptr) refuse(spec.name + ": varlen.descales is set without FLAG_DESCALE_TABLE");
+  if (table && !spec.fp8) refuse(spec.name + ": FLAG_DESCALE_TABLE applies to FP8 kernels only");
+  if (v.total_q <= 0 || v.total_k <= 0) {
+    refuse(spec.name + ": varlen.total_q = " + std::to_string(v.total_q) + " and varlen.total_k = " +
+           std::to_string(v.total_k) + " must be positive (handle empty tensors before launching)");
+  }
+  if (paged) {
+    if (v.page_size <= 0 || v.num_pages <= 0 || v.max_pages <= 0 || v.page_table_stride < v.max_pages) {
+      refuse(spec.name + ": a paged call needs page_size, num_pages, max_pages > 0 and page_table_stride >= "
+             "max_pages; got " + std::to_string(v.page_size) + ", " + std::to_string(v.num_pages) + ", " +
+             std::to_string(v.max_pages) + ", " + std::to_string(v.page_table_stride));
+    }
+    if (std::int64_t{v.num_pages} * v.page_size != v.total_k) {
+      refuse(spec.name + ": varlen.total_k = " + std::to_string(v.total_k) + " must be num_pages x page_size = " +
+             std::to_string(std::int64_t{v.num_pages} * v.page_size));
+    }
+  } else if (v.page_size != 0 || v.num_pages != 0 || v.max_pages != 0) {
+    refuse(spec.name + ": varlen.page_size, num_pages and max_pages must be 0 without FLAG_PAGED");
+  }
+  if (v.reserved != 0) refuse(spec.name + ": varlen.reserved must be 0, got " + std::to_string(v.reserved));
 }
 
 }  // namespace
@@ -151,13 +209,19 @@ void check_spec(const PlanSpec &spec) {
     refuse(spec.name + ": a kernel with a V pre-pass needs tile_n a multiple of 64, got " +
            std::to_string(spec.tile_n));
   }
+  if (spec.layout != Layout::dense && (spec.tma || !spec.v_prep.empty())) {
+    refuse(spec.name + ": a " + layout_name(spec.layout) + " kernel loads with cp.async and has no V pre-pass "
+           "(its second parameter is zyfa_varlen_args)");
+  }
 }
 
-void check_args(const PlanSpec &spec, const zyfa_fwd_args &a) {
+void check_args(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen) {
   check_pointers(spec, a);
   check_sizes(spec, a);
   check_strides(spec, a);
   check_scalar_fields(spec, a);
+  check_layout_flags(spec, a, varlen);
+  if (varlen != nullptr) check_varlen_fields(spec, a, *varlen);
 }
 
 std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, long long multiprocessors) {
@@ -237,7 +301,9 @@ LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path) 
   check_spec(spec);
   LoadedPlan plan;
   plan.spec = spec;
-  plan.kernel = load_kernel(device, path, spec.name, static_cast<int>(spec.smem), spec.tma ? 2 : 1);
+  // TMA kernels take the maps, packed-batch kernels zyfa_varlen_args, as their second parameter.
+  const size_t params = spec.tma || spec.layout != Layout::dense ? 2 : 1;
+  plan.kernel = load_kernel(device, path, spec.name, static_cast<int>(spec.smem), params);
   if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0, 2);
   if (spec.persistent) {
     plan.multiprocessors = device_properties(device).multiprocessors;
@@ -246,10 +312,11 @@ LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path) 
   return plan;
 }
 
-void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, void *stream, std::uint64_t workspace) {
+void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen_args *varlen, void *stream,
+            std::uint64_t workspace) {
   const PlanSpec &spec = plan.spec;
   alignas(16) zyfa_fwd_args a = args;  // a private, aligned copy: the pre-pass changes v
-  check_args(spec, a);
+  check_args(spec, a, varlen);
   check_workspace(spec, a, workspace);
   const auto grid = launch_grid(spec, a, plan.multiprocessors);
   const unsigned block[3] = {static_cast<unsigned>(spec.threads), 1, 1};
@@ -261,6 +328,10 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, void *stream, std
     const void *vt = reinterpret_cast<const void *>(static_cast<std::uintptr_t>(workspace));
     launch_bytes(plan.prep, prep_grid, prep_block, 0, stream, &a, sizeof(a), &vt, sizeof(vt));
     a.v = vt;
+  }
+  if (varlen != nullptr) {  // check_args: a varlen / paged kernel, which loads with cp.async
+    launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a), varlen, sizeof(*varlen));
+    return;
   }
   if (!spec.tma) {
     launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a));

@@ -16,6 +16,9 @@
 
 namespace zyfa_core {
 
+// A manifest row's "layout": what batches the kernel serves (zyfa_abi.h, ABI 4).
+enum class Layout { dense, varlen, paged };
+
 // What a manifest row (zyfa_core.KernelSpec) says the launch needs.
 struct PlanSpec {
   std::string name;
@@ -24,6 +27,7 @@ struct PlanSpec {
   bool causal = true;
   bool persistent = false;  // grid "persistent" (else "tiles")
   bool tma = false;         // loads "tma" (else "cp.async")
+  Layout layout = Layout::dense;  // varlen / paged kernels take zyfa_varlen_args as their second parameter
   int d_qk = 0, d_v = 0, tile_m = 0, tile_n = 0, threads = 0;
   unsigned smem = 0;  // dynamic shared memory at launch (KernelSpec.launch_smem_bytes)
 };
@@ -31,8 +35,9 @@ struct PlanSpec {
 // Throws ArgumentError unless `spec` is a launchable description (positive tiles, threads, dims).
 void check_spec(const PlanSpec &spec);
 
-// Throws ArgumentError (zyfa_core.check_args's messages) unless `a` can be launched with `spec`.
-void check_args(const PlanSpec &spec, const zyfa_fwd_args &a);
+// Throws ArgumentError (zyfa_core.check_args's messages) unless `a` (and `varlen`, the packed batch's
+// second parameter, nullptr for a dense call) can be launched with `spec`.
+void check_args(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen = nullptr);
 
 // The grid: (ceil(seqlen_q / tile_m), heads_q, batch), or for a persistent kernel (min(multiprocessors,
 // items), 1, 1), items = query tiles x heads_q x batch. Throws ArgumentError for a persistent kernel and
@@ -72,9 +77,11 @@ struct LoadedPlan {
 
 LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path);
 
-// Checks `a` and `workspace`, then launches on `stream`: the V pre-pass first (into `workspace`, which the
-// kernel then reads as v), then the kernel, with the TMA maps as its second parameter for a "tma" kernel.
-void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, void *stream, std::uint64_t workspace);
+// Checks `a`, `varlen` and `workspace`, then launches on `stream`: the V pre-pass first (into `workspace`, which
+// the kernel then reads as v), then the kernel, with its second parameter: the TMA maps for a "tma" kernel,
+// `varlen` for a varlen / paged kernel.
+void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen_args *varlen, void *stream,
+            std::uint64_t workspace);
 
 }  // namespace zyfa_core
 

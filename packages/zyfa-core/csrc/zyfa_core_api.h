@@ -17,7 +17,8 @@
 extern "C" {
 #endif
 
-#define ZYFA_CORE_API_VERSION 2
+/* 3: zyfa_check_varlen, the int32 / float32 dtype codes, and zyfa_plan_launch's `varlen` argument. */
+#define ZYFA_CORE_API_VERSION 3
 
 /* Exported even though the extension is built with -fvisibility=hidden: callers find these with dlsym. */
 #define ZYFA_CORE_EXPORT __attribute__((visibility("default")))
@@ -42,6 +43,8 @@ ZYFA_CORE_EXPORT int zyfa_core_api_version(void);
 #define ZYFA_DTYPE_OTHER 0
 #define ZYFA_DTYPE_BF16 1
 #define ZYFA_DTYPE_E4M3FN 2
+#define ZYFA_DTYPE_INT32 3   /* index tensors of packed batches (cu_seqlens, seqused_k, page_table) */
+#define ZYFA_DTYPE_FLOAT32 4 /* descale tables */
 
 typedef struct zyfa_tensor_view {
   int dim;                      /* rank */
@@ -66,6 +69,31 @@ typedef struct zyfa_call_dims {
 ZYFA_CORE_EXPORT int zyfa_check_tensors(const zyfa_tensor_view *q, const zyfa_tensor_view *k,
                                         const zyfa_tensor_view *v, zyfa_call_dims *dims, zyfa_core_error *error);
 
+/* The index tensors and sizes of a packed (variable-length) call; NULL views are absent tensors. */
+typedef struct zyfa_varlen_views {
+  const zyfa_tensor_view *cu_seqlens_q; /* int32 [batch + 1], required */
+  const zyfa_tensor_view *cu_seqlens_k; /* int32 [batch + 1]; may be NULL with page_table and seqused_k */
+  const zyfa_tensor_view *seqused_k;    /* int32 [batch] */
+  const zyfa_tensor_view *page_table;   /* int32 [batch, max_pages]: k and v are [num_pages, page_size, heads_kv, d] */
+  const zyfa_tensor_view *descales;     /* float32 [3, batch, heads_kv]: q, k, v descales per sequence and kv head */
+  long long max_seqlen_q, max_seqlen_k; /* bounds of every sequence's query and key counts */
+  int values_readable; /* 1: the index tensors' addresses are host memory: their values are checked too */
+} zyfa_varlen_views;
+
+/* The sizes of a packed call. */
+typedef struct zyfa_varlen_dims {
+  long long batch, total_q, total_k, heads_q, heads_kv, d_qk, d_v;
+  long long page_size, num_pages, max_pages; /* 0 without a page table; total_k = num_pages * page_size then */
+} zyfa_varlen_dims;
+
+/* A packed call: q [total_q, heads_q, d_qk]; k, v [total_k, heads_kv, d] or, with a page table,
+ * [num_pages, page_size, heads_kv, d]; dtypes, heads and head dims as zyfa_check_tensors; the index tensors'
+ * dtypes, shapes, layout and device; max_seqlen_q/k in 0..int32; batch <= 65535. With values_readable, also
+ * the values: cu_seqlens non-decreasing within the rows of q (k), every count <= its max_seqlen, seqused_k
+ * within the packed rows or the pages of its table row, and the pages used in 0..num_pages-1. Fills `dims`. */
+ZYFA_CORE_EXPORT int zyfa_check_varlen(const zyfa_tensor_view *q, const zyfa_tensor_view *k, const zyfa_tensor_view *v,
+                                       const zyfa_varlen_views *varlen, zyfa_varlen_dims *dims, zyfa_core_error *error);
+
 /* The op's scalars, checked as the kernels take them (float32): softmax_scale finite and non-zero,
  * descales finite and > 0 (1.0 for bf16), and the one factor the kernels fold them into (softmax_scale *
  * q_descale * k_descale * log2(e) for FP8, softmax_scale * log2(e) for bf16) finite and non-zero, all
@@ -88,9 +116,10 @@ ZYFA_CORE_EXPORT int zyfa_plan_workspace_bytes(const void *plan, const zyfa_fwd_
 
 /* Checks `args` and launches on `stream` (the raw CUstream / hipStream_t): the V pre-pass into `workspace`
  * (a 16-byte aligned device pointer to zyfa_plan_workspace_bytes bytes, which must stay allocated until the
- * work on `stream` has run; 0 without a pass), then the kernel, with its TMA maps for a "tma" kernel. */
-ZYFA_CORE_EXPORT int zyfa_plan_launch(const void *plan, const zyfa_fwd_args *args, void *stream, unsigned long long workspace,
-                     zyfa_core_error *error);
+ * work on `stream` has run; 0 without a pass), then the kernel, with its TMA maps for a "tma" kernel.
+ * `varlen` is the packed batch's zyfa_varlen_args (args.flags has ZYFA_FLAG_VARLEN) or NULL for a dense call. */
+ZYFA_CORE_EXPORT int zyfa_plan_launch(const void *plan, const zyfa_fwd_args *args, const zyfa_varlen_args *varlen,
+                                      void *stream, unsigned long long workspace, zyfa_core_error *error);
 
 #ifdef __cplusplus
 }

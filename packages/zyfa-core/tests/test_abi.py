@@ -88,6 +88,13 @@ def program(fields: list[tuple[str, str]], header_name: str) -> str:
         decode_lines.append(f'  printf("%s\\"{name}\\": {fmt}", {sep}, {cast}a.{name});')
     text = _PROGRAM.replace("@HEADER@", header_name).replace("@LAYOUT@", "\n".join(layout_lines))
     text = text.replace("@VT_ROWS@", ", ".join(f"{{{s}, {t}}}" for s, t in VT_ROW_SAMPLES))
+    varlen = "".join(
+        f'  printf("%s\\"{name}\\": %zu", {sep}, offsetof(zyfa_varlen_args, {name}));\n'
+        for sep, name in zip(
+            ['""'] + ['", "'] * (len(abi.VARLEN_FIELD_NAMES) - 1), abi.VARLEN_FIELD_NAMES, strict=True
+        )
+    )
+    text = text.replace("@VARLEN@", varlen)
     return text.replace("@DECODE@", "\n".join(decode_lines))
 
 
@@ -113,6 +120,11 @@ int main(int argc, char **argv) {
          offsetof(zyfa_tma_maps, q), offsetof(zyfa_tma_maps, k), offsetof(zyfa_tma_maps, v),
          offsetof(zyfa_tma_maps, valid), sizeof(zyfa_tensor_map));
   printf("\"fp8_max_stale_tau\": %.17g, ", (double)ZYFA_FP8_MAX_STALE_TAU);
+  printf("\"varlen_flags\": [%u, %u, %u], ", (unsigned)ZYFA_FLAG_VARLEN, (unsigned)ZYFA_FLAG_PAGED,
+         (unsigned)ZYFA_FLAG_DESCALE_TABLE);
+  printf("\"varlen_size\": %zu, \"varlen\": {", sizeof(zyfa_varlen_args));
+@VARLEN@
+  printf("}, ");
   printf("\"vprep\": [%d, %d", (int)ZYFA_VPREP_KEYS, (int)ZYFA_VPREP_THREADS);
   for (int i = 0; i < (int)(sizeof vt_rows / sizeof vt_rows[0]); ++i) {
     printf(", %lld", (long long)ZYFA_VT_ROW_BYTES(vt_rows[i][0], vt_rows[i][1]));
@@ -192,6 +204,17 @@ def test_tma_maps_layout_matches(compiled) -> None:
         384,
         abi.TENSOR_MAP_BYTES,
     )
+
+
+def test_varlen_args_layout_matches(compiled) -> None:
+    """zyfa_varlen_args (ABI 4): every field's offset and the size as the C and C++ compilers see them."""
+    _, exe = compiled
+    info = layout(exe)
+    assert info["varlen_size"] == ctypes.sizeof(abi.ZyfaVarlenArgs) == abi.VARLEN_ARGS_SIZE
+    assert info["varlen"] == {
+        name: getattr(abi.ZyfaVarlenArgs, name).offset for name in abi.VARLEN_FIELD_NAMES
+    }
+    assert info["varlen_flags"] == [abi.FLAG_VARLEN, abi.FLAG_PAGED, abi.FLAG_DESCALE_TABLE]
 
 
 def test_version_and_flags_match(compiled) -> None:
@@ -299,21 +322,54 @@ class _RecordingEncoder:
 def _tma_case(dtype: str = "bf16", **overrides) -> tuple[mf.KernelSpec, abi.ZyfaFwdArgs]:
     """GQA (8 query heads over 2 kv heads), q/k/v as views of packed buffers (non-contiguous strides)."""
     spec = mf.KernelSpec(
-        name="fa_fwd_tma_test", file="x.cubin", arch="sm90a", dtype=dtype, d_qk=192, d_v=128, causal=True,
-        p_mode=None, kind="cuda", tile_m=128, tile_n=176, threads=384, smem_bytes=0, registers=0,
+        name="fa_fwd_tma_test",
+        file="x.cubin",
+        arch="sm90a",
+        dtype=dtype,
+        d_qk=192,
+        d_v=128,
+        causal=True,
+        p_mode=None,
+        kind="cuda",
+        tile_m=128,
+        tile_n=176,
+        threads=384,
+        smem_bytes=0,
+        registers=0,
         spill_bytes=0,
-        abi_version=abi.ABI_VERSION, source_sha256="0" * 64, path=Path("x.cubin"), loads="tma",
-    )  # fmt: skip
+        abi_version=abi.ABI_VERSION,
+        source_sha256="0" * 64,
+        path=Path("x.cubin"),
+        loads="tma",
+    )
     b, sq, sk, hq, hkv, dqk, dv = 3, 300, 500, 8, 2, 192, 128
     fields = dict(
-        q=0x7F0000000000, k=0x7F1000000000, v=0x7F2000000000, out=0x7F3000000000,
+        q=0x7F0000000000,
+        k=0x7F1000000000,
+        v=0x7F2000000000,
+        out=0x7F3000000000,
         # q inside a packed [b, sq, 3, hq, dqk] qkv buffer; k and v with padded rows and batches.
-        q_stride_batch=sq * 3 * hq * dqk, q_stride_seq=3 * hq * dqk, q_stride_head=dqk,
-        k_stride_batch=sk * hkv * 256 + 64, k_stride_seq=hkv * 256, k_stride_head=256,
-        v_stride_batch=sk * hkv * dv * 2, v_stride_seq=hkv * dv * 2, v_stride_head=dv,
-        out_stride_batch=sq * hq * dv, out_stride_seq=hq * dv, out_stride_head=dv,
-        batch=b, heads_q=hq, heads_kv=hkv, seqlen_q=sq, seqlen_k=sk, d_qk=dqk, d_v=dv, softmax_scale=0.1,
-    )  # fmt: skip
+        q_stride_batch=sq * 3 * hq * dqk,
+        q_stride_seq=3 * hq * dqk,
+        q_stride_head=dqk,
+        k_stride_batch=sk * hkv * 256 + 64,
+        k_stride_seq=hkv * 256,
+        k_stride_head=256,
+        v_stride_batch=sk * hkv * dv * 2,
+        v_stride_seq=hkv * dv * 2,
+        v_stride_head=dv,
+        out_stride_batch=sq * hq * dv,
+        out_stride_seq=hq * dv,
+        out_stride_head=dv,
+        batch=b,
+        heads_q=hq,
+        heads_kv=hkv,
+        seqlen_q=sq,
+        seqlen_k=sk,
+        d_qk=dqk,
+        d_v=dv,
+        softmax_scale=0.1,
+    )
     fields.update(overrides)
     return spec, abi.make_fwd_args(**fields)
 

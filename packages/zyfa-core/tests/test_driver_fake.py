@@ -294,8 +294,8 @@ class Error(ctypes.Structure):
                 ("message", ctypes.c_char * 1024)]
 
 lib = ctypes.CDLL(_driver.__file__)
-lib.zyfa_plan_launch.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_ulonglong,
-                                 ctypes.POINTER(Error)]
+lib.zyfa_plan_launch.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p,
+                                 ctypes.c_ulonglong, ctypes.POINTER(Error)]
 lib.zyfa_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
                                           ctypes.POINTER(ctypes.c_ulonglong), ctypes.POINTER(Error)]
 handle = zyfa_core.launcher.native_plan(spec, 0)
@@ -304,7 +304,9 @@ error = Error()
 need = ctypes.c_ulonglong()
 rc_need = lib.zyfa_plan_workspace_bytes(handle, raw, ctypes.byref(need), ctypes.byref(error))
 stream = 0x7000
-rc = lib.zyfa_plan_launch(handle, raw, stream, {workspace}, ctypes.byref(error))
+varlen = globals().get("varlen_args")
+rc = lib.zyfa_plan_launch(handle, raw, bytes(varlen) if varlen is not None else None, stream, {workspace},
+                          ctypes.byref(error))
 grid = zyfa_core.launch_grid(spec, args, 132 if spec.grid == "persistent" else None)
 print(json.dumps({{"rc": rc, "rc_need": rc_need, "need": need.value, "args": raw.hex(), "grid": list(grid),
                   "stream": stream, "smem": spec.launch_smem_bytes, "tile_m": spec.tile_m, "name": spec.name,
@@ -324,7 +326,7 @@ def test_native_plan_launch_cuda(run_with_fake, cuda_dir: Path, d_qk: int) -> No
     """The C API passes the same bytes, grid, block, smem and stream as `launch` does."""
     out, calls = run_with_fake("cuda", args_snippet(d_qk=d_qk) + native(), cuda_dir)
     assert out["rc"] == 0 and out["rc_need"] == 0 and out["need"] == 0, out["message"]
-    assert out["api"] == out["module_api"] == 2 and out["sizeof"] == 1360
+    assert out["api"] == out["module_api"] == 3 and out["sizeof"] == 1360
     (launch,) = calls_named(calls, "cuLaunchKernel")
     assert launch["name"] == out["name"] and launch["args"] == out["args"]
     assert launch["grid"] == ",".join(map(str, out["grid"])) and launch["block"] == "128,1,1"
@@ -716,8 +718,8 @@ print(json.dumps(errors))
         f"{GFX950_BF16}: cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA"
     )
     assert out[2] == (
-        f"{GFX950_BF16}: launch failed: a second kernel parameter (TMA maps) is CUDA only; "
-        "the loaded backend is HIP"
+        f"{GFX950_BF16}: launch failed: a second kernel parameter (TMA maps or zyfa_varlen_args) is CUDA "
+        "only; the loaded backend is HIP"
     )
     assert calls_named(calls, "hipModuleLaunchKernel") == []
 

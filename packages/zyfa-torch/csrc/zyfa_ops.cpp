@@ -318,7 +318,7 @@ void launch(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out
   Tensor workspace;
   if (bytes != 0) workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
   const auto address = bytes != 0 ? reinterpret_cast<std::uintptr_t>(workspace.data_ptr()) : 0;
-  if (core().launch(plan, &args, stream, address, &err) != 0) raise(err);
+  if (core().launch(plan, &args, nullptr, stream, address, &err) != 0) raise(err);
 }
 
 std::tuple<Tensor, Tensor> fwd_cuda(const Tensor &q, const Tensor &k, const Tensor &v, double softmax_scale,

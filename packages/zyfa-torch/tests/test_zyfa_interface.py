@@ -144,7 +144,6 @@ UNSUPPORTED = [
     ({"window_size": (None, None)}, r"window_size=\(None, None\)"),
     ({"softcap": 30.0}, "softcap=0.0"),
     ({"alibi_slopes": torch.ones(4)}, "alibi_slopes=None"),
-    ({"causal": False}, "causal=True"),
 ]
 
 

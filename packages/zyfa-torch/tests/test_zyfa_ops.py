@@ -150,17 +150,41 @@ class _MockArgs(ctypes.Structure):
     _fields_ = _FIELDS
 
 
+class _MockVarlenArgs(ctypes.Structure):
+    """zyfa_varlen_args (kernels/abi/zyfa_abi.h, ABI 4), typed."""
+
+    _fields_ = [
+        *[
+            (n, ctypes.c_void_p)
+            for n in ("cu_seqlens_q", "cu_seqlens_k", "seqused_k", "page_table", "descales")
+        ],
+        ("page_table_stride", ctypes.c_int64),
+        *[(n, ctypes.c_int32) for n in ("page_size", "num_pages", "max_pages", "total_q", "total_k")],
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
 class _MockCore:
     """Stand-ins of zyfa_core.{abi, manifest, launcher}: record calls, run the reference as the 'kernel'."""
 
     def __init__(self, tile_n: int = 32, backend: str | None = "cuda") -> None:
         self.selects: list[tuple] = []
+        self.layouts: list[str] = []
         self.launches: list[tuple] = []
+        self.varlens: list[_MockVarlenArgs] = []
         self.tile_n, self.backend = tile_n, backend
         self.outputs: dict[int, torch.Tensor] = {}
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        abi = types.SimpleNamespace(ZyfaFwdArgs=_MockArgs, FLAG_CAUSAL=0x1, FLAG_LSE=0x2)
+        abi = types.SimpleNamespace(
+            ZyfaFwdArgs=_MockArgs,
+            ZyfaVarlenArgs=_MockVarlenArgs,
+            FLAG_CAUSAL=0x1,
+            FLAG_LSE=0x2,
+            FLAG_VARLEN=0x4,
+            FLAG_PAGED=0x8,
+            FLAG_DESCALE_TABLE=0x10,
+        )
         manifest = types.SimpleNamespace(select=self.select)
         launcher = types.SimpleNamespace(
             available_backend=lambda: self.backend,
@@ -193,8 +217,9 @@ class _MockCore:
 
         monkeypatch.setattr(torch, "empty", empty)
 
-    def select(self, arch, dtype, d_qk, d_v, causal, p_mode=None):
+    def select(self, arch, dtype, d_qk, d_v, causal, p_mode=None, layout="dense"):
         self.selects.append((arch, dtype, d_qk, d_v, causal, p_mode))
+        self.layouts.append(layout)
         return types.SimpleNamespace(
             name="mock_kernel",
             tile_n=self.tile_n,
@@ -202,9 +227,13 @@ class _MockCore:
             v_prep="",
         )
 
-    def launch(self, spec, args, *, stream, device):
+    def launch(self, spec, args, *, stream, device, varlen=None):
         """Run the reference on the tensors behind the pointers and write the outputs, like a kernel."""
         self.launches.append((spec, args, stream, device))
+        if varlen is not None:
+            self.varlens.append(varlen)
+            self._launch_varlen(spec, args)
+            return
         out = self.outputs[args.out]
         q, k, v = self.inputs
         o, lse = R.attention(
@@ -219,6 +248,25 @@ class _MockCore:
             softmax_scale=args.softmax_scale,
         )
         out.copy_(o)
+        if args.flags & 0x2:
+            self.outputs[args.lse].copy_(lse)
+
+    def _launch_varlen(self, spec, args):
+        """A packed call: the reference per sequence on the inputs (the test checks their pointers)."""
+        q, k, v, cu_q, cu_k, seqused_k, page_table = self.inputs
+        o, lse = R.attention_varlen(
+            q,
+            k,
+            v,
+            cu_q,
+            cu_k,
+            seqused_k=seqused_k,
+            page_table=page_table,
+            softmax_scale=args.softmax_scale,
+            causal=bool(args.flags & 0x1),
+            block_n=spec.tile_n,
+        )
+        self.outputs[args.out].copy_(o)
         if args.flags & 0x2:
             self.outputs[args.lse].copy_(lse)
 
@@ -404,3 +452,56 @@ def test_host_overhead_measures_every_layer(core, monkeypatch, fp8):
     assert all(args.q_descale == descales[0] for _, args, _, _ in core.launches)
     with pytest.raises(RuntimeError, match="needs a CUDA or ROCm GPU"):
         overhead.host_overhead(device="cpu")
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_dispatch_varlen_fills_both_structs(core, monkeypatch, paged):
+    """A packed call on the GPU path: zyfa_fwd_args with batch = sequences, max_seqlen bounds and batch
+    strides 0 (the page stride for a cache), and zyfa_varlen_args with the index tensors' pointers and
+    sizes."""
+    from zyfa_varlen_testutil import make_packed, page_cache
+
+    from zyfa import _ops_varlen
+
+    monkeypatch.setattr(_ops_varlen, "_fwd_cpu", _ops_varlen._fwd_core)
+    p = make_packed([5, 1, 40], [9, 3, 70], 4, 2, seed=12)
+    k, v, table, seqused = p.k, p.v, None, None
+    if paged:
+        k, v, table = page_cache(p.k, p.v, p.lens_k, 16, seed=12)
+        seqused = torch.tensor(p.lens_k, dtype=torch.int32)
+    core.inputs = (p.q, k, v, p.cu_seqlens_q, p.cu_seqlens_k, seqused, table)
+    out, lse = _call_varlen_through_core(p, k, v, table, seqused)
+    assert core.layouts == ["paged" if paged else "varlen"]
+    ((_, args, _, _),) = core.launches
+    (varlen,) = core.varlens
+    assert (args.batch, args.seqlen_q, args.seqlen_k, args.heads_q, args.heads_kv) == (3, 40, 70, 4, 2)
+    assert args.flags == 0x1 | 0x2 | 0x4 | (0x8 if paged else 0)
+    assert (args.q_stride_batch, args.q_stride_seq, args.out_stride_batch) == (0, 4 * 128, 0)
+    assert args.k_stride_batch == (16 * 2 * 128 if paged else 0) and args.lse == lse.data_ptr()
+    assert (varlen.cu_seqlens_q, varlen.cu_seqlens_k) == (
+        p.cu_seqlens_q.data_ptr(),
+        p.cu_seqlens_k.data_ptr(),
+    )
+    assert (varlen.total_q, varlen.total_k) == (46, k.shape[0] * 16 if paged else 82)
+    if paged:
+        assert (varlen.page_table, varlen.seqused_k) == (table.data_ptr(), seqused.data_ptr())
+        assert (varlen.page_size, varlen.num_pages, varlen.max_pages) == (16, k.shape[0], table.shape[1])
+        assert varlen.page_table_stride == table.shape[1]
+    want, want_lse = R.attention_varlen(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, block_n=core.tile_n)
+    assert torch.equal(out, want) and torch.equal(lse, want_lse)
+
+
+def _call_varlen_through_core(p, k, v, table, seqused):
+    return zyfa.flash_attn_varlen_func(
+        p.q,
+        k,
+        v,
+        p.cu_seqlens_q,
+        p.cu_seqlens_k,
+        p.max_seqlen_q,
+        p.max_seqlen_k,
+        seqused_k=seqused,
+        causal=True,
+        page_table=table,
+        return_attn_probs=True,
+    )

@@ -1,4 +1,4 @@
-"""`zyfa-bench`: throughput | accuracy | clocks | capture | report | peers.
+"""`zyfa-bench`: throughput | accuracy | serving | clocks | capture | report | peers.
 
 `zyfa-bench COMMAND --help` explains each option.
 """
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _throughput_parser(sub)
     _accuracy_parser(sub)
+    _serving_parser(sub)
     _clocks_parser(sub)
     _capture_parser(sub)
     _report_parser(sub)
@@ -231,6 +232,59 @@ def _accuracy_parser(sub: Any) -> None:
         help="fresh inputs per problem: seeds seed..seed+N-1 (default: %(default)s)",
     )
     a.set_defaults(func=cmd_accuracy)
+
+
+def _serving_parser(sub: Any) -> None:
+    """The `serving` subcommand: one packed prefill step of mixed prompt lengths (zyfa_bench.serving)."""
+    from zyfa_bench.serving import IMPLEMENTATIONS
+
+    s = sub.add_parser(
+        "serving",
+        help="a serving engine's prefill step: packed prompts, with and without a shared prefix in pages",
+        description="Times one packed prefill step of --prompts prompts (long-tailed lengths summing to "
+        "--tokens) per head shape, precision and prefix, with ZYFA varlen, FlashAttention-3 varlen and ZYFA "
+        "dense at the same token count (zyfa_bench.serving explains each).",
+    )
+    s.add_argument("--prompts", type=int, default=64, help="prompts in the step (default: %(default)s)")
+    s.add_argument("--tokens", type=int, default=32768, help="new tokens in the step (default: %(default)s)")
+    s.add_argument(
+        "--prefix",
+        type=_ints,
+        default="0,4096",
+        help="shared prefix lengths, 0 for none (default: %(default)s)",
+    )
+    s.add_argument("--page-size", type=int, default=64, help="keys per KV cache page (default: %(default)s)")
+    s.add_argument("--shape", type=T.shape_list, default="gqa128,mla192", help="head shapes (as throughput)")
+    s.add_argument("--precision", type=_words, default="bf16,fp8", help="bf16, fp8 (default: %(default)s)")
+    s.add_argument("--impl", type=_words, default=",".join(IMPLEMENTATIONS), help="default: %(default)s")
+    s.add_argument("--seed", type=int, default=0, help="lengths and inputs seed (default: %(default)s)")
+    s.add_argument("--repeats", type=int, default=20, help="timed calls per row (default: %(default)s)")
+    s.add_argument("--device", type=T.device, default=_default_device(), help="default: %(default)s")
+    s.add_argument("--json", help="write the rows to this JSON file")
+    s.set_defaults(func=cmd_serving)
+
+
+def cmd_serving(args: argparse.Namespace) -> int:
+    """zyfa-bench serving."""
+    from zyfa_bench.results import ResultWriter, environment
+    from zyfa_bench.serving import ServingStep, format_table, long_tailed_lengths, measure
+    from zyfa_bench.spec import parse_shape
+
+    device = torch.device(args.device)
+    lens = tuple(long_tailed_lengths(args.prompts, args.tokens, seed=args.seed))
+    settings = {k: v for k, v in vars(args).items() if k != "func"}
+    writer = ResultWriter(args.json, "serving", {**environment(device), "settings": settings})
+    for shape in args.shape.split(","):
+        _, (hq, hkv, dqk, dv) = parse_shape(shape.strip())
+        for prefix in args.prefix:
+            step = ServingStep(lens, prefix, args.page_size, hq, hkv, dqk, dv)
+            for precision in args.precision:
+                for row in measure(
+                    step, args.impl, device=device, precision=precision, seed=args.seed, repeats=args.repeats
+                ):
+                    writer.add(row)
+    print(format_table(writer.rows))
+    return 0
 
 
 def _clocks_parser(sub: Any) -> None:

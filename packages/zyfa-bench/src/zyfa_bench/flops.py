@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from zyfa_bench.spec import Spec
 
-__all__ = ["attention_flops", "visible_pairs"]
+__all__ = ["attention_flops", "packed_flops", "visible_pairs"]
 
 
 def visible_pairs(seqlen_q: int, seqlen_k: int, causal: bool, *, exact: bool = False) -> float:
@@ -36,3 +36,19 @@ def attention_flops(spec: Spec, *, exact: bool = False) -> float:
     """FLOPs of one forward call: 2·B·H_q·pairs·(d_qk + d_v)."""
     pairs = visible_pairs(spec.seqlen_q, spec.seqlen_k, spec.causal, exact=exact)
     return 2.0 * spec.batch * spec.heads_q * pairs * (spec.d_qk + spec.d_v)
+
+
+def packed_flops(
+    lens_q: list[int],
+    lens_k: list[int],
+    heads_q: int,
+    d_qk: int,
+    d_v: int,
+    causal: bool,
+    *,
+    exact: bool = False,
+) -> float:
+    """FLOPs of one packed (variable-length) call: the sum over its sequences of 2·H_q·pairs·(d_qk + d_v),
+    each sequence's pairs by `visible_pairs` (bottom-right causal per sequence)."""
+    pairs = sum(visible_pairs(nq, nk, causal, exact=exact) for nq, nk in zip(lens_q, lens_k, strict=True))
+    return 2.0 * heads_q * pairs * (d_qk + d_v)

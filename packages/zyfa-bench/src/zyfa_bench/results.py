@@ -230,6 +230,6 @@ def load_results(path: str | Path) -> dict[str, Any]:
     doc = json.loads(Path(path).read_text())
     if doc.get("schema") != SCHEMA:
         raise ValueError(f"{path}: schema {doc.get('schema')!r}, expected {SCHEMA!r}")
-    if doc.get("kind") not in ("throughput", "accuracy", "clocks"):
+    if doc.get("kind") not in ("throughput", "accuracy", "clocks", "serving"):
         raise ValueError(f"{path}: unknown kind {doc.get('kind')!r}")
     return doc

@@ -1,6 +1,7 @@
 """zyfa_core: the ZYFA runtime — kernel ABI, manifest, loader and launcher. No torch.
 
-- `zyfa_core.abi`: ctypes mirror of `kernels/abi/zyfa_abi.h` (`ZyfaFwdArgs`, flags, ABI_VERSION).
+- `zyfa_core.abi`: ctypes mirror of `kernels/abi/zyfa_abi.h` (`ZyfaFwdArgs`, `ZyfaVarlenArgs` of packed
+  batches, flags, ABI_VERSION).
 - `zyfa_core.manifest`: find the built code objects (`find_kernel_dir`), read `manifest.json`
   (`Manifest`), pick a kernel (`select`).
 - `zyfa_core.launcher`: detect the GPU backend (`available_backend`, `device_arch`) and `launch`
@@ -16,11 +17,17 @@ from zyfa_core.abi import (
     ABI_VERSION,
     ARGS_SIZE,
     FLAG_CAUSAL,
+    FLAG_DESCALE_TABLE,
     FLAG_LSE,
+    FLAG_PAGED,
+    FLAG_VARLEN,
     TMA_MAPS_BYTES,
+    VARLEN_ARGS_SIZE,
     ZyfaFwdArgs,
+    ZyfaVarlenArgs,
     args_bytes,
     make_fwd_args,
+    make_varlen_args,
 )
 from zyfa_core.errors import (
     KernelDirNotFoundError,
@@ -56,7 +63,10 @@ __all__ = [
     "ABI_VERSION",
     "ARGS_SIZE",
     "FLAG_CAUSAL",
+    "FLAG_DESCALE_TABLE",
     "FLAG_LSE",
+    "FLAG_PAGED",
+    "FLAG_VARLEN",
     "KernelDirNotFoundError",
     "KernelNotFoundError",
     "KernelSpec",
@@ -64,9 +74,11 @@ __all__ = [
     "ManifestError",
     "SkippedKernel",
     "TMA_MAPS_BYTES",
+    "VARLEN_ARGS_SIZE",
     "ZyfaDriverError",
     "ZyfaError",
     "ZyfaFwdArgs",
+    "ZyfaVarlenArgs",
     "__version__",
     "args_bytes",
     "available_backend",
@@ -81,6 +93,7 @@ __all__ = [
     "launch",
     "launch_grid",
     "make_fwd_args",
+    "make_varlen_args",
     "select",
     "tma_maps_bytes",
 ]

@@ -9,6 +9,10 @@ Tensor layout (flash-attn's): q [batch, seqlen_q, heads_q, d_qk], k [batch, seql
 v [batch, seqlen_k, heads_kv, d_v], out bf16 [batch, seqlen_q, heads_q, d_v]; strides in ELEMENTS;
 lse float32 [batch, heads_q, seqlen_q] contiguous when flags has FLAG_LSE.
 
+Kernels whose manifest row has "layout" "varlen" or "paged" take `ZyfaVarlenArgs` (72 bytes: the packed
+batch's cu_seqlens, seqused_k, page table and descale table pointers, and sizes) as their second parameter,
+and args.flags has FLAG_VARLEN (FLAG_PAGED, FLAG_DESCALE_TABLE): see zyfa_abi.h for the field meanings.
+
 Kernels whose manifest row says "loads": "tma" take a second parameter, `zyfa_tma_maps` (448 bytes:
 three CUtensorMaps for q, k, v and a valid flag); the launch plan (`zyfa_core.launcher.tma_maps_bytes`)
 builds it as the header specifies.
@@ -25,23 +29,38 @@ __all__ = [
     "ARGS_SIZE",
     "FIELD_NAMES",
     "FLAG_CAUSAL",
+    "FLAG_DESCALE_TABLE",
     "FLAG_LSE",
+    "FLAG_PAGED",
+    "FLAG_VARLEN",
+    "VARLEN_ARGS_SIZE",
+    "VARLEN_FIELD_NAMES",
     "TENSOR_MAP_BYTES",
     "TMA_MAPS_BYTES",
     "ZyfaFwdArgs",
+    "ZyfaVarlenArgs",
     "args_bytes",
     "make_fwd_args",
+    "make_varlen_args",
 ]
 
 # 1: first layout (2026-12-01). 2: adds zyfa_tma_maps, the second parameter of "loads": "tma" kernels.
 # 3: adds the V pre-pass entry of "v_prep" kernels (zyfa_fwd_args unchanged; see zyfa_abi.h).
+# 4: packed batches: FLAG_VARLEN / FLAG_PAGED / FLAG_DESCALE_TABLE and zyfa_varlen_args, the second
+# parameter of "varlen" / "paged" kernels (zyfa_fwd_args unchanged).
 # Bump together with ZYFA_ABI_VERSION in zyfa_abi.h.
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 FLAG_CAUSAL = 0x1
 """Apply the bottom-right aligned causal mask (ZYFA_FLAG_CAUSAL)."""
 FLAG_LSE = 0x2
 """Write the log-sum-exp to `lse` (ZYFA_FLAG_LSE)."""
+FLAG_VARLEN = 0x4
+"""A packed batch: rows and lengths from the ZyfaVarlenArgs parameter (ZYFA_FLAG_VARLEN)."""
+FLAG_PAGED = 0x8
+"""With FLAG_VARLEN: K/V rows through the page table (ZYFA_FLAG_PAGED)."""
+FLAG_DESCALE_TABLE = 0x10
+"""With FLAG_VARLEN, FP8: descales per (sequence, kv head) from the table (ZYFA_FLAG_DESCALE_TABLE)."""
 
 ARGS_SIZE = 192
 """sizeof(zyfa_fwd_args) in bytes."""
@@ -109,22 +128,22 @@ _INT_RANGES: dict[Any, tuple[int, int]] = {
 }
 
 
-def _checked(name: str, ctype: Any, value: Any) -> Any:
+def _checked(name: str, ctype: Any, value: Any, struct: str = "zyfa_fwd_args") -> Any:
     """Return `value` if it fits `ctype` exactly; else raise ValueError naming the field."""
     if ctype is ctypes.c_float:
         number = float(value)
         # Round to float32 the way the struct will, so an overflow to inf is caught here.
         stored = ctypes.c_float(number).value
         if not math.isfinite(stored):
-            raise ValueError(f"zyfa_fwd_args.{name} = {value!r} is not a finite float32")
+            raise ValueError(f"{struct}.{name} = {value!r} is not a finite float32")
         return number
     if isinstance(value, bool) or not isinstance(value, int):
         if ctype is ctypes.c_void_p and value is None:
             return 0
-        raise ValueError(f"zyfa_fwd_args.{name} must be an int, got {type(value).__name__} {value!r}")
+        raise ValueError(f"{struct}.{name} must be an int, got {type(value).__name__} {value!r}")
     low, high = _INT_RANGES[ctype]
     if not low <= value <= high:
-        raise ValueError(f"zyfa_fwd_args.{name} = {value} does not fit its C type (range {low}..{high})")
+        raise ValueError(f"{struct}.{name} = {value} does not fit its C type (range {low}..{high})")
     return value
 
 
@@ -158,6 +177,66 @@ def make_fwd_args(**fields: Any) -> ZyfaFwdArgs:
 
 
 # ------------------------------------------------------------------------------------------------
+# zyfa_varlen_args: the second parameter of "varlen" / "paged" kernels
+
+VARLEN_ARGS_SIZE = 72
+"""sizeof(zyfa_varlen_args) in bytes."""
+
+_VARLEN_FIELDS: list[tuple[str, Any]] = [
+    ("cu_seqlens_q", ctypes.c_void_p),  # int32 [batch + 1]
+    ("cu_seqlens_k", ctypes.c_void_p),  # int32 [batch + 1]; NULL only with FLAG_PAGED and seqused_k
+    ("seqused_k", ctypes.c_void_p),  # int32 [batch] or NULL
+    ("page_table", ctypes.c_void_p),  # int32 [batch][page_table_stride], FLAG_PAGED only
+    ("descales", ctypes.c_void_p),  # float32 [3][batch][heads_kv], FLAG_DESCALE_TABLE only
+    ("page_table_stride", ctypes.c_int64),
+    ("page_size", ctypes.c_int32),
+    ("num_pages", ctypes.c_int32),
+    ("max_pages", ctypes.c_int32),
+    ("total_q", ctypes.c_int32),
+    ("total_k", ctypes.c_int32),
+    ("reserved", ctypes.c_uint32),
+]
+
+VARLEN_FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in _VARLEN_FIELDS)
+"""zyfa_varlen_args's field names in declaration order."""
+_VARLEN_TYPES: dict[str, Any] = dict(_VARLEN_FIELDS)
+
+
+class ZyfaVarlenArgs(ctypes.Structure):
+    """`zyfa_varlen_args`: a packed batch's index pointers and sizes (72 bytes), checked on assignment."""
+
+    _fields_ = _VARLEN_FIELDS
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        ctype = _VARLEN_TYPES.get(name)
+        super().__setattr__(
+            name, value if ctype is None else _checked(name, ctype, value, "zyfa_varlen_args")
+        )
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{name}={getattr(self, name)!r}" for name in VARLEN_FIELD_NAMES)
+        return f"ZyfaVarlenArgs({body})"
+
+
+def make_varlen_args(**fields: Any) -> ZyfaVarlenArgs:
+    """Build a `ZyfaVarlenArgs`; every field defaults to 0 (NULL pointers), each value checked as it is set.
+
+    Raises:
+        TypeError: a name that is not a field.
+        ValueError: a value that does not fit its C field.
+    """
+    unknown = sorted(set(fields) - set(VARLEN_FIELD_NAMES))
+    if unknown:
+        raise TypeError(
+            f"make_varlen_args: unknown field(s) {unknown}; fields are {list(VARLEN_FIELD_NAMES)}"
+        )
+    args = ZyfaVarlenArgs()
+    for name, value in fields.items():
+        setattr(args, name, value)
+    return args
+
+
+# ------------------------------------------------------------------------------------------------
 # zyfa_tma_maps: the second parameter of "loads": "tma" kernels
 
 TMA_MAPS_BYTES = 448
@@ -168,3 +247,7 @@ TENSOR_MAP_BYTES = 128
 
 if ctypes.sizeof(ZyfaFwdArgs) != ARGS_SIZE:  # pragma: no cover - guards edits of _FIELDS
     raise ImportError(f"ZyfaFwdArgs is {ctypes.sizeof(ZyfaFwdArgs)} bytes, the ABI says {ARGS_SIZE}")
+if ctypes.sizeof(ZyfaVarlenArgs) != VARLEN_ARGS_SIZE:  # pragma: no cover - guards edits of _VARLEN_FIELDS
+    raise ImportError(
+        f"ZyfaVarlenArgs is {ctypes.sizeof(ZyfaVarlenArgs)} bytes, the ABI says {VARLEN_ARGS_SIZE}"
+    )

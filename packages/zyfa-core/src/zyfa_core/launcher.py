@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
-from zyfa_core.abi import ABI_VERSION, ZyfaFwdArgs
+from zyfa_core.abi import ABI_VERSION, ZyfaFwdArgs, ZyfaVarlenArgs
 from zyfa_core.errors import ManifestError, ZyfaDriverError
 from zyfa_core.manifest import KernelSpec
 
@@ -37,6 +37,7 @@ __all__ = [
     "check_p_mode",
     "check_scalars",
     "check_tensors",
+    "check_varlen",
     "launch",
     "launch_grid",
     "native_plan",
@@ -173,6 +174,7 @@ def _plan_cached(spec: KernelSpec) -> Any:
         grid=spec.grid,
         loads=spec.loads,
         v_prep=spec.v_prep,
+        layout=spec.layout,
     )
 
 
@@ -180,6 +182,14 @@ def _args_bytes(args: ZyfaFwdArgs) -> bytes:
     if not isinstance(args, ZyfaFwdArgs):
         raise TypeError(f"args must be a zyfa_core.ZyfaFwdArgs, got {type(args).__name__}")
     return bytes(args)
+
+
+def _varlen_bytes(varlen: ZyfaVarlenArgs | None) -> bytes | None:
+    if varlen is None:
+        return None
+    if not isinstance(varlen, ZyfaVarlenArgs):
+        raise TypeError(f"varlen must be a zyfa_core.ZyfaVarlenArgs or None, got {type(varlen).__name__}")
+    return bytes(varlen)
 
 
 def _check_multiprocessors(spec: KernelSpec, multiprocessors: int | None) -> int:
@@ -209,18 +219,21 @@ def launch_grid(
     return tuple(plan.grid(_args_bytes(args), count))
 
 
-def check_args(spec: KernelSpec, args: ZyfaFwdArgs) -> None:
-    """Check that `args` are launchable with `spec`; raise ValueError/TypeError naming the problem.
+def check_args(spec: KernelSpec, args: ZyfaFwdArgs, varlen: ZyfaVarlenArgs | None = None) -> None:
+    """Check that `args` (and `varlen`, a packed batch's second parameter) are launchable with `spec`; raise
+    ValueError/TypeError naming the problem.
 
     The checks are the C++ launch plan's, which every launch runs (this one and zyfa-torch's C++ op):
     non-null, 16-byte aligned q/k/v/out (lse non-null when FLAG_LSE), positive sizes, heads_q % heads_kv
     == 0, d_qk/d_v equal to the kernel's, strides non-negative and 16-byte multiples (except along size-1
     dims, which are never stepped), flags matching the kernel's causality, scale and descales as
     `check_scalars` takes them (in float32), reserved 0, and the grid limits (tile grid: heads_q and
-    batch <= 65535; persistent grid: items < 2**31; V pre-pass: heads_kv and batch <= 65535). Needs no
-    GPU.
+    batch <= 65535; persistent grid: items < 2**31; V pre-pass: heads_kv and batch <= 65535). A packed call
+    (flags FLAG_VARLEN, and FLAG_PAGED for a paged cache) needs a kernel of that layout and `varlen` with
+    non-null, 4-byte aligned index pointers, positive totals and (paged) a consistent page geometry; a
+    dense call takes no `varlen`. Needs no GPU.
     """
-    _plan(spec).check(_args_bytes(args))
+    _plan(spec).check(_args_bytes(args), _varlen_bytes(varlen))
 
 
 TensorView = tuple[Sequence[int], Sequence[int], int, int, str, str, str, "int | None"]
@@ -240,6 +253,41 @@ def check_tensors(q: TensorView, k: TensorView, v: TensorView) -> tuple[int, int
     codes = {"bf16": module.DTYPE_BF16, "e4m3fn": module.DTYPE_E4M3FN}
     views = [(*t[:4], codes.get(t[4], module.DTYPE_OTHER), *t[5:]) for t in (q, k, v)]
     return tuple(module.check_tensors(*views))
+
+
+def check_varlen(
+    q: TensorView,
+    k: TensorView,
+    v: TensorView,
+    cu_seqlens_q: TensorView | None,
+    cu_seqlens_k: TensorView | None,
+    seqused_k: TensorView | None,
+    page_table: TensorView | None,
+    descales: TensorView | None,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    values_readable: bool,
+) -> tuple[int, ...]:
+    """The checks of a packed (variable-length) call, one copy for every path (zyfa_check_varlen): q [total_q,
+    heads_q, d_qk]; k, v [total_k, heads_kv, d] packed or [num_pages, page_size, heads_kv, d] with a page
+    table; dtypes, heads and head dims as `check_tensors`; int32 index tensors (cu_seqlens [batch + 1],
+    seqused_k [batch], page_table [batch, max_pages]) and the float32 descale table [3, batch, heads_kv] on
+    q's device; max_seqlen in int32; batch <= 65535. With `values_readable` (CPU index tensors: their
+    addresses are host memory) also their values. Returns (batch, total_q, total_k, heads_q, heads_kv, d_qk,
+    d_v, page_size, num_pages, max_pages). Needs no GPU."""
+    module = _extension()
+    codes = {
+        "bf16": module.DTYPE_BF16,
+        "e4m3fn": module.DTYPE_E4M3FN,
+        "int32": module.DTYPE_INT32,
+        "float32": module.DTYPE_FLOAT32,
+    }
+
+    def coded(t: TensorView | None) -> tuple | None:
+        return None if t is None else (*t[:4], codes.get(t[4], module.DTYPE_OTHER), *t[5:])
+
+    tensors = [coded(t) for t in (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, descales)]
+    return tuple(module.check_varlen(*tensors, max_seqlen_q, max_seqlen_k, values_readable))
 
 
 def check_scalars(
@@ -321,7 +369,15 @@ def _loaded(spec: KernelSpec, device: int) -> Any:
     return loaded
 
 
-def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int, workspace: int = 0) -> None:
+def launch(
+    spec: KernelSpec,
+    args: ZyfaFwdArgs,
+    *,
+    stream: int,
+    device: int,
+    workspace: int = 0,
+    varlen: ZyfaVarlenArgs | None = None,
+) -> None:
     """Launch kernel `spec` with `args` on `stream` of GPU `device`; asynchronous, like any launch.
 
     The C++ launch plan does the rest, as it does for zyfa-torch's C++ op: grid = `launch_grid(spec,
@@ -332,9 +388,11 @@ def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int, wor
     `workspace`, a device pointer to `spec.workspace_bytes(batch, heads_kv, seqlen_k)` bytes (16-byte
     aligned; the caller allocates it and keeps it alive until the launch has run on `stream`): that entry
     runs first on `stream`, writing the pre-transposed V there, then the kernel with args.v = workspace;
-    other specs ignore `workspace`. The code object is loaded once per (device, file). `stream` is the raw
-    CUstream / hipStream_t value as an int (torch: `torch.cuda.current_stream(device).cuda_stream`),
-    0 for the default stream; it must belong to `device`. The GIL is released during the driver calls.
+    other specs ignore `workspace`. A packed call (args.flags has FLAG_VARLEN) passes its `varlen` struct, the
+    second parameter of a "varlen" / "paged" kernel. The code object is loaded once per (device, file).
+    `stream` is the raw CUstream / hipStream_t value as an int (torch:
+    `torch.cuda.current_stream(device).cuda_stream`), 0 for the default stream; it must belong to
+    `device`. The GIL is released during the driver calls.
 
     Raises:
         TypeError, ValueError: bad arguments (see `check_args`), a kernel for another arch, backend
@@ -345,14 +403,15 @@ def launch(spec: KernelSpec, args: ZyfaFwdArgs, *, stream: int, device: int, wor
             cuTensorMapEncodeTiled missing from an old driver for a "tma" kernel.
     """
     data = _args_bytes(args)
+    packed = _varlen_bytes(varlen)
     plan = _plan(spec)
-    plan.check(data)
+    plan.check(data, packed)
     if spec.v_prep:
         if isinstance(workspace, bool) or not isinstance(workspace, int) or not 0 <= workspace < 2**64:
             workspace = 0  # refused below, with the bytes it needs
         plan.check_workspace(data, workspace)
     _check_handles(device, stream)
-    _loaded(spec, device).launch(data, stream, workspace if spec.v_prep else 0)
+    _loaded(spec, device).launch(data, stream, workspace if spec.v_prep else 0, packed)
 
 
 def native_plan(spec: KernelSpec, device: int) -> int:

@@ -29,6 +29,7 @@ from zyfa_core.errors import KernelDirNotFoundError, KernelNotFoundError, Manife
 __all__ = [
     "ENV_KERNEL_DIR",
     "GRID_MODES",
+    "LAYOUTS",
     "LOAD_MODES",
     "MANIFEST_NAME",
     "P_MODES",
@@ -78,6 +79,11 @@ LOAD_MODES = ("cp.async", "tma")
 """How a kernel loads q/k/v: "cp.async" takes the one zyfa_fwd_args parameter; "tma" (sm90a) takes a
 second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.launcher.tma_maps_bytes`). A row without
 "loads" is "cp.async"."""
+LAYOUTS = ("dense", "varlen", "paged")
+"""What batches a kernel serves (ABI 4): "dense" [batch, seqlen, heads, d] tensors (one parameter, or the TMA
+maps as a second); "varlen" packed q/k/v by cu_seqlens and "paged" packed q with K/V through a page table,
+both with zyfa_varlen_args as the second parameter (kernels/abi/zyfa_abi.h). A row without "layout" is
+"dense"."""
 FP8_MAX_STALE_TAU = 0.8
 """Largest running-max staleness an FP8 kernel may declare (exclusive): its P = 2^(t - m + 8) must stay
 below e4m3's 448 = 2^8.81 when t exceeds the kept max by up to stale_tau (ZYFA_FP8_MAX_STALE_TAU in
@@ -132,6 +138,9 @@ class KernelSpec:
     `loads` is one of LOAD_MODES: "tma" kernels take the TMA maps as a second parameter.
     `v_prep` names the V pre-pass entry of the code object ("" for none): such a kernel reads V
     pre-transposed from a workspace of `workspace_bytes` that the pass fills first (ABI 3; `launch`).
+    `causal` True: the kernel applies the bottom-right causal mask when ZYFA_FLAG_CAUSAL is set; every ZYFA
+    kernel reads that flag at run time, so it serves non-causal calls (flag clear) too. `layout` is one of
+    LAYOUTS.
     """
 
     name: str
@@ -162,6 +171,8 @@ class KernelSpec:
     `zyfa.reference.attention(stale_tau=...)` to reproduce the kernel's numerics."""
     v_prep: str = ""
     """The V pre-pass entry (kernels/abi/zyfa_abi.h, ABI 3), "" when the kernel reads V as given."""
+    layout: str = "dense"
+    """"dense", "varlen" or "paged" (LAYOUTS): the batches the kernel serves."""
     sha256: str = ""
     """SHA-256 (hex) of the code object's bytes, checked when the manifest loads; "" in rows older than
     the field (not checked)."""
@@ -201,7 +212,8 @@ class KernelSpec:
         loads = f", loads={self.loads}" if self.loads != "cp.async" else ""
         stale = f", stale_tau={self.stale_tau:g}" if self.stale_tau else ""
         prep = ", V pre-pass" if self.v_prep else ""
-        details = f"{causal}{mode}{tag}{grid}{loads}{stale}{prep}"
+        layout = f", {self.layout}" if self.layout != "dense" else ""
+        details = f"{causal}{mode}{tag}{grid}{loads}{stale}{prep}{layout}"
         return f"{self.name} ({self.dtype} d{self.d_qk}x{self.d_v}, {details}, {self.arch})"
 
 
@@ -378,6 +390,11 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
         raise _row_error(where, name, f"loads {loads!r} is not one of {LOAD_MODES}")
     stale_tau = _stale_tau(row, where, name, dtype)
     v_prep = _v_prep(row, where, name, dtype)
+    layout = row.get("layout", "dense")
+    if layout not in LAYOUTS:
+        raise _row_error(where, name, f"layout {layout!r} is not one of {LAYOUTS}")
+    if layout != "dense" and (loads != "cp.async" or v_prep):
+        raise _row_error(where, name, f"a {layout} kernel loads with cp.async and has no V pre-pass")
     return KernelSpec(
         **fields,
         path=directory / row["file"],
@@ -387,6 +404,7 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
         loads=loads,
         stale_tau=stale_tau,
         v_prep=v_prep,
+        layout=layout,
         sha256=_sha256_field(row, where, name),
         toolchain=MappingProxyType(dict(toolchain)),
     )
@@ -493,18 +511,21 @@ class Manifest:
         causal: bool,
         p_mode: str | None = None,
         tag: str = "",
+        layout: str = "dense",
     ) -> KernelSpec:
-        """The kernel serving (arch, dtype, d_qk, d_v, causal, p_mode, tag).
+        """The kernel serving (arch, dtype, d_qk, d_v, causal, p_mode, tag, layout).
 
         `dtype` is the input dtype ("bf16" or "e4m3fn"; aliases such as "fp8_e4m3" or a torch dtype
         are accepted). `p_mode` applies to FP8 only: "exact", "lean" or "f16" (P.V in f16, sm90a);
         None takes the first built of `P_MODE_PREFERENCE[arch]` (sm90a: lean, exact, f16; gfx950: lean,
         exact), or of `P_MODES` (exact, lean, f16) on other arches. `tag` "" picks the default
         implementation of that key; another tag (e.g. "simple" for the first mma.sync kernels on sm90a)
-        picks that one. Among equal matches the first in manifest order wins.
+        picks that one. `layout` is "dense", "varlen" (packed q/k/v) or "paged" (packed q, paged K/V). A
+        non-causal request takes a causal kernel when no non-causal one is built: every kernel reads
+        ZYFA_FLAG_CAUSAL at run time. Among equal matches the first in manifest order wins.
 
         Raises:
-            ValueError: an unknown dtype or p_mode, or a p_mode with bf16.
+            ValueError: an unknown dtype, p_mode or layout, or a p_mode with bf16.
             KernelNotFoundError: nothing serves the request; the message lists the kernels built
                 for `arch`, the variants skipped for it with reasons, and the other arches.
         """
@@ -513,25 +534,39 @@ class Manifest:
             raise ValueError(f"p_mode must be one of {P_MODES} or None, got {p_mode!r}")
         if p_mode is not None and dtype == "bf16":
             raise ValueError(f"p_mode={p_mode!r} applies to FP8 (e4m3fn) inputs only, not bf16")
-        matches = [
-            spec
-            for spec in self.kernels
-            if (spec.arch, spec.dtype, spec.d_qk, spec.d_v, spec.causal, spec.tag)
-            == (arch, dtype, d_qk, d_v, causal, tag)
-        ]
-        order = (p_mode,) if p_mode is not None else (*preferred_p_modes(arch), None)
-        for mode in order:
-            for spec in matches:
-                if spec.p_mode == mode:
-                    return spec
-        raise KernelNotFoundError(self._not_found_message(arch, dtype, d_qk, d_v, causal, p_mode, tag))
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        # A non-causal call runs on a non-causal kernel where one is built, else on a causal one (flag clear).
+        for kernel_causal in (causal,) if causal else (False, True):
+            matches = [
+                spec
+                for spec in self.kernels
+                if (spec.arch, spec.dtype, spec.d_qk, spec.d_v, spec.causal, spec.tag, spec.layout)
+                == (arch, dtype, d_qk, d_v, kernel_causal, tag, layout)
+            ]
+            order = (p_mode,) if p_mode is not None else (*preferred_p_modes(arch), None)
+            for mode in order:
+                for spec in matches:
+                    if spec.p_mode == mode:
+                        return spec
+        raise KernelNotFoundError(
+            self._not_found_message(arch, dtype, d_qk, d_v, causal, p_mode, tag, layout)
+        )
 
     def _not_found_message(
-        self, arch: str, dtype: str, d_qk: int, d_v: int, causal: bool, p_mode: str | None, tag: str
+        self,
+        arch: str,
+        dtype: str,
+        d_qk: int,
+        d_v: int,
+        causal: bool,
+        p_mode: str | None,
+        tag: str,
+        layout: str = "dense",
     ) -> str:
         request = (
             f"arch={arch} dtype={dtype} d_qk={d_qk} d_v={d_v} causal={causal} p_mode={p_mode or 'any'}"
-            f" tag={tag or 'default'}"
+            f" tag={tag or 'default'} layout={layout}"
         )
         lines = [f"no ZYFA kernel serves {request} (manifest {self.path})."]
         same_arch = [spec for spec in self.kernels if spec.arch == arch]
@@ -621,6 +656,7 @@ def select(
     causal: bool,
     p_mode: str | None = None,
     tag: str = "",
+    layout: str = "dense",
 ) -> KernelSpec:
     """`default_manifest().select(...)`: see `Manifest.select`."""
-    return default_manifest().select(arch, dtype, d_qk, d_v, causal, p_mode, tag)
+    return default_manifest().select(arch, dtype, d_qk, d_v, causal, p_mode, tag, layout)

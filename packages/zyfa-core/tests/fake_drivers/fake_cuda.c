@@ -5,9 +5,10 @@
  *
  * A "code object" is text: "FAKECUBIN <name> <name> ...". Environment knobs: FAKE_DEVICE_COUNT (1),
  * FAKE_CC_MAJOR/FAKE_CC_MINOR (9/0), FAKE_INIT_ERROR, FAKE_LAUNCH_ERROR, FAKE_PARAM_SIZE (192),
- * FAKE_PARAM_COUNT (1, or 2 for a kernel whose name contains "tma": the args and the zyfa_tma_maps, or
- * ends in "_vprep": the args and the V pre-pass's workspace pointer), FAKE_PARAM_SIZE2 (448, the second
- * parameter's size, at offset 192; 8 for "_vprep"), FAKE_NO_PARAM_INFO (hide
+ * FAKE_PARAM_COUNT (1, or 2 for a kernel whose name contains "tma": the args and the zyfa_tma_maps,
+ * "_varlen" or "_paged": the args and zyfa_varlen_args, or ends in "_vprep": the args and the V pre-pass's
+ * workspace pointer), FAKE_PARAM_SIZE2 (448, the second parameter's size, at offset 192; 72 for a varlen
+ * kernel, 8 for "_vprep"), FAKE_NO_PARAM_INFO (hide
  * cuFuncGetParamInfo's result), FAKE_TMA_ERROR (cuTensorMapEncodeTiled returns this error).
  * Built with -DFAKE_WITHOUT_TENSOR_MAP it lacks cuTensorMapEncodeTiled, as drivers before CUDA 12 do
  * (an env switch cannot hide a symbol from dlsym).
@@ -129,10 +130,11 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
   snprintf(f->name, sizeof(f->name), "%s", name);
   const size_t len = strlen(name);
   const int vprep = len > 6 && strcmp(name + len - 6, "_vprep") == 0;
-  f->param_count = (size_t)env_int("FAKE_PARAM_COUNT", strstr(name, "tma") || vprep ? 2 : 1);
+  const int varlen = strstr(name, "_varlen") != NULL || strstr(name, "_paged") != NULL;
+  f->param_count = (size_t)env_int("FAKE_PARAM_COUNT", strstr(name, "tma") || vprep || varlen ? 2 : 1);
   if (f->param_count > 3) f->param_count = 3;
   f->param_size[0] = (size_t)env_int("FAKE_PARAM_SIZE", 192);
-  f->param_size[1] = (size_t)env_int("FAKE_PARAM_SIZE2", vprep ? 8 : 448);
+  f->param_size[1] = (size_t)env_int("FAKE_PARAM_SIZE2", vprep ? 8 : varlen ? 72 : 448);
   f->param_size[2] = 8;
   /* As nvcc lays them out: the 64-byte aligned maps right after the 192-byte args. */
   f->param_offset[0] = 0;

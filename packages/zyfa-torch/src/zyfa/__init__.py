@@ -3,11 +3,15 @@
 Public API:
     flash_attn_func   flash-attn's forward signature; CUDA/ROCm tensors run ZYFA kernels through
                       zyfa_core, CPU tensors run the reference.
+    flash_attn_varlen_func
+                      FlashAttention-3's packed signature: a step's sequences along one token dim
+                      (cu_seqlens), optionally with K/V in a paged cache (page_table).
     fp8_quantize      per-tensor FP8 quantisation: power-of-two descale (tensor or float) or a fixed
                       calibrated one; optionally rotated.
     rotate_qk         the same random Hadamard rotation of q and k ((qR)(kR)ᵀ = qkᵀ).
-    reference         the ZYFA numerics in plain torch (`reference.attention`) and the float64 truth
-                      (`reference.attention_dense_f64`).
+    reference         the ZYFA numerics in plain torch (`reference.attention`, per sequence
+                      `reference.attention_varlen`) and the float64 truth (`reference.attention_dense_f64`,
+                      `reference.attention_varlen_dense_f64`).
 
     hot_path          which path GPU calls take: "C++ (zyfa._C)", or "Python (<why>)" when the C++
                       extension is missing (it is built only where torch is importable at build
@@ -28,7 +32,7 @@ import torch
 
 from zyfa import reference
 from zyfa._ops import hot_path
-from zyfa.interface import flash_attn_func
+from zyfa.interface import flash_attn_func, flash_attn_varlen_func
 from zyfa.quantize import fp8_quantize
 from zyfa.rotation import hadamard_matrix, rotate, rotate_qk, rotation_matrix
 
@@ -37,6 +41,7 @@ __version__ = "0.2.1"
 __all__ = [
     "__version__",
     "flash_attn_func",
+    "flash_attn_varlen_func",
     "fp8_quantize",
     "hadamard_matrix",
     "hot_path",

@@ -93,11 +93,12 @@ def _out_shapes(q: Tensor, k: Tensor, v: Tensor, return_lse: bool) -> tuple[tupl
     return out_shape, lse_shape
 
 
-def _empty_outputs(q: Tensor, k: Tensor, v: Tensor, return_lse: bool) -> tuple[Tensor, Tensor]:
+def _empty_outputs(
+    out_shape: tuple[int, ...], lse_shape: tuple[int, ...], device: torch.device
+) -> tuple[Tensor, Tensor]:
     """Outputs of a call with nothing to compute: every row sees no key (out 0, lse +inf)."""
-    out_shape, lse_shape = _out_shapes(q, k, v, return_lse)
-    out = torch.zeros(out_shape, dtype=torch.bfloat16, device=q.device)
-    return out, torch.full(lse_shape, float("inf"), dtype=torch.float32, device=q.device)
+    out = torch.zeros(out_shape, dtype=torch.bfloat16, device=device)
+    return out, torch.full(lse_shape, float("inf"), dtype=torch.float32, device=device)
 
 
 def _forward(
@@ -115,7 +116,7 @@ def _forward(
     _validate.check_p_mode(q.dtype, p_mode)
     _validate.check_scalars(q.dtype, softmax_scale, descales)
     if 0 in (dims.batch, dims.seqlen_q, dims.seqlen_k):
-        return _empty_outputs(q, k, v, return_lse)
+        return _empty_outputs(*_out_shapes(q, k, v, return_lse), q.device)
     if q.device.type == "cpu":
         return _fwd_cpu(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
     if q.device.type == "cuda":  # ROCm builds of torch report HIP devices as "cuda" too
@@ -256,15 +257,18 @@ def _device_index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
-def select_kernel(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, p_mode: str | None = None) -> object:
+def select_kernel(
+    q: Tensor, k: Tensor, v: Tensor, causal: bool = True, p_mode: str | None = None, layout: str = "dense"
+) -> object:
     """The zyfa_core KernelSpec that serves these GPU tensors (its tile_n is the reference's block_n).
 
-    Cached per (device, dtype, d_qk, d_v, causal, p_mode, $ZYFA_KERNEL_DIR): zyfa_core's driver probe,
-    device query and manifest lookup run once per key, not on every call (host overhead).
+    `layout` is "dense", "varlen" (packed k, v) or "paged" (a paged K/V cache). Cached per (device, dtype,
+    d_qk, d_v, causal, p_mode, $ZYFA_KERNEL_DIR, layout): zyfa_core's driver probe, device query and
+    manifest lookup run once per key, not on every call (host overhead).
     """
     dtype = "e4m3fn" if q.dtype == torch.float8_e4m3fn else "bf16"
-    key = (_device_index(q.device), dtype, q.shape[3], v.shape[3], causal, p_mode)
-    return _select_cached(*key, os.environ.get(_KERNEL_DIR_ENV))
+    key = (_device_index(q.device), dtype, q.shape[-1], v.shape[-1], causal, p_mode)
+    return _select_cached(*key, os.environ.get(_KERNEL_DIR_ENV), layout)
 
 
 def clear_kernel_cache() -> None:
@@ -284,6 +288,7 @@ def _select_cached(
     causal: bool,
     p_mode: str | None,
     kernel_dir: str | None,
+    layout: str = "dense",
 ) -> object:
     core = _core()
     if not core.launcher.available_backend():
@@ -292,7 +297,7 @@ def _select_cached(
             f"zyfa: zyfa_core found no GPU driver (libcuda.so.1 / libamdhip64.so) to launch kernels: {why}"
         )
     arch = core.launcher.device_arch(device_index)
-    return core.manifest.select(arch, dtype, d_qk, d_v, causal, p_mode=p_mode)
+    return core.manifest.select(arch, dtype, d_qk, d_v, causal, p_mode=p_mode, layout=layout)
 
 
 def _fwd_core(

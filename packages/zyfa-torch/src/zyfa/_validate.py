@@ -19,7 +19,12 @@ from torch._subclasses.fake_tensor import is_fake
 
 from zyfa_core import launcher
 
-_KERNEL_DTYPES = {torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3fn"}
+_KERNEL_DTYPES = {
+    torch.bfloat16: "bf16",
+    torch.float8_e4m3fn: "e4m3fn",
+    torch.int32: "int32",
+    torch.float32: "float32",
+}
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,22 @@ class Dims:
     heads_kv: int
     d_qk: int
     d_v: int
+
+
+@dataclass(frozen=True)
+class VarlenDims:
+    """Problem sizes of one packed (variable-length) call; page_size, num_pages, max_pages 0 unless paged."""
+
+    batch: int
+    total_q: int
+    total_k: int
+    heads_q: int
+    heads_kv: int
+    d_qk: int
+    d_v: int
+    page_size: int
+    num_pages: int
+    max_pages: int
 
 
 def check_options(
@@ -61,11 +82,8 @@ def check_options(
         raise NotImplementedError(f"zyfa: softcap={softcap} is not supported; only softcap=0.0")
     if alibi_slopes is not None:
         raise NotImplementedError("zyfa: alibi_slopes is not supported; pass alibi_slopes=None")
-    if not causal:
-        raise NotImplementedError(
-            "zyfa: causal=False is not supported yet; the kernels serve causal=True only "
-            "(zyfa.reference.attention computes non-causal attention on the CPU for experiments)"
-        )
+    if not isinstance(causal, bool):
+        raise TypeError(f"zyfa: causal must be a bool, got {type(causal).__name__}")
 
 
 def _window(window_size: object) -> tuple:
@@ -121,6 +139,39 @@ def check_tensors(q: Tensor, k: Tensor, v: Tensor) -> Dims:
     if None in views:
         return Dims(q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3])
     return Dims(*launcher.check_tensors(*views))
+
+
+def check_varlen(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    index: tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None, Tensor | None],
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+) -> VarlenDims | None:
+    """zyfa_core's checks of a packed call (`zyfa_core.launcher.check_varlen`): q, k, v and the index tensors
+    (cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, descale table; None where absent). The values of CPU
+    index tensors are checked too (host memory); device ones are read only by the kernel (no host sync).
+    Returns the sizes, or None while torch.compile traces sizes without example values."""
+    for name, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", index[0])):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"zyfa: {name} must be a torch.Tensor, got {type(x).__name__}")
+    for name, n in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(n, bool) or _size(n) is None:
+            raise TypeError(f"zyfa: {name} must be an int, got {type(n).__name__}")
+    views = [_view(x) for x in (q, k, v)]
+    optional = [None if x is None else _view(x) for x in index]
+    if None in views or any(x is not None and o is None for x, o in zip(index, optional, strict=True)):
+        return None
+    readable = index[0].device.type == "cpu" and not is_fake(index[0])
+    dims = launcher.check_varlen(
+        *views,
+        *optional,
+        _size(max_seqlen_q),
+        _size(max_seqlen_k),
+        readable,  # type: ignore[arg-type]
+    )
+    return VarlenDims(*dims)
 
 
 def check_scale(softmax_scale: float | None, d_qk: int) -> float:
@@ -199,6 +250,23 @@ def check_scalars(
     scale; descales finite and > 0 (1.0 for bf16); and their product with log2(e), the kernels' one
     factor, finite and non-zero (zyfa_core.launcher.check_scalars). Returns the float32 values."""
     return launcher.check_scalars("zyfa", dtype == torch.float8_e4m3fn, softmax_scale, descales)
+
+
+def check_descale_table(
+    dtype: torch.dtype, softmax_scale: float, floats: tuple[float, float, float], table: Tensor
+) -> None:
+    """A descale table [3, batch, heads_kv] replaces the per-tensor descales, which must then be 1.0; on the
+    CPU every (sequence, kv head) triple is checked as `check_scalars` checks floats (device values are read
+    by the kernel only: no host sync)."""
+    if dtype != torch.float8_e4m3fn:
+        raise ValueError("zyfa: descale tensors apply to float8_e4m3fn inputs only; bf16 inputs take none")
+    if floats != (1.0, 1.0, 1.0):
+        raise ValueError(f"zyfa: with a descale table the float descales must be 1.0, got {floats}")
+    if table.device.type != "cpu" or is_fake(table):
+        return
+    triples = table.reshape(3, -1).t().tolist()
+    for triple in dict.fromkeys(map(tuple, triples)):  # each distinct triple once
+        check_scalars(dtype, softmax_scale, triple)
 
 
 def check_p_mode(dtype: torch.dtype, p_mode: str | None) -> None:

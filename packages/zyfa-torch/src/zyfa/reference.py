@@ -22,6 +22,9 @@ Everything is vectorised over batch, heads and query rows; only the KV blocks ar
 Products of bf16 or e4m3 values are exact in fp32, so ``S`` differs from a kernel's only by fp32
 summation order. `attention_dense_f64` is the float64 dense softmax the tests measure errors against.
 
+`attention_varlen` and `attention_varlen_dense_f64` run these two on each sequence of a packed (or paged)
+batch (the section at the end of this module).
+
 Layouts are flash-attn's: q [batch, seqlen_q, heads_q, d_qk], k [batch, seqlen_k, heads_kv, d_qk],
 v [batch, seqlen_k, heads_kv, d_v]; out [batch, seqlen_q, heads_q, d_v] (bf16); lse float32
 [batch, heads_q, seqlen_q] in natural-log units of the softmax-scaled scores. Causal masking is
@@ -41,7 +44,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -51,12 +55,17 @@ from zyfa_core.manifest import FP8_MAX_STALE_TAU, P_MODES
 __all__ = [
     "E4M3_MAX",
     "FP8_SHIFT",
+    "Sequence",
     "attention",
     "attention_dense_f64",
+    "attention_varlen",
+    "attention_varlen_dense_f64",
     "decode_e4m3fn",
     "e4m3fn_codes",
+    "gather_kv",
     "lean_p_codes",
     "round_to_e4m3fn",
+    "sequences",
 ]
 
 FP8_SHIFT = 8
@@ -324,3 +333,203 @@ def attention_dense_f64(
     probs = torch.exp(scores - torch.where(seen, lse, 0.0)[..., None])
     out = torch.einsum("bhij,bjhd->bihd", probs, vd)
     return out, torch.where(seen, lse, math.inf)
+
+
+# ------------------------------------------------------------------ packed variable-length batches
+# Packed variable-length and paged attention in plain torch: the dense reference, run per sequence.
+#
+# A packed batch holds the sequences of one step along one token dimension, flash-attn's varlen layout:
+# sequence ``b`` owns query rows ``cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1`` of ``q [total_q, heads_q,
+# d_qk]`` and ``out [total_q, heads_q, d_v]``, and its keys are either rows ``cu_seqlens_k[b] ..`` of
+# ``k, v [total_k, heads_kv, d]`` (packed) or, with a ``page_table [batch, max_pages]``, key ``j`` lies in
+# page ``page_table[b, j // page_size]`` at slot ``j % page_size`` of ``k, v [num_pages, page_size,
+# heads_kv, d]`` (a paged KV cache). ``seqused_k[b]``, when given, is the number of keys sequence ``b``
+# uses (else ``cu_seqlens_k[b+1] - cu_seqlens_k[b]``). Causal masking is bottom-right aligned per sequence.
+# FP8 descales are floats (per tensor) or float32 tensors of shape ``(batch, heads_kv)`` (per sequence
+# and kv head; query head ``h`` takes its kv head's ``q_descale``).
+#
+# No attention math lives here: each sequence (and, with per-head descales, each kv head) is gathered
+# into the dense layout and handed to `zyfa.reference.attention` or `attention_dense_f64`; the results
+# are scattered back. ``lse`` is ``[heads_q, total_q]`` (flash-attn's varlen layout). Query rows outside
+# every sequence get ``out = 0`` and ``lse = +inf``.
+
+Descale = float | Tensor
+
+
+@dataclass(frozen=True)
+class Sequence:
+    """One sequence of a packed batch: its query rows ``q_start .. q_start + len_q`` and its key count."""
+
+    index: int
+    q_start: int
+    len_q: int
+    len_k: int
+
+
+def sequences(cu_seqlens_q: Tensor, cu_seqlens_k: Tensor | None, seqused_k: Tensor | None) -> list[Sequence]:
+    """The sequences of a packed batch, read from the (host) index tensors."""
+    cu_q = cu_seqlens_q.tolist()
+    cu_k = cu_seqlens_k.tolist() if cu_seqlens_k is not None else None
+    used = seqused_k.tolist() if seqused_k is not None else None
+    out = []
+    for b in range(len(cu_q) - 1):
+        len_k = used[b] if used is not None else cu_k[b + 1] - cu_k[b]  # type: ignore[index]
+        out.append(Sequence(b, cu_q[b], cu_q[b + 1] - cu_q[b], len_k))
+    return out
+
+
+def gather_kv(x: Tensor, seq: Sequence, cu_seqlens_k: Tensor | None, page_table: Tensor | None) -> Tensor:
+    """The ``len_k`` key rows of sequence ``seq`` as a dense [1, len_k, heads_kv, d] tensor.
+
+    Packed: rows ``cu_seqlens_k[b] ..`` of x [total_k, heads_kv, d]. Paged: key j from page
+    ``page_table[b, j // page_size]``, slot ``j % page_size`` of x [num_pages, page_size, heads_kv, d].
+    """
+    if page_table is None:
+        start = int(cu_seqlens_k[seq.index])  # type: ignore[index]
+        return x[start : start + seq.len_k][None]
+    page_size = x.shape[1]
+    pages = page_table[seq.index, : math.ceil(seq.len_k / page_size)].long()
+    return x[pages].reshape(-1, *x.shape[2:])[: seq.len_k][None]
+
+
+def _descale_of(d: Descale, b: int, h: int | None) -> Descale:
+    """The descale of sequence b (and kv head h), as a float where the table has one."""
+    if isinstance(d, Tensor) and d.dim() == 2:
+        return float(d[b, h]) if h is not None else d
+    return d
+
+
+def _per_head(descales: tuple[Descale, Descale, Descale]) -> bool:
+    return any(isinstance(d, Tensor) and d.dim() == 2 for d in descales)
+
+
+def _run(
+    fn: Callable[..., tuple[Tensor, Tensor]],
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor | None,
+    seqused_k: Tensor | None,
+    page_table: Tensor | None,
+    descales: tuple[Descale, Descale, Descale],
+    out_dtype: torch.dtype,
+    **kwargs: object,
+) -> tuple[Tensor, Tensor]:
+    """Gather each sequence (and kv head, with per-head descales), call ``fn`` densely, scatter back."""
+    total_q, heads_q, _ = q.shape
+    heads_kv, d_v = k.shape[-2], v.shape[-1]
+    group = heads_q // heads_kv
+    out = torch.zeros((total_q, heads_q, d_v), dtype=out_dtype, device=q.device)
+    lse_dtype = torch.float64 if out_dtype == torch.float64 else torch.float32
+    lse = torch.full((heads_q, total_q), math.inf, dtype=lse_dtype, device=q.device)
+    per_head = _per_head(descales)
+    for seq in sequences(cu_seqlens_q, cu_seqlens_k, seqused_k):
+        if seq.len_q == 0:
+            continue
+        rows = slice(seq.q_start, seq.q_start + seq.len_q)
+        qb = q[rows][None]
+        kb, vb = (gather_kv(x, seq, cu_seqlens_k, page_table) for x in (k, v))
+        if seq.len_k == 0:
+            continue  # every row sees no key: out 0, lse +inf, as initialised
+        head_groups = range(heads_kv) if per_head else [None]
+        for h in head_groups:
+            qh = slice(None) if h is None else slice(h * group, (h + 1) * group)
+            kh = slice(None) if h is None else slice(h, h + 1)
+            qd, kd, vd = (_descale_of(d, seq.index, h) for d in descales)
+            o, s = fn(
+                qb[:, :, qh], kb[:, :, kh], vb[:, :, kh], q_descale=qd, k_descale=kd, v_descale=vd, **kwargs
+            )
+            out[rows, qh] = o[0].to(out_dtype)
+            lse[qh, rows] = s[0].to(lse_dtype)
+    return out, lse
+
+
+def attention_varlen(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor | None,
+    *,
+    seqused_k: Tensor | None = None,
+    page_table: Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = True,
+    q_descale: Descale = 1.0,
+    k_descale: Descale = 1.0,
+    v_descale: Descale = 1.0,
+    p_mode: str = "exact",
+    block_n: int = 64,
+    stale_tau: float = 0.0,
+) -> tuple[Tensor, Tensor]:
+    """`zyfa.reference.attention` on each sequence of a packed (optionally paged) batch.
+
+    Args:
+        q: [total_q, heads_q, d_qk] bf16 or float8_e4m3fn (CPU; the index tensors are read on the host).
+        k, v: [total_k, heads_kv, d] packed, or [num_pages, page_size, heads_kv, d] with `page_table`.
+        cu_seqlens_q: int32 [batch + 1], non-decreasing query row offsets.
+        cu_seqlens_k: int32 [batch + 1] key row offsets (packed); with a page table it may be None when
+            `seqused_k` is given (only its differences, the key counts, are used then).
+        seqused_k: int32 [batch] key counts, or None.
+        page_table: int32 [batch, max_pages] page indices, or None.
+        q_descale, k_descale, v_descale: floats, or float32 tensors (batch, heads_kv).
+        Other arguments as `zyfa.reference.attention` (block_n: the kernel's tile_n).
+
+    Returns:
+        (out bf16 [total_q, heads_q, d_v], lse float32 [heads_q, total_q]); rows outside every sequence
+        and rows that see no key give 0 and +inf.
+    """
+    return _run(
+        attention,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        seqused_k,
+        page_table,
+        (q_descale, k_descale, v_descale),
+        torch.bfloat16,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        p_mode=p_mode,
+        block_n=block_n,
+        stale_tau=stale_tau,
+    )
+
+
+def attention_varlen_dense_f64(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor | None,
+    *,
+    seqused_k: Tensor | None = None,
+    page_table: Tensor | None = None,
+    softmax_scale: float | None = None,
+    causal: bool = True,
+    q_descale: Descale = 1.0,
+    k_descale: Descale = 1.0,
+    v_descale: Descale = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """`zyfa.reference.attention_dense_f64` on each sequence: the float64 truth of a packed batch.
+
+    Arguments as `attention_varlen`. Returns (out float64 [total_q, heads_q, d_v], lse float64 [heads_q,
+    total_q]).
+    """
+    return _run(
+        attention_dense_f64,
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        seqused_k,
+        page_table,
+        (q_descale, k_descale, v_descale),
+        torch.float64,
+        softmax_scale=softmax_scale,
+        causal=causal,
+    )

@@ -13,6 +13,12 @@ v_descale=None, window_size=(-1, -1), ..., num_splits=1, pack_gqa=None, ...)` ta
 - Head dims: at most 256 with d_qk == d_v, or d_qk in (128, 192] with d_v in (96, 128] (DeepSeek's
   192/128; "Only Hopper supports different V headdim"), or d_qk <= 64 with d_v <= 512 (BF16 only:
   "HeaddimV > 256 requires fp16 and bf16").  So d=128 and 192/128 both run, in BF16 and FP8.
+Packed batches (`varlen_call`, for `zyfa_bench.serving`): `flash_attn_varlen_func(q, k, v, cu_seqlens_q,
+cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q=None, seqused_k=None, softmax_scale=None, causal=False,
+qv=None, q_descale=None, k_descale=None, v_descale=None, ...)` (no page table), and for a paged cache
+`flash_attn_with_kvcache(q, k_cache, v_cache, ..., cache_seqlens=None, ..., page_table=None,
+cu_seqlens_q=None, ..., max_seqlen_q=None, ..., causal=False, ...)` with k_cache [num_pages, page_size,
+heads_kv, d], as serving engines call FA3 for chunked prefill over a prefix cache.
 The wheel is one abi3 extension built against torch 2.10's stable C ABI (`torch/csrc/stable`: no C++
 torch symbols, so newer torch releases load it) and the CUDA 13 runtime (libcudart.so.13); its kernels
 are sm_90 cubins (plus a few sm_80 ones), no PTX: this is the Hopper peer, sm90 only.  The kernels are
@@ -22,14 +28,16 @@ ahead-of-time compiled: there is no JIT step in the first call.
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from zyfa_bench.inputs import Inputs
 from zyfa_bench.peers.base import Peer, Prepared, bshd_float, cuda_capability, import_status, validate_once
 from zyfa_bench.spec import Spec
 
-__all__ = ["FA3BF16", "FA3FP8", "fa3_head_dims_supported"]
+__all__ = ["FA3BF16", "FA3FP8", "fa3_head_dims_supported", "varlen_call"]
 
 MODULE = "fa3_fwd_interface"
 MAX_HEAD_DIM = 256
@@ -120,3 +128,40 @@ class FA3FP8(_FA3):
             )
 
         return validate_once(Prepared(call, bshd_float), dev)
+
+
+def varlen_call(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    seqused_k: Tensor,
+    page_table: Tensor | None,
+    max_seqlens: tuple[int, int],
+    descales: tuple[float, float, float] | None,
+    heads_kv: int,
+) -> Callable[[], object]:
+    """FA3's causal packed call on q [total_q, heads_q, d]: `flash_attn_varlen_func` over packed k, v, or
+    `flash_attn_with_kvcache` over a paged cache (page_table, cache_seqlens = seqused_k, cu_seqlens_q). FP8
+    per-tensor descales are broadcast to float32 (batch, heads_kv), FA3's shape, here (not timed)."""
+    import fa3_fwd_interface as fa3
+
+    kw: dict[str, object] = {"causal": True}
+    if descales is not None:
+        shape = (cu_seqlens_q.shape[0] - 1, heads_kv)
+        dq, dk, dv = (torch.full(shape, d, dtype=torch.float32, device=q.device) for d in descales)
+        kw.update(q_descale=dq, k_descale=dk, v_descale=dv)
+    max_q, max_k = max_seqlens
+    if page_table is None:
+        return lambda: fa3.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, **kw)
+    return lambda: fa3.flash_attn_with_kvcache(
+        q,
+        k,
+        v,
+        cache_seqlens=seqused_k,
+        page_table=page_table,
+        cu_seqlens_q=cu_seqlens_q,
+        max_seqlen_q=max_q,
+        **kw,
+    )

@@ -11,19 +11,25 @@ sm90).  It needs `nvidia-cutlass-dsl` (4.8.x) importable, including its `dsl_pac
 wheel puts on sys.path through a .pth file (tools/device/h200_run.sh adds it to PYTHONPATH).  Kernels are
 JIT-compiled by the CuTe DSL on the first call of a configuration: that happens in `prepare` (the
 validation call), outside the timed region.
+Packed batches (`varlen_call`, for `zyfa_bench.serving`): `flash_attn_varlen_func(q, k, v, qv=None,
+cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, ..., seqused_k=None, ...,
+page_table=None, ..., causal=False, ...)` returns `(out, lse)`; with a page table cu_seqlens_k must be None
+(the key counts come from seqused_k).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from zyfa_bench.inputs import Inputs
 from zyfa_bench.peers.base import Peer, Prepared, bshd_float, cuda_capability, import_status, validate_once
 from zyfa_bench.spec import Spec
 
-__all__ = ["FA4BF16", "fa4_head_dims_supported"]
+__all__ = ["FA4BF16", "fa4_head_dims_supported", "varlen_call"]
 
 
 def fa4_head_dims_supported(d_qk: int, d_v: int, major: int) -> tuple[bool, str]:
@@ -83,3 +89,42 @@ class FA4BF16(Peer):
         q, k, v, scale, causal = inputs.q, inputs.k, inputs.v, inputs.softmax_scale, inputs.spec.causal
         prepared = Prepared(lambda: flash_attn_func(q, k, v, softmax_scale=scale, causal=causal), bshd_float)
         return validate_once(prepared, q.device)
+
+
+def varlen_call(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    seqused_k: Tensor,
+    page_table: Tensor | None,
+    max_seqlens: tuple[int, int],
+) -> Callable[[], object]:
+    """FA4's causal packed call on BF16 q [total_q, heads_q, d]: cu_seqlens over packed k, v, or the page
+    table with seqused_k over a paged cache."""
+    from flash_attn.cute import flash_attn_varlen_func
+
+    max_q, max_k = max_seqlens
+    if page_table is None:
+        return lambda: flash_attn_varlen_func(
+            q,
+            k,
+            v,
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k,
+            max_seqlen_q=max_q,
+            max_seqlen_k=max_k,
+            causal=True,
+        )
+    return lambda: flash_attn_varlen_func(
+        q,
+        k,
+        v,
+        cu_seqlens_q=cu_seqlens_q,
+        max_seqlen_q=max_q,
+        max_seqlen_k=max_k,
+        seqused_k=seqused_k,
+        page_table=page_table,
+        causal=True,
+    )

@@ -1,0 +1,164 @@
+// fa_fwd_wgmma: packed variable-length batches (ZYFA_WS_VARLEN; kernels/abi/zyfa_abi.h, ABI 4).
+//
+// A varlen kernel computes one sequence per CTA on the tile grid (ceil(max_seqlen_q / 128), heads_q,
+// sequences): tile_block of the packed args gives the sequence (its batch index) and the q tile; a tile past
+// the sequence's own query count exits before anything else. The rest of the kernel then runs on the
+// sequence's own zyfa_fwd_args (sequence_args): q, out (and packed k, v) moved to the sequence's first row,
+// seqlen_q / seqlen_k its counts, its descales from the descale table: the dense kernel's code, unchanged.
+// A paged build ("paged", 2) reads K and V rows through the page table (load_tile_paged,
+// load_v_staging_paged): key j of the sequence is slot j % page_size of page pages[j / page_size].
+// Every count and page index is clamped to what the launcher sized (max_seqlen_*, total_*, num_pages), so
+// a bad index tensor reads and writes only inside q, k, v, out and lse.
+#pragma once
+
+#include <stdint.h>
+
+#include "abi/zyfa_abi.h"
+#include "sm90/fa_fwd_wgmma/config.cuh"
+#include "sm90/fa_fwd_wgmma/load.cuh"
+#include "sm90/fa_fwd_wgmma/ptx.cuh"
+#include "sm90/fa_fwd_wgmma/scheduler.cuh"
+
+namespace zyfa_sm90_ws {
+
+// One sequence of a packed batch, clamped to the launch's sizes.
+struct Sequence {
+  int64_t q_start;        // first row of q / out
+  int64_t k_start;        // first row of packed k / v (0 when paged)
+  int len_q, len_k;
+  const int32_t* pages;   // paged: this sequence's row of the page table
+};
+
+__device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return max(lo, min(x, hi)); }
+
+// Sequence b's rows and counts (zyfa_abi.h's rules), each clamped: rows inside q (k), counts <= the
+// max_seqlen bounds (seqlen_q / seqlen_k of the packed args) and, paged, <= its table row's pages.
+__device__ __forceinline__ Sequence sequence_of(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl, int b) {
+  Sequence s;
+  s.q_start = clamp64(__ldg(vl.cu_seqlens_q + b), 0, vl.total_q);
+  const int64_t q_end = clamp64(__ldg(vl.cu_seqlens_q + b + 1), s.q_start, vl.total_q);
+  s.len_q = static_cast<int>(min(q_end - s.q_start, static_cast<int64_t>(packed.seqlen_q)));
+  int64_t len_k;
+  if (vl.seqused_k != nullptr) {
+    len_k = __ldg(vl.seqused_k + b);
+  } else {
+    len_k = static_cast<int64_t>(__ldg(vl.cu_seqlens_k + b + 1)) - __ldg(vl.cu_seqlens_k + b);
+  }
+  int64_t k_rows;  // keys the sequence may address
+  if constexpr (kPaged) {
+    s.k_start = 0;
+    s.pages = vl.page_table + static_cast<int64_t>(b) * vl.page_table_stride;
+    k_rows = static_cast<int64_t>(vl.max_pages) * vl.page_size;
+  } else {
+    s.k_start = clamp64(__ldg(vl.cu_seqlens_k + b), 0, vl.total_k);
+    s.pages = nullptr;
+    k_rows = vl.total_k - s.k_start;
+  }
+  s.len_k = static_cast<int>(clamp64(len_k, 0, min(k_rows, static_cast<int64_t>(packed.seqlen_k))));
+  return s;
+}
+
+// The dense view of one sequence: what the rest of the kernel reads as `args`. Packed q / out (and k / v)
+// start at the sequence's first row; their batch strides are 0 (the sequence is batch 0 of itself); a
+// paged cache keeps its base (the page gather adds the page offsets). With a descale table, the sequence's
+// descales of kv head `kv_head` replace the per-tensor ones.
+__device__ __forceinline__ zyfa_fwd_args sequence_args(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
+                                                       const Sequence& s, int b, int kv_head) {
+  zyfa_fwd_args a = packed;
+  a.q = static_cast<const uint8_t*>(packed.q) + s.q_start * packed.q_stride_seq * kESize;
+  a.out = static_cast<__nv_bfloat16*>(packed.out) + s.q_start * packed.out_stride_seq;
+  if (packed.lse != nullptr) a.lse = packed.lse + s.q_start;  // lse [heads_q, total_q]: row stride total_q
+  if constexpr (!kPaged) {
+    a.k = static_cast<const uint8_t*>(packed.k) + s.k_start * packed.k_stride_seq * kESize;
+    a.v = static_cast<const uint8_t*>(packed.v) + s.k_start * packed.v_stride_seq * kESize;
+  }
+  a.q_stride_batch = a.k_stride_batch = a.v_stride_batch = a.out_stride_batch = 0;
+  a.seqlen_q = s.len_q;
+  a.seqlen_k = s.len_k;
+  if (kFp8 && (packed.flags & ZYFA_FLAG_DESCALE_TABLE) != 0u) {
+    const int64_t at = static_cast<int64_t>(b) * packed.heads_kv + kv_head;
+    const int64_t plane = static_cast<int64_t>(packed.batch) * packed.heads_kv;
+    a.q_descale = __ldg(vl.descales + at);
+    a.k_descale = __ldg(vl.descales + plane + at);
+    a.v_descale = __ldg(vl.descales + 2 * plane + at);
+  }
+  return a;
+}
+
+// K or V rows of one kv head in a paged cache: row j at head_base + page(j) * page_bytes + slot(j) * slot_bytes.
+struct PagedRows {
+  const uint8_t* head_base;  // the cache base moved to this kv head
+  int64_t page_bytes;        // the cache's page stride (args' batch stride) in bytes
+  int64_t slot_bytes;        // its key stride inside a page (args' seq stride) in bytes
+  const int32_t* pages;      // the sequence's row of the page table
+  int page_size, num_pages;
+
+  __device__ __forceinline__ const uint8_t* row(int j) const {
+    const int page = static_cast<int>(clamp64(__ldg(pages + j / page_size), 0, num_pages - 1));
+    return head_base + page * page_bytes + static_cast<int64_t>(j % page_size) * slot_bytes;
+  }
+};
+
+__device__ __forceinline__ PagedRows paged_rows(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
+                                                const Sequence& s, const void* base, int64_t stride_batch,
+                                                int64_t stride_seq, int64_t stride_head, int kv_head) {
+  PagedRows p;
+  p.head_base = static_cast<const uint8_t*>(base) + static_cast<int64_t>(kv_head) * stride_head * kESize;
+  p.page_bytes = stride_batch * kESize;
+  p.slot_bytes = stride_seq * kESize;
+  p.pages = s.pages;
+  p.page_size = vl.page_size;
+  p.num_pages = vl.num_pages;
+  return p;
+}
+
+// load_tile (load.cuh) with the rows gathered through the page table: rows [row0, row0 + ROWS) of the
+// sequence's keys into a swizzled tile; rows >= nvalid zero-filled. Thread t copies chunk t % 8 of every
+// 128-byte region of rows t / 8 + 16 i.
+template <int ROWS, int CHUNKS>
+__device__ __forceinline__ void load_tile_paged(uint32_t tile, const PagedRows& rows, int row0, int nvalid,
+                                                bool vec_ok, int t) {
+  static_assert(ROWS % 16 == 0, "16 rows per pass of 128 threads");
+  constexpr int kRegions = (CHUNKS + 7) / 8;
+  const int c8 = t & 7;
+  const int r0 = t >> 3;
+  const uint32_t dst0 = tile + r0 * 128 + ((c8 ^ (r0 & 7)) << 4);
+#pragma unroll
+  for (int i = 0; i < ROWS / 16; ++i) {
+    const int j = row0 + r0 + 16 * i;
+    const bool valid = j < nvalid;
+    const uint8_t* const src = (valid ? rows.row(j) : rows.head_base) + c8 * 16;
+#pragma unroll
+    for (int reg = 0; reg < kRegions; ++reg) {
+      if (CHUNKS % 8 != 0 && reg * 8 + c8 >= CHUNKS) continue;  // last region only partly used
+      const uint32_t dst = dst0 + reg * ROWS * 128 + i * 16 * 128;
+      if (vec_ok) {
+        cp_async16(dst, src + reg * 128, valid ? 16u : 0u);
+      } else {
+        st_shared_v4(dst, valid ? load16_bytes(src + reg * 128) : make_uint4(0u, 0u, 0u, 0u));
+      }
+    }
+  }
+}
+
+// load_v_staging (load.cuh) through the page table: V keys [key0, key0 + kTileN) into the staging buffer.
+__device__ __forceinline__ void load_v_staging_paged(uint32_t stg, const PagedRows& rows, int key0, int seqlen_k,
+                                                     bool vec_ok, int t) {
+  static_assert(!kVStaged || kVRowBytes == 128, "one staging row is one 128-byte V row");
+  const int c8 = t & 7;
+  const int r0 = t >> 3;
+#pragma unroll
+  for (int i = 0; i < kTileN / 16; ++i) {
+    const int r = r0 + 16 * i;
+    const uint32_t dst = stg + r * 128 + ((c8 ^ stg_swz(r)) << 4);
+    const bool valid = key0 + r < seqlen_k;
+    const uint8_t* const src = (valid ? rows.row(key0 + r) : rows.head_base) + c8 * 16;
+    if (vec_ok) {
+      cp_async16(dst, src, valid ? 16u : 0u);
+    } else {
+      st_shared_v4(dst, valid ? load16_bytes(src) : make_uint4(0u, 0u, 0u, 0u));
+    }
+  }
+}
+
+}  // namespace zyfa_sm90_ws

@@ -1,0 +1,222 @@
+"""Packed (varlen) and paged launches without a GPU: the plan's checks of zyfa_varlen_args and what reaches
+the (fake) CUDA driver through `zyfa_core.launch` and the C API: the same args bytes as a dense call, and
+the 72 bytes of zyfa_varlen_args as the kernel's second parameter (ABI 4)."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import zyfa_core
+
+VARLEN = "fa_fwd_bf16_hd128_causal_varlen_sm90a"
+PAGED = "fa_fwd_e4m3fn_hd128_causal_paged_sm90a"
+DENSE = "fa_fwd_bf16_hd128_causal_sm90a"
+
+
+@pytest.fixture
+def kernel_dir(tmp_path: Path, manifest_tools) -> Path:
+    rows = [
+        manifest_tools.row(DENSE),
+        manifest_tools.row(VARLEN, layout="varlen"),
+        manifest_tools.row(PAGED, layout="paged"),
+    ]
+    image = f"FAKECUBIN {DENSE} {VARLEN} {PAGED}\n".encode()
+    return manifest_tools.write(tmp_path / "kernels", rows, files={row["file"]: image for row in rows})
+
+
+def packed_args(fp8: bool = False, paged: bool = False, **overrides: Any) -> zyfa_core.ZyfaFwdArgs:
+    """zyfa_fwd_args of a packed call: 3 sequences (max 100 queries, 300 keys), 8 q heads over 2 kv heads."""
+    hq, hkv, d = 8, 2, 128
+    flags = zyfa_core.FLAG_CAUSAL | zyfa_core.FLAG_VARLEN | (zyfa_core.FLAG_PAGED if paged else 0)
+    fields = dict(
+        q=0x7F0000000000,
+        k=0x7F0000100000,
+        v=0x7F0000200000,
+        out=0x7F0000300000,
+        q_stride_batch=0,
+        q_stride_seq=hq * d,
+        q_stride_head=d,
+        k_stride_batch=16 * hkv * d if paged else 0,
+        k_stride_seq=hkv * d,
+        k_stride_head=d,
+        v_stride_batch=16 * hkv * d if paged else 0,
+        v_stride_seq=hkv * d,
+        v_stride_head=d,
+        out_stride_batch=0,
+        out_stride_seq=hq * d,
+        out_stride_head=d,
+        batch=3,
+        heads_q=hq,
+        heads_kv=hkv,
+        seqlen_q=100,
+        seqlen_k=300,
+        d_qk=d,
+        d_v=d,
+        flags=flags,
+        softmax_scale=d**-0.5,
+    )
+    if fp8:
+        fields.update(q_descale=0.5, k_descale=0.25, v_descale=2.0)
+    fields.update(overrides)
+    return zyfa_core.make_fwd_args(**fields)
+
+
+def varlen_args(paged: bool = False, **overrides: Any) -> zyfa_core.ZyfaVarlenArgs:
+    fields: dict[str, Any] = dict(
+        cu_seqlens_q=0x7F0000400000, cu_seqlens_k=0x7F0000400100, total_q=180, total_k=520
+    )
+    if paged:
+        fields.update(
+            page_table=0x7F0000400200,
+            page_table_stride=19,
+            page_size=16,
+            num_pages=40,
+            max_pages=19,
+            total_k=640,
+            seqused_k=0x7F0000400300,
+        )
+    fields.update(overrides)
+    return zyfa_core.make_varlen_args(**fields)
+
+
+def test_varlen_struct_layout() -> None:
+    assert ctypes.sizeof(zyfa_core.ZyfaVarlenArgs) == zyfa_core.VARLEN_ARGS_SIZE == 72
+    offsets = {
+        name: getattr(zyfa_core.ZyfaVarlenArgs, name).offset for name in zyfa_core.abi.VARLEN_FIELD_NAMES
+    }
+    assert offsets == {
+        "cu_seqlens_q": 0,
+        "cu_seqlens_k": 8,
+        "seqused_k": 16,
+        "page_table": 24,
+        "descales": 32,
+        "page_table_stride": 40,
+        "page_size": 48,
+        "num_pages": 52,
+        "max_pages": 56,
+        "total_q": 60,
+        "total_k": 64,
+        "reserved": 68,
+    }
+    with pytest.raises(ValueError, match=r"zyfa_varlen_args.page_size = 4294967296 does not fit"):
+        zyfa_core.make_varlen_args(page_size=2**32)
+    with pytest.raises(TypeError, match="unknown field"):
+        zyfa_core.make_varlen_args(block_table=1)
+
+
+def test_select_by_layout(kernel_dir: Path) -> None:
+    manifest = zyfa_core.Manifest.load(kernel_dir)
+    assert manifest.select("sm90a", "bf16", 128, 128, True).name == DENSE
+    assert manifest.select("sm90a", "bf16", 128, 128, True, layout="varlen").name == VARLEN
+    assert manifest.select("sm90a", "e4m3fn", 128, 128, True, layout="paged").name == PAGED
+    # A non-causal call takes the causal kernel (the mask is the run-time flag).
+    assert manifest.select("sm90a", "bf16", 128, 128, False, layout="varlen").name == VARLEN
+    with pytest.raises(zyfa_core.KernelNotFoundError, match="layout=paged"):
+        manifest.select("sm90a", "bf16", 128, 128, True, layout="paged")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        manifest.select("sm90a", "bf16", 128, 128, True, layout="ragged")
+
+
+def test_good_packed_args_pass(kernel_dir: Path) -> None:
+    manifest = zyfa_core.Manifest.load(kernel_dir)
+    zyfa_core.check_args(manifest.get(VARLEN), packed_args(), varlen_args())
+    zyfa_core.check_args(manifest.get(PAGED), packed_args(fp8=True, paged=True), varlen_args(paged=True))
+    table = packed_args(
+        fp8=True,
+        paged=True,
+        flags=zyfa_core.FLAG_VARLEN | zyfa_core.FLAG_PAGED | zyfa_core.FLAG_DESCALE_TABLE,
+        q_descale=1.0,
+        k_descale=1.0,
+        v_descale=1.0,
+    )
+    zyfa_core.check_args(manifest.get(PAGED), table, varlen_args(paged=True, descales=0x7F0000500000))
+    # Paged with cu_seqlens_k NULL: the key counts come from seqused_k.
+    zyfa_core.check_args(
+        manifest.get(PAGED), packed_args(fp8=True, paged=True), varlen_args(paged=True, cu_seqlens_k=0)
+    )
+
+
+@pytest.mark.parametrize(
+    ("kernel", "args", "varlen", "message"),
+    [
+        (
+            DENSE,
+            {"flags": zyfa_core.FLAG_VARLEN},
+            "packed",
+            "serves dense batches; args.flags ask for a varlen",
+        ),
+        (VARLEN, {"flags": zyfa_core.FLAG_CAUSAL}, None, "serves varlen batches; args.flags ask for a dense"),
+        (VARLEN, {}, None, "FLAG_VARLEN needs the packed batch's zyfa_varlen_args"),
+        (VARLEN, {"flags": zyfa_core.FLAG_VARLEN | zyfa_core.FLAG_PAGED}, "packed", "serves varlen batches"),
+        (VARLEN, {}, {"cu_seqlens_q": 0}, "varlen.cu_seqlens_q is a null pointer"),
+        (VARLEN, {}, {"cu_seqlens_k": 0}, "varlen.cu_seqlens_k is a null pointer"),
+        (
+            VARLEN,
+            {},
+            {"seqused_k": 0x7F0000400002},
+            "varlen.seqused_k = 0x7f0000400002 is not 4-byte aligned",
+        ),
+        (VARLEN, {}, {"page_table": 0x7F0000400200}, "page_table is set without FLAG_PAGED"),
+        (VARLEN, {}, {"page_size": 16}, "must be 0 without FLAG_PAGED"),
+        (VARLEN, {}, {"total_q": 0}, "varlen.total_q = 0 and varlen.total_k = 520 must be positive"),
+        (
+            VARLEN,
+            {"flags": zyfa_core.FLAG_VARLEN | zyfa_core.FLAG_DESCALE_TABLE},
+            {"descales": 0x7F0000500000},
+            "FLAG_DESCALE_TABLE applies to FP8 kernels only",
+        ),
+        (VARLEN, {}, {"reserved": 1}, "varlen.reserved must be 0"),
+        (PAGED, {}, {"page_table": 0}, "varlen.page_table is a null pointer"),
+        (PAGED, {}, {"max_pages": 20}, "page_table_stride >= max_pages"),
+        (PAGED, {}, {"total_k": 600}, "must be num_pages x page_size = 640"),
+        (PAGED, {}, {"seqused_k": 0, "cu_seqlens_k": 0}, "varlen.cu_seqlens_k is a null pointer"),
+    ],
+)
+def test_bad_packed_args(kernel_dir: Path, kernel: str, args: dict, varlen: Any, message: str) -> None:
+    spec = zyfa_core.Manifest.load(kernel_dir).get(kernel)
+    paged = kernel == PAGED
+    fields = {"fp8": paged, "paged": paged, **args} if "flags" not in args else {"fp8": paged, **args}
+    struct = (
+        None if varlen is None else varlen_args(paged) if varlen == "packed" else varlen_args(paged, **varlen)
+    )
+    with pytest.raises(ValueError) as info:
+        zyfa_core.check_args(spec, packed_args(**fields), struct)
+    assert message in str(info.value) and str(info.value).startswith(kernel)
+
+
+LAUNCH = """
+import zyfa_core
+spec = zyfa_core.Manifest.load(KERNEL_DIR).get({kernel!r})
+args = zyfa_core.ZyfaFwdArgs.from_buffer_copy(bytes.fromhex({args!r}))
+varlen = zyfa_core.ZyfaVarlenArgs.from_buffer_copy(bytes.fromhex({varlen!r}))
+zyfa_core.launch(spec, args, stream=0x5000, device=0, varlen=varlen)
+print(json.dumps({{"grid": zyfa_core.launch_grid(spec, args)}}))
+"""
+
+
+@pytest.mark.parametrize("kernel", [VARLEN, PAGED])
+def test_launch_passes_varlen_as_the_second_parameter(run_with_fake, kernel_dir: Path, kernel: str) -> None:
+    paged = kernel == PAGED
+    args, varlen = packed_args(fp8=paged, paged=paged), varlen_args(paged)
+    snippet = LAUNCH.format(kernel=kernel, args=bytes(args).hex(), varlen=bytes(varlen).hex())
+    out, calls = run_with_fake("cuda", snippet, kernel_dir)
+    (launch,) = [c for c in calls if c.startswith("cuLaunchKernel ")]
+    fields = dict(pair.split("=", 1) for pair in launch.split(" ")[1:])
+    assert fields["name"] == kernel and fields["args"] == bytes(args).hex()
+    assert fields["second"] == bytes(varlen).hex()
+    # The tile grid of a packed call: ceil(max_seqlen_q / tile_m) x heads_q x sequences.
+    assert out["grid"] == [2, 8, 3] and fields["grid"] == "2,8,3"
+
+
+def test_dense_kernel_refuses_a_packed_launch(run_with_fake, kernel_dir: Path) -> None:
+    snippet = LAUNCH.format(kernel=DENSE, args=bytes(packed_args()).hex(), varlen=bytes(varlen_args()).hex())
+    snippet = snippet.replace("zyfa_core.launch(", "try:\n    zyfa_core.launch(").replace(
+        "\nprint(",
+        "\nexcept ValueError as exc:\n    print(json.dumps(str(exc)))\n    raise SystemExit\nprint(",
+    )
+    out, calls = run_with_fake("cuda", snippet, kernel_dir)
+    assert "serves dense batches" in out and not [c for c in calls if c.startswith("cuLaunchKernel ")]
