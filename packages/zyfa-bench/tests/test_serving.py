@@ -120,3 +120,30 @@ def test_serving_command_writes_rows(tmp_path, capsys):
     assert doc["kind"] == "serving" and len(doc["rows"]) == 4
     assert [row["step"]["prefix"] for row in doc["rows"]] == [0, 0, 16, 16]
     assert "zyfa-varlen" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--prompts", "0", "argument --prompts"),
+        ("--tokens", "-4", "argument --tokens"),
+        ("--prefix", "16,-1", "argument --prefix"),
+        ("--page-size", "0", "argument --page-size"),
+        ("--precision", "fp16", "argument --precision"),
+        ("--impl", "zyfa-nope", "argument --impl"),
+        ("--repeats", "0", "argument --repeats"),
+    ],
+)
+def test_serving_command_refuses_bad_options_up_front(capsys, option, value, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["serving", "--device", "cpu", option, value])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_serving_command_exits_1_when_nothing_was_measured(tmp_path, capsys):
+    """fa3-varlen alone on a CPU measures nothing: the rows say why and the exit status says so."""
+    args = ["serving", "--device", "cpu", "--prefix", "0", "--shape", "2x1x128x128", "--precision", "bf16"]
+    rc = main([*args, "--prompts", "2", "--tokens", "20", "--impl", "fa3-varlen", "--repeats", "1"])
+    assert rc == 1 and "nothing was measured" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="--prompts 30 exceeds --tokens 20"):
+        main([*args, "--prompts", "30", "--tokens", "20"])

@@ -1,4 +1,5 @@
-"""compute-sanitizer memcheck and racecheck over every default kernel, as a stage of the GPU run.
+"""compute-sanitizer memcheck and racecheck over every default kernel and the packed-batch (varlen) and
+paged kernels, as a stage of the GPU run.
 
 zyfa_sanitizer_probe.py (beside this file) calls zyfa.flash_attn_func once per default kernel and
 shape; each tool runs it as its own process, both at once. Only ZYFA's kernels are instrumented

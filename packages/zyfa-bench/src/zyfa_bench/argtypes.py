@@ -21,6 +21,7 @@ __all__ = [
     "kernel_dir",
     "non_negative_float",
     "non_negative_int",
+    "non_negative_int_list",
     "one_shape",
     "positive_float",
     "positive_int",
@@ -87,6 +88,16 @@ def positive_int_list(text: str) -> str:
         raise argparse.ArgumentTypeError("needs at least one integer >= 1")
     for item in items:
         positive_int(item)
+    return text
+
+
+def non_negative_int_list(text: str) -> str:
+    """A comma-separated, non-empty list of integers >= 0 (serving --prefix); returned as given."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("an empty list")
+    for item in items:
+        non_negative_int(item)
     return text
 
 

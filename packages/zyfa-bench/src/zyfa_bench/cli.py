@@ -245,22 +245,43 @@ def _serving_parser(sub: Any) -> None:
         "--tokens) per head shape, precision and prefix, with ZYFA varlen, FlashAttention-3 varlen and ZYFA "
         "dense at the same token count (zyfa_bench.serving explains each).",
     )
-    s.add_argument("--prompts", type=int, default=64, help="prompts in the step (default: %(default)s)")
-    s.add_argument("--tokens", type=int, default=32768, help="new tokens in the step (default: %(default)s)")
+    s.add_argument(
+        "--prompts", type=T.positive_int, default=64, help="prompts in the step (default: %(default)s)"
+    )
+    s.add_argument(
+        "--tokens", type=T.positive_int, default=32768, help="new tokens in the step (default: %(default)s)"
+    )
     s.add_argument(
         "--prefix",
-        type=_ints,
+        type=T.non_negative_int_list,
         default="0,4096",
         help="shared prefix lengths, 0 for none (default: %(default)s)",
     )
-    s.add_argument("--page-size", type=int, default=64, help="keys per KV cache page (default: %(default)s)")
+    s.add_argument(
+        "--page-size", type=T.positive_int, default=64, help="keys per KV cache page (default: %(default)s)"
+    )
     s.add_argument("--shape", type=T.shape_list, default="gqa128,mla192", help="head shapes (as throughput)")
-    s.add_argument("--precision", type=_words, default="bf16,fp8", help="bf16, fp8 (default: %(default)s)")
-    s.add_argument("--impl", type=_words, default=",".join(IMPLEMENTATIONS), help="default: %(default)s")
+    s.add_argument(
+        "--precision",
+        type=T.choice_list(PRECISIONS),
+        default="bf16,fp8",
+        help="bf16, fp8 (default: %(default)s)",
+    )
+    s.add_argument(
+        "--impl", type=T.choice_list(tuple(IMPLEMENTATIONS)), default=",".join(IMPLEMENTATIONS),
+        help="default: %(default)s",
+    )  # fmt: skip
     s.add_argument("--seed", type=int, default=0, help="lengths and inputs seed (default: %(default)s)")
-    s.add_argument("--repeats", type=int, default=20, help="timed calls per row (default: %(default)s)")
+    s.add_argument(
+        "--repeats", type=T.positive_int, default=20, help="timed calls per row (default: %(default)s)"
+    )
     s.add_argument("--device", type=T.device, default=_default_device(), help="default: %(default)s")
-    s.add_argument("--json", help="write the rows to this JSON file")
+    s.add_argument(
+        "--json",
+        type=T.existing_parent,
+        metavar="OUT",
+        help="write the rows to this JSON file (its directory must exist)",
+    )
     s.set_defaults(func=cmd_serving)
 
 
@@ -270,21 +291,28 @@ def cmd_serving(args: argparse.Namespace) -> int:
     from zyfa_bench.serving import ServingStep, format_table, long_tailed_lengths, measure
     from zyfa_bench.spec import parse_shape
 
+    if args.prompts > args.tokens:
+        raise SystemExit(f"--prompts {args.prompts} exceeds --tokens {args.tokens}: every prompt has a token")
     device = torch.device(args.device)
     lens = tuple(long_tailed_lengths(args.prompts, args.tokens, seed=args.seed))
     settings = {k: v for k, v in vars(args).items() if k != "func"}
     writer = ResultWriter(args.json, "serving", {**environment(device), "settings": settings})
     for shape in args.shape.split(","):
         _, (hq, hkv, dqk, dv) = parse_shape(shape.strip())
-        for prefix in args.prefix:
+        for prefix in _ints(args.prefix):
             step = ServingStep(lens, prefix, args.page_size, hq, hkv, dqk, dv)
-            for precision in args.precision:
+            for precision in _words(args.precision):
                 for row in measure(
-                    step, args.impl, device=device, precision=precision, seed=args.seed, repeats=args.repeats
+                    step,
+                    _words(args.impl),
+                    device=device,
+                    precision=precision,
+                    seed=args.seed,
+                    repeats=args.repeats,
                 ):
                     writer.add(row)
     print(format_table(writer.rows))
-    return 0
+    return _measured(writer.rows, args)
 
 
 def _clocks_parser(sub: Any) -> None:
