@@ -64,7 +64,16 @@ WAVES = (1, 2, 4, 8)  # waves per workgroup: tile_m = 32 x waves rows share one 
 DMA_WAVES = 4  # at most this many waves of a workgroup move K/V into LDS (with 8: the first group)
 SHIFT = 8.0
 LEAN_MAX_CODE = 126.0
+LEAN_B0 = 8.0 * (SHIFT + 7.0)  # 120: the code of 2^SHIFT is 8 * (SHIFT + 7)
+# Lean P runs its FMA scaled by 2^-24, so that a conversion to f16 rounds onto f16's subnormal grid
+# (spacing 2^-24) and leaves the code rint(S A + B) as the f16's bits (docs/numerics.md, section 2).
+LEAN_SCALE = 2.0**-24
+# The running max of S before a row has seen a key: below any score (|S| <= 192 * 448^2 < 2^26), so
+# no key of the row is ever measured against it, and finite, so m_ref = C M_NONE gives finite
+# alpha and B (the row's P, l and acc stay 0 until its first key; its lse is +inf by l = 0).
+M_NONE = -(2.0**30)
 MFMA = "v_mfma_f32_32x32x64_f8f6f4"
+ROW_SUM_MFMA = "v_mfma_f32_16x16x128_f8f6f4"  # half the matrix-core time of MFMA; see _row_sum_operand
 P_MODES = ("lean", "exact")
 
 
@@ -194,6 +203,7 @@ class Gen:
         self.a = RegFile("a")
         self.s = RegFile("s", base=5)  # s[0:1] kernarg pointer, s2..s4 workgroup ids x, y, z
         self.lds = self.k.lds("kv", 2 * self.sh.buf)
+        self.out_of_line: list = []  # emitters of rarely taken code, placed after s_endpgm
 
     # ---- small helpers ---------------------------------------------------------------------------
     def e(self, text: str, comment: str = "") -> None:
@@ -437,8 +447,18 @@ class Gen:
         self.e(f"v_mul_f32_e32 {c}, {a.reg('k_descale')}, {c}")
         self.e(f"v_mul_f32_e32 {c}, {f32_hex(math.log2(math.e))}, {c}")
         if self.sh.p_mode == "lean":
-            self.e(f"v_mul_f32_e32 {self.c2[1]}, 0x41000000, {c}", "A = 8 C (exact)")
+            self.e(f"v_mul_f32_e32 {self.c2[1]}, {f32_hex(LEAN_SCALE * 8.0)}, {c}", "A' = 2^-24 8 C (exact)")
             self.e(f"v_mov_b32_e32 {c}, {self.c2[1]}")
+            self.lean_k = self.vv("lean_k", 4)
+            for i, (val, why) in enumerate(
+                (
+                    (f32_hex(-8.0 * LEAN_SCALE), "-2^-24 8: B' = fma(m_ref, this, next)"),
+                    (f32_hex(LEAN_B0 * LEAN_SCALE), "2^-24 120"),
+                    ("0x06040200", "v_perm_b32: the low byte of each f16 of two pairs"),
+                    (f32_hex(2.0**20), "|m_ref| from which the clamp at 126 can act"),
+                )
+            ):
+                self.e(f"v_mov_b32_e32 {self.lean_k[i]}, {val}", why)
         else:
             self.e(f"v_mov_b32_e32 {self.c2[1]}, {c}")
             self.eight2 = self.vv("eight2", 2, 2)
@@ -467,9 +487,10 @@ class Gen:
 
     def _init_state(self) -> None:
         sh = self.sh
-        self.k.comment("running state: m = -inf, l = 0, acc = 0")
-        self.m, self.l = self.vv("m"), self.vv("l")
-        self.e(f"v_mov_b32_e32 {self.m}, {self.ninf}")
+        self.k.comment("running state: max S = M_NONE (no key yet), m = C M_NONE, l = 0, acc = 0")
+        self.ms, self.m, self.l = self.vv("max_s"), self.vv("m"), self.vv("l")
+        self.e(f"v_mov_b32_e32 {self.ms}, {f32_hex(M_NONE)}")
+        self.e(f"v_mul_f32_e32 {self.m}, {f32_hex(M_NONE)}, {self.cs}")
         self.e(f"v_mov_b32_e32 {self.l}, 0")
         self.acc = [self.vv(f"acc{i}", 16, 4) for i in range(sh.vc)]
         for acc in self.acc:
@@ -482,21 +503,37 @@ class Gen:
         self.vop = [self.a.alloc(f"v{cb}", 8, 4) for cb in range(sh.vc)]
         self.k_rd_cur, self.v_rd_cur = self.vv("k_rd_cur"), self.vv("v_rd_cur")
         self.rel = self.vv("rel")
-        self.mnew, self.mref, self.alpha2 = self.vv("m_new"), self.vv("m_ref"), self.vv("alpha2", 2, 2)
-        self.b2 = self.vv("b2", 2, 2)  # lean: B = 120 - 8 m_ref (pair); exact: -m_ref (pair)
+        self.mref, self.alpha2 = self.vv("m_ref"), self.vv("alpha2", 2, 2)
+        self.b2 = self.vv("b2", 2, 2)  # lean: B' = 2^-24 (120 - 8 m_ref); exact: -m_ref (low half)
+        for r in (self.alpha2[1], self.b2[1]):  # read by the packed ops, which use only the low half
+            self.e(f"v_mov_b32_e32 {r}, 0")
         self.t4 = self.vv("t4", 4, 2)
         self.bsum = self.vv("bsum", 2, 2)
         if self.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
-            self.k.comment(
-                "row sums on the matrix core: A = ones (e4m3 1.0 = 0x38), D = 32 copies of l per row"
-            )
-            self.lacc = self.vv("lacc", 16, 4)
-            for i in range(16):
-                self.e(f"v_mov_b32_e32 {self.lacc[i]}, 0")
-            self.ones = self.a.alloc("ones", 8, 4)
-            self.e(f"v_mov_b32_e32 {self.bsum[0]}, 0x38383838")
-            for i in range(8):
-                self.e(f"v_accvgpr_write_b32 {self.ones[i]}, {self.bsum[0]}")
+            self._row_sum_operand()
+
+    def _row_sum_operand(self) -> None:
+        """The A operand of the row-sum MFMA (16x16x128: B = the P^T operand as it is).
+
+        As its B operand, P's bytes of lane l are column n = l % 16 for the keys of lane group
+        G = l / 16, i.e. query row n + 16 (G % 2). D row i (lanes 16 (i / 4) + n) must sum the two
+        groups of its own row: A[i][k] = 1 (e4m3 0x38) where G(k) % 2 = (i / 4) % 2, else 0. A row
+        m = l % 16 holds the keys of group l / 16, so lane l is all ones where bit 4 of l equals
+        bit 2, else zeros, and every lane's D registers hold the sum of its own row's P.
+        """
+        self.k.comment("row sums on the matrix core (16x16x128): A = ones where lane bit 4 = lane bit 2")
+        self.lacc = self.vv("lacc", 4, 4)
+        for i in range(4):
+            self.e(f"v_mov_b32_e32 {self.lacc[i]}, 0")
+        self.ones = self.a.alloc("ones", 8, 4)
+        t = self.bsum
+        self.e(f"v_bfe_u32 {t[0]}, v0, 4, 1")
+        self.e(f"v_bfe_u32 {t[1]}, v0, 2, 1")
+        self.e(f"v_cmp_eq_u32_e32 vcc, {t[0]}, {t[1]}")
+        self.e(f"v_mov_b32_e32 {t[1]}, 0x38383838")
+        self.e(f"v_cndmask_b32_e32 {t[0]}, 0, {t[1]}, vcc")
+        for i in range(8):
+            self.e(f"v_accvgpr_write_b32 {self.ones[i]}, {t[0]}")
 
     # ---- K/V streaming -----------------------------------------------------------------------------
     def request_block(self, lds_off: str) -> None:

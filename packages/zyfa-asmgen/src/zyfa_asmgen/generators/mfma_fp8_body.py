@@ -21,9 +21,7 @@ import math
 
 from ..regs import R
 from .common import f32_hex
-from .mfma_fp8 import LEAN_MAX_CODE, MFMA, SHIFT, Gen
-
-_LEAN_B0 = 8.0 * (SHIFT + 7.0)  # 120: the code of 2^SHIFT is 8 * (SHIFT + 7)
+from .mfma_fp8 import LEAN_MAX_CODE, LEAN_SCALE, MFMA, ROW_SUM_MFMA, SHIFT, Gen
 
 
 def emit_kernel(g: Gen) -> None:
@@ -69,6 +67,8 @@ def emit_kernel(g: Gen) -> None:
     _epilogue(g)
     k.label(".Lend")
     g.e("s_endpgm")
+    for block in g.out_of_line:
+        block()
 
 
 def _block(g: Gen, masked: bool, tag: str) -> None:
@@ -112,11 +112,6 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
         g.e("s_waitcnt lgkmcnt(0)")
     _s_half(g, 1)
     _prio(g, 0)
-    for cb in range(sh.vc):
-        for t in range(4):
-            off = 16 * t * sh.d_v + 32 * cb
-            g.e(f"ds_read_b64_tr_b8 {g.vop[cb].sub(2 * t, 2)}, {g.v_rd_cur} offset:{off}",
-                f"V^T d {32 * cb}+, P bytes {8 * t}+")  # fmt: skip
     if masked:
         _mask(g)
     _softmax(g, tag)
@@ -125,16 +120,28 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
     k.comment(f"-- 8. rescale {what} unless no row's max moved (alpha = 1 exactly); {then}")
     g.e(f"v_cmp_neq_f32_e32 vcc, 1.0, {g.alpha2[0]}")
     g.e(f"s_cbranch_vccz .Lno_rescale_{tag}")
-    mfma_sum = g.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk)
-    for acc in [*g.acc, g.lacc] if mfma_sum else g.acc:
+    for acc in g.acc:
         for j in range(0, 16, 2):
-            g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2}")
+            g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2} op_sel_hi:[1,0]")
+    if g.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
+        g.e(f"v_mul_f32_e32 {g.lacc[0]}, {g.lacc[0]}, {g.alpha2[0]}",
+            "only the row-sum register the epilogue reads (the other 15 are never read)")  # fmt: skip
     k.label(f".Lno_rescale_{tag}")
     if not g.opts.pipelined(g.sh.p_mode):
         g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
         _pv(g)
     g.e(f"s_add_u32 {g.kb}, {g.kb}, 1")
     g.e(f"s_xor_b32 {g.cur}, {g.cur}, {sh.buf}")
+
+
+def _read_vt(g: Gen) -> None:
+    """The V^T operand of this block (ds_read_b64_tr_b8); issued once S is read (after the row max)."""
+    sh = g.sh
+    for cb in range(sh.vc):
+        for t in range(4):
+            off = 16 * t * sh.d_v + 32 * cb
+            g.e(f"ds_read_b64_tr_b8 {g.vop[cb].sub(2 * t, 2)}, {g.v_rd_cur} offset:{off}",
+                f"V^T d {32 * cb}+, P bytes {8 * t}+")  # fmt: skip
 
 
 def _read_k(g: Gen, mb: int) -> None:
@@ -173,7 +180,7 @@ def _pv(g: Gen, prio: bool = True) -> None:
     for cb in range(g.sh.vc):
         g.e(f"{MFMA} {g.acc[cb]}, {g.vop[cb]}, {g.p}, {g.acc[cb]}", f"O^T d {32 * cb}+")
     if g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
-        g.e(f"{MFMA} {g.lacc}, {g.ones}, {g.p}, {g.lacc}", "l = l + sum of the rounded P (every row of D)")
+        g.e(f"{ROW_SUM_MFMA} {g.lacc}, {g.ones}, {g.p}, {g.lacc}", "l = l + sum of the rounded P")
     if prio:
         _prio(g, 0)
 
@@ -205,37 +212,35 @@ def _mask(g: Gen) -> None:
             g.e(f"v_cndmask_b32_e64 {reg}, {reg}, {g.ninf}, {g.mask_sel.sub(2 * i, 2)}")
 
 
-def _half_swap(g: Gen, x: R, y: R, op: str) -> None:
-    """x = op(x of this lane, x of lane l ^ 32) in every lane (y: scratch)."""
+def _half_reduce(g: Gen, x: R, y: R, op: str, into: R | None = None) -> None:
+    """into = op(x of this lane, x of lane l ^ 32) in every lane (y: scratch)."""
     g.e(f"v_mov_b32_e32 {y}, {x}")
     g.e(f"v_permlane32_swap_b32 {x}, {y}", "x: low half's value in both halves; y: high half's")
-    g.e(f"{op} {x}, {x}, {y}")
+    g.e(f"{op} {into or x}, {x}, {y}")
 
 
 def _softmax(g: Gen, tag: str) -> None:
     k = g.k
     vals = [reg for _s, _r, reg in _values(g)]
     mx, tmp = g.t4[0], g.t4[1]
-    k.comment("-- 5. row max of t = C S (C > 0: the max of S, scaled once), m_new, alpha")
-    g.e(f"v_max3_f32 {mx}, {vals[0]}, {vals[1]}, {vals[2]}")
-    rest = vals[3:]
+    k.comment("-- 5. row max: one max3 chain from the row's running max of S, one half-wave exchange;")
+    k.comment("   m_ref = C max S (C > 0: the max of t = C S), alpha = exp2(m - m_ref)")
+    g.e(f"v_max3_f32 {mx}, {g.ms}, {vals[0]}, {vals[1]}")
+    rest = vals[2:]
     while len(rest) >= 2:
         g.e(f"v_max3_f32 {mx}, {mx}, {rest[0]}, {rest[1]}")
         rest = rest[2:]
     if rest:
         g.e(f"v_max_f32_e32 {mx}, {mx}, {rest[0]}")
-    _half_swap(g, mx, tmp, "v_max_f32_e32")
+    _half_reduce(g, mx, tmp, "v_max_f32_e32", into=g.ms)
+    _read_vt(g)
     if g.sh.waves == 8:
         g.e("s_waitcnt lgkmcnt(0)", "this wave's LDS reads of block kb are done")
         g.e("s_barrier", "MFMA phase | softmax phase: S (and the P.V before it) have landed")
-    g.e(f"v_mul_f32_e32 {mx}, {mx}, {g.cs}", "block max of t")
-    g.e(f"v_max_f32_e32 {g.mnew}, {g.m}, {mx}")
-    g.e(f"v_cmp_eq_f32_e32 vcc, {f32_hex(-math.inf)}, {g.mnew}")
-    g.e(f"v_cndmask_b32_e64 {g.mref}, {g.mnew}, 0, vcc", "m_ref: 0 while the row has seen no key")
+    g.e(f"v_mul_f32_e32 {g.mref}, {g.ms}, {g.cs}", "m_ref = m_new = max(m, C max_j S_j)")
     g.e(f"v_sub_f32_e32 {tmp}, {g.m}, {g.mref}")
-    g.e(f"v_exp_f32_e32 {g.alpha2[0]}, {tmp}", "alpha = exp2(m - m_ref) (0 while m = -inf)")
-    g.e(f"v_mov_b32_e32 {g.m}, {g.mnew}")
-    g.e(f"v_mov_b32_e32 {g.alpha2[1]}, {g.alpha2[0]}")
+    g.e(f"v_exp_f32_e32 {g.alpha2[0]}, {tmp}", "alpha = exp2(m - m_ref)")
+    g.e(f"v_mov_b32_e32 {g.m}, {g.mref}")
     if g.sh.p_mode == "lean":
         _lean_p(g, tag)
     else:
@@ -251,40 +256,50 @@ def _p_byte(s: int, r: int) -> tuple[int, int]:
 
 
 def _lean_p(g: Gen, tag: str) -> None:
-    g.k.comment("-- 6. lean P: code = min(rint(fma(S, 8C, 120 - 8 m_ref)), 126), saturating byte pack")
-    b = g.b2
-    g.e(f"v_mul_f32_e32 {b[0]}, {f32_hex(-8.0)}, {g.mref}", "-8 m_ref (exact)")
-    g.e(f"v_add_f32_e32 {b[0]}, {f32_hex(_LEAN_B0)}, {b[0]}", "B = 120 - 8 m_ref, one rounding")
-    g.e(f"v_mov_b32_e32 {b[1]}, {b[0]}")
+    g.k.comment("-- 6. lean P: code = clamp(rint(fma(S, 8C, 120 - 8 m_ref)), 0, 126), computed 2^-24 scaled:")
+    g.k.comment(
+        "   x = fma(S, 2^-24 8C, 2^-24 B) = 2^-24 fl(S 8C + B), clamped to [0, 1]; f16(x) has bits = code"
+    )
+    b, kneg, k120, ksel, k2p20 = g.b2, *g.lean_k
+    g.e(f"v_fma_f32 {b[0]}, {g.mref}, {kneg}, {k120}", "B' = 2^-24 (120 - 8 m_ref), one rounding")
     for s in range(2):
         for r in range(0, 16, 2):
             pair = g.sacc[s].sub(r, 2)
-            g.e(f"v_pk_fma_f32 {pair}, {pair}, {g.c2}, {b}", "S A + B for two keys, one rounding each")
+            g.e(f"v_pk_fma_f32 {pair}, {pair}, {g.c2}, {b} op_sel_hi:[1,1,0] clamp",
+                "x for two keys, one rounding each, negatives and -inf to 0")  # fmt: skip
     # The clamp at 126 can only act when |m_ref| >= 2^20: below, fl(C S) <= m_ref gives
     # S A <= 8 m_ref + 4 ulp(m_ref) <= 8 m_ref + 1/4 and B <= 120 - 8 m_ref + 1/2, so S A + B < 121.
-    t = g.t4[0]
-    g.e(f"v_and_b32_e32 {t}, 0x7fffffff, {g.mref}")
-    g.e(f"v_cmp_lt_f32_e32 vcc, {f32_hex(2.0**20)}, {t}", "some row has |m_ref| >= 2^20")
-    g.e(f"s_cbranch_vccz .Lno_clamp_{tag}")
+    g.e(f"v_cmp_gt_f32_e64 vcc, |{g.mref}|, {k2p20}", "some row has |m_ref| > 2^20")
+    g.e(f"s_cbranch_vccnz .Lclamp_{tag}", "rare: out of line, so the usual path takes no branch")
+    g.k.label(f".Lclamped_{tag}")
+    g.out_of_line.append(lambda: _clamp_block(g, tag))
+    for s in range(2):
+        acc = g.sacc[s]
+        for r in range(0, 16, 4):
+            preg, _ = _p_byte(s, r)
+            g.e(f"v_cvt_pk_f16_f32 {acc[r]}, {acc[r]}, {acc[r + 1]}", "round to f16: bits = code (< 1024)")
+            g.e(f"v_cvt_pk_f16_f32 {acc[r + 2]}, {acc[r + 2]}, {acc[r + 3]}")
+            g.e(f"v_perm_b32 {g.p[preg]}, {acc[r + 2]}, {acc[r]}, {ksel}", "four codes into the P operand")
+
+
+def _clamp_block(g: Gen, tag: str) -> None:
+    """The lean codes' clamp at 126 (x <= 2^-24 126), placed after the program's end."""
+    g.k.label(f".Lclamp_{tag}")
+    g.k.comment("lean P with |m_ref| > 2^20: the clamp at 126 can act")
     for _s, _r, reg in _values(g):
-        g.e(f"v_min_f32_e32 {reg}, {f32_hex(LEAN_MAX_CODE)}, {reg}")
-    g.k.label(f".Lno_clamp_{tag}")
-    for s, r, reg in _values(g):
-        preg, byte = _p_byte(s, r)
-        old = "0" if byte == 0 else str(g.p[preg])
-        g.e(f"v_cvt_pk_u8_f32 {g.p[preg]}, {reg}, {byte}, {old}", "rint, clamp [0, 255], into byte")
+        g.e(f"v_min_f32_e32 {reg}, {f32_hex(LEAN_MAX_CODE * LEAN_SCALE)}, {reg}")
+    g.e(f"s_branch .Lclamped_{tag}")
 
 
 def _exact_p(g: Gen) -> None:
     g.k.comment("-- 6. exact P: p = e4m3(exp2((S C - m_ref) + 8)), packed two per half-dword")
     b = g.b2
     g.e(f"v_sub_f32_e32 {b[0]}, 0, {g.mref}", "-m_ref")
-    g.e(f"v_mov_b32_e32 {b[1]}, {b[0]}")
     for s in range(2):
         for r in range(0, 16, 2):
             pair = g.sacc[s].sub(r, 2)
             g.e(f"v_pk_mul_f32 {pair}, {pair}, {g.c2}", "t = S C")
-            g.e(f"v_pk_add_f32 {pair}, {pair}, {b}", "t - m_ref")
+            g.e(f"v_pk_add_f32 {pair}, {pair}, {b} op_sel_hi:[1,0]", "t - m_ref")
             g.e(f"v_pk_add_f32 {pair}, {pair}, {g.eight2}", "+ 8")
     for _s, _r, reg in _values(g):
         g.e(f"v_exp_f32_e32 {reg}, {reg}")
@@ -309,7 +324,7 @@ def _row_sum(g: Gen) -> None:
             g.e(f"v_pk_add_f32 {bs}, {bs}, {t.sub(0, 2)}")
             g.e(f"v_pk_add_f32 {bs}, {bs}, {t.sub(2, 2)}")
     g.e(f"v_add_f32_e32 {bs[0]}, {bs[0]}, {bs[1]}")
-    _half_swap(g, bs[0], bs[1], "v_add_f32_e32")
+    _half_reduce(g, bs[0], bs[1], "v_add_f32_e32")
     g.e(f"v_mul_f32_e32 {g.l}, {g.l}, {g.alpha2[0]}")
     g.e(f"v_add_f32_e32 {g.l}, {g.l}, {bs[0]}")
 
