@@ -128,8 +128,9 @@ class Options:
     ablation in docs/gfx950-fp8-kernel.md turns them off).
 
     setprio: raise the wave's priority (s_setprio 1) while it issues its MFMAs, so on a SIMD shared
-        by two waves the matrix work of one goes first and the other's softmax fills the VALU
-        (the ping-pong of two waves; the timing model's arbiter honours s_setprio).
+        by two waves the matrix work of one goes first (the timing model's arbiter honours
+        s_setprio). Off by default: where a VALU op waits for the matrix core anyway (the
+        calibrated model), holding the other wave's softmax back costs more than it orders.
     pipeline: block kb's P.V product is issued in iteration kb+1 right after S of block kb+1, so a
         wave issues its eight MFMAs back to back and then runs one softmax (a P of zeros feeds the
         first, harmless P.V; the last one follows the loops).
@@ -141,14 +142,15 @@ class Options:
     share_k_operand: S^T's second 32-key half reads its K operand into the AGPRs of the first
         once the first half's MFMAs are issued (24 AGPRs fewer at d_qk 192; relies, like the
         deferred P.V, on an MFMA reading srcA when it starts).
-    mfma_row_sum: the row sum of the rounded P comes from one more MFMA per block, ones (e4m3 1.0)
-        times the same P bytes, accumulated and rescaled like O, instead of 32 VALU decodes and adds.
+    mfma_row_sum: the row sum of the rounded P comes from one more MFMA per block (16x16x128, half
+        the matrix time of the others), a 0/1 operand times the same P bytes, accumulated and
+        rescaled like O, instead of 32 VALU decodes and adds.
         Exact in the simulator (it rounds the MFMA's exact sum once, and the block sums are exact
         anyway); on hardware it rests on the MFMA's undocumented accumulation, as the sm_90a lean
         kernels' tensor-core row sums do (docs/numerics.md), so exact P keeps the VALU sum.
     """
 
-    setprio: bool = True
+    setprio: bool = False
     pipeline: bool | None = None  # None: on for lean P, off for exact P (the modelled ablation's choice)
     mfma_row_sum: bool | None = None  # None: on for lean P
     share_k_operand: bool | None = None  # None: on where the row-sum MFMA would not fit otherwise

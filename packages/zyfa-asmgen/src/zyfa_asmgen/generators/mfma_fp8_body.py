@@ -84,16 +84,7 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
     share = g.opts.shares_k_operand(sh.p_mode, sh.d_qk)
     for mb in range(1 if share else 2):
         _read_k(g, mb)
-    k.comment("-- 2. prefetch block kb+1 into the other buffer (its last reader finished a block ago)")
-    nxt = g.sv(f"next_{tag}")
-    g.e(f"s_add_u32 {nxt}, {g.kb}, 1")
-    g.e(f"s_cmp_lt_u32 {nxt}, {g.nblocks}")
-    g.e(f"s_cbranch_scc0 .Lno_prefetch_{tag}")
-    g.advance_kv()
-    g.e(f"s_xor_b32 {nxt}, {g.cur}, {sh.buf}")
-    g.request_block(str(nxt))
-    k.label(f".Lno_prefetch_{tag}")
-    g.s.free(nxt)
+    _prefetch(g, tag)
     k.comment("-- 3. S^T = K Q^T (fp32), then the V^T operand reads while the matrix cores run")
     g.e("s_waitcnt lgkmcnt(0)")
     _prio(g, 1)
@@ -132,6 +123,20 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
         _pv(g)
     g.e(f"s_add_u32 {g.kb}, {g.kb}, 1")
     g.e(f"s_xor_b32 {g.cur}, {g.cur}, {sh.buf}")
+
+
+def _prefetch(g: Gen, tag: str) -> None:
+    """LDS-DMA of block kb+1 into the other buffer (its last reader finished a block ago)."""
+    g.k.comment("-- 2. prefetch block kb+1 into the other buffer (its last reader finished a block ago)")
+    nxt = g.sv(f"next_{tag}")
+    g.e(f"s_add_u32 {nxt}, {g.kb}, 1")
+    g.e(f"s_cmp_lt_u32 {nxt}, {g.nblocks}")
+    g.e(f"s_cbranch_scc0 .Lno_prefetch_{tag}")
+    g.advance_kv()
+    g.e(f"s_xor_b32 {nxt}, {g.cur}, {g.sh.buf}")
+    g.request_block(str(nxt))
+    g.k.label(f".Lno_prefetch_{tag}")
+    g.s.free(nxt)
 
 
 def _read_vt(g: Gen) -> None:
