@@ -353,8 +353,6 @@ class Gen:
         self.s.free(base)
         self.s.free(t)
         self.s.free(rows_left)
-        self.cur = self.sv("lds_cur")  # LDS offset of the buffer block kb is in: 0 or buf
-        self.e(f"s_mov_b32 {self.cur}, 0")
         self.mask_sel = self.sv("mask_sel", 8, 2)  # four lane masks of the causal compare
 
     # ---- per-lane constants -------------------------------------------------------------------------
@@ -490,9 +488,12 @@ class Gen:
     def _init_state(self) -> None:
         sh = self.sh
         self.k.comment("running state: max S = M_NONE (no key yet), m = C M_NONE, l = 0, acc = 0")
-        self.ms, self.m, self.l = self.vv("max_s"), self.vv("m"), self.vv("l")
+        # m of the row before an even block lives in m_even, before an odd block in m_odd: the loops
+        # are unrolled by two, so each block writes the other register and nothing is copied
+        self.ms, self.l = self.vv("max_s"), self.vv("l")
+        self.m_even, self.m_odd = self.vv("m_even"), self.vv("m_odd")
         self.e(f"v_mov_b32_e32 {self.ms}, {f32_hex(M_NONE)}")
-        self.e(f"v_mul_f32_e32 {self.m}, {f32_hex(M_NONE)}, {self.cs}")
+        self.e(f"v_mul_f32_e32 {self.m_even}, {f32_hex(M_NONE)}, {self.cs}")
         self.e(f"v_mov_b32_e32 {self.l}, 0")
         self.acc = [self.vv(f"acc{i}", 16, 4) for i in range(sh.vc)]
         for acc in self.acc:
@@ -503,9 +504,8 @@ class Gen:
         halves = 1 if self.opts.shares_k_operand(sh.p_mode, sh.d_qk) else 2
         self.kop = [[self.a.alloc(f"k{mb}_{c}", 8, 4) for c in range(sh.kc)] for mb in range(halves)]
         self.vop = [self.a.alloc(f"v{cb}", 8, 4) for cb in range(sh.vc)]
-        self.k_rd_cur, self.v_rd_cur = self.vv("k_rd_cur"), self.vv("v_rd_cur")
         self.rel = self.vv("rel")
-        self.mref, self.alpha2 = self.vv("m_ref"), self.vv("alpha2", 2, 2)
+        self.alpha2 = self.vv("alpha2", 2, 2)
         self.b2 = self.vv("b2", 2, 2)  # lean: B' = 2^-24 (120 - 8 m_ref); exact: -m_ref (low half)
         for r in (self.alpha2[1], self.b2[1]):  # read by the packed ops, which use only the low half
             self.e(f"v_mov_b32_e32 {r}, 0")

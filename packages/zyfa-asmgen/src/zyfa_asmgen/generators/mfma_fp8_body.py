@@ -31,7 +31,7 @@ def emit_kernel(g: Gen) -> None:
     k.comment("---- prologue: request key block 0 into LDS buffer 0")
     g.e(f"s_cmp_eq_u32 {g.nblocks}, 0")
     g.e("s_cbranch_scc1 .Lepilogue", "no visible key: out 0, lse +inf")
-    g.request_block(str(g.cur))
+    g.request_block("0")
     if g.opts.pipelined(g.sh.p_mode):
         k.comment("P and V^T of 'block -1': zeros, so the first iteration's P.V adds exactly 0")
         for i in range(8):
@@ -41,22 +41,35 @@ def emit_kernel(g: Gen) -> None:
                 g.e(f"v_accvgpr_write_b32 {op[i]}, 0")
     if g.sh.waves == 8 and g.opts.pingpong:
         _group_barrier(g, "lead", first_group=False, why="the second group starts half an iteration late")
+    k.comment("block kb sits in LDS buffer kb % 2: both loops are unrolled by two (even, odd blocks)")
     g.e(f"s_mov_b32 {g.kb}, 0")
     g.e(f"s_cmp_eq_u32 {g.nfull}, 0")
-    g.e("s_cbranch_scc1 .Lmasked_entry")
-    k.label(".Lfull")
+    g.e("s_cbranch_scc1 .Lmasked_entry0")
+    k.label(".Lfull0")
     k.comment("==== block loop, every row sees every key of the block: no mask")
-    _block(g, masked=False, tag="full")
+    _block(g, masked=False, tag="full0", par=0)
+    g.e(f"s_cmp_ge_u32 {g.kb}, {g.nfull}")
+    g.e("s_cbranch_scc1 .Lmasked_entry1")
+    _block(g, masked=False, tag="full1", par=1)
     g.e(f"s_cmp_lt_u32 {g.kb}, {g.nfull}")
-    g.e("s_cbranch_scc1 .Lfull")
-    k.label(".Lmasked_entry")
+    g.e("s_cbranch_scc1 .Lfull0")
+    k.label(".Lmasked_entry0")
     g.e(f"s_cmp_lt_u32 {g.kb}, {g.nblocks}")
-    g.e("s_cbranch_scc0 .Lepilogue")
-    k.label(".Lmasked")
+    g.e("s_cbranch_scc0 .Lloops_done")
+    k.label(".Lmasked0")
     k.comment("==== block loop, diagonal and tail blocks: keys past a row's limit are masked")
-    _block(g, masked=True, tag="masked")
+    _block(g, masked=True, tag="masked0", par=0)
+    g.e(f"s_cmp_ge_u32 {g.kb}, {g.nblocks}")
+    g.e("s_cbranch_scc1 .Lloops_done")
+    k.label(".Lmasked1")
+    _block(g, masked=True, tag="masked1", par=1)
     g.e(f"s_cmp_lt_u32 {g.kb}, {g.nblocks}")
-    g.e("s_cbranch_scc1 .Lmasked")
+    g.e("s_cbranch_scc1 .Lmasked0")
+    g.e("s_branch .Lloops_done")
+    k.label(".Lmasked_entry1")
+    g.e(f"s_cmp_lt_u32 {g.kb}, {g.nblocks}")
+    g.e("s_cbranch_scc1 .Lmasked1")
+    k.label(".Lloops_done")
     if g.sh.waves == 8 and g.opts.pingpong:
         _group_barrier(g, "tail", first_group=True, why="the first group matches the second's extra barrier")
     if g.opts.pipelined(g.sh.p_mode):
@@ -71,16 +84,17 @@ def emit_kernel(g: Gen) -> None:
         block()
 
 
-def _block(g: Gen, masked: bool, tag: str) -> None:
+def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
+    """One block kb with kb % 2 = par: its K and V in LDS buffer par, m before it in (m_even, m_odd)[par]."""
     k, sh = g.k, g.sh
+    g.buf_off = par * sh.buf
+    g.m_old, g.m_new = (g.m_even, g.m_odd) if par == 0 else (g.m_odd, g.m_even)
     k.comment("-- 1. block kb is in LDS buffer cur: read the K operand (A of S^T = K Q^T)")
     g.e("s_waitcnt vmcnt(0)", "block kb's LDS-DMA (and Q) landed")
     if g.opts.pipelined(g.sh.p_mode):
         g.e("s_waitcnt lgkmcnt(0)", "this wave's V^T reads of block kb-1 are done before anyone's prefetch")
     if sh.waves > 1:
         g.e("s_barrier", "every wave's share of block kb landed; every wave is done with block kb-1")
-    g.e(f"v_add_u32_e32 {g.k_rd_cur}, {g.cur}, {g.k_rd}")
-    g.e(f"v_add_u32_e32 {g.v_rd_cur}, {g.cur}, {g.v_rd}")
     share = g.opts.shares_k_operand(sh.p_mode, sh.d_qk)
     for mb in range(1 if share else 2):
         _read_k(g, mb)
@@ -122,7 +136,6 @@ def _block(g: Gen, masked: bool, tag: str) -> None:
         g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
         _pv(g)
     g.e(f"s_add_u32 {g.kb}, {g.kb}, 1")
-    g.e(f"s_xor_b32 {g.cur}, {g.cur}, {sh.buf}")
 
 
 def _prefetch(g: Gen, tag: str) -> None:
@@ -133,8 +146,7 @@ def _prefetch(g: Gen, tag: str) -> None:
     g.e(f"s_cmp_lt_u32 {nxt}, {g.nblocks}")
     g.e(f"s_cbranch_scc0 .Lno_prefetch_{tag}")
     g.advance_kv()
-    g.e(f"s_xor_b32 {nxt}, {g.cur}, {g.sh.buf}")
-    g.request_block(str(nxt))
+    g.request_block(str(g.sh.buf - g.buf_off))
     g.k.label(f".Lno_prefetch_{tag}")
     g.s.free(nxt)
 
@@ -145,7 +157,7 @@ def _read_vt(g: Gen) -> None:
     for cb in range(sh.vc):
         for t in range(4):
             off = 16 * t * sh.d_v + 32 * cb
-            g.e(f"ds_read_b64_tr_b8 {g.vop[cb].sub(2 * t, 2)}, {g.v_rd_cur} offset:{off}",
+            g.e(f"ds_read_b64_tr_b8 {g.vop[cb].sub(2 * t, 2)}, {g.v_rd} offset:{g.buf_off + off}",
                 f"V^T d {32 * cb}+, P bytes {8 * t}+")  # fmt: skip
 
 
@@ -153,12 +165,9 @@ def _read_k(g: Gen, mb: int) -> None:
     """ds_read_b128 of the K operand of S^T's keys 32 mb .. 32 mb + 31 (all d_qk)."""
     op_set = g.kop[mb if len(g.kop) == 2 else 0]
     for c in range(g.sh.kc):
-        off = 32 * mb * g.sh.d_qk + 64 * c
-        g.e(
-            f"ds_read_b128 {op_set[c].sub(0, 4)}, {g.k_rd_cur} offset:{off}",
-            f"K rows {32 * mb}+, d {64 * c}+",
-        )
-        g.e(f"ds_read_b128 {op_set[c].sub(4, 4)}, {g.k_rd_cur} offset:{off + 32}")
+        off = g.buf_off + 32 * mb * g.sh.d_qk + 64 * c
+        g.e(f"ds_read_b128 {op_set[c].sub(0, 4)}, {g.k_rd} offset:{off}", f"K rows {32 * mb}+, d {64 * c}+")
+        g.e(f"ds_read_b128 {op_set[c].sub(4, 4)}, {g.k_rd} offset:{off + 32}")
 
 
 def _s_half(g: Gen, mb: int) -> None:
@@ -242,10 +251,9 @@ def _softmax(g: Gen, tag: str) -> None:
     if g.sh.waves == 8:
         g.e("s_waitcnt lgkmcnt(0)", "this wave's LDS reads of block kb are done")
         g.e("s_barrier", "MFMA phase | softmax phase: S (and the P.V before it) have landed")
-    g.e(f"v_mul_f32_e32 {g.mref}, {g.ms}, {g.cs}", "m_ref = m_new = max(m, C max_j S_j)")
-    g.e(f"v_sub_f32_e32 {tmp}, {g.m}, {g.mref}")
+    g.e(f"v_mul_f32_e32 {g.m_new}, {g.ms}, {g.cs}", "m_ref = m_new = max(m, C max_j S_j)")
+    g.e(f"v_sub_f32_e32 {tmp}, {g.m_old}, {g.m_new}")
     g.e(f"v_exp_f32_e32 {g.alpha2[0]}, {tmp}", "alpha = exp2(m - m_ref)")
-    g.e(f"v_mov_b32_e32 {g.m}, {g.mref}")
     if g.sh.p_mode == "lean":
         _lean_p(g, tag)
     else:
@@ -266,7 +274,7 @@ def _lean_p(g: Gen, tag: str) -> None:
         "   x = fma(S, 2^-24 8C, 2^-24 B) = 2^-24 fl(S 8C + B), clamped to [0, 1]; f16(x) has bits = code"
     )
     b, kneg, k120, ksel, k2p20 = g.b2, *g.lean_k
-    g.e(f"v_fma_f32 {b[0]}, {g.mref}, {kneg}, {k120}", "B' = 2^-24 (120 - 8 m_ref), one rounding")
+    g.e(f"v_fma_f32 {b[0]}, {g.m_new}, {kneg}, {k120}", "B' = 2^-24 (120 - 8 m_ref), one rounding")
     for s in range(2):
         for r in range(0, 16, 2):
             pair = g.sacc[s].sub(r, 2)
@@ -274,7 +282,7 @@ def _lean_p(g: Gen, tag: str) -> None:
                 "x for two keys, one rounding each, negatives and -inf to 0")  # fmt: skip
     # The clamp at 126 can only act when |m_ref| >= 2^20: below, fl(C S) <= m_ref gives
     # S A <= 8 m_ref + 4 ulp(m_ref) <= 8 m_ref + 1/4 and B <= 120 - 8 m_ref + 1/2, so S A + B < 121.
-    g.e(f"v_cmp_gt_f32_e64 vcc, |{g.mref}|, {k2p20}", "some row has |m_ref| > 2^20")
+    g.e(f"v_cmp_gt_f32_e64 vcc, |{g.m_new}|, {k2p20}", "some row has |m_ref| > 2^20")
     g.e(f"s_cbranch_vccnz .Lclamp_{tag}", "rare: out of line, so the usual path takes no branch")
     g.k.label(f".Lclamped_{tag}")
     g.out_of_line.append(lambda: _clamp_block(g, tag))
@@ -299,7 +307,7 @@ def _clamp_block(g: Gen, tag: str) -> None:
 def _exact_p(g: Gen) -> None:
     g.k.comment("-- 6. exact P: p = e4m3(exp2((S C - m_ref) + 8)), packed two per half-dword")
     b = g.b2
-    g.e(f"v_sub_f32_e32 {b[0]}, 0, {g.mref}", "-m_ref")
+    g.e(f"v_sub_f32_e32 {b[0]}, 0, {g.m_new}", "-m_ref")
     for s in range(2):
         for r in range(0, 16, 2):
             pair = g.sacc[s].sub(r, 2)
@@ -364,7 +372,8 @@ def _epilogue(g: Gen) -> None:
     g.e("s_cbranch_scc0 .Lend")
     x, inf = t[0], t[1]
     g.e(f"v_log_f32_e32 {x}, {ls}")
-    g.e(f"v_add_f32_e32 {x}, {g.m}, {x}")
+    g.e(f"v_mul_f32_e32 {inf}, {g.ms}, {g.cs}", "m = C max S")
+    g.e(f"v_add_f32_e32 {x}, {inf}, {x}")
     g.e(f"v_add_f32_e32 {x}, {f32_hex(-SHIFT)}, {x}")
     g.e(f"v_mul_f32_e32 {x}, {f32_hex(math.log(2.0))}, {x}")
     g.e(f"v_mov_b32_e32 {inf}, {f32_hex(math.inf)}")
