@@ -1,8 +1,8 @@
 """The program of mfma_fp8 after its setup: the key-block loops and the epilogue.
 
-One iteration (block kb, LDS buffer `cur`), in issue order:
+One iteration (block kb), in issue order:
   1. wait for block kb's LDS-DMA (and, with two waves, s_barrier); K operand reads (ds_read_b128)
-     into AGPRs;
+     into AGPRs from LDS buffer kb % 2 (the loops are unrolled by two, so the buffer is an offset);
   2. prefetch: point the K/V resources at block kb+1 and LDS-DMA it into the other buffer;
   3. S^T = K Q^T on the matrix cores; meanwhile the V^T operand reads (ds_read_b64_tr_b8);
   4. [diagonal/tail blocks only] keys past the row's limit -> S = -inf;
@@ -89,7 +89,7 @@ def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
     k, sh = g.k, g.sh
     g.buf_off = par * sh.buf
     g.m_old, g.m_new = (g.m_even, g.m_odd) if par == 0 else (g.m_odd, g.m_even)
-    k.comment("-- 1. block kb is in LDS buffer cur: read the K operand (A of S^T = K Q^T)")
+    k.comment(f"-- 1. block kb is in LDS buffer {par} (kb % 2): read the K operand (A of S^T = K Q^T)")
     g.e("s_waitcnt vmcnt(0)", "block kb's LDS-DMA (and Q) landed")
     if g.opts.pipelined(g.sh.p_mode):
         g.e("s_waitcnt lgkmcnt(0)", "this wave's V^T reads of block kb-1 are done before anyone's prefetch")
@@ -352,14 +352,18 @@ def _epilogue(g: Gen) -> None:
     g.e(f"v_rcp_f32_e32 {r}, {ls}")
     g.e(f"v_fma_f32 {t[0]}, -{ls}, {r}, 1.0", "Newton step on 1/l")
     g.e(f"v_fma_f32 {r}, {t[0]}, {r}, {r}")
-    vd = a.reg("v_descale")
+    # The division in pairs: each half runs the scalar sequence q0 = acc r, e = acc - l q0 (exact),
+    # acc / l = q0 + e r, then * v_descale; op_sel picks l or 1/l (the pair ls:r) for both halves.
+    lr, q0, e, vd = g.t4.sub(2, 2), g.t4.sub(0, 2), g.bsum, g.b2
+    g.e(f"v_mov_b32_e32 {vd[0]}, {a.reg('v_descale')}")
     for cb, acc in enumerate(g.acc):
-        for i in range(16):
-            x = acc[i]
-            g.e(f"v_mul_f32_e32 {t[0]}, {x}, {r}", "q0 = acc / l")
-            g.e(f"v_fma_f32 {t[1]}, -{ls}, {t[0]}, {x}", "residual, exact")
-            g.e(f"v_fma_f32 {x}, {t[1]}, {r}, {t[0]}", "acc / l, rounded")
-            g.e(f"v_mul_f32_e32 {x}, {vd}, {x}", "* v_descale")
+        for i in range(0, 16, 2):
+            x = acc.sub(i, 2)
+            g.e(f"v_pk_mul_f32 {q0}, {x}, {lr} op_sel:[0,1] op_sel_hi:[1,1]", "q0 = acc / l")
+            g.e(f"v_pk_fma_f32 {e}, {lr}, {q0}, {x} op_sel_hi:[0,1,1] neg_lo:[1,0,0] neg_hi:[1,0,0]",
+                "residual, exact")  # fmt: skip
+            g.e(f"v_pk_fma_f32 {x}, {e}, {lr}, {q0} op_sel:[0,1,0] op_sel_hi:[1,1,1]", "acc / l, rounded")
+            g.e(f"v_pk_mul_f32 {x}, {x}, {vd} op_sel_hi:[1,0]", "* v_descale")
         for q in range(4):
             g.e(f"v_cvt_pk_bf16_f32 {acc[4 * q]}, {acc[4 * q]}, {acc[4 * q + 1]}")
             g.e(f"v_cvt_pk_bf16_f32 {acc[4 * q + 1]}, {acc[4 * q + 2]}, {acc[4 * q + 3]}")
