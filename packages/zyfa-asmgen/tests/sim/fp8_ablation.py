@@ -8,8 +8,8 @@ For each configuration it generates the kernel, runs `zyfa-asmgen sim` on seqlen
 query tiles are traced and replayed by the timing model) and prints one markdown row: the fitted
 cycles of one workgroup at full occupancy, a + b x key blocks (a: prologue, diagonal block and
 epilogue; b: one unmasked block), the steady-state matrix-core busy share b implies (MFMA cycles of
-a block x workgroups per CU / (b x 4 SIMDs)), and the modelled TFLOP/s of a causal launch at 16K (2 x 16K tokens; d=128 GQA 32/8, 192/128 with
-16 heads). Every figure is from the timing model, which is calibrated against AITER's published
+a block x workgroups per CU / (b x 4 SIMDs)), and the modelled TFLOP/s of a causal launch at 16K
+(2 x 16K tokens; d=128 GQA 32/8, 192/128 with 16 heads). Every figure is from the timing model, which is calibrated against AITER's published
 MI355X speeds, not measured on one.
 """
 
@@ -34,23 +34,23 @@ ROW_SUM_CYCLES = 8 * 4  # v_mfma_f32_16x16x128_f8f6f4 (the row-sum MFMA): 8 pass
 LAUNCH = {128: "2,16384,16384,32,8", 192: "2,16384,16384,16,16"}
 LEAN128, EXACT128 = "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", "fa_fwd_e4m3fn_hd128_causal_gfx950"
 LEAN192, EXACT192 = "fa_fwd_e4m3fn_hd192x128_causal_leanp_gfx950", "fa_fwd_e4m3fn_hd192x128_causal_gfx950"
-O = mfma_fp8.Options
-SHIPPED = O()
+Opt = mfma_fp8.Options
+SHIPPED = Opt()
 CONFIGS = [  # (variant name, waves, options, label)
     (LEAN128, 2, SHIPPED, "lean, 2 waves, pipelined, MFMA row sums (shipped)"),
-    (LEAN128, 2, O(setprio=True), "lean, 2 waves, pipelined, MFMA row sums, s_setprio around the MFMAs"),
-    (LEAN128, 2, O(pipeline=False), "lean, 2 waves, MFMA row sums (P.V in its own block)"),
-    (LEAN128, 2, O(mfma_row_sum=False), "lean, 2 waves, pipelined, VALU row sums"),
-    (LEAN128, 2, O(share_k_operand=True), "lean, 2 waves, pipelined, MFMA row sums, shared K operand"),
+    (LEAN128, 2, Opt(setprio=True), "lean, 2 waves, pipelined, MFMA row sums, s_setprio around the MFMAs"),
+    (LEAN128, 2, Opt(pipeline=False), "lean, 2 waves, MFMA row sums (P.V in its own block)"),
+    (LEAN128, 2, Opt(mfma_row_sum=False), "lean, 2 waves, pipelined, VALU row sums"),
+    (LEAN128, 2, Opt(share_k_operand=True), "lean, 2 waves, pipelined, MFMA row sums, shared K operand"),
     (LEAN128, 1, SHIPPED, "lean, 1 wave (tile 32 x 64), pipelined, MFMA row sums"),
     (LEAN128, 4, SHIPPED, "lean, 4 waves (tile 128 x 64), pipelined, MFMA row sums"),
     (LEAN128, 8, SHIPPED, "lean, 8 waves (tile 256 x 64), two groups in a ping-pong, MFMA row sums"),
-    (LEAN128, 8, O(pingpong=False), "lean, 8 waves (tile 256 x 64) in step, MFMA row sums"),
+    (LEAN128, 8, Opt(pingpong=False), "lean, 8 waves (tile 256 x 64) in step, MFMA row sums"),
     (EXACT128, 2, SHIPPED, "exact, 2 waves, VALU row sums (shipped)"),
-    (EXACT128, 2, O(pipeline=True), "exact, 2 waves, pipelined, VALU row sums"),
+    (EXACT128, 2, Opt(pipeline=True), "exact, 2 waves, pipelined, VALU row sums"),
     (LEAN192, 2, SHIPPED, "lean, 2 waves, pipelined, MFMA row sums, shared K operand (shipped)"),
-    (LEAN192, 2, O(share_k_operand=False), "lean, 2 waves, pipelined, MFMA row sums"),
-    (LEAN192, 2, O(mfma_row_sum=False), "lean, 2 waves, pipelined, VALU row sums"),
+    (LEAN192, 2, Opt(share_k_operand=False), "lean, 2 waves, pipelined, MFMA row sums"),
+    (LEAN192, 2, Opt(mfma_row_sum=False), "lean, 2 waves, pipelined, VALU row sums"),
     (EXACT192, 2, SHIPPED, "exact, 2 waves, VALU row sums (shipped)"),
 ]
 
@@ -102,9 +102,16 @@ def main_table() -> None:
     for name, waves, opts, label in CONFIGS:
         r = run_one(name, waves, opts)
         busy = f"{100 * r['busy']:.0f} %"
-        print(
-            f"| `{name}` | {label} | {r['a']:.0f} | {r['b']:.0f} | {r['slots']} | {busy} | {r['tflops']:.0f} |"
-        )
+        cells = [
+            f"`{name}`",
+            label,
+            f"{r['a']:.0f}",
+            f"{r['b']:.0f}",
+            str(r["slots"]),
+            busy,
+            f"{r['tflops']:.0f}",
+        ]
+        print("| " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
