@@ -9,8 +9,8 @@ query tiles are traced and replayed by the timing model) and prints one markdown
 cycles of one workgroup at full occupancy, a + b x key blocks (a: prologue, diagonal block and
 epilogue; b: one unmasked block), the steady-state matrix-core busy share b implies (MFMA cycles of
 a block x workgroups per CU / (b x 4 SIMDs)), and the modelled TFLOP/s of a causal launch at 16K
-(2 x 16K tokens; d=128 GQA 32/8, 192/128 with 16 heads). Every figure is from the timing model, which is calibrated against AITER's published
-MI355X speeds, not measured on one.
+(2 x 16K tokens; d=128 GQA 32/8, 192/128 with 16 heads). Every figure is from the timing model,
+which is calibrated against AITER's published MI355X speeds, not measured on one.
 """
 
 from __future__ import annotations
