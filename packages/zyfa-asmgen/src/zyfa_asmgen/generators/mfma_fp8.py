@@ -133,7 +133,9 @@ class Options:
         calibrated model), holding the other wave's softmax back costs more than it orders.
     pipeline: block kb's P.V product is issued in iteration kb+1 right after S of block kb+1, so a
         wave issues its eight MFMAs back to back and then runs one softmax (a P of zeros feeds the
-        first, harmless P.V; the last one follows the loops).
+        first, harmless P.V; the last one follows the loops). By default only at d_qk > 128: at
+        d=128 the deferral changes nothing per block in the calibrated model and its prologue and
+        extra P.V cost more than they give (docs/gfx950-fp8-kernel.md, ablation).
     pingpong: with 8 waves per workgroup (two per SIMD), the second group of four starts one barrier
         late, so on every SIMD one wave issues its MFMAs while the other runs its softmax; each
         iteration has two workgroup barriers (before the MFMAs, and after the row max, when S has
@@ -151,14 +153,14 @@ class Options:
     """
 
     setprio: bool = False
-    pipeline: bool | None = None  # None: on for lean P, off for exact P (the modelled ablation's choice)
+    pipeline: bool | None = None  # None: on for lean P at d_qk > 128 only (the modelled ablation's choice)
     mfma_row_sum: bool | None = None  # None: on for lean P
     share_k_operand: bool | None = None  # None: on where the row-sum MFMA would not fit otherwise
     pingpong: bool = True  # with 8 waves: the two groups of 4 run half an iteration apart
 
-    def pipelined(self, p_mode: str) -> bool:
-        """Whether the P.V product is deferred by one block for this p_mode."""
-        return p_mode == "lean" if self.pipeline is None else self.pipeline
+    def pipelined(self, p_mode: str, d_qk: int) -> bool:
+        """Whether the P.V product is deferred by one block for this p_mode and d_qk."""
+        return p_mode == "lean" and d_qk > 128 if self.pipeline is None else self.pipeline
 
     def row_sum_on_mfma(self, p_mode: str, d_qk: int) -> bool:
         """Whether the row sums come from the matrix core (by default for lean P)."""

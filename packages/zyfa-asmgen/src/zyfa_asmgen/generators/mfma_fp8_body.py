@@ -32,7 +32,7 @@ def emit_kernel(g: Gen) -> None:
     g.e(f"s_cmp_eq_u32 {g.nblocks}, 0")
     g.e("s_cbranch_scc1 .Lepilogue", "no visible key: out 0, lse +inf")
     g.request_block("0")
-    if g.opts.pipelined(g.sh.p_mode):
+    if g.opts.pipelined(g.sh.p_mode, g.sh.d_qk):
         k.comment("P and V^T of 'block -1': zeros, so the first iteration's P.V adds exactly 0")
         for i in range(8):
             g.e(f"v_mov_b32_e32 {g.p[i]}, 0")
@@ -72,7 +72,7 @@ def emit_kernel(g: Gen) -> None:
     k.label(".Lloops_done")
     if g.sh.waves == 8 and g.opts.pingpong:
         _group_barrier(g, "tail", first_group=True, why="the first group matches the second's extra barrier")
-    if g.opts.pipelined(g.sh.p_mode):
+    if g.opts.pipelined(g.sh.p_mode, g.sh.d_qk):
         k.comment("---- the last block's P.V")
         g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
         _pv(g)
@@ -91,7 +91,7 @@ def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
     g.m_old, g.m_new = (g.m_even, g.m_odd) if par == 0 else (g.m_odd, g.m_even)
     k.comment(f"-- 1. block kb is in LDS buffer {par} (kb % 2): read the K operand (A of S^T = K Q^T)")
     g.e("s_waitcnt vmcnt(0)", "block kb's LDS-DMA (and Q) landed")
-    if g.opts.pipelined(g.sh.p_mode):
+    if g.opts.pipelined(g.sh.p_mode, g.sh.d_qk):
         g.e("s_waitcnt lgkmcnt(0)", "this wave's V^T reads of block kb-1 are done before anyone's prefetch")
     if sh.waves > 1:
         g.e("s_barrier", "every wave's share of block kb landed; every wave is done with block kb-1")
@@ -103,14 +103,14 @@ def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
     g.e("s_waitcnt lgkmcnt(0)")
     _prio(g, 1)
     pingpong = sh.waves == 8
-    if pingpong and g.opts.pipelined(sh.p_mode):
+    if pingpong and g.opts.pipelined(g.sh.p_mode, g.sh.d_qk):
         k.comment("O^T += V^T P^T of block kb-1 first: done by the time S is, before the softmax phase")
         _pv(g, prio=False)
     _s_half(g, 0)
     if share:
         k.comment("the second half's K operand into the same AGPRs (the first half's MFMAs have read them)")
         _read_k(g, 1)
-    if g.opts.pipelined(g.sh.p_mode) and not pingpong:
+    if g.opts.pipelined(g.sh.p_mode, g.sh.d_qk) and not pingpong:
         k.comment("O^T += V^T P^T of block kb-1 (its V^T operand and P are still in the registers)")
         _pv(g, prio=False)
     if share:
@@ -121,7 +121,11 @@ def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
         _mask(g)
     _softmax(g, tag)
     what = "O and the row-sum tile" if g.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk) else "O"
-    then = "this block's P.V runs next iteration" if g.opts.pipelined(sh.p_mode) else "then O^T += V^T P^T"
+    then = (
+        "this block's P.V runs next iteration"
+        if g.opts.pipelined(g.sh.p_mode, g.sh.d_qk)
+        else "then O^T += V^T P^T"
+    )
     k.comment(f"-- 8. rescale {what} unless no row's max moved (alpha = 1 exactly); {then}")
     g.e(f"v_cmp_neq_f32_e32 vcc, 1.0, {g.alpha2[0]}")
     g.e(f"s_cbranch_vccz .Lno_rescale_{tag}")
@@ -132,7 +136,7 @@ def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
         g.e(f"v_mul_f32_e32 {g.lacc[0]}, {g.lacc[0]}, {g.alpha2[0]}",
             "only the row-sum register the epilogue reads (the other 15 are never read)")  # fmt: skip
     k.label(f".Lno_rescale_{tag}")
-    if not g.opts.pipelined(g.sh.p_mode):
+    if not g.opts.pipelined(g.sh.p_mode, g.sh.d_qk):
         g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
         _pv(g)
     g.e(f"s_add_u32 {g.kb}, {g.kb}, 1")
