@@ -12,12 +12,14 @@ contract leaves an order free:
 
 Derived tolerances. Without a flip the differences are fp32 ulps, which move an output by at most
 one bf16 ulp (2^-8 relative) when they straddle a bf16 rounding boundary: every element must be
-within 2^-8 |ref| + 2^-133 of the reference except at most 0.1 % (flips). A flipped code moves one
-P_j by one e4m3 step, at most 16 (P <= 256, 3 mantissa bits), while l >= 256 (the row max adds
-e4m3(2^8)); so no element may move more than 16 / 256 max|v8| v_descale = max|v| / 16, and l by at
-most 16 in 256: lse within 1e-5 max(1, |lse|) except at most 0.1 % of rows, all within
-ln(1 + 16/256). Against the float64 truth (FA3's rule): error at most twice the reference's own
-error plus 1e-3. Outputs start as NaN, lse as NaN, so unwritten rows fail.
+within 2^-8 |ref| + 2^-133 of the reference except in flipped rows, at most 0.1 % of the rows and
+never fewer than one (a flip moves one P_j, and so every output element of its row; about one run in
+a thousand of a 140-row case flips one row). A flipped code moves one P_j by one e4m3 step, at most
+16 (P <= 256, 3 mantissa bits), while l >= 256 (the row max adds e4m3(2^8)); so no element may move
+more than 16 / 256 max|v8| v_descale = max|v| / 16, and l by at most 16 in 256: lse within 1e-5
+max(1, |lse|) except in the flipped rows (as above), all within ln(1 + 16/256). Against the float64
+truth (FA3's rule): error at most twice the reference's own error plus 1e-3. Outputs start as NaN,
+lse as NaN, so unwritten rows fail.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ sim = pytest.importorskip("zyfa_asmgen.sim")
 DESCALES = (0.5, 0.25, 2.0)
 BF16_REL = 2.0**-8
 FLIP_SHARE = 1e-3
+
+
+def beyond_one_ulp_in_few_rows(got: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Elements further than one bf16 ulp from the reference lie in at most max(1, 0.1 %) of the
+    output rows (b, s, h), the rows a flipped P code moves."""
+    rows = ((got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133).any(dim=-1)
+    return int(rows.sum()) <= max(1, math.ceil(FLIP_SHARE * rows.numel()))
 
 
 def variant(d_qk: int, p_mode: str, waves: int, d_v: int = 128) -> Variant:
@@ -113,7 +122,7 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
     truth, _ = reference.attention_dense_f64(q8, k8, v8, **kw)
     err = (got - ref).abs()
     off = err > BF16_REL * ref.abs() + 2.0**-133
-    assert off.float().mean() <= FLIP_SHARE, f"{int(off.sum())} elements beyond one bf16 ulp"
+    assert beyond_one_ulp_in_few_rows(got, ref), f"{int(off.sum())} elements beyond one bf16 ulp"
     vmax = v8.float().abs().max().item() * DESCALES[2]
     assert err.max() <= vmax / 16
     assert (got - truth).abs().max() <= 2 * (ref - truth).abs().max() + 1e-3
@@ -121,7 +130,8 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
         assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
         fin = torch.isfinite(ref_lse)
         d = (lse[fin] - ref_lse[fin]).abs()
-        assert (d > 1e-5 * ref_lse[fin].abs().clamp(min=1)).float().mean() <= FLIP_SHARE
+        moved = int((d > 1e-5 * ref_lse[fin].abs().clamp(min=1)).sum())
+        assert moved <= max(1, math.ceil(FLIP_SHARE * d.numel())), f"{moved} lse rows beyond 1e-5"
         assert d.max() <= math.log1p(16 / 256)
     else:
         assert torch.isnan(lse).all(), "lse written without ZYFA_FLAG_LSE"
@@ -147,8 +157,7 @@ def test_schedule_options_keep_the_numerics(p_mode, waves, opts, order):
     ref, ref_lse = (
         x.double() for x in reference.attention(q8, k8, v8, p_mode=p_mode, block_n=64, **_kw(128, 3))
     )
-    off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
-    assert off.float().mean() <= FLIP_SHARE and not torch.isnan(got).any()
+    assert beyond_one_ulp_in_few_rows(got, ref) and not torch.isnan(got).any()
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
 
 
@@ -163,8 +172,7 @@ def test_other_head_dims_the_generator_accepts(d_qk, d_v, p_mode):
     ref, ref_lse = (
         x.double() for x in reference.attention(q8, k8, v8, p_mode=p_mode, block_n=64, **_kw(d_qk, 3))
     )
-    off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
-    assert off.float().mean() <= FLIP_SHARE and not torch.isnan(got).any()
+    assert beyond_one_ulp_in_few_rows(got, ref) and not torch.isnan(got).any()
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
 
 
@@ -180,8 +188,7 @@ def test_head_major_strides():
     ref, ref_lse = (
         x.double() for x in reference.attention(q8, k8, v8, p_mode="lean", block_n=64, **_kw(192, 3))
     )
-    off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
-    assert off.float().mean() <= FLIP_SHARE and not torch.isnan(got).any()
+    assert beyond_one_ulp_in_few_rows(got, ref) and not torch.isnan(got).any()
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
 
 
@@ -197,7 +204,7 @@ def test_huge_logits_take_the_clamped_path():
     ref, ref_lse = (x.double() for x in reference.attention(q8, k8, v8, p_mode="lean", block_n=64, **kw))
     assert ref_lse.abs().max() > 2.0**20 * math.log(2.0)
     assert (got - ref).abs().max() <= v8.float().abs().max().item() * DESCALES[2] / 16
-    assert ((got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133).float().mean() <= FLIP_SHARE
+    assert beyond_one_ulp_in_few_rows(got, ref)
 
 
 def _capture_p(simulator, p_reg: str, acc0: str) -> list[tuple[int, np.ndarray]]:

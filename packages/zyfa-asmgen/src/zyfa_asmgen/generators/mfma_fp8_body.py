@@ -4,13 +4,17 @@ One iteration (block kb), in issue order:
   1. wait for block kb's LDS-DMA (and, with two waves, s_barrier); K operand reads (ds_read_b128)
      into AGPRs from LDS buffer kb % 2 (the loops are unrolled by two, so the buffer is an offset);
   2. prefetch: point the K/V resources at block kb+1 and LDS-DMA it into the other buffer;
-  3. S^T = K Q^T on the matrix cores; meanwhile the V^T operand reads (ds_read_b64_tr_b8);
+  3. S^T = K Q^T on the matrix cores (pipelined: and O^T += V^T P^T of block kb-1);
   4. [diagonal/tail blocks only] keys past the row's limit -> S = -inf;
-  5. row max (lane-local max3 chain + one half-wave swap), m_new, alpha, m_ref;
-  6. P codes (lean: one packed FMA per two scores, clamp, saturating byte pack; exact: exp2 and
-     the e4m3 pack), written straight into the P^T operand;
-  7. row sum of the rounded P (decode pairs, packed adds, one half-wave swap); l = l * alpha + sum;
-  8. acc *= alpha (packed multiplies, skipped when alpha = 1 in every lane); O^T += V^T P^T.
+  5. row max (a max3 chain from the row's running max of S + one half-wave swap), then the V^T
+     operand reads (ds_read_b64_tr_b8), m_ref = C max S, alpha;
+  6. P codes (lean: one packed FMA per two scores, scaled by 2^-24 and clamped, a packed f16
+     conversion per two and a byte permute per four; exact: exp2 and the e4m3 pack), written
+     straight into the P^T operand;
+  7. [VALU row sums] row sum of the rounded P (decode pairs, packed adds, one half-wave swap);
+     l = l * alpha + sum;
+  8. acc *= alpha (packed multiplies, skipped when alpha = 1 in every lane); O^T += V^T P^T (and
+     the row-sum MFMA) unless pipelined.
 MFMAs issue at s_setprio 1 when Options.setprio is on.
 See docs/gfx950-fp8-kernel.md for the annotated listing of one iteration.
 """
@@ -99,7 +103,7 @@ def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
     for mb in range(1 if share else 2):
         _read_k(g, mb)
     _prefetch(g, tag)
-    k.comment("-- 3. S^T = K Q^T (fp32), then the V^T operand reads while the matrix cores run")
+    k.comment("-- 3. S^T = K Q^T (fp32) on the matrix cores")
     g.e("s_waitcnt lgkmcnt(0)")
     _prio(g, 1)
     pingpong = sh.waves == 8
@@ -134,7 +138,7 @@ def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
             g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2} op_sel_hi:[1,0]")
     if g.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
         g.e(f"v_mul_f32_e32 {g.lacc[0]}, {g.lacc[0]}, {g.alpha2[0]}",
-            "only the row-sum register the epilogue reads (the other 15 are never read)")  # fmt: skip
+            "only the row-sum register the epilogue reads (the other 3 are never read)")  # fmt: skip
     k.label(f".Lno_rescale_{tag}")
     if not g.opts.pipelined(g.sh.p_mode, g.sh.d_qk):
         g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
@@ -158,6 +162,7 @@ def _prefetch(g: Gen, tag: str) -> None:
 def _read_vt(g: Gen) -> None:
     """The V^T operand of this block (ds_read_b64_tr_b8); issued once S is read (after the row max)."""
     sh = g.sh
+    g.k.comment("-- the V^T operand of this block (transposing LDS reads, in flight during the softmax)")
     for cb in range(sh.vc):
         for t in range(4):
             off = 16 * t * sh.d_v + 32 * cb
@@ -283,7 +288,7 @@ def _lean_p(g: Gen, tag: str) -> None:
         for r in range(0, 16, 2):
             pair = g.sacc[s].sub(r, 2)
             g.e(f"v_pk_fma_f32 {pair}, {pair}, {g.c2}, {b} op_sel_hi:[1,1,0] clamp",
-                "x for two keys, one rounding each, negatives and -inf to 0")  # fmt: skip
+                "x of two keys (< 0, -inf: 0)")  # fmt: skip
     # The clamp at 126 can only act when |m_ref| >= 2^20: below, fl(C S) <= m_ref gives
     # S A <= 8 m_ref + 4 ulp(m_ref) <= 8 m_ref + 1/4 and B <= 120 - 8 m_ref + 1/2, so S A + B < 121.
     g.e(f"v_cmp_gt_f32_e64 vcc, |{g.m_new}|, {k2p20}", "some row has |m_ref| > 2^20")
