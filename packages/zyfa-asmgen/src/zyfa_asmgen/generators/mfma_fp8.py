@@ -2,17 +2,18 @@
 
 Each wave64 owns 32 query rows and walks the keys in blocks of 64 (tile_n 64, the P-scaling
 block); a workgroup has 1, 2, 4 or 8 waves (threads 64 x waves, tile_m 32 x waves; the variants
-use 2) that share one K/V stream through LDS. All matrix work is `v_mfma_f32_32x32x64_f8f6f4`
-(e4m3 x e4m3, fp32 accumulate), computed transposed so that every lane owns ONE query row:
+use 2) that share one K/V stream through LDS. The attention products are
+`v_mfma_f32_32x32x64_f8f6f4` (e4m3 x e4m3, fp32 accumulate), computed transposed so that every lane
+owns ONE query row (lean P adds one `v_mfma_f32_16x16x128_f8f6f4` per block for the row sums):
 
     S^T[64 keys x 32 rows] = K_blk . Q^T    2 x (d_qk/64) MFMAs; A = K rows from LDS, B = Q (registers)
     O^T[d_v x 32 rows]    += V^T . P^T      d_v/32 MFMAs;     A = V^T by transposing LDS reads, B = P
 
 In the 32x32 accumulator layout lane l holds column l % 32 (its query row) and 16 rows
 8*(r/4) + 4*(l/32) + r%4 of the M dimension (keys of S^T, head dims of O^T), so the softmax is
-lane-local except for one swap between the two half-waves (v_permlane32_swap) for the row max and
-the row sum. P's 32 e4m3 bytes per lane are packed straight into the B operand of the P.V MFMA; the
-key each byte stands for is fixed by that packing, and the V^T operand is read from LDS with
+lane-local except for one swap between the two half-waves (v_permlane32_swap) for the row max (and
+one for a VALU row sum). P's 32 e4m3 bytes per lane are packed straight into the B operand of the
+P.V MFMA; the key each byte stands for is fixed by that packing, and the V^T operand is read from LDS with
 `ds_read_b64_tr_b8` at row addresses chosen to match it (see `_v_lane_base`).
 
 Why 32x32x64 and not 16x16x128: per MFMA the same 4 KiB of A and B operands feed twice the
@@ -21,8 +22,9 @@ lanes instead of four, so the row max and row sum need one cross-lane step inste
 the same matrix-core time per FLOP in the timing model (16 passes for 32x32x64, 8 for 16x16x128).
 
 Memory: Q is loaded once into registers (raw buffer loads; rows past seqlen_q read 0). K and V
-blocks go global -> LDS directly (`buffer_load_dwordx4 ... lds`), double buffered: block kb+1 is
-requested before block kb's matrix work starts; up to four waves each move their share of every
+blocks go global -> LDS directly (`buffer_load_dwordx4 ... lds`), double buffered (block kb in
+buffer kb % 2; the block loops are unrolled by two, so the buffer is an immediate offset): block
+kb+1 is requested before block kb's matrix work starts; up to four waves each move their share of every
 block and all waves meet at an s_barrier per block (two with 8 waves, see Options.pingpong). The
 raw buffer resources end at the last valid key, so ragged tails read zeros and are masked like
 causal keys. Output and LSE stores go through raw
@@ -31,10 +33,13 @@ buffers that end at seqlen_q, so rows past it are dropped by the hardware's rang
 Numerics (docs/numerics.md, FP8 mode, SHIFT 8), per row and block, all fp32:
     C = ((softmax_scale * q_descale) * k_descale) * log2(e); m_new = max(m, C * max_j S_j)
     m_ref = m_new, or 0 while m_new = -inf;  alpha = exp2(m - m_ref);  m = m_new
-    lean:  code_j = min(rint(fma(S_j, 8C, 120 - 8 m_ref)), 126) saturated to [0, 255] by the pack
+    (kept as the running max of S and m = C max S, equal bit for bit as C > 0; M_NONE below stands
+    in for -inf, where only zeros are scaled)
+    lean:  code_j = clamp(rint(fma(S_j, 8C, 120 - 8 m_ref)), 0, 126), computed 2^-24 scaled so
+           that an f16 conversion does the rint (LEAN_SCALE)
     exact: code_j = e4m3(exp2((S_j * C - m_ref) + 8))
     l = l * alpha + sum_j decode(code_j)  (the rounded P; exact in any order: multiples of 2^-9 < 2^15;
-                                          on the VALU, or by an MFMA with a ones operand)
+                                          on the VALU, or by an MFMA with a 0/1 operand)
     acc = acc * alpha + P.V (MFMA);  out = (acc / max(l, 1)) * v_descale -> bf16
     lse = ((m + log2 l) - 8) ln 2
 Masked keys (causal, or past seqlen_k) get S = -inf before the max, so their code is 0.
