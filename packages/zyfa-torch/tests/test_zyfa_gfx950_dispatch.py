@@ -111,7 +111,9 @@ def fp8_rows() -> list[dict]:
             continue
         asm = generate("mfma_fp8", Variant.from_dict(v), abi)
         rows.append({"variant": v, "resources": kb.gfx950_resources(asm, v["name"], f"{v['name']}.s")})
-    assert len(rows) == 4, [r["variant"]["name"] for r in rows]
+    names = {r["variant"]["name"] for r in rows}
+    for shape in ("hd128", "hd192x128"):
+        assert {f"fa_fwd_e4m3fn_{shape}_causal{p}_gfx950" for p in ("", "_leanp")} <= names, names
     return rows
 
 
