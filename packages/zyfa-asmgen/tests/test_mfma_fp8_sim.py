@@ -12,14 +12,14 @@ contract leaves an order free:
 
 Derived tolerances. Without a flip the differences are fp32 ulps, which move an output by at most
 one bf16 ulp (2^-8 relative) when they straddle a bf16 rounding boundary: every element must be
-within 2^-8 |ref| + 2^-133 of the reference except in flipped rows, at most 0.1 % of the rows and
-never fewer than one (a flip moves one P_j, and so every output element of its row; about one run in
-a thousand of a 140-row case flips one row). A flipped code moves one P_j by one e4m3 step, at most
-16 (P <= 256, 3 mantissa bits), while l >= 256 (the row max adds e4m3(2^8)); so no element may move
-more than 16 / 256 max|v8| v_descale = max|v| / 16, and l by at most 16 in 256: lse within 1e-5
-max(1, |lse|) except in the flipped rows (as above), all within ln(1 + 16/256). Against the float64
-truth (FA3's rule): error at most twice the reference's own error plus 1e-3. Outputs start as NaN,
-lse as NaN, so unwritten rows fail.
+within 2^-8 |ref| + 2^-133 of the reference except at most 0.1 % of the elements, or except in
+flipped rows, at most 0.1 % of the rows and never fewer than one (a flip moves one P_j, and so every
+output element of its row; about one run in a thousand of a 140-row case flips one row). A flipped
+code moves one P_j by one e4m3 step, at most 16 (P <= 256, 3 mantissa bits), while l >= 256 (the row
+max adds e4m3(2^8)); so no element may move more than 16 / 256 max|v8| v_descale = max|v| / 16, and
+l by at most 16 in 256: lse within 1e-5 max(1, |lse|) except in the flipped rows (as above), all
+within ln(1 + 16/256). Against the float64 truth (FA3's rule): error at most twice the reference's
+own error plus 1e-3. Outputs start as NaN, lse as NaN, so unwritten rows fail.
 """
 
 from __future__ import annotations
@@ -47,10 +47,13 @@ FLIP_SHARE = 1e-3
 
 
 def beyond_one_ulp_in_few_rows(got: torch.Tensor, ref: torch.Tensor) -> bool:
-    """Elements further than one bf16 ulp from the reference lie in at most max(1, 0.1 %) of the
-    output rows (b, s, h), the rows a flipped P code moves."""
-    rows = ((got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133).any(dim=-1)
-    return int(rows.sum()) <= max(1, math.ceil(FLIP_SHARE * rows.numel()))
+    """Elements further than one bf16 ulp from the reference are at most 0.1 % of all elements, or
+    lie in at most max(1, 0.1 %) of the output rows (b, s, h): the rows a flipped P code moves."""
+    off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
+    rows = off.any(dim=-1)
+    return bool(off.float().mean() <= FLIP_SHARE) or int(rows.sum()) <= max(
+        1, math.ceil(FLIP_SHARE * rows.numel())
+    )
 
 
 def variant(d_qk: int, p_mode: str, waves: int, d_v: int = 128) -> Variant:
