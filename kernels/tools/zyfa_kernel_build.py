@@ -412,10 +412,15 @@ def compile_gfx950(
         ]  # fmt: skip
         run_tool(argv, env, f"zyfa_asmgen emit {v['src']} ({v['name']})")
     assemble_link(tc, asm, out, work, v["name"])
-    res = read_gfx950_resources(asm.read_text(encoding="utf-8"), v["name"], str(asm))
+    return gfx950_resources(asm.read_text(encoding="utf-8"), v["name"], str(asm))
+
+
+def gfx950_resources(text: str, name: str, where: str) -> dict[str, int]:
+    """The resource fields of a gfx950 manifest row, from the kernel's assembly; refuses what does not fit."""
+    res = read_gfx950_resources(text, name, where)
     if res["registers"] > GFX950_MAX_REGISTERS or res["lds_bytes"] > GFX950_MAX_LDS:
         raise BuildError(
-            f"{v['name']}: {res['registers']} VGPR+AGPR (max {GFX950_MAX_REGISTERS}) and "
+            f"{name}: {res['registers']} VGPR+AGPR (max {GFX950_MAX_REGISTERS}) and "
             f"{res['lds_bytes']} LDS bytes (max {GFX950_MAX_LDS}) do not fit gfx950"
         )
     return {
@@ -463,6 +468,13 @@ def compile_variant(
             resources = compile_cuda(v, root, tc, out, work)
         else:
             resources = compile_gfx950(v, root, tc, out, asm or out.with_suffix(".s"), work)
+    return manifest_row(v, root, out, resources, sha, dict(tc.versions))
+
+
+def manifest_row(
+    v: dict[str, Any], root: Path, out: Path, resources: dict[str, int], sha: str, toolchain: dict[str, str]
+) -> dict[str, Any]:
+    """The manifest row of variant `v` built into `out` (resource fields and source hash given)."""
     row = {key: v[key] for key in VARIANT_FIELDS if key != "src"}
     row["grid"] = grid_mode(v)  # always written, so a launcher never guesses
     row["loads"] = loads_mode(v)  # "tma": the kernel takes zyfa_tma_maps as a second parameter
@@ -472,7 +484,7 @@ def compile_variant(
     row["layout"] = layout(v)  # "varlen" / "paged": the kernel takes zyfa_varlen_args as a second parameter
     row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
     row["sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()  # the loader checks the built file
-    row["toolchain"] = dict(tc.versions)
+    row["toolchain"] = toolchain
     return row
 
 

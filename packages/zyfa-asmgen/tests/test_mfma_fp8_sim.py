@@ -12,12 +12,14 @@ contract leaves an order free:
 
 Derived tolerances. Without a flip the differences are fp32 ulps, which move an output by at most
 one bf16 ulp (2^-8 relative) when they straddle a bf16 rounding boundary: every element must be
-within 2^-8 |ref| + 2^-133 of the reference except at most 0.1 % (flips). A flipped code moves one
-P_j by one e4m3 step, at most 16 (P <= 256, 3 mantissa bits), while l >= 256 (the row max adds
-e4m3(2^8)); so no element may move more than 16 / 256 max|v8| v_descale = max|v| / 16, and l by at
-most 16 in 256: lse within 1e-5 max(1, |lse|) except at most 0.1 % of rows, all within
-ln(1 + 16/256). Against the float64 truth (FA3's rule): error at most twice the reference's own
-error plus 1e-3. Outputs start as NaN, lse as NaN, so unwritten rows fail.
+within 2^-8 |ref| + 2^-133 of the reference except at most 0.1 % of the elements, or except in
+flipped rows, at most 0.1 % of the rows and never fewer than one (a flip moves one P_j, and so every
+output element of its row; about one run in a thousand of a 140-row case flips one row). A flipped
+code moves one P_j by one e4m3 step, at most 16 (P <= 256, 3 mantissa bits), while l >= 256 (the row
+max adds e4m3(2^8)); so no element may move more than 16 / 256 max|v8| v_descale = max|v| / 16, and
+l by at most 16 in 256: lse within 1e-5 max(1, |lse|) except in the flipped rows (as above), all
+within ln(1 + 16/256). Against the float64 truth (FA3's rule): error at most twice the reference's
+own error plus 1e-3. Outputs start as NaN, lse as NaN, so unwritten rows fail.
 """
 
 from __future__ import annotations
@@ -42,6 +44,16 @@ sim = pytest.importorskip("zyfa_asmgen.sim")
 DESCALES = (0.5, 0.25, 2.0)
 BF16_REL = 2.0**-8
 FLIP_SHARE = 1e-3
+
+
+def beyond_one_ulp_in_few_rows(got: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Elements further than one bf16 ulp from the reference are at most 0.1 % of all elements, or
+    lie in at most max(1, 0.1 %) of the output rows (b, s, h): the rows a flipped P code moves."""
+    off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
+    rows = off.any(dim=-1)
+    return bool(off.float().mean() <= FLIP_SHARE) or int(rows.sum()) <= max(
+        1, math.ceil(FLIP_SHARE * rows.numel())
+    )
 
 
 def variant(d_qk: int, p_mode: str, waves: int, d_v: int = 128) -> Variant:
@@ -113,7 +125,7 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
     truth, _ = reference.attention_dense_f64(q8, k8, v8, **kw)
     err = (got - ref).abs()
     off = err > BF16_REL * ref.abs() + 2.0**-133
-    assert off.float().mean() <= FLIP_SHARE, f"{int(off.sum())} elements beyond one bf16 ulp"
+    assert beyond_one_ulp_in_few_rows(got, ref), f"{int(off.sum())} elements beyond one bf16 ulp"
     vmax = v8.float().abs().max().item() * DESCALES[2]
     assert err.max() <= vmax / 16
     assert (got - truth).abs().max() <= 2 * (ref - truth).abs().max() + 1e-3
@@ -121,7 +133,8 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
         assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
         fin = torch.isfinite(ref_lse)
         d = (lse[fin] - ref_lse[fin]).abs()
-        assert (d > 1e-5 * ref_lse[fin].abs().clamp(min=1)).float().mean() <= FLIP_SHARE
+        moved = int((d > 1e-5 * ref_lse[fin].abs().clamp(min=1)).sum())
+        assert moved <= max(1, math.ceil(FLIP_SHARE * d.numel())), f"{moved} lse rows beyond 1e-5"
         assert d.max() <= math.log1p(16 / 256)
     else:
         assert torch.isnan(lse).all(), "lse written without ZYFA_FLAG_LSE"
@@ -130,9 +143,10 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
 @pytest.mark.parametrize(
     "p_mode,waves,opts,order",
     [
-        ("lean", 2, Options(pipeline=False, setprio=False, mfma_row_sum=False), "forward"),
+        ("lean", 2, Options(pipeline=True, setprio=True), "forward"),
+        ("lean", 2, Options(mfma_row_sum=False), "reverse"),
         ("exact", 2, Options(pipeline=True, mfma_row_sum=True, share_k_operand=True), "forward"),
-        ("lean", 8, Options(), "reverse"),  # the ping-pong of two groups of four waves
+        ("lean", 8, Options(pipeline=True), "reverse"),  # the ping-pong of two groups of four waves
         ("exact", 8, Options(pingpong=False), "forward"),
     ],
 )
@@ -146,8 +160,7 @@ def test_schedule_options_keep_the_numerics(p_mode, waves, opts, order):
     ref, ref_lse = (
         x.double() for x in reference.attention(q8, k8, v8, p_mode=p_mode, block_n=64, **_kw(128, 3))
     )
-    off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
-    assert off.float().mean() <= FLIP_SHARE and not torch.isnan(got).any()
+    assert beyond_one_ulp_in_few_rows(got, ref) and not torch.isnan(got).any()
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
 
 
@@ -162,8 +175,7 @@ def test_other_head_dims_the_generator_accepts(d_qk, d_v, p_mode):
     ref, ref_lse = (
         x.double() for x in reference.attention(q8, k8, v8, p_mode=p_mode, block_n=64, **_kw(d_qk, 3))
     )
-    off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
-    assert off.float().mean() <= FLIP_SHARE and not torch.isnan(got).any()
+    assert beyond_one_ulp_in_few_rows(got, ref) and not torch.isnan(got).any()
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
 
 
@@ -179,8 +191,7 @@ def test_head_major_strides():
     ref, ref_lse = (
         x.double() for x in reference.attention(q8, k8, v8, p_mode="lean", block_n=64, **_kw(192, 3))
     )
-    off = (got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133
-    assert off.float().mean() <= FLIP_SHARE and not torch.isnan(got).any()
+    assert beyond_one_ulp_in_few_rows(got, ref) and not torch.isnan(got).any()
     assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
 
 
@@ -196,7 +207,7 @@ def test_huge_logits_take_the_clamped_path():
     ref, ref_lse = (x.double() for x in reference.attention(q8, k8, v8, p_mode="lean", block_n=64, **kw))
     assert ref_lse.abs().max() > 2.0**20 * math.log(2.0)
     assert (got - ref).abs().max() <= v8.float().abs().max().item() * DESCALES[2] / 16
-    assert ((got - ref).abs() > BF16_REL * ref.abs() + 2.0**-133).float().mean() <= FLIP_SHARE
+    assert beyond_one_ulp_in_few_rows(got, ref)
 
 
 def _capture_p(simulator, p_reg: str, acc0: str) -> list[tuple[int, np.ndarray]]:
@@ -231,13 +242,15 @@ def test_lean_p_bytes_are_the_reference_codes(d_qk, masked):
     asm, regs = kernel(d_qk, "lean")
     simulator = sim.Simulator(asm, "k")
     seen = _capture_p(simulator, regs["p"], regs["acc0"])
-    # One query tile of 64 rows; wave 0 owns rows 0..31. The lean kernel defers each block's P.V by
-    # one block and runs a first P.V on P = 0, so wave 0's second P.V is block 0 (keys 0..63).
+    # One query tile of 64 rows; wave 0 owns rows 0..31. Where the kernel defers each block's P.V by
+    # one block (Options.pipeline) it runs a first P.V on P = 0, so wave 0's second P.V is block 0.
     res, _, _ = launch(asm, q8, k8, v8, 3, simulator=simulator)
     runs = [regs for wave, regs in seen if wave == 0]  # (8 registers, 64 lanes) each
-    assert not res.findings and len(runs) >= 2, "the P.V MFMA did not run"
-    assert not runs[0].any(), "the first P.V of the pipelined kernel must see P = 0"
-    p = runs[1]
+    if Options().pipelined("lean", d_qk):
+        assert len(runs) >= 2 and not runs[0].any(), "the first P.V of the pipelined kernel must see P = 0"
+        runs = runs[1:]
+    assert not res.findings and runs, "the P.V MFMA did not run"
+    p = runs[0]
     row0 = 0
     s = q8[0, row0 : row0 + 32, 0].float() @ k8[0, :64, 0].float().T
     c = torch.tensor(_kw(d_qk, 1)["softmax_scale"], dtype=torch.float32) * DESCALES[0] * DESCALES[1]

@@ -55,8 +55,8 @@ def flash_attn_func(
             torch.compile (no graph break), refused inside a CUDA graph capture.
         p_mode: FP8 only: "exact" (P = e4m3(exp2(.))), "lean" (P's e4m3 code from one FMA), "f16"
             (P.V in f16: P = f16(exp2(.)), 6-12x less error than "exact" on the H200; sm90a kernels only)
-            or None (the default kernel: "lean" on sm90a, measured fastest on the H200; "exact" on other
-            arches and on CPU). Must be None for bf16.
+            or None (the default kernel: "lean" on sm90a, measured fastest on the H200, and on gfx950,
+            modelled fastest; "exact" on CPU). Must be None for bf16.
 
     Returns:
         out: torch.bfloat16 [batch, seqlen_q, heads_q, d_v]; with return_attn_probs=True the tuple

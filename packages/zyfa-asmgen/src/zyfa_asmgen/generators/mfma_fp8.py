@@ -2,17 +2,18 @@
 
 Each wave64 owns 32 query rows and walks the keys in blocks of 64 (tile_n 64, the P-scaling
 block); a workgroup has 1, 2, 4 or 8 waves (threads 64 x waves, tile_m 32 x waves; the variants
-use 2) that share one K/V stream through LDS. All matrix work is `v_mfma_f32_32x32x64_f8f6f4`
-(e4m3 x e4m3, fp32 accumulate), computed transposed so that every lane owns ONE query row:
+use 2) that share one K/V stream through LDS. The attention products are
+`v_mfma_f32_32x32x64_f8f6f4` (e4m3 x e4m3, fp32 accumulate), computed transposed so that every lane
+owns ONE query row (lean P adds one `v_mfma_f32_16x16x128_f8f6f4` per block for the row sums):
 
     S^T[64 keys x 32 rows] = K_blk . Q^T    2 x (d_qk/64) MFMAs; A = K rows from LDS, B = Q (registers)
     O^T[d_v x 32 rows]    += V^T . P^T      d_v/32 MFMAs;     A = V^T by transposing LDS reads, B = P
 
 In the 32x32 accumulator layout lane l holds column l % 32 (its query row) and 16 rows
 8*(r/4) + 4*(l/32) + r%4 of the M dimension (keys of S^T, head dims of O^T), so the softmax is
-lane-local except for one swap between the two half-waves (v_permlane32_swap) for the row max and
-the row sum. P's 32 e4m3 bytes per lane are packed straight into the B operand of the P.V MFMA; the
-key each byte stands for is fixed by that packing, and the V^T operand is read from LDS with
+lane-local except for one swap between the two half-waves (v_permlane32_swap) for the row max (and
+one for a VALU row sum). P's 32 e4m3 bytes per lane are packed straight into the B operand of the
+P.V MFMA; the key each byte stands for is fixed by that packing, and the V^T operand is read from LDS with
 `ds_read_b64_tr_b8` at row addresses chosen to match it (see `_v_lane_base`).
 
 Why 32x32x64 and not 16x16x128: per MFMA the same 4 KiB of A and B operands feed twice the
@@ -21,8 +22,9 @@ lanes instead of four, so the row max and row sum need one cross-lane step inste
 the same matrix-core time per FLOP in the timing model (16 passes for 32x32x64, 8 for 16x16x128).
 
 Memory: Q is loaded once into registers (raw buffer loads; rows past seqlen_q read 0). K and V
-blocks go global -> LDS directly (`buffer_load_dwordx4 ... lds`), double buffered: block kb+1 is
-requested before block kb's matrix work starts; up to four waves each move their share of every
+blocks go global -> LDS directly (`buffer_load_dwordx4 ... lds`), double buffered (block kb in
+buffer kb % 2; the block loops are unrolled by two, so the buffer is an immediate offset): block
+kb+1 is requested before block kb's matrix work starts; up to four waves each move their share of every
 block and all waves meet at an s_barrier per block (two with 8 waves, see Options.pingpong). The
 raw buffer resources end at the last valid key, so ragged tails read zeros and are masked like
 causal keys. Output and LSE stores go through raw
@@ -31,10 +33,13 @@ buffers that end at seqlen_q, so rows past it are dropped by the hardware's rang
 Numerics (docs/numerics.md, FP8 mode, SHIFT 8), per row and block, all fp32:
     C = ((softmax_scale * q_descale) * k_descale) * log2(e); m_new = max(m, C * max_j S_j)
     m_ref = m_new, or 0 while m_new = -inf;  alpha = exp2(m - m_ref);  m = m_new
-    lean:  code_j = min(rint(fma(S_j, 8C, 120 - 8 m_ref)), 126) saturated to [0, 255] by the pack
+    (kept as the running max of S and m = C max S, equal bit for bit as C > 0; M_NONE below stands
+    in for -inf, where only zeros are scaled)
+    lean:  code_j = clamp(rint(fma(S_j, 8C, 120 - 8 m_ref)), 0, 126), computed 2^-24 scaled so
+           that an f16 conversion does the rint (LEAN_SCALE)
     exact: code_j = e4m3(exp2((S_j * C - m_ref) + 8))
     l = l * alpha + sum_j decode(code_j)  (the rounded P; exact in any order: multiples of 2^-9 < 2^15;
-                                          on the VALU, or by an MFMA with a ones operand)
+                                          on the VALU, or by an MFMA with a 0/1 operand)
     acc = acc * alpha + P.V (MFMA);  out = (acc / max(l, 1)) * v_descale -> bf16
     lse = ((m + log2 l) - 8) ln 2
 Masked keys (causal, or past seqlen_k) get S = -inf before the max, so their code is 0.
@@ -64,7 +69,16 @@ WAVES = (1, 2, 4, 8)  # waves per workgroup: tile_m = 32 x waves rows share one 
 DMA_WAVES = 4  # at most this many waves of a workgroup move K/V into LDS (with 8: the first group)
 SHIFT = 8.0
 LEAN_MAX_CODE = 126.0
+LEAN_B0 = 8.0 * (SHIFT + 7.0)  # 120: the code of 2^SHIFT is 8 * (SHIFT + 7)
+# Lean P runs its FMA scaled by 2^-24, so that a conversion to f16 rounds onto f16's subnormal grid
+# (spacing 2^-24) and leaves the code rint(S A + B) as the f16's bits (docs/numerics.md, section 2).
+LEAN_SCALE = 2.0**-24
+# The running max of S before a row has seen a key: below any score (|S| <= 192 * 448^2 < 2^26), so
+# no key of the row is ever measured against it, and finite, so m_ref = C M_NONE gives finite
+# alpha and B (the row's P, l and acc stay 0 until its first key; its lse is +inf by l = 0).
+M_NONE = -(2.0**30)
 MFMA = "v_mfma_f32_32x32x64_f8f6f4"
+ROW_SUM_MFMA = "v_mfma_f32_16x16x128_f8f6f4"  # half the matrix-core time of MFMA; see _row_sum_operand
 P_MODES = ("lean", "exact")
 
 
@@ -119,11 +133,14 @@ class Options:
     ablation in docs/gfx950-fp8-kernel.md turns them off).
 
     setprio: raise the wave's priority (s_setprio 1) while it issues its MFMAs, so on a SIMD shared
-        by two waves the matrix work of one goes first and the other's softmax fills the VALU
-        (the ping-pong of two waves; the timing model's arbiter honours s_setprio).
+        by two waves the matrix work of one goes first (the timing model's arbiter honours
+        s_setprio). Off by default: where a VALU op waits for the matrix core anyway (the
+        calibrated model), holding the other wave's softmax back costs more than it orders.
     pipeline: block kb's P.V product is issued in iteration kb+1 right after S of block kb+1, so a
         wave issues its eight MFMAs back to back and then runs one softmax (a P of zeros feeds the
-        first, harmless P.V; the last one follows the loops).
+        first, harmless P.V; the last one follows the loops). By default only at d_qk > 128: at
+        d=128 the deferral changes nothing per block in the calibrated model and its prologue and
+        extra P.V cost more than they give (docs/gfx950-fp8-kernel.md, ablation).
     pingpong: with 8 waves per workgroup (two per SIMD), the second group of four starts one barrier
         late, so on every SIMD one wave issues its MFMAs while the other runs its softmax; each
         iteration has two workgroup barriers (before the MFMAs, and after the row max, when S has
@@ -132,22 +149,23 @@ class Options:
     share_k_operand: S^T's second 32-key half reads its K operand into the AGPRs of the first
         once the first half's MFMAs are issued (24 AGPRs fewer at d_qk 192; relies, like the
         deferred P.V, on an MFMA reading srcA when it starts).
-    mfma_row_sum: the row sum of the rounded P comes from one more MFMA per block, ones (e4m3 1.0)
-        times the same P bytes, accumulated and rescaled like O, instead of 32 VALU decodes and adds.
+    mfma_row_sum: the row sum of the rounded P comes from one more MFMA per block (16x16x128, half
+        the matrix time of the others), a 0/1 operand times the same P bytes, accumulated and
+        rescaled like O, instead of 32 VALU decodes and adds.
         Exact in the simulator (it rounds the MFMA's exact sum once, and the block sums are exact
         anyway); on hardware it rests on the MFMA's undocumented accumulation, as the sm_90a lean
         kernels' tensor-core row sums do (docs/numerics.md), so exact P keeps the VALU sum.
     """
 
-    setprio: bool = True
-    pipeline: bool | None = None  # None: on for lean P, off for exact P (the modelled ablation's choice)
+    setprio: bool = False
+    pipeline: bool | None = None  # None: on for lean P at d_qk > 128 only (the modelled ablation's choice)
     mfma_row_sum: bool | None = None  # None: on for lean P
     share_k_operand: bool | None = None  # None: on where the row-sum MFMA would not fit otherwise
     pingpong: bool = True  # with 8 waves: the two groups of 4 run half an iteration apart
 
-    def pipelined(self, p_mode: str) -> bool:
-        """Whether the P.V product is deferred by one block for this p_mode."""
-        return p_mode == "lean" if self.pipeline is None else self.pipeline
+    def pipelined(self, p_mode: str, d_qk: int) -> bool:
+        """Whether the P.V product is deferred by one block for this p_mode and d_qk."""
+        return p_mode == "lean" and d_qk > 128 if self.pipeline is None else self.pipeline
 
     def row_sum_on_mfma(self, p_mode: str, d_qk: int) -> bool:
         """Whether the row sums come from the matrix core (by default for lean P)."""
@@ -194,6 +212,7 @@ class Gen:
         self.a = RegFile("a")
         self.s = RegFile("s", base=5)  # s[0:1] kernarg pointer, s2..s4 workgroup ids x, y, z
         self.lds = self.k.lds("kv", 2 * self.sh.buf)
+        self.out_of_line: list = []  # emitters of rarely taken code, placed after s_endpgm
 
     # ---- small helpers ---------------------------------------------------------------------------
     def e(self, text: str, comment: str = "") -> None:
@@ -341,8 +360,6 @@ class Gen:
         self.s.free(base)
         self.s.free(t)
         self.s.free(rows_left)
-        self.cur = self.sv("lds_cur")  # LDS offset of the buffer block kb is in: 0 or buf
-        self.e(f"s_mov_b32 {self.cur}, 0")
         self.mask_sel = self.sv("mask_sel", 8, 2)  # four lane masks of the causal compare
 
     # ---- per-lane constants -------------------------------------------------------------------------
@@ -437,8 +454,18 @@ class Gen:
         self.e(f"v_mul_f32_e32 {c}, {a.reg('k_descale')}, {c}")
         self.e(f"v_mul_f32_e32 {c}, {f32_hex(math.log2(math.e))}, {c}")
         if self.sh.p_mode == "lean":
-            self.e(f"v_mul_f32_e32 {self.c2[1]}, 0x41000000, {c}", "A = 8 C (exact)")
+            self.e(f"v_mul_f32_e32 {self.c2[1]}, {f32_hex(LEAN_SCALE * 8.0)}, {c}", "A' = 2^-24 8 C (exact)")
             self.e(f"v_mov_b32_e32 {c}, {self.c2[1]}")
+            self.lean_k = self.vv("lean_k", 4)
+            for i, (val, why) in enumerate(
+                (
+                    (f32_hex(-8.0 * LEAN_SCALE), "-2^-24 8: B' = fma(m_ref, this, next)"),
+                    (f32_hex(LEAN_B0 * LEAN_SCALE), "2^-24 120"),
+                    ("0x06040200", "v_perm_b32: the low byte of each f16 of two pairs"),
+                    (f32_hex(2.0**20), "|m_ref| from which the clamp at 126 can act"),
+                )
+            ):
+                self.e(f"v_mov_b32_e32 {self.lean_k[i]}, {val}", why)
         else:
             self.e(f"v_mov_b32_e32 {self.c2[1]}, {c}")
             self.eight2 = self.vv("eight2", 2, 2)
@@ -467,9 +494,13 @@ class Gen:
 
     def _init_state(self) -> None:
         sh = self.sh
-        self.k.comment("running state: m = -inf, l = 0, acc = 0")
-        self.m, self.l = self.vv("m"), self.vv("l")
-        self.e(f"v_mov_b32_e32 {self.m}, {self.ninf}")
+        self.k.comment("running state: max S = M_NONE (no key yet), m = C M_NONE, l = 0, acc = 0")
+        # m of the row before an even block lives in m_even, before an odd block in m_odd: the loops
+        # are unrolled by two, so each block writes the other register and nothing is copied
+        self.ms, self.l = self.vv("max_s"), self.vv("l")
+        self.m_even, self.m_odd = self.vv("m_even"), self.vv("m_odd")
+        self.e(f"v_mov_b32_e32 {self.ms}, {f32_hex(M_NONE)}")
+        self.e(f"v_mul_f32_e32 {self.m_even}, {f32_hex(M_NONE)}, {self.cs}")
         self.e(f"v_mov_b32_e32 {self.l}, 0")
         self.acc = [self.vv(f"acc{i}", 16, 4) for i in range(sh.vc)]
         for acc in self.acc:
@@ -480,23 +511,38 @@ class Gen:
         halves = 1 if self.opts.shares_k_operand(sh.p_mode, sh.d_qk) else 2
         self.kop = [[self.a.alloc(f"k{mb}_{c}", 8, 4) for c in range(sh.kc)] for mb in range(halves)]
         self.vop = [self.a.alloc(f"v{cb}", 8, 4) for cb in range(sh.vc)]
-        self.k_rd_cur, self.v_rd_cur = self.vv("k_rd_cur"), self.vv("v_rd_cur")
         self.rel = self.vv("rel")
-        self.mnew, self.mref, self.alpha2 = self.vv("m_new"), self.vv("m_ref"), self.vv("alpha2", 2, 2)
-        self.b2 = self.vv("b2", 2, 2)  # lean: B = 120 - 8 m_ref (pair); exact: -m_ref (pair)
+        self.alpha2 = self.vv("alpha2", 2, 2)
+        self.b2 = self.vv("b2", 2, 2)  # lean: B' = 2^-24 (120 - 8 m_ref); exact: -m_ref (low half)
+        for r in (self.alpha2[1], self.b2[1]):  # read by the packed ops, which use only the low half
+            self.e(f"v_mov_b32_e32 {r}, 0")
         self.t4 = self.vv("t4", 4, 2)
         self.bsum = self.vv("bsum", 2, 2)
         if self.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
-            self.k.comment(
-                "row sums on the matrix core: A = ones (e4m3 1.0 = 0x38), D = 32 copies of l per row"
-            )
-            self.lacc = self.vv("lacc", 16, 4)
-            for i in range(16):
-                self.e(f"v_mov_b32_e32 {self.lacc[i]}, 0")
-            self.ones = self.a.alloc("ones", 8, 4)
-            self.e(f"v_mov_b32_e32 {self.bsum[0]}, 0x38383838")
-            for i in range(8):
-                self.e(f"v_accvgpr_write_b32 {self.ones[i]}, {self.bsum[0]}")
+            self._row_sum_operand()
+
+    def _row_sum_operand(self) -> None:
+        """The A operand of the row-sum MFMA (16x16x128: B = the P^T operand as it is).
+
+        As its B operand, P's bytes of lane l are column n = l % 16 for the keys of lane group
+        G = l / 16, i.e. query row n + 16 (G % 2). D row i (lanes 16 (i / 4) + n) must sum the two
+        groups of its own row: A[i][k] = 1 (e4m3 0x38) where G(k) % 2 = (i / 4) % 2, else 0. A row
+        m = l % 16 holds the keys of group l / 16, so lane l is all ones where bit 4 of l equals
+        bit 2, else zeros, and every lane's D registers hold the sum of its own row's P.
+        """
+        self.k.comment("row sums on the matrix core (16x16x128): A = ones where lane bit 4 = lane bit 2")
+        self.lacc = self.vv("lacc", 4, 4)
+        for i in range(4):
+            self.e(f"v_mov_b32_e32 {self.lacc[i]}, 0")
+        self.ones = self.a.alloc("ones", 8, 4)
+        t = self.bsum
+        self.e(f"v_bfe_u32 {t[0]}, v0, 4, 1")
+        self.e(f"v_bfe_u32 {t[1]}, v0, 2, 1")
+        self.e(f"v_cmp_eq_u32_e32 vcc, {t[0]}, {t[1]}")
+        self.e(f"v_mov_b32_e32 {t[1]}, 0x38383838")
+        self.e(f"v_cndmask_b32_e32 {t[0]}, 0, {t[1]}, vcc")
+        for i in range(8):
+            self.e(f"v_accvgpr_write_b32 {self.ones[i]}, {t[0]}")
 
     # ---- K/V streaming -----------------------------------------------------------------------------
     def request_block(self, lds_off: str) -> None:

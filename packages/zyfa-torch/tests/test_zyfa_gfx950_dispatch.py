@@ -1,0 +1,232 @@
+"""`zyfa.flash_attn_func` on FP8 tensors reaches the gfx950 matrix-core kernels, with only the HIP
+driver faked.
+
+What a user with ROCm PyTorch on an MI355X runs is ``zyfa.flash_attn_func(q8, k8, v8, causal=True,
+q_descale=..., k_descale=..., v_descale=...)``. Below torch everything here is the product: zyfa's op
+and kernel selection, zyfa_core's manifest, argument checks, launch plan and C++ driver shim. The HIP
+runtime is zyfa-core's test double (packages/zyfa-core/tests/fake_drivers/fake_hip.c: it reports a
+gfx950 device, loads "FAKEHSACO <name>" images and logs every call). The manifest rows are the build's
+own (`zyfa_kernel_build.manifest_row`) for the mfma_fp8 variants of kernels/variants.bzl, with the
+resources read from the generator's assembly; only the code objects are the fake's text images, so a
+kernel launches only from its own file (the fake finds a function only in the image that names it).
+
+Torch itself cannot be a ROCm build on a CPU-only machine, so CPU tensors stand in for the device
+tensors: the snippet routes them to the device path (`_ops._fwd_cpu = _ops._fwd_core`) and gives torch
+a current device and stream. Each scenario runs in a fresh process (zyfa_core loads its driver once).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+FAKE_HIP = REPO / "packages" / "zyfa-core" / "tests" / "fake_drivers" / "fake_hip.c"
+TOOLS = REPO / "kernels" / "tools"
+ABI_HEADER = REPO / "kernels" / "abi" / "zyfa_abi.h"
+STREAM = 0x5A000  # the stream the stand-in torch reports as current
+
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("zyfa_core", "zyfa_asmgen"))
+    or not (TOOLS / "zyfa_kernel_build.py").is_file(),
+    reason="needs zyfa-core, zyfa-asmgen and the repository's kernels/tools",
+)
+
+SNIPPET = """
+import json, sys
+from types import SimpleNamespace
+import torch
+import zyfa
+from zyfa import _ops
+
+# CPU tensors play the MI355X's tensors (a ROCm torch calls them "cuda"): the device path, device 0.
+_ops._fwd_cpu = _ops._fwd_core
+torch.cuda.current_device = lambda: 0
+torch.cuda.current_stream = lambda device=None: SimpleNamespace(cuda_stream=STREAM)
+
+g = torch.Generator().manual_seed(SEED)
+b, sq, sk, hq, hkv, d_qk, d_v = DIMS
+q8, qd = zyfa.fp8_quantize(torch.randn(b, sq, hq, d_qk, generator=g) * 3, as_float=True)
+# k laid out [batch, heads, seq, d] and seen as [batch, seq, heads, d]: strides reach the kernel as they are
+k8, kd = zyfa.fp8_quantize(torch.randn(b, hkv, sk, d_qk, generator=g).transpose(1, 2), as_float=True)
+v8, vd = zyfa.fp8_quantize(torch.randn(b, sk, hkv, d_v, generator=g) / 2, as_float=True)
+calls = []
+for p_mode, tensors in P_MODES:
+    ds = [torch.tensor(d) for d in (qd, kd, vd)] if tensors else [qd, kd, vd]
+    kw = dict(q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], return_attn_probs=True)
+    try:
+        out, lse, _ = zyfa.flash_attn_func(q8, k8, v8, causal=True, p_mode=p_mode, **kw)
+    except Exception as exc:
+        calls.append({"error": type(exc).__name__, "message": str(exc)})
+        continue
+    calls.append({"out": out.data_ptr(), "out_shape": list(out.shape), "out_stride": list(out.stride()),
+                  "lse": lse.data_ptr(), "lse_shape": list(lse.shape)})
+tensors = {n: {"ptr": t.data_ptr(), "stride": list(t.stride())} for n, t in (("q", q8), ("k", k8), ("v", v8))}
+print(json.dumps({"calls": calls, "tensors": tensors, "descales": [qd, kd, vd]}))
+"""
+
+
+def _kernel_build():
+    """kernels/tools/zyfa_kernel_build (the build's own row logic), imported from the repository."""
+    sys.path.insert(0, str(TOOLS))
+    try:
+        import zyfa_kernel_build
+    finally:
+        sys.path.remove(str(TOOLS))
+    return zyfa_kernel_build
+
+
+@pytest.fixture(scope="module")
+def fake_hip(tmp_path_factory) -> Path:
+    pytest.importorskip("zyfa_core._driver", reason="zyfa_core's C++ driver shim is not built")
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler for the fake HIP driver")
+    lib = tmp_path_factory.mktemp("fake") / "libfake_hip.so"
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", str(FAKE_HIP), "-o", str(lib)], check=True)
+    return lib
+
+
+@pytest.fixture(scope="module")
+def fp8_rows() -> list[dict]:
+    """The manifest rows the build writes for the mfma_fp8 variants (code-object fields set per directory)."""
+    from zyfa_asmgen.abi import parse_abi_header
+    from zyfa_asmgen.generators import generate
+    from zyfa_asmgen.variant import Variant
+
+    kb = _kernel_build()
+    abi = parse_abi_header(ABI_HEADER)
+    rows = []
+    for v in kb.load_variants(REPO):
+        if v["src"] != "mfma_fp8":
+            continue
+        asm = generate("mfma_fp8", Variant.from_dict(v), abi)
+        rows.append({"variant": v, "resources": kb.gfx950_resources(asm, v["name"], f"{v['name']}.s")})
+    names = {r["variant"]["name"] for r in rows}
+    for shape in ("hd128", "hd192x128"):
+        assert {f"fa_fwd_e4m3fn_{shape}_causal{p}_gfx950" for p in ("", "_leanp")} <= names, names
+    return rows
+
+
+def _kernel_dir(path: Path, fp8_rows: list[dict], names: set[str] | None = None) -> Path:
+    """A manifest with the rows of `names` (all by default) and their fake code objects."""
+    kb = _kernel_build()
+    path.mkdir()
+    rows = []
+    for r in fp8_rows:
+        v = r["variant"]
+        if names is not None and v["name"] not in names:
+            continue
+        image = path / f"{v['name']}.hsaco"
+        image.write_bytes(f"FAKEHSACO {v['name']}\n".encode())
+        sha = kb.source_sha256(v, REPO)
+        rows.append(kb.manifest_row(v, REPO, image, r["resources"], sha, {"clang": "fake"}))
+    manifest = {"abi_version": kb.abi_version(REPO), "toolchains": {}, "kernels": rows, "skipped": []}
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return path
+
+
+def _run(
+    tmp_path: Path, lib: Path, kernels: Path, dims: tuple, p_modes: list, seed: int
+) -> tuple[dict, list]:
+    """Run SNIPPET against the fake HIP driver; return (its JSON, the log lines as dicts)."""
+    log = tmp_path / "calls.log"
+    env = {key: val for key, val in os.environ.items() if not key.startswith(("ZYFA_", "FAKE_"))}
+    env.update(
+        ZYFA_BACKEND="hip", ZYFA_LIBAMDHIP64=str(lib), FAKE_GPU_LOG=str(log), ZYFA_KERNEL_DIR=str(kernels)
+    )
+    env["ZYFA_NO_CPP"] = "1"  # the Python device path; zyfa._C registers its kernels for CUDA tensors only
+    script = tmp_path / "snippet.py"
+    head = f"STREAM = {STREAM}\nSEED = {seed}\nDIMS = {dims!r}\nP_MODES = {p_modes!r}\n"
+    script.write_text(head + textwrap.dedent(SNIPPET))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    lines = log.read_text().splitlines() if log.exists() else []
+    calls = [
+        {"call": c, **dict(kv.split("=", 1) for kv in rest)} for c, *rest in (x.split(" ") for x in lines)
+    ]
+    return json.loads(result.stdout.strip().splitlines()[-1]), calls
+
+
+def _f32(x: float) -> float:
+    import ctypes
+
+    return ctypes.c_float(x).value
+
+
+def _check_args(launch: dict, call: dict, out: dict, dims: tuple) -> None:
+    """The kernarg bytes of one launch, field by field, against the tensors of the call."""
+    from zyfa_core import abi
+
+    b, sq, sk, hq, hkv, d_qk, d_v = dims
+    assert launch["size"] == str(abi.ARGS_SIZE)
+    args = abi.ZyfaFwdArgs.from_buffer_copy(bytes.fromhex(launch["args"]))
+    for name in ("q", "k", "v"):
+        t = out["tensors"][name]
+        assert getattr(args, name) == t["ptr"]
+        got = [getattr(args, f"{name}_stride_{w}") for w in ("batch", "seq", "head")]
+        assert got == t["stride"][:3], name
+    assert args.out == call["out"] and args.lse == call["lse"]
+    assert [args.out_stride_batch, args.out_stride_seq, args.out_stride_head] == call["out_stride"][:3]
+    assert call["out_shape"] == [b, sq, hq, d_v] and call["lse_shape"] == [b, hq, sq]
+    sizes = (args.batch, args.seqlen_q, args.seqlen_k, args.heads_q, args.heads_kv, args.d_qk, args.d_v)
+    assert sizes == (b, sq, sk, hq, hkv, d_qk, d_v)
+    assert args.flags == abi.FLAG_CAUSAL | abi.FLAG_LSE
+    assert args.softmax_scale == _f32(1.0 / math.sqrt(d_qk))
+    assert [args.q_descale, args.k_descale, args.v_descale] == [_f32(d) for d in out["descales"]]
+    assert args.reserved == 0
+
+
+@pytest.mark.parametrize("dims", [(2, 100, 130, 4, 2, 128, 128), (2, 70, 70, 16, 16, 192, 128)])
+def test_fp8_calls_launch_the_gfx950_matrix_core_kernels(fake_hip, fp8_rows, tmp_path, dims):
+    """p_mode None takes lean P (gfx950's preference), "exact" the exact kernel, float and tensor
+    descales alike; each launch: the kernel's own code object, the tile grid, one wave pair per
+    workgroup, the static LDS (no dynamic size), the caller's stream and the exact argument bytes."""
+    kernels = _kernel_dir(tmp_path / "kernels", fp8_rows)
+    p_modes = [(None, False), ("exact", False), ("lean", True), (None, True)]
+    out, calls = _run(tmp_path, fake_hip, kernels, dims, p_modes, seed=sum(dims))
+    b, sq, _, hq, _, d_qk, d_v = dims
+    shape = "hd128" if (d_qk, d_v) == (128, 128) else f"hd{d_qk}x{d_v}"
+    lean, exact = f"fa_fwd_e4m3fn_{shape}_causal_leanp_gfx950", f"fa_fwd_e4m3fn_{shape}_causal_gfx950"
+    launches = [c for c in calls if c["call"] == "hipModuleLaunchKernel"]
+    assert [c["name"] for c in launches] == [lean, exact, lean, lean]
+    assert [c["name"] for c in calls if c["call"] == "hipModuleGetFunction"] == [lean, exact]
+    assert len([c for c in calls if c["call"] == "hipModuleLoadData"]) == 2  # one per kernel, then cached
+    for launch, call in zip(launches, out["calls"], strict=True):
+        assert "error" not in call, call
+        assert launch["grid"] == f"{-(-sq // 64)},{hq},{b}" and launch["block"] == "128,1,1"
+        assert launch["smem"] == "0" and int(launch["stream"], 16) == STREAM and launch["device"] == "0"
+        _check_args(launch, call, out, dims)
+
+
+def test_rows_are_the_builds(fp8_rows):
+    """Each mfma_fp8 row runs its last query tile first and records the generator's resources."""
+    kb = _kernel_build()
+    for r in fp8_rows:
+        v, res = r["variant"], r["resources"]
+        assert kb.tile_order(v) == "descending" and kb.grid_mode(v) == "tiles"
+        assert res["smem_bytes"] == 2 * 64 * (v["d_qk"] + v["d_v"])  # two K + V buffers of 64 keys
+        assert res["registers"] <= 256  # two waves per SIMD
+        assert res["spill_bytes"] == 0
+
+
+def test_missing_lean_kernel_falls_back_or_names_what_is_built(fake_hip, fp8_rows, tmp_path):
+    """With only the exact d=128 kernel built, p_mode None takes it; p_mode "lean" is refused with a
+    message naming the request, before anything launches."""
+    kernels = _kernel_dir(tmp_path / "kernels", fp8_rows, {"fa_fwd_e4m3fn_hd128_causal_gfx950"})
+    dims = (1, 64, 64, 2, 1, 128, 128)
+    out, calls = _run(tmp_path, fake_hip, kernels, dims, [(None, False), ("lean", False)], seed=3)
+    launches = [c for c in calls if c["call"] == "hipModuleLaunchKernel"]
+    assert [c["name"] for c in launches] == ["fa_fwd_e4m3fn_hd128_causal_gfx950"]
+    err = out["calls"][1]
+    assert err.get("error") == "KernelNotFoundError", err
+    assert "gfx950" in err["message"] and "p_mode=lean" in err["message"]
