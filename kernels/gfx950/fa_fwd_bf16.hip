@@ -41,6 +41,9 @@
 #ifndef ZYFA_KERNEL_NAME
 #error "build with -DZYFA_KERNEL_NAME=<kernel key>"
 #endif
+#ifndef ZYFA_STALE_TAU  // the variant's stale_tau (docs/numerics.md "Stale running max"); 0 = exact running max
+#define ZYFA_STALE_TAU 8.0f
+#endif
 #ifndef ZYFA_TILE_DESCENDING  // the variant's tile_order: 1 = "descending", absent or 0 = "ascending"
 #define ZYFA_TILE_DESCENDING 0
 #endif
@@ -80,12 +83,14 @@ constexpr int kVChunks = kDv / 64;
 // and before its next one, as the ping-pong's one-interval skew between the wave groups requires.
 constexpr int kStages = 3;
 constexpr int kLdsBytes = kStages * (kKStage + kVStage);
+constexpr float kStaleTau = ZYFA_STALE_TAU;
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr float kLn2 = 0.69314718055994530942f;
 // Instruction classes of __builtin_amdgcn_sched_group_barrier (LLVM's SchedGroupMask).
 constexpr int kSchedMfma = 0x008;
 constexpr int kSchedDsRead = 0x100;
 constexpr int kKAhead = 8;  // K reads in flight ahead of the S MFMAs (even)
+constexpr int kKPre = 4;    // of which read before the MFMA half (<= kKAhead)
 // gfx9 buffer descriptor word 3 for raw 32-bit loads (DATA_FORMAT 32); rows past seqlen_k read 0.
 constexpr int kBufferWord3 = 0x00020000;
 
@@ -176,8 +181,11 @@ struct BlockStream {
   // Issue the loads of the next block. The buffer covers at most kTileN rows, so its byte count
   // (and every lane offset) stays below 64 rows of the tensor.
   ZYFA_MEMBER void issue() {
+    // (rows - 1) row strides + one row, 0 past the end (rows <= 0: at most 2 kD - row_bytes <= 0); a
+    // select, not a branch. The launcher keeps 64 rows of the tensor below 2^31 bytes.
     const int rows = rows_left < kTileN ? rows_left : kTileN;
-    const int bytes = rows > 0 ? static_cast<int>((rows - 1) * row_bytes) + 2 * kD : 0;
+    const int span = (rows - 1) * static_cast<int>(row_bytes) + 2 * kD;
+    const int bytes = span > 0 ? span : 0;
     const __amdgpu_buffer_rsrc_t rsrc =
         __builtin_amdgcn_make_buffer_rsrc(const_cast<unsigned char *>(next), 0, bytes, kBufferWord3);
     #pragma unroll
@@ -276,12 +284,20 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   const int v_lane = (4 * (g / 2) + i4) * kVRow + 2 * (16 * (g % 2) + 4 * u4);
 
   float m = neg_inf;  // running row max of t (base-2 units)
-  float l = 0.0f;     // running row sum of unrounded p
+  float l = 0.0f;     // running sum of unrounded p over this lane's half of the row's keys
   f32x16 acc[kDvTiles];
   #pragma unroll
   for (int t = 0; t < kDvTiles; ++t) acc[t] = (f32x16){};
   f32x16 st[kKeyTiles];
   bf16x8 p_frag[kKeyTiles][2];
+  // K fragment f (key tile f / kQkSteps, dims 16 (f % kQkSteps) ..) of the block in `stage`: the A operand
+  // of S^T. The first kKPre of a block are read at the end of the previous softmax half, so the MFMA half
+  // starts on data that is already in registers.
+  auto read_k = [&](int stage, int f) {
+    return *reinterpret_cast<const lds_u32x4 *>(k_stage(stage) + k_lane + 32 * (f / kQkSteps) * kKRow +
+                                                32 * (f % kQkSteps));
+  };
+  u32x4 k_pre[kKPre];
 
   // Prologue: K_0 and K_1 into stages 0 and 1; V_0 and K_2 in flight.
   k_next.issue();
@@ -295,6 +311,8 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   // group issues its MFMAs (priority 1) while the other does its softmax on the same SIMDs.
   const bool second_group = wave >= kWaves / 2;
   if (second_group) __builtin_amdgcn_s_barrier();
+  #pragma unroll
+  for (int f = 0; f < kKPre; ++f) k_pre[f] = read_k(0, f);
 
   int cur = 0;  // nb % 3, kept without a division: the stage of K_nb and V_nb
   for (int nb = 0; nb <= n_blocks; ++nb, cur = cur == 2 ? 0 : cur + 1) {
@@ -303,21 +321,20 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
     // O += V_{nb-1} P_{nb-1}. The staging needs no branch: a block past the end is zeros.
     __builtin_amdgcn_s_setprio(1);
     if (nb < n_blocks) {
-      const lds_byte *ks = k_stage(cur) + k_lane;
       #pragma unroll
       for (int kt = 0; kt < kKeyTiles; ++kt) {
         st[kt] = (f32x16){};
         #pragma unroll
         for (int s = 0; s < kQkSteps; ++s) {
-          const u32x4 kx = *reinterpret_cast<const lds_u32x4 *>(ks + 32 * kt * kKRow + 32 * s);
+          const int f = kt * kQkSteps + s;
+          const u32x4 kx = f < kKPre ? k_pre[f] : read_k(cur, f);
           st[kt] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(__builtin_bit_cast(bf16x8, kx), q_frag[s], st[kt],
                                                            0, 0, 0);
         }
       }
-      // Schedule: K reads run kKAhead MFMAs ahead (one read per MFMA). An LDS read takes about two
-      // 32x32x16 MFMAs alone, but four waves read at once: in the timing model (d = 128) 6 ahead costs
-      // 2976 cycles per key block, 8 ahead 2873, 10 ahead 3086, 12 ahead 3181 (registers).
-      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, kKAhead, 0);
+      // Schedule: K reads run kKAhead MFMAs ahead (one read per MFMA); the first kKPre were read before
+      // the barrier that opened this half.
+      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, kKAhead - kKPre, 0);
       #pragma unroll
       for (int g = 0; g < (kKeyTiles * kQkSteps - kKAhead) / 2; ++g) {
         __builtin_amdgcn_sched_group_barrier(kSchedMfma, 2, 0);
@@ -357,10 +374,9 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
     __builtin_amdgcn_s_setprio(0);
     lds_barrier();
 
-    // ---- Softmax half: stage K_{nb+2} (read three intervals later), load K_{nb+3}; P_nb, m, l and
-    // the rescale of O by alpha.
-    k_next.store(k_stage(prv), tid);
-    k_next.issue();
+    // ---- Softmax half: P_nb, m, l and the rescale of O by alpha; stage K_{nb+2} (read three intervals
+    // later) and load K_{nb+3} after the row max, so that the half opens and closes with VALU work.
+    float alpha = 1.0f, m_use = 0.0f;
     if (nb < n_blocks) {
       const int n0 = nb * kTileN;
       if (n0 + kTileN > wave_first_limit) {  // a block that crosses some row's limit of this wave
@@ -376,10 +392,35 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
       static_assert(kKeyTiles == 2, "max_of_32 takes the two S^T tiles of a 64-key block");
       const float bmax = max_of_32(st[0], st[1]);
       const float bmax_row = row_max(bmax);
-      const float m_new = fmax_(m, bmax_row == neg_inf ? neg_inf : bmax_row * c);  // c may be 0
-      const bool live = m_new != neg_inf;  // false: nothing visible yet, the block changes nothing
-      const float alpha = m == neg_inf ? 0.0f : __builtin_amdgcn_exp2f(m - m_new);
-      const float m_use = live ? m_new : 0.0f;  // masked S = -inf gives p = 0 either way
+      // The next block's first K fragments (stage nxt was written two intervals ago and is rewritten two
+      // intervals from now; reading it on the last block is harmless).
+      #pragma unroll
+      for (int f = 0; f < kKPre; ++f) k_pre[f] = read_k(nxt, f);
+      float m_new = fmax_(m, bmax_row == neg_inf ? neg_inf : bmax_row * c);  // c may be 0
+      // Stale max: keep m unless the block raises it by more than tau (m = -inf never stays).
+      if (kStaleTau > 0.0f && !(m_new > m + kStaleTau)) m_new = m;
+      // alpha = 0 while m = -inf (acc and l are still 0); a row with nothing visible yet keeps m = -inf,
+      // l = 0 * 0 + 0 and acc = 0, so it needs no special case below.
+      alpha = m == neg_inf ? 0.0f : __builtin_amdgcn_exp2f(m - m_new);
+      m_use = m_new == neg_inf ? 0.0f : m_new;  // masked S = -inf gives p = 0 either way
+      m = m_new;
+      // O *= alpha, skipped when every row of the wave kept its max (alpha == 1 exactly: the same bits).
+      if (__builtin_amdgcn_ballot_w64(alpha != 1.0f) != 0) {
+        const f32x2 a2 = {alpha, alpha};
+        #pragma unroll
+        for (int t = 0; t < kDvTiles; ++t) {
+          #pragma unroll
+          for (int r = 0; r < 16; r += 2) {
+            const f32x2 o = f32x2{acc[t][r], acc[t][r + 1]} * a2;
+            acc[t][r] = o[0];
+            acc[t][r + 1] = o[1];
+          }
+        }
+      }
+    }
+    k_next.store(k_stage(prv), tid);
+    k_next.issue();
+    if (nb < n_blocks) {
       // p = exp2(S * C - m) on pairs of scores (packed FMA and add), P rounded to bf16 for P.V.
       const f32x2 c2 = {c, c}, neg_m2 = {-m_use, -m_use};
       f32x2 psum2 = {0.0f, 0.0f};
@@ -398,24 +439,8 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
           }
         }
       }
-      const float psum = row_sum(psum2[0] + psum2[1]);
-      if (live) {
-        l = l * alpha + psum;
-        m = m_new;
-      }
-      // O *= alpha, skipped when no row of the wave changed its max (alpha == 1 exactly: the same bits).
-      if (__builtin_amdgcn_ballot_w64(live && alpha != 1.0f) != 0) {
-        const f32x2 a2 = {live ? alpha : 1.0f, live ? alpha : 1.0f};
-        #pragma unroll
-        for (int t = 0; t < kDvTiles; ++t) {
-          #pragma unroll
-          for (int r = 0; r < 16; r += 2) {
-            const f32x2 o = f32x2{acc[t][r], acc[t][r + 1]} * a2;
-            acc[t][r] = o[0];
-            acc[t][r + 1] = o[1];
-          }
-        }
-      }
+      // This lane's share of l (its half of the row's keys); the two shares are added once, at the end.
+      l = l * alpha + (psum2[0] + psum2[1]);
     }
     lds_barrier();
   }
@@ -424,6 +449,7 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   if (!row_ok) return;
   // out = acc * (v_descale / l), bf16 RNE; a row that saw no key (l == 0) writes 0. A row that saw a
   // key has l >= 1 (its max key adds exp2(0) = 1), so vd / max(l, 1) needs no select.
+  l = row_sum(l);
   const float scale = a.v_descale / fmax_(l, 1.0f);
   __bf16 *out_row = static_cast<__bf16 *>(a.out) + bz * a.out_stride_batch +
                     static_cast<long long>(row) * a.out_stride_seq + hq * a.out_stride_head;
