@@ -314,72 +314,76 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   #pragma unroll
   for (int f = 0; f < kKPre; ++f) k_pre[f] = read_k(0, f);
 
+  // S_nb = K_nb Q^T from the K stage `stage` (the first kKPre fragments are already in k_pre).
+  auto s_mfmas = [&](int stage) {
+    #pragma unroll
+    for (int kt = 0; kt < kKeyTiles; ++kt) {
+      st[kt] = (f32x16){};
+      #pragma unroll
+      for (int s = 0; s < kQkSteps; ++s) {
+        const int f = kt * kQkSteps + s;
+        const u32x4 kx = f < kKPre ? k_pre[f] : read_k(stage, f);
+        st[kt] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(__builtin_bit_cast(bf16x8, kx), q_frag[s], st[kt],
+                                                         0, 0, 0);
+      }
+    }
+    // Schedule: K reads run kKAhead MFMAs ahead (one read per MFMA); the first kKPre were read before
+    // the barrier that opened this half.
+    __builtin_amdgcn_sched_group_barrier(kSchedDsRead, kKAhead - kKPre, 0);
+    #pragma unroll
+    for (int g = 0; g < (kKeyTiles * kQkSteps - kKAhead) / 2; ++g) {
+      __builtin_amdgcn_sched_group_barrier(kSchedMfma, 2, 0);
+      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2, 0);
+    }
+    __builtin_amdgcn_sched_group_barrier(kSchedMfma, kKAhead, 0);
+  };
+  // O += V P for the V stage `stage` and the P in p_frag.
+  auto pv_mfmas = [&](int stage) {
+    // B element e of step s of key tile kt is P at key 32kt + 16s + 8(e/4) + 4h + e%4; the two
+    // transposing reads give A element e = V at that key, column 32t + j.
+    const lds_byte *vs = v_stage(stage) + v_lane;
+    #pragma unroll
+    for (int kt = 0; kt < kKeyTiles; ++kt) {
+      #pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        #pragma unroll
+        for (int t = 0; t < kDvTiles; ++t) {
+          const lds_byte *p0 = vs + (32 * kt + 16 * s) * kVRow + 64 * t;
+          const i16x4 lo = __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4 *)p0);
+          const i16x4 hi = __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4 *)(p0 + 8 * kVRow));
+          const bf16x8 va = __builtin_bit_cast(bf16x8, __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7));
+          acc[t] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(va, p_frag[kt][s], acc[t], 0, 0, 0);
+        }
+      }
+    }
+    // Schedule: the V^T reads of the next four MFMAs go out before the current four.
+    __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
+    #pragma unroll
+    for (int g = 0; g < 2 * kKeyTiles - 1; ++g) {
+      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
+      __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
+    }
+    __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
+  };
+
   int cur = 0;  // nb % 3, kept without a division: the stage of K_nb and V_nb
-  for (int nb = 0; nb <= n_blocks; ++nb, cur = cur == 2 ? 0 : cur + 1) {
+  for (int nb = 0; nb < n_blocks; ++nb, cur = cur == 2 ? 0 : cur + 1) {
     const int nxt = cur == 2 ? 0 : cur + 1, prv = cur == 0 ? 2 : cur - 1;  // (nb + 1) % 3, (nb + 2) % 3
     // ---- MFMA half: S_nb = K_nb Q^T; stage V_nb (read two intervals later), load V_{nb+1}; then
     // O += V_{nb-1} P_{nb-1}. The staging needs no branch: a block past the end is zeros.
     __builtin_amdgcn_s_setprio(1);
-    if (nb < n_blocks) {
-      #pragma unroll
-      for (int kt = 0; kt < kKeyTiles; ++kt) {
-        st[kt] = (f32x16){};
-        #pragma unroll
-        for (int s = 0; s < kQkSteps; ++s) {
-          const int f = kt * kQkSteps + s;
-          const u32x4 kx = f < kKPre ? k_pre[f] : read_k(cur, f);
-          st[kt] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(__builtin_bit_cast(bf16x8, kx), q_frag[s], st[kt],
-                                                           0, 0, 0);
-        }
-      }
-      // Schedule: K reads run kKAhead MFMAs ahead (one read per MFMA); the first kKPre were read before
-      // the barrier that opened this half.
-      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, kKAhead - kKPre, 0);
-      #pragma unroll
-      for (int g = 0; g < (kKeyTiles * kQkSteps - kKAhead) / 2; ++g) {
-        __builtin_amdgcn_sched_group_barrier(kSchedMfma, 2, 0);
-        __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2, 0);
-      }
-      __builtin_amdgcn_sched_group_barrier(kSchedMfma, kKAhead, 0);
-    }
+    s_mfmas(cur);
     v_next.store(v_stage(cur), tid);
     v_next.issue();
-    if (nb > 0) {
-      // B element e of step s of key tile kt is P at key 32kt + 16s + 8(e/4) + 4h + e%4; the two
-      // transposing reads give A element e = V at that key, column 32t + j.
-      const lds_byte *vs = v_stage(prv) + v_lane;
-      #pragma unroll
-      for (int kt = 0; kt < kKeyTiles; ++kt) {
-        #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          #pragma unroll
-          for (int t = 0; t < kDvTiles; ++t) {
-            const lds_byte *p0 = vs + (32 * kt + 16 * s) * kVRow + 64 * t;
-            const i16x4 lo = __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4 *)p0);
-            const i16x4 hi = __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4 *)(p0 + 8 * kVRow));
-            const bf16x8 va = __builtin_bit_cast(bf16x8, __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7));
-            acc[t] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(va, p_frag[kt][s], acc[t], 0, 0, 0);
-          }
-        }
-      }
-      // Schedule: the V^T reads of the next four MFMAs go out before the current four.
-      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
-      #pragma unroll
-      for (int g = 0; g < 2 * kKeyTiles - 1; ++g) {
-        __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
-        __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
-      }
-      __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
-    }
+    k_next.store(k_stage(prv), tid);
+    k_next.issue();
+    if (nb > 0) pv_mfmas(prv);
     __builtin_amdgcn_s_setprio(0);
     lds_barrier();
 
-    // ---- Softmax half: P_nb, m, l and the rescale of O by alpha; stage K_{nb+2} (read three intervals
-    // later) and load K_{nb+3} after the row max, so that the half opens and closes with VALU work.
-    float alpha = 1.0f, m_use = 0.0f;
-    if (nb < n_blocks) {
+    {
       const int n0 = nb * kTileN;
-      if (n0 + kTileN > wave_first_limit) {  // a block that crosses some row's limit of this wave
+      if (__builtin_expect(n0 + kTileN > wave_first_limit, 0)) {  // a block crossing some row's limit
         #pragma unroll
         for (int kt = 0; kt < kKeyTiles; ++kt) {
           #pragma unroll
@@ -401,11 +405,11 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
       if (kStaleTau > 0.0f && !(m_new > m + kStaleTau)) m_new = m;
       // alpha = 0 while m = -inf (acc and l are still 0); a row with nothing visible yet keeps m = -inf,
       // l = 0 * 0 + 0 and acc = 0, so it needs no special case below.
-      alpha = m == neg_inf ? 0.0f : __builtin_amdgcn_exp2f(m - m_new);
-      m_use = m_new == neg_inf ? 0.0f : m_new;  // masked S = -inf gives p = 0 either way
+      const float alpha = m == neg_inf ? 0.0f : __builtin_amdgcn_exp2f(m - m_new);
+      const float m_use = m_new == neg_inf ? 0.0f : m_new;  // masked S = -inf gives p = 0 either way
       m = m_new;
       // O *= alpha, skipped when every row of the wave kept its max (alpha == 1 exactly: the same bits).
-      if (__builtin_amdgcn_ballot_w64(alpha != 1.0f) != 0) {
+      if (__builtin_expect(__builtin_amdgcn_ballot_w64(alpha != 1.0f) != 0, 0)) {
         const f32x2 a2 = {alpha, alpha};
         #pragma unroll
         for (int t = 0; t < kDvTiles; ++t) {
@@ -417,10 +421,6 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
           }
         }
       }
-    }
-    k_next.store(k_stage(prv), tid);
-    k_next.issue();
-    if (nb < n_blocks) {
       // p = exp2(S * C - m) on pairs of scores (packed FMA and add), P rounded to bf16 for P.V.
       const f32x2 c2 = {c, c}, neg_m2 = {-m_use, -m_use};
       f32x2 psum2 = {0.0f, 0.0f};
@@ -444,6 +444,12 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
     }
     lds_barrier();
   }
+  // The last block's O += V P, in the intervals of one more iteration (both groups pass the same barriers).
+  __builtin_amdgcn_s_setprio(1);
+  if (n_blocks > 0) pv_mfmas(cur == 0 ? 2 : cur - 1);
+  __builtin_amdgcn_s_setprio(0);
+  lds_barrier();
+  lds_barrier();
   if (!second_group) __builtin_amdgcn_s_barrier();
 
   if (!row_ok) return;
