@@ -84,6 +84,8 @@ constexpr int kVChunks = kDv / 64;
 constexpr int kStages = 3;
 constexpr int kLdsBytes = kStages * (kKStage + kVStage);
 constexpr float kStaleTau = ZYFA_STALE_TAU;
+constexpr float kFltMin = 1.17549435e-38f;   // the smallest normal float, 2^-126
+constexpr float kFltMax = 3.40282347e+38f;
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr float kLn2 = 0.69314718055994530942f;
 // Instruction classes of __builtin_amdgcn_sched_group_barrier (LLVM's SchedGroupMask).
@@ -107,20 +109,23 @@ static_assert(kLdsBytes <= 160 * 1024, "three K and V stages must fit gfx950's 1
 typedef zyfa_fwd_args __attribute__((aligned(16))) __attribute__((address_space(4))) kernarg_args;
 
 ZYFA_DEVICE float fmax_(float a, float b) { return a > b ? a : b; }
-// The max of the 32 scores of a lane's two S^T tiles in sixteen chained v_max3_f32, one inline-assembly
-// statement: the compiler's fmax (IEEE mode) would first quiet each MFMA result with a v_max_f32 x, x,
-// and it puts an s_nop between two asm statements of which one reads the other's result. No NaN
-// reaches it (-inf marks masked keys); v_max3_f32 reading VALU results needs no wait states, and the
-// MFMAs that wrote the scores are a barrier and many instructions back.
-ZYFA_DEVICE float max_of_32(const f32x16 &x, const f32x16 &y) {
-  float r;
-  asm("v_max3_f32 %0, %1, %2, %3\n\t"
-      "v_max3_f32 %0, %0, %4, %5\n\tv_max3_f32 %0, %0, %6, %7\n\tv_max3_f32 %0, %0, %8, %9\n\t"
-      "v_max3_f32 %0, %0, %10, %11\n\tv_max3_f32 %0, %0, %12, %13\n\tv_max3_f32 %0, %0, %14, %15\n\t"
-      "v_max3_f32 %0, %0, %16, %17\n\tv_max3_f32 %0, %0, %18, %19\n\tv_max3_f32 %0, %0, %20, %21\n\t"
-      "v_max3_f32 %0, %0, %22, %23\n\tv_max3_f32 %0, %0, %24, %25\n\tv_max3_f32 %0, %0, %26, %27\n\t"
-      "v_max3_f32 %0, %0, %28, %29\n\tv_max3_f32 %0, %0, %30, %31\n\tv_max_f32 %0, %0, %32"
-      : "=&v"(r)
+// The max of a row's 64 scores (this lane's 32 of the two S^T tiles and the partner lane's 32) in one
+// inline-assembly statement: sixteen chained v_max3_f32, then one v_permlane32_swap with the partner
+// lane l ^ 32 and a v_max_f32. The compiler's fmax (IEEE mode) would first quiet each MFMA result with
+// a v_max_f32 x, x, and it puts an s_nop between two asm statements of which one reads the other's
+// result. No NaN reaches it (-inf marks masked keys); v_max3_f32 reading VALU results needs no wait
+// states, and the MFMAs that wrote the scores are a barrier and many instructions back. The s_nop 1
+// gives the two wait states gfx950 needs between a VALU write of an operand and the swap.
+ZYFA_DEVICE float row_max_of_64(const f32x16 &x, const f32x16 &y) {
+  float r, t;
+  asm("v_max3_f32 %0, %2, %3, %4\n\t"
+      "v_max3_f32 %0, %0, %5, %6\n\tv_max3_f32 %0, %0, %7, %8\n\tv_max3_f32 %0, %0, %9, %10\n\t"
+      "v_max3_f32 %0, %0, %11, %12\n\tv_max3_f32 %0, %0, %13, %14\n\tv_max3_f32 %0, %0, %15, %16\n\t"
+      "v_max3_f32 %0, %0, %17, %18\n\tv_max3_f32 %0, %0, %19, %20\n\tv_max3_f32 %0, %0, %21, %22\n\t"
+      "v_max3_f32 %0, %0, %23, %24\n\tv_max3_f32 %0, %0, %25, %26\n\tv_max3_f32 %0, %0, %27, %28\n\t"
+      "v_max3_f32 %0, %0, %29, %30\n\tv_max3_f32 %0, %0, %31, %32\n\tv_max_f32 %0, %0, %33\n\t"
+      "v_mov_b32 %1, %0\n\ts_nop 1\n\tv_permlane32_swap_b32 %0, %1\n\tv_max_f32 %0, %0, %1"
+      : "=&v"(r), "=&v"(t)
       : "v"(x[0]), "v"(x[1]), "v"(x[2]), "v"(x[3]), "v"(x[4]), "v"(x[5]), "v"(x[6]), "v"(x[7]), "v"(x[8]),
         "v"(x[9]), "v"(x[10]), "v"(x[11]), "v"(x[12]), "v"(x[13]), "v"(x[14]), "v"(x[15]), "v"(y[0]),
         "v"(y[1]), "v"(y[2]), "v"(y[3]), "v"(y[4]), "v"(y[5]), "v"(y[6]), "v"(y[7]), "v"(y[8]), "v"(y[9]),
@@ -142,10 +147,6 @@ ZYFA_DEVICE Pair with_partner(float x) {
   float a = x, b = x;
   asm("s_nop 1\n\tv_permlane32_swap_b32 %0, %1" : "+v"(a), "+v"(b));
   return {a, b};
-}
-ZYFA_DEVICE float row_max(float x) {
-  const Pair p = with_partner(x);
-  return fmax_(p.a, p.b);
 }
 ZYFA_DEVICE float row_sum(float x) {
   const Pair p = with_partner(x);
@@ -259,6 +260,9 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   float c = a.softmax_scale * a.q_descale * a.k_descale * kLog2e;
   const unsigned q_sign = c < 0.0f ? 0x80008000u : 0u;
   c = c < 0.0f ? -c : c;
+  // C = 0 (softmax_scale 0) runs as the smallest normal float: every |t| is then below 2^-100 and exp2
+  // gives exactly 1, as for t = 0, while -inf * C stays -inf (masked keys need no second select).
+  c = c > kFltMin ? c : kFltMin;
   const float neg_inf = -__builtin_inff();
 
   // Q^T operand (B of the S MFMA): this lane's row, dims 16s + 8h .. +7. Rows past sq read the last
@@ -284,7 +288,7 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   const int v_lane = (4 * (g / 2) + i4) * kVRow + 2 * (16 * (g % 2) + 4 * u4);
 
   float m = neg_inf;  // running row max of t (base-2 units)
-  float l = 0.0f;     // running sum of unrounded p over this lane's half of the row's keys
+  f32x2 l2 = {0.0f, 0.0f};  // running sums of unrounded p over this lane's half of the row's keys
   f32x16 acc[kDvTiles];
   #pragma unroll
   for (int t = 0; t < kDvTiles; ++t) acc[t] = (f32x16){};
@@ -392,21 +396,19 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
           }
         }
       }
-      // Block max over the lane's 32 scores (S, not t: C > 0).
-      static_assert(kKeyTiles == 2, "max_of_32 takes the two S^T tiles of a 64-key block");
-      const float bmax = max_of_32(st[0], st[1]);
-      const float bmax_row = row_max(bmax);
+      static_assert(kKeyTiles == 2, "row_max_of_64 takes the two S^T tiles of a 64-key block");
+      // The block's max of t (S * C, C > 0), clamped to -FLT_MAX: a row with nothing visible yet gets a
+      // finite m, so alpha = exp2(m - m_new) is never NaN (the first block: exp2(-inf) = 0; acc and l
+      // are still 0) and S * C - m stays -inf for masked keys.
+      const float mb = __builtin_fmaxf(row_max_of_64(st[0], st[1]) * c, -kFltMax);
       // The next block's first K fragments (stage nxt was written two intervals ago and is rewritten two
       // intervals from now; reading it on the last block is harmless).
       #pragma unroll
       for (int f = 0; f < kKPre; ++f) k_pre[f] = read_k(nxt, f);
-      float m_new = fmax_(m, bmax_row == neg_inf ? neg_inf : bmax_row * c);  // c may be 0
-      // Stale max: keep m unless the block raises it by more than tau (m = -inf never stays).
-      if (kStaleTau > 0.0f && !(m_new > m + kStaleTau)) m_new = m;
-      // alpha = 0 while m = -inf (acc and l are still 0); a row with nothing visible yet keeps m = -inf,
-      // l = 0 * 0 + 0 and acc = 0, so it needs no special case below.
-      const float alpha = m == neg_inf ? 0.0f : __builtin_amdgcn_exp2f(m - m_new);
-      const float m_use = m_new == neg_inf ? 0.0f : m_new;  // masked S = -inf gives p = 0 either way
+      // Stale max: keep m unless the block raises it by more than tau (m = -inf never stays); mb > m +
+      // tau implies mb > m, so the max itself is not needed.
+      const float m_new = kStaleTau > 0.0f ? (mb > m + kStaleTau ? mb : m) : __builtin_fmaxf(m, mb);
+      const float alpha = __builtin_amdgcn_exp2f(m - m_new);
       m = m_new;
       // O *= alpha, skipped when every row of the wave kept its max (alpha == 1 exactly: the same bits).
       if (__builtin_expect(__builtin_amdgcn_ballot_w64(alpha != 1.0f) != 0, 0)) {
@@ -422,7 +424,7 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
         }
       }
       // p = exp2(S * C - m) on pairs of scores (packed FMA and add), P rounded to bf16 for P.V.
-      const f32x2 c2 = {c, c}, neg_m2 = {-m_use, -m_use};
+      const f32x2 c2 = {c, c}, neg_m2 = {-m_new, -m_new};
       f32x2 psum2 = {0.0f, 0.0f};
       #pragma unroll
       for (int kt = 0; kt < kKeyTiles; ++kt) {
@@ -440,7 +442,7 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
         }
       }
       // This lane's share of l (its half of the row's keys); the two shares are added once, at the end.
-      l = l * alpha + (psum2[0] + psum2[1]);
+      l2 = l2 * f32x2{alpha, alpha} + psum2;
     }
     lds_barrier();
   }
@@ -455,7 +457,7 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   if (!row_ok) return;
   // out = acc * (v_descale / l), bf16 RNE; a row that saw no key (l == 0) writes 0. A row that saw a
   // key has l >= 1 (its max key adds exp2(0) = 1), so vd / max(l, 1) needs no select.
-  l = row_sum(l);
+  const float l = row_sum(l2[0] + l2[1]);
   const float scale = a.v_descale / fmax_(l, 1.0f);
   __bf16 *out_row = static_cast<__bf16 *>(a.out) + bz * a.out_stride_batch +
                     static_cast<long long>(row) * a.out_stride_seq + hq * a.out_stride_head;
