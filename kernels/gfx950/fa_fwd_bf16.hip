@@ -42,9 +42,10 @@
 #error "build with -DZYFA_KERNEL_NAME=<kernel key>"
 #endif
 #ifndef ZYFA_STALE_TAU  // the variant's stale_tau (docs/numerics.md "Stale running max"); 0 = exact running max
-#define ZYFA_STALE_TAU 8.0f
+#define ZYFA_STALE_TAU 0.0f
 #endif
-#ifndef ZYFA_TILE_DESCENDING  // the variant's tile_order: 1 = "descending", absent or 0 = "ascending"
+// The variant's tile_order: 2 = "global_descending", 1 = "descending", absent or 0 = "ascending".
+#ifndef ZYFA_TILE_DESCENDING
 #define ZYFA_TILE_DESCENDING 0
 #endif
 
@@ -228,14 +229,24 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   const int sq = a.seqlen_q;
   const int sk = a.seqlen_k;
 
-  // Longest rows first (tile_order "descending"): blockIdx.x counts query tiles from the last one
-  // down, so the causal tiles with the most keys are dispatched first and the short ones fill the
-  // tail of the launch.
+  // Longest rows first. "descending": blockIdx.x counts query tiles from the last one down, so the causal
+  // tiles with the most keys of each head are dispatched first. "global_descending": the workgroups in
+  // dispatch order (x fastest) take the last tile of every head and batch, then the one before it, ...,
+  // so the longest tiles of the whole launch start first and the short ones fill its tail.
   const int n_tiles = (sq + kTileM - 1) / kTileM;
-  const int bx = __builtin_amdgcn_workgroup_id_x();
-  const int tile = ZYFA_TILE_DESCENDING ? n_tiles - 1 - bx : bx;
-  const int hq = __builtin_amdgcn_workgroup_id_y();
-  const int bz = __builtin_amdgcn_workgroup_id_z();
+  int tile = __builtin_amdgcn_workgroup_id_x();
+  int hq = __builtin_amdgcn_workgroup_id_y();
+  int bz = __builtin_amdgcn_workgroup_id_z();
+  if (ZYFA_TILE_DESCENDING == 2) {
+    const unsigned pairs = static_cast<unsigned>(a.heads_q) * static_cast<unsigned>(a.batch);
+    const unsigned lin = tile + n_tiles * (hq + a.heads_q * bz);  // the dispatch position
+    const unsigned pair = lin % pairs;
+    tile = n_tiles - 1 - static_cast<int>(lin / pairs);
+    hq = static_cast<int>(pair % static_cast<unsigned>(a.heads_q));
+    bz = static_cast<int>(pair / static_cast<unsigned>(a.heads_q));
+  } else if (ZYFA_TILE_DESCENDING == 1) {
+    tile = n_tiles - 1 - tile;
+  }
   const unsigned group = static_cast<unsigned>(a.heads_q) / static_cast<unsigned>(a.heads_kv);
   const int hkv = static_cast<int>(static_cast<unsigned>(hq) / group);
   const bool causal = (a.flags & ZYFA_FLAG_CAUSAL) != 0;

@@ -80,9 +80,14 @@ OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
 # Query-tile order of a "tiles" grid: "ascending" = blockIdx.x is the query tile; "descending" = blockIdx.x
 # is ceil(seqlen_q / tile_m) - 1 - tile, so the causal tiles with the most keys are dispatched first
 # (gfx950/fa_fwd_bf16.hip is built with -DZYFA_TILE_DESCENDING=1; the mfma_fp8 generator always emits it,
-# so its rows must say so: the simulator and the models map workgroups to tiles by this field).
-TILE_ORDERS = ("ascending", "descending")
+# so its rows must say so: the simulator and the models map workgroups to tiles by this field);
+# "global_descending" = the workgroups in dispatch order (x fastest) take the last query tile of every head
+# and batch first, then the one before it, and so on (-DZYFA_TILE_DESCENDING=2): the longest tiles of the
+# whole launch start first, not only those of each head.
+TILE_ORDERS = ("ascending", "descending", "global_descending")
+TILE_ORDER_DEFINES = {"descending": 1, "global_descending": 2}
 DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip", "mfma_fp8")
+GLOBAL_DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip",)
 ALWAYS_DESCENDING_SRCS = ("mfma_fp8",)
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
 # which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself).
@@ -92,10 +97,10 @@ PERSISTENT_SRC = "sm90/fa_fwd_wgmma.cu"
 # kernel's ZYFA_WS_TMA build, BF16 only: a second parameter, zyfa_tma_maps, that launchers encode).
 LOADS_MODES = ("cp.async", "tma")
 # Stale running max (docs/numerics.md): a row keeps m unless a block raises it by more than stale_tau
-# (log2 units). Only the sm90 wgmma kernel implements it (ZYFA_WS_STALE_TAU); FP8 P must stay below
+# (log2 units). The sources that implement it, with the define that carries tau; FP8 P must stay below
 # e4m3's 448 = 2^8.8 with the row max at 2^8, so FP8 needs stale_tau below the ABI header's
 # ZYFA_FP8_MAX_STALE_TAU (fp8_max_stale_tau).
-STALE_SRC = "sm90/fa_fwd_wgmma.cu"
+STALE_SRCS = {"sm90/fa_fwd_wgmma.cu": "ZYFA_WS_STALE_TAU", "gfx950/fa_fwd_bf16.hip": "ZYFA_STALE_TAU"}
 # V pre-pass (kernels/abi/zyfa_abi.h, ABI 3): the sm90 wgmma kernel's ZYFA_WS_VPRE build for e4m3 exact / lean
 # P with d_v 128 and tile_n a multiple of 64; its cubin has a second entry, <name>_vprep, which the manifest
 # row names in "v_prep" (launchers run it into a workspace first).
@@ -214,6 +219,8 @@ def tile_order_problems(v: dict[str, Any]) -> list[str]:
         return [f"{label}: tile_order {order!r} is not one of {TILE_ORDERS}"]
     if order == "descending" and (v["src"] not in DESCENDING_SRCS or grid_mode(v) != "tiles"):
         return [f"{label}: tile_order 'descending' needs grid 'tiles' and src in {DESCENDING_SRCS}"]
+    if order == "global_descending" and (v["src"] not in GLOBAL_DESCENDING_SRCS or grid_mode(v) != "tiles"):
+        return [f"{label}: tile_order 'global_descending' needs grid 'tiles' and src in {GLOBAL_DESCENDING_SRCS}"]
     if order != "descending" and v["src"] in ALWAYS_DESCENDING_SRCS:
         return [f"{label}: src {v['src']!r} runs the last query tile first: set tile_order 'descending'"]
     return []
@@ -229,8 +236,8 @@ def stale_problems(v: dict[str, Any], fp8_max: float) -> list[str]:
     label, tau = v["name"], stale_tau(v)
     if not math.isfinite(tau) or tau < 0.0:
         return [f"{label}: stale_tau {tau!r} must be a finite number >= 0"]
-    if tau > 0.0 and v["src"] != STALE_SRC:
-        return [f"{label}: stale_tau > 0 needs src {STALE_SRC!r} (ZYFA_WS_STALE_TAU)"]
+    if tau > 0.0 and v["src"] not in STALE_SRCS:
+        return [f"{label}: stale_tau > 0 needs src in {tuple(STALE_SRCS)}"]
     if v["dtype"] == "e4m3fn" and tau >= fp8_max:
         return [f"{label}: stale_tau {tau} would let FP8 P pass e4m3's 448; it must be < {fp8_max}"]
     return []
@@ -319,11 +326,11 @@ def defines(v: dict[str, Any]) -> list[str]:
     if loads_mode(v) == "tma":
         values["ZYFA_WS_TMA"] = 1
     if stale_tau(v) > 0.0:
-        values["ZYFA_WS_STALE_TAU"] = f"{stale_tau(v)!r}f"  # a float literal, e.g. 8.0f
+        values[STALE_SRCS[v["src"]]] = f"{stale_tau(v)!r}f"  # a float literal, e.g. 8.0f
     if v_prep_entry(v):
         values["ZYFA_WS_VPRE"] = 1
-    if tile_order(v) == "descending":
-        values["ZYFA_TILE_DESCENDING"] = 1
+    if tile_order(v) in TILE_ORDER_DEFINES:
+        values["ZYFA_TILE_DESCENDING"] = TILE_ORDER_DEFINES[tile_order(v)]
     return [f"-D{key}={value}" for key, value in values.items()]
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from zyfa_asmgen.sim import GlobalMemory, SimError, Simulator
+from zyfa_asmgen.sim.cli import TILE_ORDER_DEFINES, workgroup_of
 
 from .conftest import REPO
 from .test_kernels import BF16, attention_reference, pack_args
@@ -43,12 +44,8 @@ def _defines(v: dict) -> dict:
     return {"ZYFA_KERNEL_NAME": v["name"], "ZYFA_DTYPE_E4M3": 0, "ZYFA_D_QK": v["d_qk"], "ZYFA_D_V": v["d_v"],
             "ZYFA_TILE_M": v["tile_m"], "ZYFA_TILE_N": v["tile_n"], "ZYFA_THREADS": v["threads"],
             "ZYFA_SMEM_BYTES": v["smem_bytes"], "ZYFA_LEAN_P": 0,
-            "ZYFA_TILE_DESCENDING": int(v.get("tile_order") == "descending")}  # fmt: skip
-
-
-def _workgroup_x(tile: int, n_tiles: int, v: dict) -> int:
-    """blockIdx.x of a query tile under the variant's tile_order (its own inverse)."""
-    return n_tiles - 1 - tile if v.get("tile_order") == "descending" else tile
+            "ZYFA_TILE_DESCENDING": TILE_ORDER_DEFINES.get(v.get("tile_order"), 0),
+            **({"ZYFA_STALE_TAU": f"{v['stale_tau']!r}f"} if v.get("stale_tau", 0.0) > 0 else {})}  # fmt: skip
 
 
 def run(asm, v, b, sq, sk, hq, hkv, tiles=None, flags=3, rng=None, wave_order="forward"):
@@ -66,7 +63,7 @@ def run(asm, v, b, sq, sk, hq, hkv, tiles=None, flags=3, rng=None, wave_order="f
     wgs = (
         None
         if tiles is None
-        else [(_workgroup_x(t, grid[0], v), h, bi) for t in tiles for h in range(hq) for bi in range(b)]
+        else [workgroup_of(t, h, bi, grid, v) for t in tiles for h in range(hq) for bi in range(b)]
     )
     res = Simulator(asm, v["name"]).launch(
         grid, (v["threads"], 1, 1), args, mem, workgroups=wgs, wave_order=wave_order
