@@ -399,11 +399,14 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
     {
       const int n0 = nb * kTileN;
       if (__builtin_expect(n0 + kTileN > wave_first_limit, 0)) {  // a block crossing some row's limit
+        // Key n0 + 32 kt + d_row(r, h) is past the row's limit iff its offset 32 kt + d_row(r, 0) (a
+        // constant) reaches row_limit - n0 - 4h: one compare and one select per score.
+        const int first_masked = row_limit - n0 - 4 * h;
         #pragma unroll
         for (int kt = 0; kt < kKeyTiles; ++kt) {
           #pragma unroll
           for (int r = 0; r < 16; ++r) {
-            if (n0 + 32 * kt + d_row(r, h) >= row_limit) st[kt][r] = neg_inf;
+            if (32 * kt + d_row(r, 0) >= first_masked) st[kt][r] = neg_inf;
           }
         }
       }
