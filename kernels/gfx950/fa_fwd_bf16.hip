@@ -422,11 +422,12 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
       // Stale max: keep m unless the block raises it by more than tau (m = -inf never stays); mb > m +
       // tau implies mb > m, so the max itself is not needed.
       const float m_new = kStaleTau > 0.0f ? (mb > m + kStaleTau ? mb : m) : __builtin_fmaxf(m, mb);
-      const float alpha = __builtin_amdgcn_exp2f(m - m_new);
-      m = m_new;
-      // O *= alpha, skipped when every row of the wave kept its max (alpha == 1 exactly: the same bits).
-      if (__builtin_expect(__builtin_amdgcn_ballot_w64(alpha != 1.0f) != 0, 0)) {
+      // O *= alpha and l *= alpha with alpha = exp2(m - m_new), skipped (exp2 included) when every row of
+      // the wave kept its max: alpha is then 1 exactly.
+      if (__builtin_expect(__builtin_amdgcn_ballot_w64(m_new != m) != 0, 0)) {
+        const float alpha = __builtin_amdgcn_exp2f(m - m_new);
         const f32x2 a2 = {alpha, alpha};
+        l2 = l2 * a2;
         #pragma unroll
         for (int t = 0; t < kDvTiles; ++t) {
           #pragma unroll
@@ -437,6 +438,7 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
           }
         }
       }
+      m = m_new;
       // p = exp2(S * C - m) on pairs of scores (packed FMA and add), P rounded to bf16 for P.V.
       const f32x2 c2 = {c, c}, neg_m2 = {-m_new, -m_new};
       f32x2 psum2 = {0.0f, 0.0f};
@@ -456,7 +458,7 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
         }
       }
       // This lane's share of l (its half of the row's keys); the two shares are added once, at the end.
-      l2 = l2 * f32x2{alpha, alpha} + psum2;
+      l2 = l2 + psum2;
     }
     lds_barrier();
   }
