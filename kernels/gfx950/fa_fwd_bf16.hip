@@ -381,9 +381,10 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
     __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
   };
 
-  int cur = 0;  // nb % 3, kept without a division: the stage of K_nb and V_nb
-  for (int nb = 0; nb < n_blocks; ++nb, cur = cur == 2 ? 0 : cur + 1) {
-    const int nxt = cur == 2 ? 0 : cur + 1, prv = cur == 0 ? 2 : cur - 1;  // (nb + 1) % 3, (nb + 2) % 3
+  // The stages of blocks nb, nb + 1 and nb + 2 (nb % 3, ...), rotated once per block: no select, so the
+  // stage offsets stay scalar.
+  int cur = 0, nxt = 1, prv = 2;
+  for (int nb = 0; nb < n_blocks; ++nb) {
     // ---- MFMA half: S_nb = K_nb Q^T; stage V_nb (read two intervals later), load V_{nb+1}; then
     // O += V_{nb-1} P_{nb-1}. The staging needs no branch: a block past the end is zeros.
     __builtin_amdgcn_s_setprio(1);
@@ -461,10 +462,14 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
       l2 = l2 + psum2;
     }
     lds_barrier();
+    const int done = cur;
+    cur = nxt;
+    nxt = prv;
+    prv = done;
   }
   // The last block's O += V P, in the intervals of one more iteration (both groups pass the same barriers).
   __builtin_amdgcn_s_setprio(1);
-  if (n_blocks > 0) pv_mfmas(cur == 0 ? 2 : cur - 1);
+  if (n_blocks > 0) pv_mfmas(prv);
   __builtin_amdgcn_s_setprio(0);
   lds_barrier();
   lds_barrier();
