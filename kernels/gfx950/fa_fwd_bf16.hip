@@ -467,12 +467,11 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
     nxt = prv;
     prv = done;
   }
-  // The last block's O += V P, in the intervals of one more iteration (both groups pass the same barriers).
+  // The last block's O += V P. Nothing writes the LDS after the loop, so it needs no barrier; waves 0-3
+  // pass one more, the partner of the one that set the skew of waves 4-7.
   __builtin_amdgcn_s_setprio(1);
   if (n_blocks > 0) pv_mfmas(prv);
   __builtin_amdgcn_s_setprio(0);
-  lds_barrier();
-  lds_barrier();
   if (!second_group) __builtin_amdgcn_s_barrier();
 
   if (!row_ok) return;
