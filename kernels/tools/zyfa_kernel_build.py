@@ -100,6 +100,11 @@ LOADS_MODES = ("cp.async", "tma")
 # (log2 units). The sources that implement it, with the define that carries tau; FP8 P must stay below
 # e4m3's 448 = 2^8.8 with the row max at 2^8, so FP8 needs stale_tau below the ABI header's
 # ZYFA_FP8_MAX_STALE_TAU (fp8_max_stale_tau).
+# The largest k / v seq stride (elements, exclusive) a source's kernels address, written to each row as
+# "max_kv_seq_stride" (0: no limit of their own) and checked by zyfa-core's launch plan. The gfx950 BF16
+# kernel loads a block of 64 rows through a buffer descriptor whose byte count and lane offsets are 32-bit:
+# 63 strides of 2 bytes must stay below 2^31.
+KV_SEQ_STRIDE_LIMITS = {"gfx950/fa_fwd_bf16.hip": 1 << 24}
 STALE_SRCS = {"sm90/fa_fwd_wgmma.cu": "ZYFA_WS_STALE_TAU", "gfx950/fa_fwd_bf16.hip": "ZYFA_STALE_TAU"}
 # V pre-pass (kernels/abi/zyfa_abi.h, ABI 3): the sm90 wgmma kernel's ZYFA_WS_VPRE build for e4m3 exact / lean
 # P with d_v 128 and tile_n a multiple of 64; its cubin has a second entry, <name>_vprep, which the manifest
@@ -440,6 +445,7 @@ def compile_variant(
     row["stale_tau"] = stale_tau(v)  # the reference needs it to reproduce the kernel's running max
     row["v_prep"] = v_prep_entry(v)  # "": none; else the entry a launcher runs first (ABI 3)
     row["tile_order"] = tile_order(v)  # which query tile blockIdx.x computes (the simulator maps it)
+    row["max_kv_seq_stride"] = KV_SEQ_STRIDE_LIMITS.get(v["src"], 0)  # 0: none; else the plan checks it
     row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
     row["sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()  # the loader checks the built file
     row["toolchain"] = dict(tc.versions)

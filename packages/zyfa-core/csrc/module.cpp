@@ -156,7 +156,7 @@ py::bytes tma_maps(const PlanSpec &spec, const py::bytes &args, const py::object
 
 PlanSpec make_spec(const std::string &name, const std::string &dtype, int d_qk, int d_v, bool causal, int tile_m,
                    int tile_n, int threads, unsigned smem, const std::string &grid, const std::string &loads,
-                   const std::string &v_prep) {
+                   const std::string &v_prep, long long max_kv_seq_stride) {
   if (dtype != "bf16" && dtype != "e4m3fn") throw ArgumentError(name + ": dtype must be 'bf16' or 'e4m3fn'");
   if (grid != "tiles" && grid != "persistent") throw ArgumentError(name + ": grid must be 'tiles' or 'persistent'");
   if (loads != "cp.async" && loads != "tma") throw ArgumentError(name + ": loads must be 'cp.async' or 'tma'");
@@ -164,6 +164,7 @@ PlanSpec make_spec(const std::string &name, const std::string &dtype, int d_qk, 
   s.name = name, s.v_prep = v_prep, s.fp8 = dtype == "e4m3fn", s.causal = causal;
   s.persistent = grid == "persistent", s.tma = loads == "tma";
   s.d_qk = d_qk, s.d_v = d_v, s.tile_m = tile_m, s.tile_n = tile_n, s.threads = threads, s.smem = smem;
+  s.max_kv_seq_stride = max_kv_seq_stride;
   check_spec(s);
   return s;
 }
@@ -191,7 +192,7 @@ PYBIND11_MODULE(_driver, m) {
   py::class_<PlanSpec>(m, "Plan", "A kernel's launch plan (from its manifest row); needs no GPU.")
       .def(py::init(&make_spec), py::arg("name"), py::arg("dtype"), py::arg("d_qk"), py::arg("d_v"),
            py::arg("causal"), py::arg("tile_m"), py::arg("tile_n"), py::arg("threads"), py::arg("smem"),
-           py::arg("grid"), py::arg("loads"), py::arg("v_prep"))
+           py::arg("grid"), py::arg("loads"), py::arg("v_prep"), py::arg("max_kv_seq_stride") = 0)
       .def_readonly("name", &PlanSpec::name)
       .def("check", [](const PlanSpec &s, const py::bytes &args) { check_args(s, args_from(args)); },
            py::arg("args"), "Raise ValueError unless the argument bytes can be launched with this kernel.")

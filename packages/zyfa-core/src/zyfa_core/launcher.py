@@ -173,6 +173,7 @@ def _plan_cached(spec: KernelSpec) -> Any:
         grid=spec.grid,
         loads=spec.loads,
         v_prep=spec.v_prep,
+        max_kv_seq_stride=spec.max_kv_seq_stride,
     )
 
 
