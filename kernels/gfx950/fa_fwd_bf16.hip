@@ -8,8 +8,10 @@
 // acc * (vd / l). The design is described in docs/gfx950-bf16-kernel.md.
 //
 // Configuration: ZYFA_THREADS = 512 (8 wave64s), ZYFA_TILE_M = 256 query rows per workgroup (32 per
-// wave), ZYFA_TILE_N = 64 keys per block. Grid = (ceil(sq / 256), hq, b); with
-// ZYFA_TILE_DESCENDING = 1, blockIdx.x = ceil(sq / 256) - 1 - query tile (longest rows first).
+// wave), ZYFA_TILE_N = 64 keys per block. Grid = (ceil(sq / 256), hq, b); ZYFA_TILE_DESCENDING (the
+// variant's tile_order) maps workgroups to query tiles, longest rows first (see below). ZYFA_STALE_TAU:
+// the stale running max of docs/numerics.md (the O rescale is skipped while no row of a wave raises its
+// max by more than tau).
 //
 // MFMA v_mfma_f32_32x32x16_bf16 (D = A.B + C, A 32x16, B 16x32; lane l = j + 32h, h = l / 32):
 //   A: lane holds row i = l % 32, k = 8h .. 8h+7      B: lane holds column j = l % 32, same k
@@ -19,8 +21,8 @@
 //                              B = Q^T: 16 contiguous dims of one query row, kept in VGPRs)
 //   O^T[dv][row] += V^T . P^T (B = P^T straight from the S^T registers; A = V^T by two
 //                              ds_read_b64_tr_b16 from the row-major V block in LDS)
-// Row max and row sum need one v_permlane32_swap with the partner lane l ^ 32; the rescale by alpha
-// is per lane. 32x32x16 over 16x16x32: the same matrix rate, but each K and V element read from LDS
+// The row max needs one v_permlane32_swap with the partner lane l ^ 32 per block; each lane sums its
+// own half of the row's p, and the two halves are added once, at the end. The rescale is per lane. 32x32x16 over 16x16x32: the same matrix rate, but each K and V element read from LDS
 // feeds 32 query rows instead of 16 (half the LDS reads per FLOP) and a row lives in 2 lanes, not 4.
 //
 // LDS (static): three K stages [64][d_qk] and three V stages [64][d_v] of bf16, rows padded by 16
@@ -29,9 +31,9 @@
 //
 // Requirements checked by the launcher: d_qk == ZYFA_D_QK, d_v == ZYFA_D_V (the kernel writes
 // nothing otherwise); q, k, v and out rows 16-byte aligned (base pointers 16-byte aligned, batch, seq
-// and head strides multiples of 8 elements); heads_q % heads_kv == 0. Not checked by the launcher:
-// k and v seq strides below 2^24 elements (a block's buffer offsets are 32-bit: 64 rows of 2 bytes
-// each). Rows with no visible key write 0 and lse = +inf.
+// and head strides multiples of 8 elements); heads_q % heads_kv == 0; k and v seq strides below 2^24
+// elements (the manifest row's max_kv_seq_stride: a block's buffer byte count and lane offsets are
+// 32-bit, 63 strides of 2 bytes). Rows with no visible key write 0 and lse = +inf.
 #include "abi/zyfa_abi.h"
 
 // The contract fixes each rounding step (l * alpha, then + sum; alpha = exp2(m - m_new)); HIP's
@@ -79,9 +81,9 @@ constexpr int kKStage = kTileN * kKRow;
 constexpr int kVStage = kTileN * kVRow;
 constexpr int kKChunks = kDqk / 64;  // 16-byte pieces of a K block per thread (8 threads per row)
 constexpr int kVChunks = kDv / 64;
-// Three K and three V stages: K is staged in the softmax half and V in the MFMA half (which balances
-// the halves), and either way a stage is written two barrier intervals or more after its last read
-// and before its next one, as the ping-pong's one-interval skew between the wave groups requires.
+// Three K and three V stages, both staged in the MFMA half (the softmax half is then VALU work only): a
+// stage is written two barrier intervals or more after its last read and before its next one, as the
+// ping-pong's one-interval skew between the wave groups requires.
 constexpr int kStages = 3;
 constexpr int kLdsBytes = kStages * (kKStage + kVStage);
 constexpr float kStaleTau = ZYFA_STALE_TAU;
@@ -306,8 +308,8 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   f32x16 st[kKeyTiles];
   bf16x8 p_frag[kKeyTiles][2];
   // K fragment f (key tile f / kQkSteps, dims 16 (f % kQkSteps) ..) of the block in `stage`: the A operand
-  // of S^T. The first kKPre of a block are read at the end of the previous softmax half, so the MFMA half
-  // starts on data that is already in registers.
+  // of S^T. The first kKPre of a block are read in the previous softmax half, after its row max, so the
+  // MFMA half starts on data that is already in registers.
   auto read_k = [&](int stage, int f) {
     return *reinterpret_cast<const lds_u32x4 *>(k_stage(stage) + k_lane + 32 * (f / kQkSteps) * kKRow +
                                                 32 * (f % kQkSteps));
@@ -385,8 +387,10 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   // stage offsets stay scalar.
   int cur = 0, nxt = 1, prv = 2;
   for (int nb = 0; nb < n_blocks; ++nb) {
-    // ---- MFMA half: S_nb = K_nb Q^T; stage V_nb (read two intervals later), load V_{nb+1}; then
-    // O += V_{nb-1} P_{nb-1}. The staging needs no branch: a block past the end is zeros.
+    // ---- MFMA half: S_nb = K_nb Q^T; stage V_nb (read two intervals later) and K_{nb+2} (read four
+    // intervals later), load V_{nb+1} and K_{nb+3}; then O += V_{nb-1} P_{nb-1}. The staging sits among
+    // the MFMAs, whose wave has the SIMD's issue slots to spare, and needs no branch: a block past the
+    // end is zeros.
     __builtin_amdgcn_s_setprio(1);
     s_mfmas(cur);
     v_next.store(v_stage(cur), tid);
@@ -397,6 +401,8 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
     __builtin_amdgcn_s_setprio(0);
     lds_barrier();
 
+    // ---- Softmax half: mask, row max, the next block's first K fragments, m, the rescale when a row
+    // raised its max by more than tau, P_nb and l: VALU work from the barrier to the barrier.
     {
       const int n0 = nb * kTileN;
       if (__builtin_expect(n0 + kTileN > wave_first_limit, 0)) {  // a block crossing some row's limit
