@@ -239,8 +239,8 @@ UNEXPLAINED_NOPS = 3
 def test_product_kernel_every_nop_is_needed(product_asm) -> None:
     """Shorten every s_nop clang inserted by one wait state, all in one run: the hazard checker must
     object within two instructions after each, but for the waits listed above. (The s_nop 1 inside
-    the inline permlane swap is a guard for whatever precedes the statement, so it is not counted; the
-    kernel's own hazards sit mostly inside its asm statements, so clang inserts only a few.)"""
+    the inline permlane swap is a guard for whatever precedes the statement, so it is not counted; clang
+    inserts only a few in this kernel.)"""
     asm, v = product_asm
     lines = asm.splitlines()
     in_asm = np.cumsum([("#ASMSTART" in s) - ("#ASMEND" in s) for s in lines]) > 0
