@@ -225,7 +225,9 @@ def tile_order_problems(v: dict[str, Any]) -> list[str]:
     if order == "descending" and (v["src"] not in DESCENDING_SRCS or grid_mode(v) != "tiles"):
         return [f"{label}: tile_order 'descending' needs grid 'tiles' and src in {DESCENDING_SRCS}"]
     if order == "global_descending" and (v["src"] not in GLOBAL_DESCENDING_SRCS or grid_mode(v) != "tiles"):
-        return [f"{label}: tile_order 'global_descending' needs grid 'tiles' and src in {GLOBAL_DESCENDING_SRCS}"]
+        return [
+            f"{label}: tile_order 'global_descending' needs grid 'tiles' and src in {GLOBAL_DESCENDING_SRCS}"
+        ]
     if order != "descending" and v["src"] in ALWAYS_DESCENDING_SRCS:
         return [f"{label}: src {v['src']!r} runs the last query tile first: set tile_order 'descending'"]
     return []

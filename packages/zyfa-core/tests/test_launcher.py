@@ -134,8 +134,12 @@ def test_kv_seq_stride_limit_of_the_row(tmp_path: Path, manifest_tools) -> None:
     m = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows))
     limited, free = m.get(gfx), m.get(NAME)
     near = 2**24 - 8  # the largest 16-byte multiple below the limit
-    zyfa_core.check_args(limited, zyfa_core.make_fwd_args(**good_fields(k_stride_seq=near, v_stride_seq=near)))
-    zyfa_core.check_args(limited, zyfa_core.make_fwd_args(**good_fields(q_stride_seq=2**24, out_stride_seq=2**24)))
+    zyfa_core.check_args(
+        limited, zyfa_core.make_fwd_args(**good_fields(k_stride_seq=near, v_stride_seq=near))
+    )
+    zyfa_core.check_args(
+        limited, zyfa_core.make_fwd_args(**good_fields(q_stride_seq=2**24, out_stride_seq=2**24))
+    )
     for name in ("k_stride_seq", "v_stride_seq"):
         args = zyfa_core.make_fwd_args(**good_fields(**{name: 2**24}))
         with pytest.raises(ValueError, match=rf"{name} = 16777216 elements is too large for this kernel.*"

@@ -283,7 +283,9 @@ def key_blocks(tile: int, entry: dict, shape: Shape) -> int:
     return -(-keys // entry["tile_n"])
 
 
-def workgroup_of(tile: int, head: int, batch: int, grid: tuple[int, int, int], entry: dict) -> tuple[int, int, int]:
+def workgroup_of(
+    tile: int, head: int, batch: int, grid: tuple[int, int, int], entry: dict
+) -> tuple[int, int, int]:
     """The workgroup (blockIdx) that computes query tile `tile` of (head, batch) under the row's tile_order:
     "ascending" (x = tile), "descending" (x = the last tile first) or "global_descending" (in dispatch
     order, x fastest, the last tile of every head and batch first, then the one before it, ...)."""
@@ -384,7 +386,8 @@ def launch_lines(entry: dict, shape: Shape, a: float, b: float, slots: int, peak
 def launch_estimate(entry: dict, shape: Shape, cost: WorkgroupCost) -> LaunchEstimate:
     """A full launch of one of our kernels: grid (query tiles, heads, batch), x fastest."""
     grid = (-(-shape.seqlen_q // entry["tile_m"]), shape.heads_q, shape.batch)
-    wgs = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]  # dispatch order
+    # in dispatch order: x fastest
+    wgs = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
     costs = [cost.cycles(key_blocks(tile_of(w, grid, entry)[0], entry, shape)) for w in wgs]
     dims = (shape.seqlen_q, shape.seqlen_k, entry["d_qk"], entry["d_v"])
     flops = attention_flops(shape.batch, shape.heads_q, *dims, bool(entry["causal"]))
