@@ -42,8 +42,8 @@ VARIANTS = _hip_variants()
 
 def _defines(v: dict) -> dict:
     defines = {"ZYFA_KERNEL_NAME": v["name"], "ZYFA_DTYPE_E4M3": 0, "ZYFA_D_QK": v["d_qk"],
-               "ZYFA_D_V": v["d_v"], "ZYFA_TILE_M": v["tile_m"], "ZYFA_TILE_N": v["tile_n"], "ZYFA_THREADS": v["threads"],
-               "ZYFA_SMEM_BYTES": v["smem_bytes"], "ZYFA_LEAN_P": 0,
+               "ZYFA_D_V": v["d_v"], "ZYFA_TILE_M": v["tile_m"], "ZYFA_TILE_N": v["tile_n"],
+               "ZYFA_THREADS": v["threads"], "ZYFA_SMEM_BYTES": v["smem_bytes"], "ZYFA_LEAN_P": 0,
                "ZYFA_TILE_DESCENDING": TILE_ORDER_DEFINES.get(v.get("tile_order"), 0)}  # fmt: skip
     if v.get("stale_tau", 0.0) > 0:
         defines["ZYFA_STALE_TAU"] = f"{v['stale_tau']!r}f"
