@@ -271,8 +271,8 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   // C = scale * log2(e) > 0 by folding its sign into Q (exact in bf16): then max_j(S_j) * C is the
   // max of the t_j = S_j * C of the contract, bit for bit.
   float c = a.softmax_scale * a.q_descale * a.k_descale * kLog2e;
-  const unsigned q_sign = c < 0.0f ? 0x80008000u : 0u;
-  c = c < 0.0f ? -c : c;
+  const bool negative_c = c < 0.0f;
+  c = negative_c ? -c : c;
   // C = 0 (softmax_scale 0) runs as the smallest normal float: every |t| is then below 2^-100 and exp2
   // gives exactly 1, as for t = 0, while -inf * C stays -inf (masked keys need no second select).
   c = c > kFltMin ? c : kFltMin;
@@ -284,10 +284,7 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
                         static_cast<long long>(row_ok ? row : sq - 1) * a.q_stride_seq + hq * a.q_stride_head;
   bf16x8 q_frag[kQkSteps];
   #pragma unroll
-  for (int s = 0; s < kQkSteps; ++s) {
-    const u32x4 x = *reinterpret_cast<const u32x4 *>(q_row + 16 * s + 8 * h);
-    q_frag[s] = __builtin_bit_cast(bf16x8, x ^ q_sign);
-  }
+  for (int s = 0; s < kQkSteps; ++s) q_frag[s] = *reinterpret_cast<const bf16x8 *>(q_row + 16 * s + 8 * h);
 
   const __bf16 *k_head = static_cast<const __bf16 *>(a.k) + bz * a.k_stride_batch + hkv * a.k_stride_head;
   const __bf16 *v_head = static_cast<const __bf16 *>(a.v) + bz * a.v_stride_batch + hkv * a.v_stride_head;
@@ -330,6 +327,12 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   if (second_group) __builtin_amdgcn_s_barrier();
   #pragma unroll
   for (int f = 0; f < kKPre; ++f) k_pre[f] = read_k(0, f);
+  if (negative_c) {  // wave-uniform and rare: the flip costs d_qk / 4 VALU ops
+    #pragma unroll
+    for (int s = 0; s < kQkSteps; ++s) {
+      q_frag[s] = __builtin_bit_cast(bf16x8, __builtin_bit_cast(u32x4, q_frag[s]) ^ 0x80008000u);
+    }
+  }
 
   // S_nb = K_nb Q^T from the K stage `stage` (the first kKPre fragments are already in k_pre).
   auto s_mfmas = [&](int stage) {

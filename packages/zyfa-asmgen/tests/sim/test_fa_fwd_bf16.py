@@ -50,8 +50,10 @@ def _defines(v: dict) -> dict:
     return defines
 
 
-def run(asm, v, b, sq, sk, hq, hkv, tiles=None, flags=3, rng=None, wave_order="forward", k_rows_scale=None):
-    """Launch on fresh N(0, 1) inputs; k_rows_scale = (first, end, factor) multiplies those k rows."""
+def run(asm, v, b, sq, sk, hq, hkv, tiles=None, flags=3, rng=None, wave_order="forward", k_rows_scale=None,
+        sign=1.0):  # fmt: skip
+    """Launch on fresh N(0, 1) inputs; k_rows_scale = (first, end, factor) multiplies those k rows; sign -1
+    launches with softmax_scale -1/sqrt(d_qk) and returns -q for the reference (the same attention)."""
     rng = rng or np.random.default_rng()
     dqk, dv, tm = v["d_qk"], v["d_v"], v["tile_m"]
     q = rng.standard_normal((b, sq, hq, dqk)).astype(BF16)
@@ -64,7 +66,7 @@ def run(asm, v, b, sq, sk, hq, hkv, tiles=None, flags=3, rng=None, wave_order="f
     lse = np.full((b, hq, sq), np.nan, dtype=np.float32)
     mem = GlobalMemory()
     ptrs = [mem.map(x.view(np.uint16)) for x in (q, k, vv, out)] + [mem.map(lse)]
-    args = pack_args(ptrs, [q, k, vv, out], [b, hq, hkv, sq, sk, dqk, dv], flags, 1.0 / np.sqrt(dqk))
+    args = pack_args(ptrs, [q, k, vv, out], [b, hq, hkv, sq, sk, dqk, dv], flags, sign / np.sqrt(dqk))
     grid = ((sq + tm - 1) // tm, hq, b)
     wgs = (
         None
@@ -79,7 +81,8 @@ def run(asm, v, b, sq, sk, hq, hkv, tiles=None, flags=3, rng=None, wave_order="f
         if tiles is None
         else np.concatenate([np.arange(t * tm, min(sq, t * tm + tm)) for t in tiles])
     )
-    return res, q, k, vv, out, lse, rows, v["tile_n"]
+    q_ref = q if sign > 0 else (-q.astype(np.float32)).astype(BF16)  # bf16 negation is exact
+    return res, q_ref, k, vv, out, lse, rows, v["tile_n"]
 
 
 def check(res, q, k, v, out, lse, rows, block_n) -> None:
@@ -130,6 +133,16 @@ def test_stale_max_rescales_when_a_block_raises_it(hip_src, v) -> None:
     asm = hip_src(SRC, **_defines(v))
     rng = np.random.default_rng()
     check(*run(asm, v, 1, 256, 256, 1, 1, rng=rng, k_rows_scale=(128, 192, 8.0)))
+
+
+def test_negative_softmax_scale(hip_src) -> None:
+    """A negative softmax_scale: the kernel folds its sign into Q (a branch of its own) and must equal the
+    positive scale on -q."""
+    v = next((x for x in VARIANTS if x["d_qk"] == 128), None)
+    if v is None:
+        pytest.skip("no d=128 hip variant")
+    asm = hip_src(SRC, **_defines(v))
+    check(*run(asm, v, 1, 100, 130, 2, 1, sign=-1.0))
 
 
 def test_global_tile_order_covers_every_tile_head_and_batch(hip_src) -> None:
