@@ -126,9 +126,9 @@ VARIANTS = [
     # ---- AMD MI355X (gfx950)
     # BF16: eight waves (two ping-pong groups of four), 32 query rows each, K and V through LDS in three
     # stages (docs/gfx950-bf16-kernel.md); the LDS size is read from the code object. Modelled (MODELLED,
-    # the calibrated model, d128 / 192x128 at 16K): stale_tau 8.0 (the O rescale skipped) 4594 -> 4331
-    # cycles per key block at d128; tile_order "global_descending" over "descending" 1151 -> 1229 and
-    # 1188 -> 1350 TFLOP/s (the tried table of docs/gfx950-bf16-kernel.md).
+    # the calibrated model): stale_tau 8.0 (the O rescale skipped) 4594 -> 4331 cycles per key block at
+    # d128; tile_order "global_descending" over "descending" at 16K 1151 -> 1231 (d128) and 1188 -> 1352
+    # (192x128) TFLOP/s (the tried table of docs/gfx950-bf16-kernel.md).
     {"name": "fa_fwd_bf16_hd128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
      "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
