@@ -249,8 +249,9 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   } else if (ZYFA_TILE_DESCENDING == 1) {
     tile = n_tiles - 1 - tile;
   }
-  const unsigned group = static_cast<unsigned>(a.heads_q) / static_cast<unsigned>(a.heads_kv);
-  const int hkv = static_cast<int>(static_cast<unsigned>(hq) / group);
+  // hq / (heads_q / heads_kv) in one division (heads_q is a multiple of heads_kv, both below 2^16).
+  const int hkv = static_cast<int>(static_cast<unsigned>(hq) * static_cast<unsigned>(a.heads_kv) /
+                                   static_cast<unsigned>(a.heads_q));
   const bool causal = (a.flags & ZYFA_FLAG_CAUSAL) != 0;
 
   // Keys visible to a row: [0, limit). Bottom-right causal: key <= row + sk - sq.
