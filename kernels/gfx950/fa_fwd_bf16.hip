@@ -279,14 +279,6 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   c = c > kFltMin ? c : kFltMin;
   const float neg_inf = -__builtin_inff();
 
-  // Q^T operand (B of the S MFMA): this lane's row, dims 16s + 8h .. +7. Rows past sq read the last
-  // row instead (their results are never stored).
-  const __bf16 *q_row = static_cast<const __bf16 *>(a.q) + bz * a.q_stride_batch +
-                        static_cast<long long>(row_ok ? row : sq - 1) * a.q_stride_seq + hq * a.q_stride_head;
-  bf16x8 q_frag[kQkSteps];
-  #pragma unroll
-  for (int s = 0; s < kQkSteps; ++s) q_frag[s] = *reinterpret_cast<const bf16x8 *>(q_row + 16 * s + 8 * h);
-
   const __bf16 *k_head = static_cast<const __bf16 *>(a.k) + bz * a.k_stride_batch + hkv * a.k_stride_head;
   const __bf16 *v_head = static_cast<const __bf16 *>(a.v) + bz * a.v_stride_batch + hkv * a.v_stride_head;
   BlockStream<kKChunks, kDqk> k_next(k_head, a.k_stride_seq, sk, tid);
@@ -314,8 +306,17 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   };
   u32x4 k_pre[kKPre];
 
-  // Prologue: K_0 and K_1 into stages 0 and 1; V_0 and K_2 in flight.
+  // Prologue: K_0 and K_1 into stages 0 and 1; V_0 and K_2 in flight. K_0 is loaded first: the barrier
+  // below waits for it, the first MFMA for Q.
   k_next.issue();
+  // Q^T operand (B of the S MFMA): this lane's row, dims 16s + 8h .. +7. Rows past sq read the last
+  // row instead (their results are never stored).
+  const __bf16 *q_row = static_cast<const __bf16 *>(a.q) + bz * a.q_stride_batch +
+                        static_cast<long long>(row_ok ? row : sq - 1) * a.q_stride_seq + hq * a.q_stride_head;
+  bf16x8 q_frag[kQkSteps];
+  #pragma unroll
+  for (int s = 0; s < kQkSteps; ++s) q_frag[s] = *reinterpret_cast<const bf16x8 *>(q_row + 16 * s + 8 * h);
+
   k_next.store(k_stage(0), tid);
   k_next.issue();
   k_next.store(k_stage(1), tid);
