@@ -306,8 +306,13 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   };
   u32x4 k_pre[kKPre];
 
-  // Prologue: K_0 and K_1 into stages 0 and 1; V_0 and K_2 in flight. K_0 is loaded first: the barrier
-  // below waits for it, the first MFMA for Q.
+  // Prologue: K_0 and K_1 into stages 0 and 1; V_0 and K_2 in flight; then Q, which only the first MFMA
+  // waits for (the barrier waits for the K stores).
+  k_next.issue();
+  k_next.store(k_stage(0), tid);
+  k_next.issue();
+  k_next.store(k_stage(1), tid);
+  v_next.issue();
   k_next.issue();
   // Q^T operand (B of the S MFMA): this lane's row, dims 16s + 8h .. +7. Rows past sq read the last
   // row instead (their results are never stored).
@@ -316,12 +321,6 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   bf16x8 q_frag[kQkSteps];
   #pragma unroll
   for (int s = 0; s < kQkSteps; ++s) q_frag[s] = *reinterpret_cast<const bf16x8 *>(q_row + 16 * s + 8 * h);
-
-  k_next.store(k_stage(0), tid);
-  k_next.issue();
-  k_next.store(k_stage(1), tid);
-  v_next.issue();
-  k_next.issue();
   lds_barrier();
   // Ping-pong: waves 4-7 run one barrier interval behind waves 0-3, so that in every interval one
   // group issues its MFMAs (priority 1) while the other does its softmax on the same SIMDs.
