@@ -279,8 +279,11 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   c = c > kFltMin ? c : kFltMin;
   const float neg_inf = -__builtin_inff();
 
-  const __bf16 *k_head = static_cast<const __bf16 *>(a.k) + bz * a.k_stride_batch + hkv * a.k_stride_head;
-  const __bf16 *v_head = static_cast<const __bf16 *>(a.v) + bz * a.v_stride_batch + hkv * a.v_stride_head;
+  // Indices as non-negative 64-bit values: products with the int64 strides need no sign extension.
+  const long long bz64 = static_cast<unsigned>(bz), hq64 = static_cast<unsigned>(hq);
+  const long long hkv64 = static_cast<unsigned>(hkv);
+  const __bf16 *k_head = static_cast<const __bf16 *>(a.k) + bz64 * a.k_stride_batch + hkv64 * a.k_stride_head;
+  const __bf16 *v_head = static_cast<const __bf16 *>(a.v) + bz64 * a.v_stride_batch + hkv64 * a.v_stride_head;
   BlockStream<kKChunks, kDqk> k_next(k_head, a.k_stride_seq, sk, tid);
   BlockStream<kVChunks, kDv> v_next(v_head, a.v_stride_seq, sk, tid);
 
@@ -316,8 +319,8 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   k_next.issue();
   // Q^T operand (B of the S MFMA): this lane's row, dims 16s + 8h .. +7. Rows past sq read the last
   // row instead (their results are never stored).
-  const __bf16 *q_row = static_cast<const __bf16 *>(a.q) + bz * a.q_stride_batch +
-                        static_cast<long long>(row_ok ? row : sq - 1) * a.q_stride_seq + hq * a.q_stride_head;
+  const __bf16 *q_row = static_cast<const __bf16 *>(a.q) + bz64 * a.q_stride_batch +
+                        static_cast<unsigned>(row_ok ? row : sq - 1) * a.q_stride_seq + hq64 * a.q_stride_head;
   bf16x8 q_frag[kQkSteps];
   #pragma unroll
   for (int s = 0; s < kQkSteps; ++s) q_frag[s] = *reinterpret_cast<const bf16x8 *>(q_row + 16 * s + 8 * h);
@@ -489,8 +492,8 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   // key has l >= 1 (its max key adds exp2(0) = 1), so vd / max(l, 1) needs no select.
   const float l = row_sum(l2[0] + l2[1]);
   const float scale = a.v_descale / fmax_(l, 1.0f);
-  __bf16 *out_row = static_cast<__bf16 *>(a.out) + bz * a.out_stride_batch +
-                    static_cast<long long>(row) * a.out_stride_seq + hq * a.out_stride_head;
+  __bf16 *out_row = static_cast<__bf16 *>(a.out) + bz64 * a.out_stride_batch +
+                    static_cast<unsigned>(row) * a.out_stride_seq + hq64 * a.out_stride_head;
   #pragma unroll
   for (int t = 0; t < kDvTiles; ++t) {
     #pragma unroll
@@ -504,6 +507,6 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   // lse = (m + log2 l) * ln 2 in natural-log units; +inf for a row that saw no key.
   if ((a.flags & ZYFA_FLAG_LSE) != 0 && h == 0) {
     const float lse = l == 0.0f ? __builtin_inff() : (m + __builtin_amdgcn_logf(l)) * kLn2;
-    a.lse[(static_cast<long long>(bz) * a.heads_q + hq) * sq + row] = lse;
+    a.lse[(bz64 * a.heads_q + hq64) * sq + row] = lse;
   }
 }
