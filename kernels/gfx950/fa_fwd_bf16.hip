@@ -500,7 +500,11 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
     for (int q4 = 0; q4 < 4; ++q4) {
       bf16x4 o;
       #pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = static_cast<__bf16>(acc[t][4 * q4 + e] * scale);
+      for (int e = 0; e < 4; e += 2) {  // pairs: v_pk_mul_f32
+        const f32x2 x = f32x2{acc[t][4 * q4 + e], acc[t][4 * q4 + e + 1]} * f32x2{scale, scale};
+        o[e] = static_cast<__bf16>(x[0]);
+        o[e + 1] = static_cast<__bf16>(x[1]);
+      }
       *reinterpret_cast<bf16x4 *>(out_row + 32 * t + d_row(4 * q4, h)) = o;
     }
   }
