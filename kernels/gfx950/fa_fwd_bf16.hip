@@ -22,8 +22,9 @@
 //   O^T[dv][row] += V^T . P^T (B = P^T straight from the S^T registers; A = V^T by two
 //                              ds_read_b64_tr_b16 from the row-major V block in LDS)
 // The row max needs one v_permlane32_swap with the partner lane l ^ 32 per block; each lane sums its
-// own half of the row's p, and the two halves are added once, at the end. The rescale is per lane. 32x32x16 over 16x16x32: the same matrix rate, but each K and V element read from LDS
-// feeds 32 query rows instead of 16 (half the LDS reads per FLOP) and a row lives in 2 lanes, not 4.
+// own half of the row's p, and the two halves are added once, at the end. The rescale is per lane.
+// 32x32x16 over 16x16x32: the same matrix rate, but each K and V element read from LDS feeds 32 query
+// rows instead of 16 (half the LDS reads per FLOP) and a row lives in 2 lanes, not 4.
 //
 // LDS (static): three K stages [64][d_qk] and three V stages [64][d_v] of bf16, rows padded by 16
 // bytes (d128: 104,448 B; d192/128: 129,024 B). Registers: Q^T d_qk/4 VGPRs, O^T d_v/2, S^T 32, P 16, and
@@ -240,12 +241,15 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   int hq = __builtin_amdgcn_workgroup_id_y();
   int bz = __builtin_amdgcn_workgroup_id_z();
   if (ZYFA_TILE_DESCENDING == 2) {
-    const unsigned pairs = static_cast<unsigned>(a.heads_q) * static_cast<unsigned>(a.batch);
-    const unsigned lin = tile + n_tiles * (hq + a.heads_q * bz);  // the dispatch position
+    // The dispatch position, in 32 bits: a launch of 2^32 workgroups of 256 rows would need a q tensor
+    // of more than 2^48 bytes.
+    const unsigned heads = static_cast<unsigned>(a.heads_q), pairs = heads * static_cast<unsigned>(a.batch);
+    const unsigned pair_in = static_cast<unsigned>(hq) + heads * static_cast<unsigned>(bz);
+    const unsigned lin = static_cast<unsigned>(tile) + static_cast<unsigned>(n_tiles) * pair_in;
     const unsigned pair = lin % pairs;
     tile = n_tiles - 1 - static_cast<int>(lin / pairs);
-    hq = static_cast<int>(pair % static_cast<unsigned>(a.heads_q));
-    bz = static_cast<int>(pair / static_cast<unsigned>(a.heads_q));
+    hq = static_cast<int>(pair % heads);
+    bz = static_cast<int>(pair / heads);
   } else if (ZYFA_TILE_DESCENDING == 1) {
     tile = n_tiles - 1 - tile;
   }
