@@ -34,7 +34,8 @@ Fields:
               bound of the online softmax in log2 units (docs/numerics.md "Stale running max"). A row
               keeps its max m unless a block raises it by more than stale_tau, so the O rescale is
               skipped; zyfa.reference(stale_tau=...) reproduces it. Only src sm90/fa_fwd_wgmma.cu
-              (-DZYFA_WS_STALE_TAU); FP8 needs < 0.8 (P <= 2^(8 + tau) < 448).
+              (-DZYFA_WS_STALE_TAU) and gfx950/fa_fwd_bf16.hip (-DZYFA_STALE_TAU); FP8 needs < 0.8
+              (P <= 2^(8 + tau) < 448).
   v_prep      optional bool (False when absent): the kernel reads V pre-transposed, written by a second entry
               of its cubin, <name>_vprep, which launchers run first into a workspace (kernels/abi/zyfa_abi.h,
               ABI 3; the manifest row's "v_prep" names the entry, "" when absent). Only src
@@ -48,7 +49,9 @@ Fields:
   tile_order  optional, written to the manifest row ("ascending" when absent): "descending" = blockIdx.x
               computes query tile ceil(seqlen_q / tile_m) - 1 - blockIdx.x, so the causal tiles with the most
               keys start first and the short ones fill the tail (grid "tiles", src gfx950/fa_fwd_bf16.hip,
-              built with -DZYFA_TILE_DESCENDING=1). The launch grid is the same.
+              built with -DZYFA_TILE_DESCENDING=1); "global_descending" = the workgroups in dispatch order
+              (x fastest) compute the last query tile of every head and batch first, then the one before it,
+              and so on (src gfx950/fa_fwd_bf16.hip, -DZYFA_TILE_DESCENDING=2). The launch grid is the same.
 """
 
 VARIANTS = [
@@ -159,13 +162,18 @@ VARIANTS = [
      "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 34816, "tag": "simple"},
     # ---- AMD MI355X (gfx950)
     # BF16: eight waves (two ping-pong groups of four), 32 query rows each, K and V through LDS in three
-    # stages (docs/gfx950-bf16-kernel.md); the LDS size is read from the code object.
+    # stages (docs/gfx950-bf16-kernel.md); the LDS size is read from the code object. Modelled (MODELLED,
+    # the calibrated model): stale_tau 8.0 (the O rescale skipped) 4594 -> 4331 cycles per key block at
+    # d128; tile_order "global_descending" over "descending" at 16K 1151 -> 1231 (d128) and 1188 -> 1352
+    # (192x128) TFLOP/s (the tried table of docs/gfx950-bf16-kernel.md).
     {"name": "fa_fwd_bf16_hd128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
-     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
+     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 8.0},
     {"name": "fa_fwd_bf16_hd192x128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 192, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
-     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
+     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 8.0},
     # FP8 on the matrix cores (generator mfma_fp8: v_mfma_f32_32x32x64_f8f6f4, K/V double buffered in LDS,
     # docs/gfx950-fp8-kernel.md); lean P is the default mode, exact P the accuracy-first one. Two waves of 32
     # rows share each K/V block (threads 128; one wave and the 8-wave ping-pong model slower: the ablation

@@ -8,8 +8,10 @@
 // acc * (vd / l). The design is described in docs/gfx950-bf16-kernel.md.
 //
 // Configuration: ZYFA_THREADS = 512 (8 wave64s), ZYFA_TILE_M = 256 query rows per workgroup (32 per
-// wave), ZYFA_TILE_N = 64 keys per block. Grid = (ceil(sq / 256), hq, b); with
-// ZYFA_TILE_DESCENDING = 1, blockIdx.x = ceil(sq / 256) - 1 - query tile (longest rows first).
+// wave), ZYFA_TILE_N = 64 keys per block. Grid = (ceil(sq / 256), hq, b); ZYFA_TILE_DESCENDING (the
+// variant's tile_order) maps workgroups to query tiles, longest rows first (see below). ZYFA_STALE_TAU:
+// the stale running max of docs/numerics.md (the O rescale is skipped while no row of a wave raises its
+// max by more than tau).
 //
 // MFMA v_mfma_f32_32x32x16_bf16 (D = A.B + C, A 32x16, B 16x32; lane l = j + 32h, h = l / 32):
 //   A: lane holds row i = l % 32, k = 8h .. 8h+7      B: lane holds column j = l % 32, same k
@@ -19,9 +21,10 @@
 //                              B = Q^T: 16 contiguous dims of one query row, kept in VGPRs)
 //   O^T[dv][row] += V^T . P^T (B = P^T straight from the S^T registers; A = V^T by two
 //                              ds_read_b64_tr_b16 from the row-major V block in LDS)
-// Row max and row sum need one v_permlane32_swap with the partner lane l ^ 32; the rescale by alpha
-// is per lane. 32x32x16 over 16x16x32: the same matrix rate, but each K and V element read from LDS
-// feeds 32 query rows instead of 16 (half the LDS reads per FLOP) and a row lives in 2 lanes, not 4.
+// The row max needs one v_permlane32_swap with the partner lane l ^ 32 per block; each lane sums its
+// own half of the row's p, and the two halves are added once, at the end. The rescale is per lane.
+// 32x32x16 over 16x16x32: the same matrix rate, but each K and V element read from LDS feeds 32 query
+// rows instead of 16 (half the LDS reads per FLOP) and a row lives in 2 lanes, not 4.
 //
 // LDS (static): three K stages [64][d_qk] and three V stages [64][d_v] of bf16, rows padded by 16
 // bytes (d128: 104,448 B; d192/128: 129,024 B). Registers: Q^T d_qk/4 VGPRs, O^T d_v/2, S^T 32, P 16, and
@@ -29,9 +32,9 @@
 //
 // Requirements checked by the launcher: d_qk == ZYFA_D_QK, d_v == ZYFA_D_V (the kernel writes
 // nothing otherwise); q, k, v and out rows 16-byte aligned (base pointers 16-byte aligned, batch, seq
-// and head strides multiples of 8 elements); heads_q % heads_kv == 0. Not checked by the launcher:
-// k and v seq strides below 2^24 elements (a block's buffer offsets are 32-bit: 64 rows of 2 bytes
-// each). Rows with no visible key write 0 and lse = +inf.
+// and head strides multiples of 8 elements); heads_q % heads_kv == 0; k and v seq strides below 2^24
+// elements (the manifest row's max_kv_seq_stride: a block's buffer byte count and lane offsets are
+// 32-bit, 63 strides of 2 bytes). Rows with no visible key write 0 and lse = +inf.
 #include "abi/zyfa_abi.h"
 
 // The contract fixes each rounding step (l * alpha, then + sum; alpha = exp2(m - m_new)); HIP's
@@ -41,7 +44,11 @@
 #ifndef ZYFA_KERNEL_NAME
 #error "build with -DZYFA_KERNEL_NAME=<kernel key>"
 #endif
-#ifndef ZYFA_TILE_DESCENDING  // the variant's tile_order: 1 = "descending", absent or 0 = "ascending"
+#ifndef ZYFA_STALE_TAU  // the variant's stale_tau (docs/numerics.md "Stale running max"); 0 = exact running max
+#define ZYFA_STALE_TAU 0.0f
+#endif
+// The variant's tile_order: 2 = "global_descending", 1 = "descending", absent or 0 = "ascending".
+#ifndef ZYFA_TILE_DESCENDING
 #define ZYFA_TILE_DESCENDING 0
 #endif
 
@@ -75,17 +82,21 @@ constexpr int kKStage = kTileN * kKRow;
 constexpr int kVStage = kTileN * kVRow;
 constexpr int kKChunks = kDqk / 64;  // 16-byte pieces of a K block per thread (8 threads per row)
 constexpr int kVChunks = kDv / 64;
-// Three K and three V stages: K is staged in the softmax half and V in the MFMA half (which balances
-// the halves), and either way a stage is written two barrier intervals or more after its last read
-// and before its next one, as the ping-pong's one-interval skew between the wave groups requires.
+// Three K and three V stages, both staged in the MFMA half (the softmax half is then VALU work only): a
+// stage is written two barrier intervals or more after its last read and before its next one, as the
+// ping-pong's one-interval skew between the wave groups requires.
 constexpr int kStages = 3;
 constexpr int kLdsBytes = kStages * (kKStage + kVStage);
+constexpr float kStaleTau = ZYFA_STALE_TAU;
+constexpr float kFltMin = 1.17549435e-38f;   // the smallest normal float, 2^-126
+constexpr float kFltMax = 3.40282347e+38f;
 constexpr float kLog2e = 1.44269504088896340736f;
 constexpr float kLn2 = 0.69314718055994530942f;
 // Instruction classes of __builtin_amdgcn_sched_group_barrier (LLVM's SchedGroupMask).
 constexpr int kSchedMfma = 0x008;
 constexpr int kSchedDsRead = 0x100;
 constexpr int kKAhead = 8;  // K reads in flight ahead of the S MFMAs (even)
+constexpr int kKPre = 4;    // of which read before the MFMA half (<= kKAhead)
 // gfx9 buffer descriptor word 3 for raw 32-bit loads (DATA_FORMAT 32); rows past seqlen_k read 0.
 constexpr int kBufferWord3 = 0x00020000;
 
@@ -102,20 +113,23 @@ static_assert(kLdsBytes <= 160 * 1024, "three K and V stages must fit gfx950's 1
 typedef zyfa_fwd_args __attribute__((aligned(16))) __attribute__((address_space(4))) kernarg_args;
 
 ZYFA_DEVICE float fmax_(float a, float b) { return a > b ? a : b; }
-// The max of the 32 scores of a lane's two S^T tiles in sixteen chained v_max3_f32, one inline-assembly
-// statement: the compiler's fmax (IEEE mode) would first quiet each MFMA result with a v_max_f32 x, x,
-// and it puts an s_nop between two asm statements of which one reads the other's result. No NaN
-// reaches it (-inf marks masked keys); v_max3_f32 reading VALU results needs no wait states, and the
-// MFMAs that wrote the scores are a barrier and many instructions back.
-ZYFA_DEVICE float max_of_32(const f32x16 &x, const f32x16 &y) {
-  float r;
-  asm("v_max3_f32 %0, %1, %2, %3\n\t"
-      "v_max3_f32 %0, %0, %4, %5\n\tv_max3_f32 %0, %0, %6, %7\n\tv_max3_f32 %0, %0, %8, %9\n\t"
-      "v_max3_f32 %0, %0, %10, %11\n\tv_max3_f32 %0, %0, %12, %13\n\tv_max3_f32 %0, %0, %14, %15\n\t"
-      "v_max3_f32 %0, %0, %16, %17\n\tv_max3_f32 %0, %0, %18, %19\n\tv_max3_f32 %0, %0, %20, %21\n\t"
-      "v_max3_f32 %0, %0, %22, %23\n\tv_max3_f32 %0, %0, %24, %25\n\tv_max3_f32 %0, %0, %26, %27\n\t"
-      "v_max3_f32 %0, %0, %28, %29\n\tv_max3_f32 %0, %0, %30, %31\n\tv_max_f32 %0, %0, %32"
-      : "=&v"(r)
+// The max of a row's 64 scores (this lane's 32 of the two S^T tiles and the partner lane's 32) in one
+// inline-assembly statement: sixteen chained v_max3_f32, then one v_permlane32_swap with the partner
+// lane l ^ 32 and a v_max_f32. The compiler's fmax (IEEE mode) would first quiet each MFMA result with
+// a v_max_f32 x, x, and it puts an s_nop between two asm statements of which one reads the other's
+// result. No NaN reaches it (-inf marks masked keys); v_max3_f32 reading VALU results needs no wait
+// states, and the MFMAs that wrote the scores are a barrier and many instructions back. The s_nop 1
+// gives the two wait states gfx950 needs between a VALU write of an operand and the swap.
+ZYFA_DEVICE float row_max_of_64(const f32x16 &x, const f32x16 &y) {
+  float r, t;
+  asm("v_max3_f32 %0, %2, %3, %4\n\t"
+      "v_max3_f32 %0, %0, %5, %6\n\tv_max3_f32 %0, %0, %7, %8\n\tv_max3_f32 %0, %0, %9, %10\n\t"
+      "v_max3_f32 %0, %0, %11, %12\n\tv_max3_f32 %0, %0, %13, %14\n\tv_max3_f32 %0, %0, %15, %16\n\t"
+      "v_max3_f32 %0, %0, %17, %18\n\tv_max3_f32 %0, %0, %19, %20\n\tv_max3_f32 %0, %0, %21, %22\n\t"
+      "v_max3_f32 %0, %0, %23, %24\n\tv_max3_f32 %0, %0, %25, %26\n\tv_max3_f32 %0, %0, %27, %28\n\t"
+      "v_max3_f32 %0, %0, %29, %30\n\tv_max3_f32 %0, %0, %31, %32\n\tv_max_f32 %0, %0, %33\n\t"
+      "v_mov_b32 %1, %0\n\ts_nop 1\n\tv_permlane32_swap_b32 %0, %1\n\tv_max_f32 %0, %0, %1"
+      : "=&v"(r), "=&v"(t)
       : "v"(x[0]), "v"(x[1]), "v"(x[2]), "v"(x[3]), "v"(x[4]), "v"(x[5]), "v"(x[6]), "v"(x[7]), "v"(x[8]),
         "v"(x[9]), "v"(x[10]), "v"(x[11]), "v"(x[12]), "v"(x[13]), "v"(x[14]), "v"(x[15]), "v"(y[0]),
         "v"(y[1]), "v"(y[2]), "v"(y[3]), "v"(y[4]), "v"(y[5]), "v"(y[6]), "v"(y[7]), "v"(y[8]), "v"(y[9]),
@@ -137,10 +151,6 @@ ZYFA_DEVICE Pair with_partner(float x) {
   float a = x, b = x;
   asm("s_nop 1\n\tv_permlane32_swap_b32 %0, %1" : "+v"(a), "+v"(b));
   return {a, b};
-}
-ZYFA_DEVICE float row_max(float x) {
-  const Pair p = with_partner(x);
-  return fmax_(p.a, p.b);
 }
 ZYFA_DEVICE float row_sum(float x) {
   const Pair p = with_partner(x);
@@ -176,8 +186,11 @@ struct BlockStream {
   // Issue the loads of the next block. The buffer covers at most kTileN rows, so its byte count
   // (and every lane offset) stays below 64 rows of the tensor.
   ZYFA_MEMBER void issue() {
+    // (rows - 1) row strides + one row, 0 past the end (rows <= 0: at most 2 kD - row_bytes <= 0); a
+    // select, not a branch. The launcher keeps 64 rows of the tensor below 2^31 bytes.
     const int rows = rows_left < kTileN ? rows_left : kTileN;
-    const int bytes = rows > 0 ? static_cast<int>((rows - 1) * row_bytes) + 2 * kD : 0;
+    const int span = (rows - 1) * static_cast<int>(row_bytes) + 2 * kD;
+    const int bytes = span > 0 ? span : 0;
     const __amdgpu_buffer_rsrc_t rsrc =
         __builtin_amdgcn_make_buffer_rsrc(const_cast<unsigned char *>(next), 0, bytes, kBufferWord3);
     #pragma unroll
@@ -219,16 +232,30 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   const int sq = a.seqlen_q;
   const int sk = a.seqlen_k;
 
-  // Longest rows first (tile_order "descending"): blockIdx.x counts query tiles from the last one
-  // down, so the causal tiles with the most keys are dispatched first and the short ones fill the
-  // tail of the launch.
+  // Longest rows first. "descending": blockIdx.x counts query tiles from the last one down, so the causal
+  // tiles with the most keys of each head are dispatched first. "global_descending": the workgroups in
+  // dispatch order (x fastest) take the last tile of every head and batch, then the one before it, ...,
+  // so the longest tiles of the whole launch start first and the short ones fill its tail.
   const int n_tiles = (sq + kTileM - 1) / kTileM;
-  const int bx = __builtin_amdgcn_workgroup_id_x();
-  const int tile = ZYFA_TILE_DESCENDING ? n_tiles - 1 - bx : bx;
-  const int hq = __builtin_amdgcn_workgroup_id_y();
-  const int bz = __builtin_amdgcn_workgroup_id_z();
-  const unsigned group = static_cast<unsigned>(a.heads_q) / static_cast<unsigned>(a.heads_kv);
-  const int hkv = static_cast<int>(static_cast<unsigned>(hq) / group);
+  int tile = __builtin_amdgcn_workgroup_id_x();
+  int hq = __builtin_amdgcn_workgroup_id_y();
+  int bz = __builtin_amdgcn_workgroup_id_z();
+  if (ZYFA_TILE_DESCENDING == 2) {
+    // The dispatch position, in 32 bits: a launch of 2^32 workgroups of 256 rows would need a q tensor
+    // of more than 2^48 bytes.
+    const unsigned heads = static_cast<unsigned>(a.heads_q), pairs = heads * static_cast<unsigned>(a.batch);
+    const unsigned pair_in = static_cast<unsigned>(hq) + heads * static_cast<unsigned>(bz);
+    const unsigned lin = static_cast<unsigned>(tile) + static_cast<unsigned>(n_tiles) * pair_in;
+    const unsigned pair = lin % pairs;
+    tile = n_tiles - 1 - static_cast<int>(lin / pairs);
+    hq = static_cast<int>(pair % heads);
+    bz = static_cast<int>(pair / heads);
+  } else if (ZYFA_TILE_DESCENDING == 1) {
+    tile = n_tiles - 1 - tile;
+  }
+  // hq / (heads_q / heads_kv) in one division (heads_q is a multiple of heads_kv, both below 2^16).
+  const int hkv = static_cast<int>(static_cast<unsigned>(hq) * static_cast<unsigned>(a.heads_kv) /
+                                   static_cast<unsigned>(a.heads_q));
   const bool causal = (a.flags & ZYFA_FLAG_CAUSAL) != 0;
 
   // Keys visible to a row: [0, limit). Bottom-right causal: key <= row + sk - sq.
@@ -249,23 +276,18 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   // C = scale * log2(e) > 0 by folding its sign into Q (exact in bf16): then max_j(S_j) * C is the
   // max of the t_j = S_j * C of the contract, bit for bit.
   float c = a.softmax_scale * a.q_descale * a.k_descale * kLog2e;
-  const unsigned q_sign = c < 0.0f ? 0x80008000u : 0u;
-  c = c < 0.0f ? -c : c;
+  const bool negative_c = c < 0.0f;
+  c = negative_c ? -c : c;
+  // C = 0 (softmax_scale 0) runs as the smallest normal float: every |t| is then below 2^-100 and exp2
+  // gives exactly 1, as for t = 0, while -inf * C stays -inf (masked keys need no second select).
+  c = c > kFltMin ? c : kFltMin;
   const float neg_inf = -__builtin_inff();
 
-  // Q^T operand (B of the S MFMA): this lane's row, dims 16s + 8h .. +7. Rows past sq read the last
-  // row instead (their results are never stored).
-  const __bf16 *q_row = static_cast<const __bf16 *>(a.q) + bz * a.q_stride_batch +
-                        static_cast<long long>(row_ok ? row : sq - 1) * a.q_stride_seq + hq * a.q_stride_head;
-  bf16x8 q_frag[kQkSteps];
-  #pragma unroll
-  for (int s = 0; s < kQkSteps; ++s) {
-    const u32x4 x = *reinterpret_cast<const u32x4 *>(q_row + 16 * s + 8 * h);
-    q_frag[s] = __builtin_bit_cast(bf16x8, x ^ q_sign);
-  }
-
-  const __bf16 *k_head = static_cast<const __bf16 *>(a.k) + bz * a.k_stride_batch + hkv * a.k_stride_head;
-  const __bf16 *v_head = static_cast<const __bf16 *>(a.v) + bz * a.v_stride_batch + hkv * a.v_stride_head;
+  // Indices as non-negative 64-bit values: products with the int64 strides need no sign extension.
+  const long long bz64 = static_cast<unsigned>(bz), hq64 = static_cast<unsigned>(hq);
+  const long long hkv64 = static_cast<unsigned>(hkv);
+  const __bf16 *k_head = static_cast<const __bf16 *>(a.k) + bz64 * a.k_stride_batch + hkv64 * a.k_stride_head;
+  const __bf16 *v_head = static_cast<const __bf16 *>(a.v) + bz64 * a.v_stride_batch + hkv64 * a.v_stride_head;
   BlockStream<kKChunks, kDqk> k_next(k_head, a.k_stride_seq, sk, tid);
   BlockStream<kVChunks, kDv> v_next(v_head, a.v_stride_seq, sk, tid);
 
@@ -276,112 +298,167 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   const int v_lane = (4 * (g / 2) + i4) * kVRow + 2 * (16 * (g % 2) + 4 * u4);
 
   float m = neg_inf;  // running row max of t (base-2 units)
-  float l = 0.0f;     // running row sum of unrounded p
+  f32x2 l2 = {0.0f, 0.0f};  // running sums of unrounded p over this lane's half of the row's keys
   f32x16 acc[kDvTiles];
   #pragma unroll
   for (int t = 0; t < kDvTiles; ++t) acc[t] = (f32x16){};
   f32x16 st[kKeyTiles];
   bf16x8 p_frag[kKeyTiles][2];
+  // K fragment f (key tile f / kQkSteps, dims 16 (f % kQkSteps) ..) of the block in `stage`: the A operand
+  // of S^T. The first kKPre of a block are read in the previous softmax half, after its row max, so the
+  // MFMA half starts on data that is already in registers.
+  auto read_k = [&](int stage, int f) {
+    return *reinterpret_cast<const lds_u32x4 *>(k_stage(stage) + k_lane + 32 * (f / kQkSteps) * kKRow +
+                                                32 * (f % kQkSteps));
+  };
+  u32x4 k_pre[kKPre];
 
-  // Prologue: K_0 and K_1 into stages 0 and 1; V_0 and K_2 in flight.
+  // Prologue: K_0 and K_1 into stages 0 and 1; V_0 and K_2 in flight; then Q, which only the first MFMA
+  // waits for (the barrier waits for the K stores).
   k_next.issue();
   k_next.store(k_stage(0), tid);
   k_next.issue();
   k_next.store(k_stage(1), tid);
   v_next.issue();
   k_next.issue();
+  // Q^T operand (B of the S MFMA): this lane's row, dims 16s + 8h .. +7. Rows past sq read the last
+  // row instead (their results are never stored).
+  const __bf16 *q_row = static_cast<const __bf16 *>(a.q) + bz64 * a.q_stride_batch +
+                        static_cast<unsigned>(row_ok ? row : sq - 1) * a.q_stride_seq + hq64 * a.q_stride_head;
+  bf16x8 q_frag[kQkSteps];
+  #pragma unroll
+  for (int s = 0; s < kQkSteps; ++s) q_frag[s] = *reinterpret_cast<const bf16x8 *>(q_row + 16 * s + 8 * h);
   lds_barrier();
   // Ping-pong: waves 4-7 run one barrier interval behind waves 0-3, so that in every interval one
   // group issues its MFMAs (priority 1) while the other does its softmax on the same SIMDs.
   const bool second_group = wave >= kWaves / 2;
   if (second_group) __builtin_amdgcn_s_barrier();
-
-  int cur = 0;  // nb % 3, kept without a division: the stage of K_nb and V_nb
-  for (int nb = 0; nb <= n_blocks; ++nb, cur = cur == 2 ? 0 : cur + 1) {
-    const int nxt = cur == 2 ? 0 : cur + 1, prv = cur == 0 ? 2 : cur - 1;  // (nb + 1) % 3, (nb + 2) % 3
-    // ---- MFMA half: S_nb = K_nb Q^T; stage V_nb (read two intervals later), load V_{nb+1}; then
-    // O += V_{nb-1} P_{nb-1}. The staging needs no branch: a block past the end is zeros.
-    __builtin_amdgcn_s_setprio(1);
-    if (nb < n_blocks) {
-      const lds_byte *ks = k_stage(cur) + k_lane;
-      #pragma unroll
-      for (int kt = 0; kt < kKeyTiles; ++kt) {
-        st[kt] = (f32x16){};
-        #pragma unroll
-        for (int s = 0; s < kQkSteps; ++s) {
-          const u32x4 kx = *reinterpret_cast<const lds_u32x4 *>(ks + 32 * kt * kKRow + 32 * s);
-          st[kt] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(__builtin_bit_cast(bf16x8, kx), q_frag[s], st[kt],
-                                                           0, 0, 0);
-        }
-      }
-      // Schedule: K reads run kKAhead MFMAs ahead (one read per MFMA). An LDS read takes about two
-      // 32x32x16 MFMAs alone, but four waves read at once: in the timing model (d = 128) 6 ahead costs
-      // 2976 cycles per key block, 8 ahead 2873, 10 ahead 3086, 12 ahead 3181 (registers).
-      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, kKAhead, 0);
-      #pragma unroll
-      for (int g = 0; g < (kKeyTiles * kQkSteps - kKAhead) / 2; ++g) {
-        __builtin_amdgcn_sched_group_barrier(kSchedMfma, 2, 0);
-        __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2, 0);
-      }
-      __builtin_amdgcn_sched_group_barrier(kSchedMfma, kKAhead, 0);
+  #pragma unroll
+  for (int f = 0; f < kKPre; ++f) k_pre[f] = read_k(0, f);
+  if (negative_c) {  // wave-uniform and rare: the flip costs d_qk / 4 VALU ops
+    #pragma unroll
+    for (int s = 0; s < kQkSteps; ++s) {
+      q_frag[s] = __builtin_bit_cast(bf16x8, __builtin_bit_cast(u32x4, q_frag[s]) ^ 0x80008000u);
     }
-    v_next.store(v_stage(cur), tid);
-    v_next.issue();
-    if (nb > 0) {
-      // B element e of step s of key tile kt is P at key 32kt + 16s + 8(e/4) + 4h + e%4; the two
-      // transposing reads give A element e = V at that key, column 32t + j.
-      const lds_byte *vs = v_stage(prv) + v_lane;
+  }
+
+  // S_nb = K_nb Q^T from the K stage `stage` (the first kKPre fragments are already in k_pre).
+  auto s_mfmas = [&](int stage) {
+    #pragma unroll
+    for (int kt = 0; kt < kKeyTiles; ++kt) {
+      st[kt] = (f32x16){};
       #pragma unroll
-      for (int kt = 0; kt < kKeyTiles; ++kt) {
+      for (int s = 0; s < kQkSteps; ++s) {
+        const int f = kt * kQkSteps + s;
+        const u32x4 kx = f < kKPre ? k_pre[f] : read_k(stage, f);
+        st[kt] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(__builtin_bit_cast(bf16x8, kx), q_frag[s], st[kt],
+                                                         0, 0, 0);
+      }
+    }
+    // Schedule: K reads run kKAhead MFMAs ahead (one read per MFMA); the first kKPre were read before
+    // the barrier that opened this half.
+    __builtin_amdgcn_sched_group_barrier(kSchedDsRead, kKAhead - kKPre, 0);
+    #pragma unroll
+    for (int g = 0; g < (kKeyTiles * kQkSteps - kKAhead) / 2; ++g) {
+      __builtin_amdgcn_sched_group_barrier(kSchedMfma, 2, 0);
+      __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2, 0);
+    }
+    __builtin_amdgcn_sched_group_barrier(kSchedMfma, kKAhead, 0);
+  };
+  // O += V P for the V stage `stage` and the P in p_frag.
+  auto pv_mfmas = [&](int stage) {
+    // B element e of step s of key tile kt is P at key 32kt + 16s + 8(e/4) + 4h + e%4; the two
+    // transposing reads give A element e = V at that key, column 32t + j.
+    const lds_byte *vs = v_stage(stage) + v_lane;
+    #pragma unroll
+    for (int kt = 0; kt < kKeyTiles; ++kt) {
+      #pragma unroll
+      for (int s = 0; s < 2; ++s) {
         #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          #pragma unroll
-          for (int t = 0; t < kDvTiles; ++t) {
-            const lds_byte *p0 = vs + (32 * kt + 16 * s) * kVRow + 64 * t;
-            const i16x4 lo = __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4 *)p0);
-            const i16x4 hi = __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4 *)(p0 + 8 * kVRow));
-            const bf16x8 va = __builtin_bit_cast(bf16x8, __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7));
-            acc[t] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(va, p_frag[kt][s], acc[t], 0, 0, 0);
-          }
+        for (int t = 0; t < kDvTiles; ++t) {
+          const lds_byte *p0 = vs + (32 * kt + 16 * s) * kVRow + 64 * t;
+          const i16x4 lo = __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4 *)p0);
+          const i16x4 hi = __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4 *)(p0 + 8 * kVRow));
+          const bf16x8 va = __builtin_bit_cast(bf16x8, __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7));
+          acc[t] = __builtin_amdgcn_mfma_f32_32x32x16_bf16(va, p_frag[kt][s], acc[t], 0, 0, 0);
         }
       }
-      // Schedule: the V^T reads of the next four MFMAs go out before the current four.
+    }
+    // Schedule: the V^T reads of the next four MFMAs go out before the current four.
+    __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
+    #pragma unroll
+    for (int g = 0; g < 2 * kKeyTiles - 1; ++g) {
       __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
-      #pragma unroll
-      for (int g = 0; g < 2 * kKeyTiles - 1; ++g) {
-        __builtin_amdgcn_sched_group_barrier(kSchedDsRead, 2 * kDvTiles, 0);
-        __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
-      }
       __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
     }
+    __builtin_amdgcn_sched_group_barrier(kSchedMfma, kDvTiles, 0);
+  };
+
+  // The stages of blocks nb, nb + 1 and nb + 2 (nb % 3, ...), rotated once per block: no select, so the
+  // stage offsets stay scalar.
+  int cur = 0, nxt = 1, prv = 2;
+  for (int nb = 0; nb < n_blocks; ++nb) {
+    // ---- MFMA half: S_nb = K_nb Q^T; stage V_nb (read two intervals later) and K_{nb+2} (read four
+    // intervals later), load V_{nb+1} and K_{nb+3}; then O += V_{nb-1} P_{nb-1}. The staging sits among
+    // the MFMAs, whose wave has the SIMD's issue slots to spare, and needs no branch: a block past the
+    // end is zeros.
+    __builtin_amdgcn_s_setprio(1);
+    s_mfmas(cur);
+    v_next.store(v_stage(cur), tid);
+    v_next.issue();
+    k_next.store(k_stage(prv), tid);
+    k_next.issue();
+    if (nb > 0) pv_mfmas(prv);
     __builtin_amdgcn_s_setprio(0);
     lds_barrier();
 
-    // ---- Softmax half: stage K_{nb+2} (read three intervals later), load K_{nb+3}; P_nb, m, l and
-    // the rescale of O by alpha.
-    k_next.store(k_stage(prv), tid);
-    k_next.issue();
-    if (nb < n_blocks) {
+    // ---- Softmax half: mask, row max, the next block's first K fragments, m, the rescale when a row
+    // raised its max by more than tau, P_nb and l: VALU work from the barrier to the barrier.
+    {
       const int n0 = nb * kTileN;
-      if (n0 + kTileN > wave_first_limit) {  // a block that crosses some row's limit of this wave
+      if (__builtin_expect(n0 + kTileN > wave_first_limit, 0)) {  // a block crossing some row's limit
+        // Key n0 + 32 kt + d_row(r, h) is past the row's limit iff its offset 32 kt + d_row(r, 0) (a
+        // constant) reaches row_limit - n0 - 4h: one compare and one select per score.
+        const int first_masked = row_limit - n0 - 4 * h;
         #pragma unroll
         for (int kt = 0; kt < kKeyTiles; ++kt) {
           #pragma unroll
           for (int r = 0; r < 16; ++r) {
-            if (n0 + 32 * kt + d_row(r, h) >= row_limit) st[kt][r] = neg_inf;
+            if (32 * kt + d_row(r, 0) >= first_masked) st[kt][r] = neg_inf;
           }
         }
       }
-      // Block max over the lane's 32 scores (S, not t: C > 0).
-      static_assert(kKeyTiles == 2, "max_of_32 takes the two S^T tiles of a 64-key block");
-      const float bmax = max_of_32(st[0], st[1]);
-      const float bmax_row = row_max(bmax);
-      const float m_new = fmax_(m, bmax_row == neg_inf ? neg_inf : bmax_row * c);  // c may be 0
-      const bool live = m_new != neg_inf;  // false: nothing visible yet, the block changes nothing
-      const float alpha = m == neg_inf ? 0.0f : __builtin_amdgcn_exp2f(m - m_new);
-      const float m_use = live ? m_new : 0.0f;  // masked S = -inf gives p = 0 either way
+      static_assert(kKeyTiles == 2, "row_max_of_64 takes the two S^T tiles of a 64-key block");
+      // The block's max of t (S * C, C > 0), clamped to -FLT_MAX: a row with nothing visible yet gets a
+      // finite m, so alpha = exp2(m - m_new) is never NaN (the first block: exp2(-inf) = 0; acc and l
+      // are still 0) and S * C - m stays -inf for masked keys.
+      const float mb = __builtin_fmaxf(row_max_of_64(st[0], st[1]) * c, -kFltMax);
+      // The next block's first K fragments (stage nxt was written two intervals ago and is rewritten two
+      // intervals from now; reading it on the last block is harmless).
+      #pragma unroll
+      for (int f = 0; f < kKPre; ++f) k_pre[f] = read_k(nxt, f);
+      // Stale max: keep m unless the block raises it by more than tau (m = -inf never stays); mb > m +
+      // tau implies mb > m, so the max itself is not needed.
+      const float m_new = kStaleTau > 0.0f ? (mb > m + kStaleTau ? mb : m) : __builtin_fmaxf(m, mb);
+      // O *= alpha and l *= alpha with alpha = exp2(m - m_new), skipped (exp2 included) when every row of
+      // the wave kept its max: alpha is then 1 exactly.
+      if (__builtin_expect(__builtin_amdgcn_ballot_w64(m_new != m) != 0, 0)) {
+        const float alpha = __builtin_amdgcn_exp2f(m - m_new);
+        const f32x2 a2 = {alpha, alpha};
+        l2 = l2 * a2;
+        #pragma unroll
+        for (int t = 0; t < kDvTiles; ++t) {
+          #pragma unroll
+          for (int r = 0; r < 16; r += 2) {
+            const f32x2 o = f32x2{acc[t][r], acc[t][r + 1]} * a2;
+            acc[t][r] = o[0];
+            acc[t][r + 1] = o[1];
+          }
+        }
+      }
+      m = m_new;
       // p = exp2(S * C - m) on pairs of scores (packed FMA and add), P rounded to bf16 for P.V.
-      const f32x2 c2 = {c, c}, neg_m2 = {-m_use, -m_use};
+      const f32x2 c2 = {c, c}, neg_m2 = {-m_new, -m_new};
       f32x2 psum2 = {0.0f, 0.0f};
       #pragma unroll
       for (int kt = 0; kt < kKeyTiles; ++kt) {
@@ -398,48 +475,46 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
           }
         }
       }
-      const float psum = row_sum(psum2[0] + psum2[1]);
-      if (live) {
-        l = l * alpha + psum;
-        m = m_new;
-      }
-      // O *= alpha, skipped when no row of the wave changed its max (alpha == 1 exactly: the same bits).
-      if (__builtin_amdgcn_ballot_w64(live && alpha != 1.0f) != 0) {
-        const f32x2 a2 = {live ? alpha : 1.0f, live ? alpha : 1.0f};
-        #pragma unroll
-        for (int t = 0; t < kDvTiles; ++t) {
-          #pragma unroll
-          for (int r = 0; r < 16; r += 2) {
-            const f32x2 o = f32x2{acc[t][r], acc[t][r + 1]} * a2;
-            acc[t][r] = o[0];
-            acc[t][r + 1] = o[1];
-          }
-        }
-      }
+      // This lane's share of l (its half of the row's keys); the two shares are added once, at the end.
+      l2 = l2 + psum2;
     }
     lds_barrier();
+    const int done = cur;
+    cur = nxt;
+    nxt = prv;
+    prv = done;
   }
+  // The last block's O += V P. Nothing writes the LDS after the loop, so it needs no barrier; waves 0-3
+  // pass one more, the partner of the one that set the skew of waves 4-7.
+  __builtin_amdgcn_s_setprio(1);
+  if (n_blocks > 0) pv_mfmas(prv);
+  __builtin_amdgcn_s_setprio(0);
   if (!second_group) __builtin_amdgcn_s_barrier();
 
   if (!row_ok) return;
   // out = acc * (v_descale / l), bf16 RNE; a row that saw no key (l == 0) writes 0. A row that saw a
   // key has l >= 1 (its max key adds exp2(0) = 1), so vd / max(l, 1) needs no select.
+  const float l = row_sum(l2[0] + l2[1]);
   const float scale = a.v_descale / fmax_(l, 1.0f);
-  __bf16 *out_row = static_cast<__bf16 *>(a.out) + bz * a.out_stride_batch +
-                    static_cast<long long>(row) * a.out_stride_seq + hq * a.out_stride_head;
+  __bf16 *out_row = static_cast<__bf16 *>(a.out) + bz64 * a.out_stride_batch +
+                    static_cast<unsigned>(row) * a.out_stride_seq + hq64 * a.out_stride_head;
   #pragma unroll
   for (int t = 0; t < kDvTiles; ++t) {
     #pragma unroll
     for (int q4 = 0; q4 < 4; ++q4) {
       bf16x4 o;
       #pragma unroll
-      for (int e = 0; e < 4; ++e) o[e] = static_cast<__bf16>(acc[t][4 * q4 + e] * scale);
+      for (int e = 0; e < 4; e += 2) {  // pairs: v_pk_mul_f32
+        const f32x2 x = f32x2{acc[t][4 * q4 + e], acc[t][4 * q4 + e + 1]} * f32x2{scale, scale};
+        o[e] = static_cast<__bf16>(x[0]);
+        o[e + 1] = static_cast<__bf16>(x[1]);
+      }
       *reinterpret_cast<bf16x4 *>(out_row + 32 * t + d_row(4 * q4, h)) = o;
     }
   }
   // lse = (m + log2 l) * ln 2 in natural-log units; +inf for a row that saw no key.
   if ((a.flags & ZYFA_FLAG_LSE) != 0 && h == 0) {
     const float lse = l == 0.0f ? __builtin_inff() : (m + __builtin_amdgcn_logf(l)) * kLn2;
-    a.lse[(static_cast<long long>(bz) * a.heads_q + hq) * sq + row] = lse;
+    a.lse[(bz64 * a.heads_q + hq64) * sq + row] = lse;
   }
 }

@@ -82,9 +82,14 @@ OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
 # Query-tile order of a "tiles" grid: "ascending" = blockIdx.x is the query tile; "descending" = blockIdx.x
 # is ceil(seqlen_q / tile_m) - 1 - tile, so the causal tiles with the most keys are dispatched first
 # (gfx950/fa_fwd_bf16.hip is built with -DZYFA_TILE_DESCENDING=1; the mfma_fp8 generator always emits it,
-# so its rows must say so: the simulator and the models map workgroups to tiles by this field).
-TILE_ORDERS = ("ascending", "descending")
+# so its rows must say so: the simulator and the models map workgroups to tiles by this field);
+# "global_descending" = the workgroups in dispatch order (x fastest) take the last query tile of every head
+# and batch first, then the one before it, and so on (-DZYFA_TILE_DESCENDING=2): the longest tiles of the
+# whole launch start first, not only those of each head.
+TILE_ORDERS = ("ascending", "descending", "global_descending")
+TILE_ORDER_DEFINES = {"descending": 1, "global_descending": 2}
 DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip", "mfma_fp8")
+GLOBAL_DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip",)
 ALWAYS_DESCENDING_SRCS = ("mfma_fp8",)
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
 # which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself).
@@ -94,10 +99,15 @@ PERSISTENT_SRC = "sm90/fa_fwd_wgmma.cu"
 # kernel's ZYFA_WS_TMA build, BF16 only: a second parameter, zyfa_tma_maps, that launchers encode).
 LOADS_MODES = ("cp.async", "tma")
 # Stale running max (docs/numerics.md): a row keeps m unless a block raises it by more than stale_tau
-# (log2 units). Only the sm90 wgmma kernel implements it (ZYFA_WS_STALE_TAU); FP8 P must stay below
+# (log2 units). The sources that implement it, with the define that carries tau; FP8 P must stay below
 # e4m3's 448 = 2^8.8 with the row max at 2^8, so FP8 needs stale_tau below the ABI header's
 # ZYFA_FP8_MAX_STALE_TAU (fp8_max_stale_tau).
-STALE_SRC = "sm90/fa_fwd_wgmma.cu"
+# The largest k / v seq stride (elements, exclusive) a source's kernels address, written to each row as
+# "max_kv_seq_stride" (0: no limit of their own) and checked by zyfa-core's launch plan. The gfx950 BF16
+# kernel loads a block of 64 rows through a buffer descriptor whose byte count and lane offsets are 32-bit:
+# 63 strides of 2 bytes must stay below 2^31.
+KV_SEQ_STRIDE_LIMITS = {"gfx950/fa_fwd_bf16.hip": 1 << 24}
+STALE_SRCS = {"sm90/fa_fwd_wgmma.cu": "ZYFA_WS_STALE_TAU", "gfx950/fa_fwd_bf16.hip": "ZYFA_STALE_TAU"}
 # V pre-pass (kernels/abi/zyfa_abi.h, ABI 3): the sm90 wgmma kernel's ZYFA_WS_VPRE build for e4m3 exact / lean
 # P with d_v 128 and tile_n a multiple of 64; its cubin has a second entry, <name>_vprep, which the manifest
 # row names in "v_prep" (launchers run it into a workspace first).
@@ -226,6 +236,10 @@ def tile_order_problems(v: dict[str, Any]) -> list[str]:
         return [f"{label}: tile_order {order!r} is not one of {TILE_ORDERS}"]
     if order == "descending" and (v["src"] not in DESCENDING_SRCS or grid_mode(v) != "tiles"):
         return [f"{label}: tile_order 'descending' needs grid 'tiles' and src in {DESCENDING_SRCS}"]
+    if order == "global_descending" and (v["src"] not in GLOBAL_DESCENDING_SRCS or grid_mode(v) != "tiles"):
+        return [
+            f"{label}: tile_order 'global_descending' needs grid 'tiles' and src in {GLOBAL_DESCENDING_SRCS}"
+        ]
     if order != "descending" and v["src"] in ALWAYS_DESCENDING_SRCS:
         return [f"{label}: src {v['src']!r} runs the last query tile first: set tile_order 'descending'"]
     return []
@@ -241,8 +255,8 @@ def stale_problems(v: dict[str, Any], fp8_max: float) -> list[str]:
     label, tau = v["name"], stale_tau(v)
     if not math.isfinite(tau) or tau < 0.0:
         return [f"{label}: stale_tau {tau!r} must be a finite number >= 0"]
-    if tau > 0.0 and v["src"] != STALE_SRC:
-        return [f"{label}: stale_tau > 0 needs src {STALE_SRC!r} (ZYFA_WS_STALE_TAU)"]
+    if tau > 0.0 and v["src"] not in STALE_SRCS:
+        return [f"{label}: stale_tau > 0 needs src in {tuple(STALE_SRCS)}"]
     if v["dtype"] == "e4m3fn" and tau >= fp8_max:
         return [f"{label}: stale_tau {tau} would let FP8 P pass e4m3's 448; it must be < {fp8_max}"]
     return []
@@ -353,11 +367,11 @@ def defines(v: dict[str, Any]) -> list[str]:
     if loads_mode(v) == "tma":
         values["ZYFA_WS_TMA"] = 1
     if stale_tau(v) > 0.0:
-        values["ZYFA_WS_STALE_TAU"] = f"{stale_tau(v)!r}f"  # a float literal, e.g. 8.0f
+        values[STALE_SRCS[v["src"]]] = f"{stale_tau(v)!r}f"  # a float literal, e.g. 8.0f
     if v_prep_entry(v):
         values["ZYFA_WS_VPRE"] = 1
-    if tile_order(v) == "descending":
-        values["ZYFA_TILE_DESCENDING"] = 1
+    if tile_order(v) in TILE_ORDER_DEFINES:
+        values["ZYFA_TILE_DESCENDING"] = TILE_ORDER_DEFINES[tile_order(v)]
     if layout(v) != "dense":  # only then: the dense builds keep exactly their defines
         values["ZYFA_WS_VARLEN"] = LAYOUT_DEFINE[layout(v)]
     return [f"-D{key}={value}" for key, value in values.items()]
@@ -482,6 +496,7 @@ def manifest_row(
     row["v_prep"] = v_prep_entry(v)  # "": none; else the entry a launcher runs first (ABI 3)
     row["tile_order"] = tile_order(v)  # which query tile blockIdx.x computes (the simulator maps it)
     row["layout"] = layout(v)  # "varlen" / "paged": the kernel takes zyfa_varlen_args as a second parameter
+    row["max_kv_seq_stride"] = KV_SEQ_STRIDE_LIMITS.get(v["src"], 0)  # 0: none; else the plan checks it
     row.update(file=out.name, **resources, abi_version=abi_version(root), source_sha256=sha)
     row["sha256"] = hashlib.sha256(out.read_bytes()).hexdigest()  # the loader checks the built file
     row["toolchain"] = toolchain

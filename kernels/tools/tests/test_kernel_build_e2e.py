@@ -213,6 +213,7 @@ def test_cuda_compile_carries_the_grid(tmp_path: Path, monkeypatch: pytest.Monke
     assert "-DZYFA_WS_TMA=1" not in argv and row["loads"] == "cp.async"  # absent in the variant: written
     assert not any("STALE" in a for a in argv) and row["stale_tau"] == 0.0  # likewise
     assert not any("VPRE" in a for a in argv) and row["v_prep"] == ""  # likewise
+    assert row["max_kv_seq_stride"] == 0  # no limit of its own (TMA / 64-bit addressing)
     built = tmp_path / "out" / f"{v['name']}.cubin"
     assert row["sha256"] == hashlib.sha256(built.read_bytes()).hexdigest()  # of the built file
 

@@ -92,8 +92,12 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"stale_tau": 8}, "stale_tau = 8 has the wrong type"),
         ({"stale_tau": -1.0}, "stale_tau -1.0 must be a finite number >= 0"),
         ({"stale_tau": float("nan")}, "stale_tau nan must be a finite number >= 0"),
-        ({"stale_tau": 8.0}, "stale_tau > 0 needs src 'sm90/fa_fwd_wgmma.cu' (ZYFA_WS_STALE_TAU)"),
-        ({"tile_order": "sideways"}, "tile_order 'sideways' is not one of ('ascending', 'descending')"),
+        ({"stale_tau": 8.0}, "stale_tau > 0 needs src in ('sm90/fa_fwd_wgmma.cu', 'gfx950/fa_fwd_bf16.hip')"),
+        (
+            {"tile_order": "sideways"},
+            "tile_order 'sideways' is not one of ('ascending', 'descending', 'global",
+        ),
+        ({"tile_order": "global_descending"}, "tile_order 'global_descending' needs grid 'tiles' and src in"),
         ({"tile_order": 1}, "tile_order = 1 has the wrong type"),
         ({"tile_order": "descending"}, "tile_order 'descending' needs grid 'tiles' and src in"),
     ],
@@ -194,6 +198,14 @@ def test_stale_tau_defines_ws_stale_tau_and_fp8_stays_below_448() -> None:
     assert "would let FP8 P pass e4m3's 448" in problem
 
 
+def test_stale_tau_on_the_gfx950_bf16_kernel_defines_zyfa_stale_tau() -> None:
+    """The gfx950 BF16 HIP kernel takes stale_tau through its own define, -DZYFA_STALE_TAU=<tau>f."""
+    hip = variant(kind="hip", src="gfx950/fa_fwd_bf16.hip")
+    v = dict(hip, stale_tau=8.0)
+    assert kb.variant_problems(v) == []
+    assert kb.defines(v) == [*kb.defines(hip), "-DZYFA_STALE_TAU=8.0f"]
+
+
 def test_v_prep_defines_ws_vpre_only_where_the_pass_exists() -> None:
     """v_prep True adds -DZYFA_WS_VPRE=1 (and names the entry <name>_vprep); False or absent adds nothing.
     It is refused on BF16, f16 P, another source, d_v != 128 or tile_n not a multiple of 64."""
@@ -224,6 +236,8 @@ def test_descending_tile_order_sets_its_define() -> None:
     assert kb.defines(hip) == kb.defines(dict(hip, tile_order="ascending"))
     assert not any("TILE_DESCENDING" in d for d in kb.defines(hip))
     assert kb.tile_order(hip) == "ascending"
+    every = dict(hip, tile_order="global_descending")
+    assert kb.variant_problems(every) == [] and "-DZYFA_TILE_DESCENDING=2" in kb.defines(every)
 
 
 def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:

@@ -211,7 +211,7 @@ py::bytes tma_maps(const PlanSpec &spec, const py::bytes &args, const py::object
 
 PlanSpec make_spec(const std::string &name, const std::string &dtype, int d_qk, int d_v, bool causal, int tile_m,
                    int tile_n, int threads, unsigned smem, const std::string &grid, const std::string &loads,
-                   const std::string &v_prep, const std::string &layout) {
+                   const std::string &v_prep, const std::string &layout, long long max_kv_seq_stride) {
   if (layout != "dense" && layout != "varlen" && layout != "paged") {
     throw ArgumentError(name + ": layout must be 'dense', 'varlen' or 'paged'");
   }
@@ -223,6 +223,7 @@ PlanSpec make_spec(const std::string &name, const std::string &dtype, int d_qk, 
   s.persistent = grid == "persistent", s.tma = loads == "tma";
   s.layout = layout == "dense" ? Layout::dense : layout == "varlen" ? Layout::varlen : Layout::paged;
   s.d_qk = d_qk, s.d_v = d_v, s.tile_m = tile_m, s.tile_n = tile_n, s.threads = threads, s.smem = smem;
+  s.max_kv_seq_stride = max_kv_seq_stride;
   check_spec(s);
   return s;
 }
@@ -250,7 +251,8 @@ PYBIND11_MODULE(_driver, m) {
   py::class_<PlanSpec>(m, "Plan", "A kernel's launch plan (from its manifest row); needs no GPU.")
       .def(py::init(&make_spec), py::arg("name"), py::arg("dtype"), py::arg("d_qk"), py::arg("d_v"),
            py::arg("causal"), py::arg("tile_m"), py::arg("tile_n"), py::arg("threads"), py::arg("smem"),
-           py::arg("grid"), py::arg("loads"), py::arg("v_prep"), py::arg("layout") = "dense")
+           py::arg("grid"), py::arg("loads"), py::arg("v_prep"), py::arg("layout") = "dense",
+           py::arg("max_kv_seq_stride") = 0)
       .def_readonly("name", &PlanSpec::name)
       .def("check", [](const PlanSpec &s, const py::bytes &args, const py::object &varlen) {
              check_args(s, args_from(args), varlen_from(varlen).get());

@@ -121,6 +121,12 @@ void check_strides(const PlanSpec &spec, const zyfa_fwd_args &a) {
         refuse(spec.name + ": args." + name + " = " + std::to_string(stride) + " elements is too large (at most " +
                std::to_string(MAX_STRIDE) + ")");
       }
+      const bool kv_seq = d == 1 && (t.name[0] == 'k' || t.name[0] == 'v');
+      if (kv_seq && spec.max_kv_seq_stride > 0 && stride >= spec.max_kv_seq_stride) {
+        refuse(spec.name + ": args." + name + " = " + std::to_string(stride) + " elements is too large for this " +
+               "kernel, whose loads address a block of k / v rows with 32-bit offsets: it must be below " +
+               std::to_string(spec.max_kv_seq_stride) + "; make the tensor contiguous");
+      }
       if ((stride * t.elem) % VECTOR_BYTES) {
         refuse(spec.name + ": args." + name + " = " + std::to_string(stride) + " elements (" +
                std::to_string(stride * t.elem) + " bytes) is not a multiple of " + std::to_string(VECTOR_BYTES) +
@@ -204,6 +210,9 @@ void check_varlen_fields(const PlanSpec &spec, const zyfa_fwd_args &a, const zyf
 void check_spec(const PlanSpec &spec) {
   if (spec.tile_m <= 0 || spec.tile_n <= 0 || spec.threads <= 0 || spec.d_qk <= 0 || spec.d_v <= 0) {
     refuse(spec.name + ": tile_m, tile_n, threads, d_qk and d_v must be positive");
+  }
+  if (spec.max_kv_seq_stride < 0) {
+    refuse(spec.name + ": max_kv_seq_stride must be >= 0, got " + std::to_string(spec.max_kv_seq_stride));
   }
   if (!spec.v_prep.empty() && spec.tile_n % 64 != 0) {
     refuse(spec.name + ": a kernel with a V pre-pass needs tile_n a multiple of 64, got " +

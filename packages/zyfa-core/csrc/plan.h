@@ -30,6 +30,7 @@ struct PlanSpec {
   Layout layout = Layout::dense;  // varlen / paged kernels take zyfa_varlen_args as their second parameter
   int d_qk = 0, d_v = 0, tile_m = 0, tile_n = 0, threads = 0;
   unsigned smem = 0;  // dynamic shared memory at launch (KernelSpec.launch_smem_bytes)
+  std::int64_t max_kv_seq_stride = 0;  // k / v seq strides (elements) must stay below it; 0: no own limit
 };
 
 // Throws ArgumentError unless `spec` is a launchable description (positive tiles, threads, dims).

@@ -126,6 +126,28 @@ def test_fp8_strides_are_checked_in_bytes(tmp_path: Path, manifest_tools) -> Non
         zyfa_core.check_args(fp8, zyfa_core.make_fwd_args(**{**fields, "q_stride_head": 200}))
 
 
+def test_kv_seq_stride_limit_of_the_row(tmp_path: Path, manifest_tools) -> None:
+    """A row's max_kv_seq_stride (the gfx950 BF16 kernel's 2^24: 32-bit buffer offsets) bounds k's and v's
+    seq strides, exclusive, and nothing else; a row without it (0) takes them."""
+    gfx = "fa_fwd_bf16_hd128_causal_gfx950"
+    rows = [manifest_tools.row(gfx, max_kv_seq_stride=2**24), manifest_tools.row(NAME)]
+    m = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows))
+    limited, free = m.get(gfx), m.get(NAME)
+    near = 2**24 - 8  # the largest 16-byte multiple below the limit
+    zyfa_core.check_args(
+        limited, zyfa_core.make_fwd_args(**good_fields(k_stride_seq=near, v_stride_seq=near))
+    )
+    zyfa_core.check_args(
+        limited, zyfa_core.make_fwd_args(**good_fields(q_stride_seq=2**24, out_stride_seq=2**24))
+    )
+    for name in ("k_stride_seq", "v_stride_seq"):
+        args = zyfa_core.make_fwd_args(**good_fields(**{name: 2**24}))
+        with pytest.raises(ValueError, match=rf"{name} = 16777216 elements is too large for this kernel.*"
+                           r"must be below 16777216"):  # fmt: skip
+            zyfa_core.check_args(limited, args)
+        zyfa_core.check_args(free, args)
+
+
 def test_strides_of_size_one_dims_are_not_checked(spec: zyfa_core.KernelSpec) -> None:
     """torch leaves strides of size-1 dims arbitrary; the kernel never steps along them."""
     fields = good_fields(batch=1, q_stride_batch=3, k_stride_batch=-5, v_stride_batch=1, out_stride_batch=7)

@@ -254,6 +254,19 @@ def test_bad_stale_tau_is_rejected_naming_kernel(
     assert f"kernel {name!r}: stale_tau" in str(info.value) and problem in str(info.value)
 
 
+def test_max_kv_seq_stride_is_read_and_checked(tmp_path: Path, manifest_tools) -> None:
+    """A row's max_kv_seq_stride (0 when absent, as in manifests older than the field) reaches the spec;
+    a negative or non-int value is refused naming the kernel."""
+    gfx = "fa_fwd_bf16_hd128_causal_gfx950"
+    rows = [manifest_tools.row(gfx, max_kv_seq_stride=2**24), manifest_tools.row(SM90[0])]
+    m = zyfa_core.Manifest.load(manifest_tools.write(tmp_path / "good", rows))
+    assert [s.max_kv_seq_stride for s in m.kernels] == [2**24, 0]
+    for bad in (-1, 1.5, True):
+        manifest_tools.write(tmp_path / str(bad), [manifest_tools.row(gfx, max_kv_seq_stride=bad)])
+        with pytest.raises(ManifestError, match=f"kernel {gfx!r}: max_kv_seq_stride .* must be an int >= 0"):
+            zyfa_core.Manifest.load(tmp_path / str(bad))
+
+
 def test_describe_names_a_persistent_grid(tmp_path: Path, manifest_tools) -> None:
     rows = [manifest_tools.row(SM90[0], grid="persistent"), manifest_tools.row(SM90[1])]
     persistent, tiles = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows)).kernels

@@ -83,6 +83,7 @@ def test_simulated_kernel_matches_the_contract(name, dims, tiles, tmp_path, caps
         v_descale=ds[2],
         p_mode=entry.get("p_mode") or "exact",
         block_n=entry["tile_n"],
+        stale_tau=float(entry.get("stale_tau", 0.0)),
     )
     rows = run["rows"]
     got = torch.from_numpy(run["out"].view(np.int16)).view(torch.bfloat16).double().numpy()[:, rows]

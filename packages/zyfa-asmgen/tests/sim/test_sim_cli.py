@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from zyfa_asmgen.__main__ import main
-from zyfa_asmgen.sim.cli import locate_kernel
+from zyfa_asmgen.sim.cli import locate_kernel, tile_of, workgroup_of
 
 from .conftest import REPO
 
@@ -148,3 +148,24 @@ def test_heads_not_dividing_and_unknown_names_are_refused(capsys, tmp_path) -> N
         main(["sim", "fa_fwd_bf16_hd128_causal_gfx950", *variants, "--heads-q", "3", "--heads-kv", "2"]) == 1
     )
     assert "--heads-q 3 is not a multiple of --heads-kv 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("order", [None, "ascending", "descending", "global_descending"])
+def test_tile_order_maps_workgroups_one_to_one(order) -> None:
+    """workgroup_of and tile_of are inverse bijections of the grid for every tile_order; under
+    "global_descending" the dispatch order (x fastest) visits the query tiles from the last one down, every
+    (head, batch) of a tile before the tile below it."""
+    grid = (3, 2, 5)
+    entry = {} if order is None else {"tile_order": order}
+    every = [(t, h, b) for b in range(grid[2]) for h in range(grid[1]) for t in range(grid[0])]
+    wgs = [workgroup_of(t, h, b, grid, entry) for t, h, b in every]
+    assert sorted(wgs) == sorted((x, y, z) for x in range(3) for y in range(2) for z in range(5))
+    assert [tile_of(w, grid, entry) for w in wgs] == every
+    dispatch = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
+    tiles = [tile_of(w, grid, entry)[0] for w in dispatch]
+    if order == "global_descending":
+        assert tiles == sorted(tiles, reverse=True)
+    elif order == "descending":
+        assert tiles[:3] == [2, 1, 0]
+    else:
+        assert tiles[:3] == [0, 1, 2]

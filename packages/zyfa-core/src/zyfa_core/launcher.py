@@ -175,6 +175,7 @@ def _plan_cached(spec: KernelSpec) -> Any:
         loads=spec.loads,
         v_prep=spec.v_prep,
         layout=spec.layout,
+        max_kv_seq_stride=spec.max_kv_seq_stride,
     )
 
 

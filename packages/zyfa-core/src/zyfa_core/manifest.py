@@ -169,6 +169,9 @@ class KernelSpec:
     """Running-max staleness bound in log2 units (docs/numerics.md "Stale running max"): the kernel keeps
     a row's max m unless a block raises it by more than this; 0.0 = the exact running max. Pass it to
     `zyfa.reference.attention(stale_tau=...)` to reproduce the kernel's numerics."""
+    max_kv_seq_stride: int = 0
+    """The k and v seq strides (elements) must stay below this (the gfx950 BF16 kernel's 32-bit buffer
+    offsets: 2^24); 0 = no limit of the kernel's own. The launch plan checks it."""
     v_prep: str = ""
     """The V pre-pass entry (kernels/abi/zyfa_abi.h, ABI 3), "" when the kernel reads V as given."""
     layout: str = "dense"
@@ -389,6 +392,9 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
     if loads not in LOAD_MODES:
         raise _row_error(where, name, f"loads {loads!r} is not one of {LOAD_MODES}")
     stale_tau = _stale_tau(row, where, name, dtype)
+    max_kv_seq_stride = row.get("max_kv_seq_stride", 0)  # absent in rows older than the field: no limit
+    if isinstance(max_kv_seq_stride, bool) or not isinstance(max_kv_seq_stride, int) or max_kv_seq_stride < 0:
+        raise _row_error(where, name, f"max_kv_seq_stride {max_kv_seq_stride!r} must be an int >= 0")
     v_prep = _v_prep(row, where, name, dtype)
     layout = row.get("layout", "dense")
     if layout not in LAYOUTS:
@@ -403,6 +409,7 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
         grid=grid,
         loads=loads,
         stale_tau=stale_tau,
+        max_kv_seq_stride=max_kv_seq_stride,
         v_prep=v_prep,
         layout=layout,
         sha256=_sha256_field(row, where, name),

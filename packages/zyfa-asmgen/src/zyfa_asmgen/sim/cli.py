@@ -140,6 +140,10 @@ def _origin(v: dict[str, Any], repo: Path) -> str:
     return f"generator {v['src']!r} run now"
 
 
+# The -DZYFA_TILE_DESCENDING value of each tile_order, as kernels/tools/zyfa_kernel_build.py builds it.
+TILE_ORDER_DEFINES = {"descending": 1, "global_descending": 2}
+
+
 def _build_asm(v: dict[str, Any], repo: Path) -> str:
     """Compile the HIP source or run the generator, as the build does."""
     if v.get("arch") != "gfx950":
@@ -155,7 +159,9 @@ def _build_asm(v: dict[str, Any], repo: Path) -> str:
                "ZYFA_D_QK": v["d_qk"], "ZYFA_D_V": v["d_v"], "ZYFA_TILE_M": v["tile_m"],
                "ZYFA_TILE_N": v["tile_n"], "ZYFA_THREADS": v["threads"], "ZYFA_SMEM_BYTES": v["smem_bytes"],
                "ZYFA_LEAN_P": int(v["p_mode"] == "lean"),
-               "ZYFA_TILE_DESCENDING": int(v.get("tile_order") == "descending")}  # fmt: skip
+               "ZYFA_TILE_DESCENDING": TILE_ORDER_DEFINES.get(v.get("tile_order"), 0)}  # fmt: skip
+    if float(v.get("stale_tau", 0.0)) > 0.0:
+        defines["ZYFA_STALE_TAU"] = f"{float(v['stale_tau'])!r}f"  # a float literal, e.g. 8.0f
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{v['name']}.s"
         compile_hip(repo / "kernels" / v["src"], out, defines, [repo / "kernels"])
@@ -277,10 +283,29 @@ def key_blocks(tile: int, entry: dict, shape: Shape) -> int:
     return -(-keys // entry["tile_n"])
 
 
-def tile_of(x: int, ntiles: int, entry: dict) -> int:
-    """The query tile workgroup x computes (and, the map being its own inverse, the x of a tile): the row's
-    tile_order, "descending" = the last tile first."""
-    return ntiles - 1 - x if entry.get("tile_order") == "descending" else x
+def workgroup_of(
+    tile: int, head: int, batch: int, grid: tuple[int, int, int], entry: dict
+) -> tuple[int, int, int]:
+    """The workgroup (blockIdx) that computes query tile `tile` of (head, batch) under the row's tile_order:
+    "ascending" (x = tile), "descending" (x = the last tile first) or "global_descending" (in dispatch
+    order, x fastest, the last tile of every head and batch first, then the one before it, ...)."""
+    nx, ny, nz = grid
+    order = entry.get("tile_order")
+    if order == "global_descending":
+        lin = (nx - 1 - tile) * ny * nz + head + ny * batch
+        return lin % nx, lin // nx % ny, lin // (nx * ny)
+    return (nx - 1 - tile if order == "descending" else tile), head, batch
+
+
+def tile_of(wg: tuple[int, int, int], grid: tuple[int, int, int], entry: dict) -> tuple[int, int, int]:
+    """(query tile, head, batch) of workgroup wg: the inverse of workgroup_of."""
+    (x, y, z), (nx, ny, nz) = wg, grid
+    order = entry.get("tile_order")
+    if order == "global_descending":
+        lin = x + nx * (y + ny * z)
+        pair = lin % (ny * nz)
+        return nx - 1 - lin // (ny * nz), pair % ny, pair // ny
+    return (nx - 1 - x if order == "descending" else x), y, z
 
 
 def select_tiles(spec: str, ntiles: int) -> list[int]:
@@ -360,9 +385,10 @@ def launch_lines(entry: dict, shape: Shape, a: float, b: float, slots: int, peak
 
 def launch_estimate(entry: dict, shape: Shape, cost: WorkgroupCost) -> LaunchEstimate:
     """A full launch of one of our kernels: grid (query tiles, heads, batch), x fastest."""
-    ntiles = -(-shape.seqlen_q // entry["tile_m"])
-    per_tile = [cost.cycles(key_blocks(tile_of(x, ntiles, entry), entry, shape)) for x in range(ntiles)]
-    costs = per_tile * (shape.heads_q * shape.batch)
+    grid = (-(-shape.seqlen_q // entry["tile_m"]), shape.heads_q, shape.batch)
+    # in dispatch order: x fastest
+    wgs = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
+    costs = [cost.cycles(key_blocks(tile_of(w, grid, entry)[0], entry, shape)) for w in wgs]
     dims = (shape.seqlen_q, shape.seqlen_k, entry["d_qk"], entry["d_v"])
     flops = attention_flops(shape.batch, shape.heads_q, *dims, bool(entry["causal"]))
     item = 1 if entry["dtype"] == "e4m3fn" else 2
@@ -393,11 +419,10 @@ def traced_launch(src: KernelSource, layout: AbiLayout, shape: Shape, tiles: lis
     )
     kernarg = pack_kernarg(layout, kernarg_values(inp, ptrs, shape, entry, flags))
     sim = Simulator(src.asm, entry["name"])
-    ntiles = -(-shape.seqlen_q // entry["tile_m"])
-    xs = [tile_of(t, ntiles, entry) for t in tiles]
-    wgs = [(x, h, bi) for bi in range(shape.batch) for h in range(shape.heads_q) for x in xs]
-    res = sim.launch((ntiles, shape.heads_q, shape.batch), (entry["threads"], 1, 1), kernarg, mem,
-                     workgroups=wgs, trace=True)  # fmt: skip
+    grid = (-(-shape.seqlen_q // entry["tile_m"]), shape.heads_q, shape.batch)
+    wgs = [workgroup_of(t, h, bi, grid, entry) for bi in range(shape.batch) for h in range(shape.heads_q)
+           for t in tiles]  # fmt: skip
+    res = sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=wgs, trace=True)
     return sim, res, inp
 
 
@@ -410,7 +435,8 @@ def timing_section(
     workgroup), so the cost per key block it yields is the one of a long launch, where nearly all
     workgroups are long; a + b x blocks is fitted over the traced query tiles.
     """
-    own = sorted(w for w in res.traces if w[1] == 0 and w[2] == 0) or sorted(res.traces)
+    grid = (-(-shape.seqlen_q // entry["tile_m"]), shape.heads_q, shape.batch)
+    own = sorted(w for w in res.traces if tile_of(w, grid, entry)[1:] == (0, 0)) or sorted(res.traces)
     if len(own) > MAX_TIMED_WGS:
         idx = np.linspace(0, len(own) - 1, MAX_TIMED_WGS).round().astype(int)
         own = [own[i] for i in sorted(set(idx.tolist()))]
@@ -418,7 +444,7 @@ def timing_section(
     xs, ys = [], []
     for w in own:
         cu = model_cu(sim, [res.traces[w]], entry["threads"], MI355X)
-        blocks = key_blocks(tile_of(w[0], -(-shape.seqlen_q // entry["tile_m"]), entry), entry, shape)
+        blocks = key_blocks(tile_of(w, grid, entry)[0], entry, shape)
         lines = format_cu(cu, [f"workgroup {w} ({blocks} key blocks)"])
         rep.add(*(("  " + x) for x in (lines if w == own[0] else lines[1:])))
         xs.append(blocks)

@@ -72,8 +72,8 @@ def zyfa_contender(
     ntiles = -(-fit_seqlen // entry["tile_m"])
     tiles = sorted({int(i) for i in np.linspace(0, ntiles - 1, min(4, ntiles)).round()})
     sim, res, _ = cli.traced_launch(src, layout, shape, tiles, np.random.default_rng(seed))
-    # traces are keyed by blockIdx.x, which tile_of maps to and from a query tile
-    traces = [res.traces[(cli.tile_of(t, ntiles, entry), 0, 0)] for t in tiles]
+    # traces are keyed by blockIdx, which workgroup_of gives for a query tile
+    traces = [res.traces[cli.workgroup_of(t, 0, 0, (ntiles, 1, 1), entry)] for t in tiles]
     runs = [(cli.key_blocks(t, entry, shape), tr) for t, tr in zip(tiles, traces, strict=True)]
     cost = fit_cost(sim, runs, entry["threads"])
     origin = src.origin.replace(f"{src.repo}/", "") if src.repo else src.origin  # repository-relative
