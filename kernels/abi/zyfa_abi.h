@@ -151,8 +151,8 @@ _Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
 /* Packed variable-length batches (ABI 4): the second parameter of kernels whose manifest row has "layout"
  * "varlen" or "paged" (such kernels load with cp.async, so no TMA maps take that place); args.flags then
  * has ZYFA_FLAG_VARLEN. Dense kernels take no such parameter. In zyfa_fwd_args of such a call:
- *   batch     the number of sequences; seqlen_q / seqlen_k their bounds (max_seqlen_q / max_seqlen_k): the
- *             grid is sized by them, and query tiles past a sequence's own length exit at once
+ *   batch     the number of sequences; seqlen_q / seqlen_k their bounds (max_seqlen_q / max_seqlen_k), which
+ *             every count is clamped to (the grid: below)
  *   q, out    [total_q, heads, d]: *_stride_batch is 0; sequence b's rows are cu_seqlens_q[b] .. [b+1] - 1
  *   k, v      packed [total_k, heads_kv, d] (rows cu_seqlens_k[b] ..; *_stride_batch 0), or with
  *             ZYFA_FLAG_PAGED a cache [num_pages, page_size, heads_kv, d]: *_stride_batch is the page stride,
