@@ -1,9 +1,9 @@
-"""The packed kernels' block -> (sequence, query tile) map (kernels/sm90/fa_fwd_wgmma/varlen_tiles.h), compiled
-with the host C++ compiler: the header's own code runs, its warp steps over a loop of 32 lanes. On fresh
-random packed batches (empty, 1-row, tile-multiple and clamped sequences, batches above 32), every rank
-below the launcher's bound (ZYFA_VARLEN_TILES, abi/zyfa_abi.h) is checked: each (sequence, tile) that
-exists is given to exactly one rank, no rank gets anything else, and the tile index never rises with the
-rank (longest causal tiles first)."""
+"""The packed kernels' block -> (sequence, query tile) map (kernels/sm90/fa_fwd_wgmma/varlen_tiles.h),
+compiled with the host C++ compiler: the header's own code runs, its warp steps over a loop of 32 lanes.
+On fresh random packed batches (empty, 1-row, tile-multiple and clamped sequences, batches above 32),
+every rank below the launcher's bound (ZYFA_VARLEN_TILES, abi/zyfa_abi.h) is checked: each (sequence,
+tile) that exists is given to exactly one rank, no rank gets anything else, and the tile index never
+rises with the rank (longest causal tiles first)."""
 
 from __future__ import annotations
 
@@ -114,16 +114,20 @@ int main(int argc, char** argv) {
 """
 
 
-@pytest.fixture(scope="module")
-def tiles_exe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def compiler() -> list[str]:
+    """The host C++ compiler's command with the flags of these tests (skips without one)."""
     cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         pytest.skip("needs a C++ compiler")
+    return [cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'kernels'}"]
+
+
+@pytest.fixture(scope="module")
+def tiles_exe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("varlen_tiles")
     (work / "main.cpp").write_text(PROGRAM)
     exe = work / "tiles"
-    argv = [cxx, "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'kernels'}"]
-    subprocess.run([*argv, str(work / "main.cpp"), "-o", str(exe)], check=True)
+    subprocess.run([*compiler(), str(work / "main.cpp"), "-o", str(exe)], check=True)
     return exe
 
 
@@ -142,9 +146,6 @@ def test_the_check_catches_a_wrong_bound(tiles_exe: Path, tmp_path: Path) -> Non
     ).replace('if (expected > bound) return fail("the grid bound is below the tile count", c, -1);', "")
     (tmp_path / "main.cpp").write_text(program)
     exe = tmp_path / "broken"
-    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    assert cxx is not None
-    subprocess.run([cxx, "-std=c++17", "-O2", f"-I{REPO / 'kernels'}", str(tmp_path / "main.cpp"), "-o", str(exe)],
-                   check=True)
+    subprocess.run([*compiler(), str(tmp_path / "main.cpp"), "-o", str(exe)], check=True)
     done = subprocess.run([str(exe), "1", "50"], capture_output=True, text=True)
     assert done.returncode != 0 and "a tile was given to no rank" in done.stdout

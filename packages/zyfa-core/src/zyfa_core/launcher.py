@@ -207,7 +207,7 @@ def launch_grid(
     multiprocessors: int | None = None,
     varlen: ZyfaVarlenArgs | None = None,
 ) -> tuple[int, int, int]:
-    """The launch grid of `spec` for `args`, by `spec.grid` and `spec.layout` (computed by the C++ launch plan).
+    """The launch grid of `spec` for `args`, by `spec.grid` and `spec.layout` (the C++ launch plan's).
 
     "tiles": (ceil(seqlen_q / tile_m), heads_q, batch), one block per query tile, head and batch;
     `multiprocessors` is not used. "persistent": (min(multiprocessors, items), 1, 1) with items =
