@@ -151,8 +151,8 @@ _Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
 /* Packed variable-length batches (ABI 4): the second parameter of kernels whose manifest row has "layout"
  * "varlen" or "paged" (such kernels load with cp.async, so no TMA maps take that place); args.flags then
  * has ZYFA_FLAG_VARLEN. Dense kernels take no such parameter. In zyfa_fwd_args of such a call:
- *   batch     the number of sequences; seqlen_q / seqlen_k their bounds (max_seqlen_q / max_seqlen_k): the
- *             grid is sized by them, and query tiles past a sequence's own length exit at once
+ *   batch     the number of sequences; seqlen_q / seqlen_k their bounds (max_seqlen_q / max_seqlen_k), which
+ *             every count is clamped to (the grid: below)
  *   q, out    [total_q, heads, d]: *_stride_batch is 0; sequence b's rows are cu_seqlens_q[b] .. [b+1] - 1
  *   k, v      packed [total_k, heads_kv, d] (rows cu_seqlens_k[b] ..; *_stride_batch 0), or with
  *             ZYFA_FLAG_PAGED a cache [num_pages, page_size, heads_kv, d]: *_stride_batch is the page stride,
@@ -165,7 +165,18 @@ _Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
  * seqlen_k only where the values are on the host; kernels clamp to them (no read or write outside q, k,
  * v, out as sized by total_q, total_k / num_pages). Rows of q outside every sequence are not written.
  * DESCALE_TABLE: descales[(t * batch + b) * heads_kv + h] for t = 0 (q), 1 (k), 2 (v) replaces the
- * per-tensor q/k/v_descale of sequence b, kv head h (query head h' takes kv head h' / (heads_q / heads_kv)). */
+ * per-tensor q/k/v_descale of sequence b, kv head h (query head h' takes kv head h' / (heads_q / heads_kv)).
+ * Grid: (ZYFA_VARLEN_TILES(total_q, batch, seqlen_q, tile_m), heads_q, 1), x an upper bound on the query
+ * tiles of all sequences, sum_b ceil(len_q(b) / tile_m), from host values only (cu_seqlens_q stays on the
+ * device): each sequence adds at most one partial tile to floor(total_q / tile_m), and none has more than
+ * ceil(seqlen_q / tile_m). The kernel maps its blocks onto the tiles it finds in cu_seqlens_q; blocks past
+ * the last tile exit at once. */
+#define ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, tile_m)                                       \
+  ((int64_t)(total_q) / (tile_m) + (int64_t)(batch) <                                                 \
+           (int64_t)(batch) * (((int64_t)(max_seqlen_q) + (tile_m) - 1) / (tile_m))                   \
+       ? (int64_t)(total_q) / (tile_m) + (int64_t)(batch)                                             \
+       : (int64_t)(batch) * (((int64_t)(max_seqlen_q) + (tile_m) - 1) / (tile_m)))
+
 typedef struct zyfa_varlen_args {
   const int32_t *cu_seqlens_q; /*  0  [batch + 1] */
   const int32_t *cu_seqlens_k; /*  8  [batch + 1]; NULL only with PAGED and seqused_k */

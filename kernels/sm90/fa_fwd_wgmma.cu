@@ -14,7 +14,8 @@
  *   mma.cuh        S = Q K^T and O += P V as wgmma groups, the FP8 row sums
  *   softmax.cuh    the online softmax of one block and the packing of P
  *   epilogue.cuh   the normalised O stores (staged through shared memory, or from registers)
- *   varlen.cuh     packed batches (ZYFA_WS_VARLEN): one sequence per CTA, the paged K / V gather
+ *   varlen.cuh     packed batches (ZYFA_WS_VARLEN): one q tile of one sequence per CTA (varlen_tiles.h), the
+ *                  paged K / V gather
  * This file is the kernel: barrier setup, then the producer warpgroup and the two consumer warpgroups.
  *
  * Block structure (FA3-class; 384 threads, tile_m = 128):
@@ -84,12 +85,14 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
   using namespace zyfa_sm90_ws;
 #if ZYFA_WS_VARLEN
-  // One sequence per CTA (varlen.cuh); the rest of the kernel runs on its dense view, `args`. A q tile past
-  // the sequence's end exits here, uniformly, before any barrier exists.
-  const Block seq_blk = tile_block(packed);
-  const Sequence seq = sequence_of(packed, varlen, seq_blk.batch);
-  if (seq_blk.q_row0 >= seq.len_q) return;
-  const zyfa_fwd_args args = sequence_args(packed, varlen, seq, seq_blk.batch, seq_blk.kv_head);
+  // One q tile of one sequence per CTA (varlen.cuh); the rest of the kernel runs on its dense view, `args`.
+  // A block past the last tile exits here, uniformly, before any barrier exists.
+  int vl_head;
+  const VarlenTile vl_tile = varlen_block(packed, varlen, &vl_head);
+  if (vl_tile.batch < 0) return;
+  const Sequence seq = sequence_of(packed, varlen, vl_tile.batch);
+  const int vl_ratio = packed.heads_q / packed.heads_kv;
+  const zyfa_fwd_args args = sequence_args(packed, varlen, seq, vl_tile.batch, vl_head / vl_ratio);
 #endif
   // Arrivals that complete a full barrier's phase: the 128 producer threads, or the one TMA thread
   // (e4m3 V: always the 128 threads of the transpose).
@@ -128,6 +131,13 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
                             seqlen_k);
   };
   const uint32_t bar_q_empty = bars + 8u * (1 + 4 * kStages);  // 8 arrivals: one per consumer warp
+#elif ZYFA_WS_VARLEN
+  Block blk;
+  blk.head = vl_head;
+  blk.batch = vl_tile.batch;  // its view's batch strides are 0
+  blk.q_row0 = vl_tile.q_tile * kTileM;
+  finish_block(blk, vl_ratio, (args.flags & ZYFA_FLAG_CAUSAL) != 0u, static_cast<int64_t>(seqlen_k) - seqlen_q,
+               seqlen_q, seqlen_k);
 #else
   const Block blk = tile_block(args);
 #endif

@@ -17,6 +17,19 @@ struct Block {
   bool causal;
 };
 
+// The rest of a block whose head and q tile are set: its kv head (group_ratio = heads_q / heads_kv), mask
+// and the key blocks [0, n_blocks) that at least one of its rows sees (row i sees keys <= i + diag).
+__device__ __forceinline__ void finish_block(Block& b, int group_ratio, bool causal, int64_t diag, int seqlen_q,
+                                             int seqlen_k) {
+  b.kv_head = b.head / group_ratio;
+  b.causal = causal;
+  b.diag = diag;
+  const int rows = min(kTileM, seqlen_q - b.q_row0);
+  int64_t kv_end = seqlen_k;  // keys [0, kv_end) are visible to at least one row of the tile
+  if (b.causal) kv_end = min(kv_end, static_cast<int64_t>(b.q_row0) + rows - 1 + b.diag + 1);
+  b.n_blocks = kv_end > 0 ? static_cast<int>((kv_end + kTileN - 1) / kTileN) : 0;
+}
+
 // Tile grid (ceil(seqlen_q / 128), heads_q, batch), pairs hb = batch * heads + head (GQA groups adjacent),
 // lin = x + nx (y + ny z). At most kLptPairs pairs: rank r = lin / nhb takes q tile nx - 1 - r of pair
 // lin % nhb, so every pair's longest causal tiles start before any pair's shorter ones (LPT order for the
@@ -45,13 +58,8 @@ __device__ __forceinline__ Block tile_block(const zyfa_fwd_args& args) {
       blk.q_row0 = static_cast<int>(nx - 1u - blockIdx.x) * kTileM;
     }
   }
-  blk.kv_head = blk.head / (args.heads_q / args.heads_kv);
-  blk.causal = (args.flags & ZYFA_FLAG_CAUSAL) != 0u;
-  blk.diag = static_cast<int64_t>(seqlen_k) - seqlen_q;
-  const int q_rows = min(kTileM, seqlen_q - blk.q_row0);
-  int64_t kv_end = seqlen_k;  // keys [0, kv_end) are visible to at least one row of the tile
-  if (blk.causal) kv_end = min(kv_end, static_cast<int64_t>(blk.q_row0) + q_rows - 1 + blk.diag + 1);
-  blk.n_blocks = kv_end > 0 ? static_cast<int>((kv_end + kTileN - 1) / kTileN) : 0;
+  finish_block(blk, args.heads_q / args.heads_kv, (args.flags & ZYFA_FLAG_CAUSAL) != 0u,
+               static_cast<int64_t>(seqlen_k) - seqlen_q, seqlen_q, seqlen_k);
   return blk;
 }
 
@@ -70,13 +78,7 @@ __device__ __forceinline__ Block persistent_block(uint32_t item, bool pair_major
   b.head = static_cast<int>(hb % static_cast<uint32_t>(args.heads_q));
   b.batch = static_cast<int>(hb / static_cast<uint32_t>(args.heads_q));
   b.q_row0 = static_cast<int>(n_qtiles - 1u - rank) * kTileM;
-  b.kv_head = b.head / group_ratio;
-  b.causal = causal;
-  b.diag = diag;
-  const int rows = min(kTileM, seqlen_q - b.q_row0);
-  int64_t kend = seqlen_k;
-  if (b.causal) kend = min(kend, static_cast<int64_t>(b.q_row0) + rows - 1 + b.diag + 1);
-  b.n_blocks = kend > 0 ? static_cast<int>((kend + kTileN - 1) / kTileN) : 0;
+  finish_block(b, group_ratio, causal, diag, seqlen_q, seqlen_k);
   return b;
 }
 

@@ -1,10 +1,11 @@
 // fa_fwd_wgmma: packed variable-length batches (ZYFA_WS_VARLEN; kernels/abi/zyfa_abi.h, ABI 4).
 //
-// A varlen kernel computes one sequence per CTA on the tile grid (ceil(max_seqlen_q / 128), heads_q,
-// sequences): tile_block of the packed args gives the sequence (its batch index) and the q tile; a tile past
-// the sequence's own query count exits before anything else. The rest of the kernel then runs on the
-// sequence's own zyfa_fwd_args (sequence_args): q, out (and packed k, v) moved to the sequence's first row,
-// seqlen_q / seqlen_k its counts, its descales from the descale table: the dense kernel's code, unchanged.
+// A varlen kernel runs on the compact grid (ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, 128), heads_q,
+// 1): varlen_block maps each block to a head, a sequence (its batch index) and a q tile of it
+// (varlen_tiles.h: longest first); a block past the last tile exits before anything else. The rest of the
+// kernel then runs on the sequence's own zyfa_fwd_args (sequence_args): q, out (and packed k, v) moved to
+// the sequence's first row, seqlen_q / seqlen_k its counts, its descales from the descale table: the dense
+// kernel's code, unchanged.
 // A paged build ("paged", 2) reads K and V rows through the page table (load_tile_paged,
 // load_v_staging_paged): key j of the sequence is slot j % page_size of page pages[j / page_size].
 // Every count and page index is clamped to what the launcher sized (max_seqlen_*, total_*, num_pages), so
@@ -18,6 +19,7 @@
 #include "sm90/fa_fwd_wgmma/load.cuh"
 #include "sm90/fa_fwd_wgmma/ptx.cuh"
 #include "sm90/fa_fwd_wgmma/scheduler.cuh"
+#include "sm90/fa_fwd_wgmma/varlen_tiles.h"
 
 namespace zyfa_sm90_ws {
 
@@ -29,15 +31,45 @@ struct Sequence {
   const int32_t* pages;   // paged: this sequence's row of the page table
 };
 
-__device__ __forceinline__ int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return max(lo, min(x, hi)); }
+__device__ __forceinline__ PackedQ packed_q(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl) {
+  PackedQ p;
+  p.cu_seqlens_q = vl.cu_seqlens_q;
+  p.total_q = vl.total_q;
+  p.max_len_q = packed.seqlen_q;
+  p.batch = packed.batch;
+  return p;
+}
+
+// varlen_tiles.h's Lanes on the device: the 32 lanes of the calling warp (all active), each computing f of
+// its own lane; the results are warp-uniform.
+struct WarpLanes {
+  int lane;
+  template <class F>
+  __device__ __forceinline__ int sum(F f) const { return __reduce_add_sync(0xffffffffu, f(lane)); }
+  template <class F>
+  __device__ __forceinline__ uint32_t ballot(F f) const { return __ballot_sync(0xffffffffu, f(lane)); }
+};
+
+// A packed batch's block: block (x, y) has rank lin / heads_q and head lin % heads_q, lin = x + gridDim.x * y
+// the launch order, so the heads of one tile start together (GQA: heads that share K / V rows read them
+// while they are in L2) and the longest tiles of every head start first. Every warp of the block computes
+// the same map (no shared memory, no barrier: the block's exit below is uniform). batch < 0: no tile.
+__device__ __forceinline__ VarlenTile varlen_block(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
+                                                   int* head) {
+  const uint32_t lin = blockIdx.x + gridDim.x * blockIdx.y;
+  const uint32_t heads = static_cast<uint32_t>(packed.heads_q);
+  *head = static_cast<int>(lin % heads);
+  const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
+  return varlen_tile<kTileM>(lanes, packed_q(packed, vl), lin / heads);
+}
 
 // Sequence b's rows and counts (zyfa_abi.h's rules), each clamped: rows inside q (k), counts <= the
 // max_seqlen bounds (seqlen_q / seqlen_k of the packed args) and, paged, <= its table row's pages.
 __device__ __forceinline__ Sequence sequence_of(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl, int b) {
   Sequence s;
-  s.q_start = clamp64(__ldg(vl.cu_seqlens_q + b), 0, vl.total_q);
-  const int64_t q_end = clamp64(__ldg(vl.cu_seqlens_q + b + 1), s.q_start, vl.total_q);
-  s.len_q = static_cast<int>(min(q_end - s.q_start, static_cast<int64_t>(packed.seqlen_q)));
+  const QRows q = q_rows_of(packed_q(packed, vl), b);
+  s.q_start = q.start;
+  s.len_q = q.len;
   int64_t len_k;
   if (vl.seqused_k != nullptr) {
     len_k = __ldg(vl.seqused_k + b);

@@ -259,9 +259,11 @@ PYBIND11_MODULE(_driver, m) {
            }, py::arg("args"), py::arg("varlen") = py::none(),
            "Raise ValueError unless the argument bytes (and zyfa_varlen_args bytes of a packed call) can be "
            "launched with this kernel.")
-      .def("grid", [](const PlanSpec &s, const py::bytes &args, long long mp) {
-             return launch_grid(s, args_from(args), mp);
-           }, py::arg("args"), py::arg("multiprocessors"), "The launch grid (multiprocessors: persistent only).")
+      .def("grid", [](const PlanSpec &s, const py::bytes &args, long long mp, const py::object &varlen) {
+             return launch_grid(s, args_from(args), varlen_from(varlen).get(), mp);
+           }, py::arg("args"), py::arg("multiprocessors"), py::arg("varlen") = py::none(),
+           "The launch grid (multiprocessors: persistent only; varlen: the zyfa_varlen_args bytes of a packed "
+           "kernel).")
       .def("workspace_bytes", [](const PlanSpec &s, const py::bytes &args) { return workspace_bytes(s, args_from(args)); },
            py::arg("args"), "Device workspace bytes of the V pre-pass (0 for none).")
       .def("check_workspace", [](const PlanSpec &s, const py::bytes &args, std::uint64_t workspace) {

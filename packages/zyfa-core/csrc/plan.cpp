@@ -44,6 +44,12 @@ std::int64_t tiles(const PlanSpec &spec, const zyfa_fwd_args &a) {
   return (std::int64_t{a.seqlen_q} + spec.tile_m - 1) / spec.tile_m;
 }
 
+// A packed call's grid x (zyfa_abi.h, ZYFA_VARLEN_TILES): a bound on its sequences' query tiles from host
+// values only; the kernel finds the tiles themselves in cu_seqlens_q.
+std::int64_t packed_tiles(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args &v) {
+  return ZYFA_VARLEN_TILES(v.total_q, a.batch, a.seqlen_q, spec.tile_m);
+}
+
 unsigned __int128 work_items(const PlanSpec &spec, const zyfa_fwd_args &a) {
   return static_cast<unsigned __int128>(tiles(spec, a)) * static_cast<std::uint64_t>(a.heads_q) *
          static_cast<std::uint64_t>(a.batch);
@@ -203,6 +209,11 @@ void check_varlen_fields(const PlanSpec &spec, const zyfa_fwd_args &a, const zyf
     refuse(spec.name + ": varlen.page_size, num_pages and max_pages must be 0 without FLAG_PAGED");
   }
   if (v.reserved != 0) refuse(spec.name + ": varlen.reserved must be 0, got " + std::to_string(v.reserved));
+  const std::int64_t blocks = packed_tiles(spec, a, v) * a.heads_q;
+  if (blocks > MAX_WORK_ITEMS) {
+    refuse(spec.name + ": " + std::to_string(blocks) + " blocks (query tiles bound x heads_q) exceed " +
+           std::to_string(MAX_WORK_ITEMS) + ", which a packed kernel numbers in 32 bits");
+  }
 }
 
 }  // namespace
@@ -218,9 +229,9 @@ void check_spec(const PlanSpec &spec) {
     refuse(spec.name + ": a kernel with a V pre-pass needs tile_n a multiple of 64, got " +
            std::to_string(spec.tile_n));
   }
-  if (spec.layout != Layout::dense && (spec.tma || !spec.v_prep.empty())) {
-    refuse(spec.name + ": a " + layout_name(spec.layout) + " kernel loads with cp.async and has no V pre-pass "
-           "(its second parameter is zyfa_varlen_args)");
+  if (spec.layout != Layout::dense && (spec.tma || !spec.v_prep.empty() || spec.persistent)) {
+    refuse(spec.name + ": a " + layout_name(spec.layout) + " kernel loads with cp.async, has no V pre-pass and "
+           "takes the tile grid (its second parameter is zyfa_varlen_args)");
   }
 }
 
@@ -233,7 +244,15 @@ void check_args(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_
   if (varlen != nullptr) check_varlen_fields(spec, a, *varlen);
 }
 
-std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, long long multiprocessors) {
+std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
+                                    long long multiprocessors) {
+  if (spec.layout != Layout::dense) {
+    if (varlen == nullptr) {
+      refuse(spec.name + ": the grid of a " + layout_name(spec.layout) + " kernel needs the packed batch's "
+             "zyfa_varlen_args (its total_q)");
+    }
+    return {static_cast<unsigned>(packed_tiles(spec, a, *varlen)), static_cast<unsigned>(a.heads_q), 1};
+  }
   if (!spec.persistent) {
     return {static_cast<unsigned>(tiles(spec, a)), static_cast<unsigned>(a.heads_q), static_cast<unsigned>(a.batch)};
   }
@@ -316,7 +335,7 @@ LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path) 
   if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0, 2);
   if (spec.persistent) {
     plan.multiprocessors = device_properties(device).multiprocessors;
-    launch_grid(spec, zyfa_fwd_args{}, plan.multiprocessors);  // refuses a device that reports no count
+    launch_grid(spec, zyfa_fwd_args{}, nullptr, plan.multiprocessors);  // refuses a device that reports no count
   }
   return plan;
 }
@@ -327,7 +346,7 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
   alignas(16) zyfa_fwd_args a = args;  // a private, aligned copy: the pre-pass changes v
   check_args(spec, a, varlen);
   check_workspace(spec, a, workspace);
-  const auto grid = launch_grid(spec, a, plan.multiprocessors);
+  const auto grid = launch_grid(spec, a, varlen, plan.multiprocessors);
   const unsigned block[3] = {static_cast<unsigned>(spec.threads), 1, 1};
   if (!spec.v_prep.empty()) {
     const std::int64_t row = ZYFA_VT_ROW_BYTES(a.seqlen_k, spec.tile_n);

@@ -41,9 +41,11 @@ void check_spec(const PlanSpec &spec);
 void check_args(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen = nullptr);
 
 // The grid: (ceil(seqlen_q / tile_m), heads_q, batch), or for a persistent kernel (min(multiprocessors,
-// items), 1, 1), items = query tiles x heads_q x batch. Throws ArgumentError for a persistent kernel and
-// multiprocessors <= 0.
-std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, long long multiprocessors);
+// items), 1, 1), items = query tiles x heads_q x batch, or for a packed (varlen / paged) kernel
+// (ZYFA_VARLEN_TILES(varlen->total_q, batch, seqlen_q, tile_m), heads_q, 1). Throws ArgumentError for a
+// persistent kernel and multiprocessors <= 0, and for a packed kernel without `varlen`.
+std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
+                                    long long multiprocessors);
 
 // The V pre-pass's workspace bytes (batch x heads_kv x d_v rows of ZYFA_VT_ROW_BYTES), 0 without a pass.
 std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a);

@@ -5,6 +5,7 @@ the 72 bytes of zyfa_varlen_args as the kernel's second parameter (ABI 4)."""
 from __future__ import annotations
 
 import ctypes
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +195,7 @@ spec = zyfa_core.Manifest.load(KERNEL_DIR).get({kernel!r})
 args = zyfa_core.ZyfaFwdArgs.from_buffer_copy(bytes.fromhex({args!r}))
 varlen = zyfa_core.ZyfaVarlenArgs.from_buffer_copy(bytes.fromhex({varlen!r}))
 zyfa_core.launch(spec, args, stream=0x5000, device=0, varlen=varlen)
-print(json.dumps({{"grid": zyfa_core.launch_grid(spec, args)}}))
+print(json.dumps({{"grid": zyfa_core.launch_grid(spec, args, varlen=varlen)}}))
 """
 
 
@@ -208,8 +209,49 @@ def test_launch_passes_varlen_as_the_second_parameter(run_with_fake, kernel_dir:
     fields = dict(pair.split("=", 1) for pair in launch.split(" ")[1:])
     assert fields["name"] == kernel and fields["args"] == bytes(args).hex()
     assert fields["second"] == bytes(varlen).hex()
-    # The tile grid of a packed call: ceil(max_seqlen_q / tile_m) x heads_q x sequences.
-    assert out["grid"] == [2, 8, 3] and fields["grid"] == "2,8,3"
+    # The compact grid of a packed call: min(total_q // tile_m + batch, batch * ceil(max_seqlen_q / tile_m))
+    # = min(180 // 64 + 3, 3 * 2) blocks per head, heads_q, 1.
+    assert out["grid"] == [5, 8, 1] and fields["grid"] == "5,8,1"
+
+
+@pytest.mark.parametrize(
+    ("total_q", "seqlen_q", "batch", "blocks"),
+    [
+        (180, 100, 3, 5),  # 2 whole tiles of 64 rows + at most one partial tile per sequence
+        (130, 200, 3, 5),  # as many, though one sequence may be 4 tiles long
+        (600, 100, 3, 6),  # every sequence at most max_seqlen_q = 2 tiles: the smaller bound
+        (1, 1, 1, 1),
+    ],
+)
+def test_packed_grid_bounds_the_tiles(
+    kernel_dir: Path, total_q: int, seqlen_q: int, batch: int, blocks: int
+) -> None:
+    """The packed grid needs no cu_seqlens values: any split of total_q rows into `batch` sequences of at most
+    seqlen_q rows has at most `blocks` query tiles (kernels/tools/tests/test_varlen_tiles.py checks the
+    kernel's map against this bound on random splits)."""
+    spec = zyfa_core.Manifest.load(kernel_dir).get(VARLEN)
+    args, varlen = packed_args(seqlen_q=seqlen_q, batch=batch), varlen_args(total_q=total_q)
+    assert zyfa_core.launch_grid(spec, args, varlen=varlen) == (blocks, 8, 1)
+    # Splits rich in partial tiles (1 + 64 k rows): none has more tiles than the grid.
+    best = max(
+        sum(-(-n // 64) for n in split)
+        for split in itertools.product([0, 1, 65, 129, 193, seqlen_q], repeat=batch)
+        if sum(split) <= total_q and max(split) <= seqlen_q
+    )
+    assert best <= blocks
+
+
+def test_packed_grid_needs_the_varlen_struct(kernel_dir: Path) -> None:
+    spec = zyfa_core.Manifest.load(kernel_dir).get(VARLEN)
+    with pytest.raises(ValueError, match="needs the packed batch's zyfa_varlen_args"):
+        zyfa_core.launch_grid(spec, packed_args())
+
+
+def test_packed_grid_refuses_32_bit_overflow(kernel_dir: Path) -> None:
+    spec = zyfa_core.Manifest.load(kernel_dir).get(VARLEN)
+    args = packed_args(seqlen_q=2**30, heads_q=128, q_stride_seq=128 * 128, out_stride_seq=128 * 128)
+    with pytest.raises(ValueError, match="which a packed kernel numbers in 32 bits"):
+        zyfa_core.check_args(spec, args, varlen_args(total_q=2**31 - 1))
 
 
 def test_dense_kernel_refuses_a_packed_launch(run_with_fake, kernel_dir: Path) -> None:

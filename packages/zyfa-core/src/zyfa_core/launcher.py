@@ -203,21 +203,29 @@ def _check_multiprocessors(spec: KernelSpec, multiprocessors: int | None) -> int
 
 
 def launch_grid(
-    spec: KernelSpec, args: ZyfaFwdArgs, multiprocessors: int | None = None
+    spec: KernelSpec,
+    args: ZyfaFwdArgs,
+    multiprocessors: int | None = None,
+    varlen: ZyfaVarlenArgs | None = None,
 ) -> tuple[int, int, int]:
-    """The launch grid of `spec` for `args`, by `spec.grid` (computed by the C++ launch plan).
+    """The launch grid of `spec` for `args`, by `spec.grid` and `spec.layout` (the C++ launch plan's).
 
     "tiles": (ceil(seqlen_q / tile_m), heads_q, batch), one block per query tile, head and batch;
     `multiprocessors` is not used. "persistent": (min(multiprocessors, items), 1, 1) with items =
     ceil(seqlen_q / tile_m) * heads_q * batch; block x takes items x, x + grid, ... (more blocks than
-    items would only exit at once). `launch` passes the device's multiprocessor count.
+    items would only exit at once). `launch` passes the device's multiprocessor count. A "varlen" or
+    "paged" kernel (its `varlen` struct given): (min(total_q // tile_m + batch, batch * ceil(seqlen_q /
+    tile_m)), heads_q, 1), a bound on the query tiles of all sequences from host values (seqlen_q is
+    max_seqlen_q); each block finds its sequence and tile in cu_seqlens_q on the device, and blocks past
+    the last tile exit at once.
 
     Raises:
-        ValueError: a persistent spec and `multiprocessors` missing or not positive.
+        ValueError: a persistent spec and `multiprocessors` missing or not positive; a packed spec without
+            `varlen`.
     """
     plan = _plan(spec)
     count = _check_multiprocessors(spec, multiprocessors) if spec.grid == "persistent" else 0
-    return tuple(plan.grid(_args_bytes(args), count))
+    return tuple(plan.grid(_args_bytes(args), count, _varlen_bytes(varlen)))
 
 
 def check_args(spec: KernelSpec, args: ZyfaFwdArgs, varlen: ZyfaVarlenArgs | None = None) -> None:
@@ -382,7 +390,7 @@ def launch(
     """Launch kernel `spec` with `args` on `stream` of GPU `device`; asynchronous, like any launch.
 
     The C++ launch plan does the rest, as it does for zyfa-torch's C++ op: grid = `launch_grid(spec,
-    args, multiprocessors of device)`; block = (threads, 1, 1); dynamic shared memory =
+    args, multiprocessors of device, varlen)`; block = (threads, 1, 1); dynamic shared memory =
     spec.launch_smem_bytes (raised through cuFuncSetAttribute at load on CUDA when above 48 KiB). A spec
     with loads "tma" gets a second parameter, the `zyfa_tma_maps` bytes (`tma_maps_bytes`, encoded
     through cuTensorMapEncodeTiled at each launch). A spec with a `v_prep` entry (ABI 3) needs

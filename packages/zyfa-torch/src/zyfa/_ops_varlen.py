@@ -5,8 +5,8 @@ CPU tensors run `zyfa.reference.attention_varlen`; CUDA/ROCm tensors the zyfa_co
 with the packed batch's `zyfa_core.ZyfaVarlenArgs` as the kernel's second parameter (ABI 4).
 
 Nothing here reads device memory on the host: cu_seqlens, seqused_k, the page table and the descale table
-go to the kernel as device pointers, and max_seqlen_q / max_seqlen_k are Python ints that size the grid, so
-the op can be captured in a CUDA graph and traced by torch.compile. On the CPU the index tensors' values are
+go to the kernel as device pointers, and the grid comes from host values only (total_q, the batch size and
+max_seqlen_q, a Python int, as max_seqlen_k is), so the op can be captured in a CUDA graph and traced by torch.compile. On the CPU the index tensors' values are
 checked (zyfa_core's checks read them from host memory).
 """
 

@@ -1,0 +1,149 @@
+// fa_fwd_wgmma: which (sequence, query tile) a block of a packed batch computes (ZYFA_WS_VARLEN).
+//
+// The launcher sizes the grid from host values only (ZYFA_VARLEN_TILES in abi/zyfa_abi.h: an upper bound
+// on the tiles of all sequences); the block finds its tile from cu_seqlens_q on the device, with no table
+// and no atomics. Sequence b has n_b = ceil(len_q(b) / tile_m) query tiles, len_q clamped as sequence_of
+// (varlen.cuh) clamps it, so the tiles a block is given always exist in the sequence it then reads.
+//
+// Order: rank r (0 = the first block launched) walks the tiles by tile index t, descending: every
+// sequence's tile t = T - 1 first (T = the largest n_b), then tile T - 2 of every sequence that has one,
+// ..., tile 0 last; inside one t, sequences in batch order. Causal masking is bottom-right, so tile t of a
+// sequence sees (t + 1) * tile_m + len_k - len_q keys at most: with no cached prefix, cost grows with t
+// alone, and this is the longest-first order of the dense kernels (scheduler.cuh) over the whole packed
+// batch, a prefix only shifting each sequence's costs. The tiles of one t are dealt out before the next.
+//
+// A warp computes the map with no shared memory: one pass over the batch, 32 sequences per step, gives
+// tiles_from(t) = sum_b max(n_b - t, 0) (the tiles with index >= t); rank r lies in index t where
+// tiles_from(t + 1) <= r < tiles_from(t), found by bisection over t in [0, T); then one ballot pass picks
+// the (r - tiles_from(t + 1))-th sequence with n_b > t. The per-lane steps are written once, over a Lanes
+// type: the warp's lanes on the device (WarpLanes, varlen.cuh), a loop over 32 lanes in the host test
+// (kernels/tools/tests/test_varlen_tiles.py), so the test runs this code, not a model of it.
+#pragma once
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define ZYFA_HD __host__ __device__ __forceinline__
+#else
+#define ZYFA_HD inline
+#endif
+
+namespace zyfa_sm90_ws {
+
+ZYFA_HD int64_t clamp64(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+ZYFA_HD int32_t load_index(const int32_t* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+
+ZYFA_HD int popcount32(uint32_t x) {
+#if defined(__CUDA_ARCH__)
+  return __popc(x);
+#else
+  return __builtin_popcount(x);
+#endif
+}
+
+// The query rows of a packed batch, as the kernel may read them: cu_seqlens_q [batch + 1] on the device,
+// total_q rows of q, no sequence longer than max_len_q (args.seqlen_q).
+struct PackedQ {
+  const int32_t* cu_seqlens_q;
+  int64_t total_q;
+  int max_len_q;
+  int batch;
+};
+
+// Sequence b's first query row and query count: rows inside [0, total_q), start <= end, count <= max_len_q.
+struct QRows {
+  int64_t start;
+  int len;
+};
+
+ZYFA_HD QRows q_rows_of(const PackedQ& p, int b) {
+  QRows r;
+  r.start = clamp64(load_index(p.cu_seqlens_q + b), 0, p.total_q);
+  const int64_t end = clamp64(load_index(p.cu_seqlens_q + b + 1), r.start, p.total_q);
+  const int64_t len = end - r.start;
+  r.len = static_cast<int>(len < p.max_len_q ? len : p.max_len_q);
+  return r;
+}
+
+// n_b: sequence b's query tiles (0 for an empty sequence).
+template <int kTile>
+ZYFA_HD int q_tiles_of(const PackedQ& p, int b) {
+  return (q_rows_of(p, b).len + kTile - 1) / kTile;
+}
+
+// sum_b max(n_b - t, 0): the tiles with index >= t over the batch. Each lane adds its sequence of every
+// 32; a lane's share of one step is at most 32 * n_b < 2^31 (n_b <= 2^31 / kTile).
+template <int kTile, class Lanes>
+ZYFA_HD int64_t tiles_from(const Lanes& lanes, const PackedQ& p, int t) {
+  int64_t total = 0;
+  for (int b0 = 0; b0 < p.batch; b0 += 32) {
+    total += lanes.sum([&](int lane) {
+      const int b = b0 + lane;
+      if (b >= p.batch) return 0;
+      const int above = q_tiles_of<kTile>(p, b) - t;
+      return above > 0 ? above : 0;
+    });
+  }
+  return total;
+}
+
+// The j-th (from 0) sequence, in batch order, with a tile of index t (n_b > t); -1 when there are <= j.
+template <int kTile, class Lanes>
+ZYFA_HD int nth_sequence_with_tile(const Lanes& lanes, const PackedQ& p, int t, int64_t j) {
+  for (int b0 = 0; b0 < p.batch; b0 += 32) {
+    uint32_t has = lanes.ballot([&](int lane) {
+      const int b = b0 + lane;
+      return b < p.batch && q_tiles_of<kTile>(p, b) > t;
+    });
+    const int count = popcount32(has);
+    if (j < count) {
+      for (int skip = static_cast<int>(j); skip > 0; --skip) has &= has - 1u;  // drop the j lowest
+      return b0 + popcount32((has & (0u - has)) - 1u);                             // index of the lowest left
+    }
+    j -= count;
+  }
+  return -1;
+}
+
+// A block's tile: sequence `batch` (-1: past the last tile, nothing to compute), query tile `q_tile`.
+struct VarlenTile {
+  int batch;
+  int q_tile;
+};
+
+// The tile of rank `rank` in the longest-first order above. Every rank < sum_b n_b gets a distinct
+// (b, t) with t < n_b; every other rank gets batch -1.
+template <int kTile, class Lanes>
+ZYFA_HD VarlenTile varlen_tile(const Lanes& lanes, const PackedQ& p, uint32_t rank) {
+  VarlenTile none;
+  none.batch = -1;
+  none.q_tile = 0;
+  if (p.max_len_q <= 0 || static_cast<int64_t>(rank) >= tiles_from<kTile>(lanes, p, 0)) return none;
+  // Invariant: tiles_from(lo) > rank >= tiles_from(hi) = below_hi; n_b <= ceil(max_len_q / kTile) for all b.
+  int lo = 0;
+  int hi = static_cast<int>((static_cast<int64_t>(p.max_len_q) + kTile - 1) / kTile);
+  int64_t below_hi = 0;
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    const int64_t from_mid = tiles_from<kTile>(lanes, p, mid);
+    if (from_mid > static_cast<int64_t>(rank)) {
+      lo = mid;
+    } else {
+      hi = mid;
+      below_hi = from_mid;
+    }
+  }
+  VarlenTile tile;
+  tile.q_tile = lo;
+  tile.batch = nth_sequence_with_tile<kTile>(lanes, p, lo, static_cast<int64_t>(rank) - below_hi);
+  return tile;
+}
+
+}  // namespace zyfa_sm90_ws
