@@ -70,3 +70,31 @@ def buffer_rsrc(k: Kernel, rsrc: R, base: R, num_records: str) -> None:
     k.emit(f"s_and_b32 {rsrc[1]}, 0xffff, {base[1]}", "base[47:32], stride 0")
     k.emit(f"s_mov_b32 {rsrc[2]}, {num_records}", "num_records (bytes)")
     k.emit(f"s_mov_b32 {rsrc[3]}, 0x{BUFFER_RSRC_WORD3:x}")
+
+
+def s_udivmod(k: Kernel, quo: R, rem: R, n: R, d: R, tmp: R, vtmp: R) -> None:
+    """quo = n / d, rem = n % d for unsigned 32-bit SGPR values, d >= 1 (wave-uniform); quo and rem
+    must not alias n or d. tmp: 3 scratch SGPRs; vtmp: 1 scratch VGPR.
+
+    There is no scalar divide: z ~ 2^32 / d comes from the VALU's reciprocal (scaled by 2^32 - 512,
+    so that z never exceeds the true value), one Newton step in integers brings it within the
+    quotient's last unit, and at most two corrections make quo and rem exact for every n and d."""
+    z, t, one = tmp[0], tmp[1], tmp[2]
+    k.emit(f"v_cvt_f32_u32_e32 {vtmp}, {d}")
+    k.emit(f"v_rcp_iflag_f32_e32 {vtmp}, {vtmp}")
+    k.emit(f"v_mul_f32_e32 {vtmp}, 0x4f7ffffe, {vtmp}", "x (2^32 - 512): an estimate of 2^32 / d from below")
+    k.emit(f"v_cvt_u32_f32_e32 {vtmp}, {vtmp}")
+    k.emit(f"v_readfirstlane_b32 {z}, {vtmp}")
+    k.emit(f"s_sub_u32 {t}, 0, {d}")
+    k.emit(f"s_mul_i32 {t}, {t}, {z}", "2^32 - d z: how far d z falls short of 2^32")
+    k.emit(f"s_mul_hi_u32 {t}, {z}, {t}")
+    k.emit(f"s_add_u32 {z}, {z}, {t}", "one Newton step")
+    k.emit(f"s_mul_hi_u32 {quo}, {n}, {z}", "quo is n / d or at most two below it")
+    k.emit(f"s_mul_i32 {t}, {quo}, {d}")
+    k.emit(f"s_sub_u32 {rem}, {n}, {t}")
+    for _ in range(2):
+        k.emit(f"s_sub_u32 {t}, {rem}, {d}")
+        k.emit(f"s_add_u32 {one}, {quo}, 1")
+        k.emit(f"s_cmp_ge_u32 {rem}, {d}")
+        k.emit(f"s_cselect_b32 {rem}, {t}, {rem}")
+        k.emit(f"s_cselect_b32 {quo}, {one}, {quo}")
