@@ -180,14 +180,14 @@ VARIANTS = [
     # table of docs/gfx950-fp8-kernel.md). The generator always runs the last query tile first.
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending"},
     {"name": "fa_fwd_e4m3fn_hd128_causal_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "mfma_fp8",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending"},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending"},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "mfma_fp8",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "descending"},
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending"},
 ]
