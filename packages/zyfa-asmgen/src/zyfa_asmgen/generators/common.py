@@ -72,19 +72,32 @@ def buffer_rsrc(k: Kernel, rsrc: R, base: R, num_records: str) -> None:
     k.emit(f"s_mov_b32 {rsrc[3]}, 0x{BUFFER_RSRC_WORD3:x}")
 
 
-def s_udivmod(k: Kernel, quo: R, rem: R, n: R, d: R, tmp: R, vtmp: R) -> None:
-    """quo = n / d, rem = n % d for unsigned 32-bit SGPR values, d >= 1 (wave-uniform); quo and rem
-    must not alias n or d. tmp: 3 scratch SGPRs; vtmp: 1 scratch VGPR.
+def s_reciprocals(k: Kernel, jobs: list[tuple[R, R, R]]) -> None:
+    """For each (z, d, vtmp): z = an estimate of 2^32 / d from below, for s_udivmod (d >= 1, an
+    unsigned SGPR value; vtmp a scratch VGPR, free again once z is written).
 
-    There is no scalar divide: z ~ 2^32 / d comes from the VALU's reciprocal (scaled by 2^32 - 512,
-    so that z never exceeds the true value), one Newton step in integers brings it within the
-    quotient's last unit, and at most two corrections make quo and rem exact for every n and d."""
-    z, t, one = tmp[0], tmp[1], tmp[2]
-    k.emit(f"v_cvt_f32_u32_e32 {vtmp}, {d}")
-    k.emit(f"v_rcp_iflag_f32_e32 {vtmp}, {vtmp}")
-    k.emit(f"v_mul_f32_e32 {vtmp}, 0x4f7ffffe, {vtmp}", "x (2^32 - 512): an estimate of 2^32 / d from below")
-    k.emit(f"v_cvt_u32_f32_e32 {vtmp}, {vtmp}")
-    k.emit(f"v_readfirstlane_b32 {z}, {vtmp}")
+    There is no scalar divide or float unit: the VALU's reciprocal, scaled by 2^32 - 512 so that the
+    estimate never exceeds the true value. The jobs' instructions are interleaved step by step, so
+    that their latencies overlap."""
+    steps = (
+        ("v_cvt_f32_u32_e32 {v}, {d}", ""),
+        ("v_rcp_iflag_f32_e32 {v}, {v}", ""),
+        ("v_mul_f32_e32 {v}, 0x4f7ffffe, {v}", "x (2^32 - 512)"),
+        ("v_cvt_u32_f32_e32 {v}, {v}", ""),
+        ("v_readfirstlane_b32 {z}, {v}", ""),
+    )
+    for text, comment in steps:
+        for z, d, v in jobs:
+            k.emit(text.format(z=z, d=d, v=v), comment)
+
+
+def s_udivmod(k: Kernel, quo: R, rem: R, n: R, d: R, z: R, tmp: R) -> None:
+    """quo = n / d, rem = n % d for unsigned 32-bit SGPR values, d >= 1 (wave-uniform), given z from
+    s_reciprocals for d (overwritten); quo and rem must not alias n, d or z. tmp: 2 scratch SGPRs.
+
+    One Newton step in integers brings z within the quotient's last units, and at most two
+    corrections make quo and rem exact for every n and d."""
+    t, one = tmp[0], tmp[1]
     k.emit(f"s_sub_u32 {t}, 0, {d}")
     k.emit(f"s_mul_i32 {t}, {t}, {z}", "2^32 - d z: how far d z falls short of 2^32")
     k.emit(f"s_mul_hi_u32 {t}, {z}, {t}")

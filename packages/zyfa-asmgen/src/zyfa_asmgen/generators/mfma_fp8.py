@@ -62,7 +62,7 @@ from ..codeobject import LaunchShape, assembly_file
 from ..kernel import Kernel, Program
 from ..regs import R, RegFile
 from ..variant import Variant, VariantError
-from .common import KernArgs, buffer_rsrc, f32_hex, s_mad64, s_udivmod
+from .common import KernArgs, buffer_rsrc, f32_hex, s_mad64, s_reciprocals, s_udivmod
 
 ARCH = "gfx950"
 ROWS_PER_WAVE = 32  # query rows of one wave (the N dimension of every MFMA)
@@ -311,20 +311,23 @@ class Gen:
         a = self.karg
         heads = a.reg("heads_q")
         self.head, self.batch = self.sv("head"), self.sv("batch")
-        lin, pairs, quo, pair, tmp = self.sv("lin"), self.sv("pairs"), self.sv("quo"), self.sv("pair"), self.sv("div_tmp", 3)
-        vt = self.vv("div_v")
+        lin, pairs, quo, pair = self.sv("lin"), self.sv("pairs"), self.sv("quo"), self.sv("pair")
+        z_pairs, z_heads, tmp = self.sv("z_pairs"), self.sv("z_heads"), self.sv("div_tmp", 2)
+        vp, vh = self.vv("rcp_pairs"), self.vv("rcp_heads")
         self.k.comment("longest query tiles of the whole launch first: the last tile of every head and batch")
+        self.e(f"s_mul_i32 {pairs}, {heads}, {a.reg('batch')}", "(head, batch) pairs")
+        s_reciprocals(self.k, [(z_pairs, pairs, vp), (z_heads, heads, vh)])
         self.e(f"s_mul_i32 {lin}, {heads}, s4")
         self.e(f"s_add_u32 {lin}, {lin}, s3")
         self.e(f"s_mul_i32 {lin}, {lin}, {tiles}")
         self.e(f"s_add_u32 {lin}, {lin}, s2", "the workgroup's dispatch position")
-        self.e(f"s_mul_i32 {pairs}, {heads}, {a.reg('batch')}", "(head, batch) pairs")
-        s_udivmod(self.k, quo, pair, lin, pairs, tmp, vt)
+        s_udivmod(self.k, quo, pair, lin, pairs, z_pairs, tmp)
         self.e(f"s_sub_u32 {tiles}, {tiles}, 1")
         self.e(f"s_sub_u32 {tiles}, {tiles}, {quo}", "tile = tiles - 1 - lin / pairs")
-        s_udivmod(self.k, self.batch, self.head, pair, heads, tmp, vt)
-        self.v.free(vt)
-        for r in (lin, pairs, quo, pair, tmp):
+        s_udivmod(self.k, self.batch, self.head, pair, heads, z_heads, tmp)
+        self.v.free(vp)
+        self.v.free(vh)
+        for r in (lin, pairs, quo, pair, z_pairs, z_heads, tmp):
             self.s.free(r)
 
     def _kv_head(self) -> None:
