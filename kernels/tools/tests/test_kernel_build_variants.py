@@ -248,7 +248,8 @@ def test_mfma_fp8_rows_name_a_descending_order() -> None:
     for order in ("descending", "global_descending"):
         assert kb.variant_problems(dict(fp8, tile_order=order)) == [], order
     for bad in (fp8, dict(fp8, tile_order="ascending")):
-        assert any("set tile_order 'descending' or 'global_descending'" in p for p in kb.variant_problems(bad))
+        problems = kb.variant_problems(bad)
+        assert any("set tile_order 'descending' or 'global_descending'" in p for p in problems), problems
 
 
 def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:

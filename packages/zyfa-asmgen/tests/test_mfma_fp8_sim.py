@@ -193,7 +193,7 @@ def test_global_tile_order_is_the_models_mapping():
         want = torch.zeros(b, sq, hq, dtype=torch.bool)
         want[batch, tile * tile_m : (tile + 1) * tile_m, head] = True
         written = ~torch.isnan(got).all(dim=-1)
-        assert torch.equal(written, want), f"workgroup {w} did not write exactly tile {tile} head {head} batch {batch}"
+        assert torch.equal(written, want), f"workgroup {w} did not write exactly {(tile, head, batch)}"
 
 
 @pytest.mark.parametrize(

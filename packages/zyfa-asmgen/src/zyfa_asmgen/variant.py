@@ -29,7 +29,7 @@ class Variant:
     tile_m: int
     tile_n: int
     threads: int
-    tile_order: str = "ascending"  # which query tile workgroup x computes (kernels/tools/zyfa_kernel_build.py)
+    tile_order: str = "ascending"  # which query tile workgroup x computes (see zyfa_kernel_build.py)
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Variant:
