@@ -307,8 +307,8 @@ class Gen:
         (head, batch) pair, then the one before it, and so on: position lin = x + tiles (y + heads_q z)
         computes tile tiles - 1 - lin / pairs of pair lin % pairs = head + heads_q batch, where
         pairs = heads_q batch. All in unsigned 32 bits, as kernels/gfx950/fa_fwd_bf16.hip does and
-        zyfa_asmgen.sim.cli.tile_of models it: 2^32 workgroups of 64 query rows would need a q tensor of
-        at least 2^44 bytes (d_qk >= 64), more than any device holds."""
+        zyfa_asmgen.sim.cli.tile_of models it: 2^32 workgroups of 32 or more query rows would need a
+        q tensor of at least 2^43 bytes (d_qk >= 64), more than any device holds."""
         a = self.karg
         heads = a.reg("heads_q")
         self.head, self.batch = self.sv("head"), self.sv("batch")
