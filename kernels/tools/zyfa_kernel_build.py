@@ -81,15 +81,16 @@ OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 # Query-tile order of a "tiles" grid: "ascending" = blockIdx.x is the query tile; "descending" = blockIdx.x
 # is ceil(seqlen_q / tile_m) - 1 - tile, so the causal tiles with the most keys are dispatched first
-# (gfx950/fa_fwd_bf16.hip is built with -DZYFA_TILE_DESCENDING=1; the mfma_fp8 generator always emits it,
-# so its rows must say so: the simulator and the models map workgroups to tiles by this field);
+# (gfx950/fa_fwd_bf16.hip is built with -DZYFA_TILE_DESCENDING=1; the mfma_fp8 generator emits a
+# descending order only, so its rows must name one: the simulator and the models map workgroups to tiles
+# by this field);
 # "global_descending" = the workgroups in dispatch order (x fastest) take the last query tile of every head
 # and batch first, then the one before it, and so on (-DZYFA_TILE_DESCENDING=2): the longest tiles of the
-# whole launch start first, not only those of each head.
+# whole launch start first, not only those of each head (the mfma_fp8 generator reads the field itself).
 TILE_ORDERS = ("ascending", "descending", "global_descending")
 TILE_ORDER_DEFINES = {"descending": 1, "global_descending": 2}
 DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip", "mfma_fp8")
-GLOBAL_DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip",)
+GLOBAL_DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip", "mfma_fp8")
 ALWAYS_DESCENDING_SRCS = ("mfma_fp8",)
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
 # which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself).
@@ -240,8 +241,11 @@ def tile_order_problems(v: dict[str, Any]) -> list[str]:
         return [
             f"{label}: tile_order 'global_descending' needs grid 'tiles' and src in {GLOBAL_DESCENDING_SRCS}"
         ]
-    if order != "descending" and v["src"] in ALWAYS_DESCENDING_SRCS:
-        return [f"{label}: src {v['src']!r} runs the last query tile first: set tile_order 'descending'"]
+    if order == "ascending" and v["src"] in ALWAYS_DESCENDING_SRCS:
+        return [
+            f"{label}: src {v['src']!r} runs the last query tile first: "
+            "set tile_order 'descending' or 'global_descending'"
+        ]
     return []
 
 

@@ -240,6 +240,18 @@ def test_descending_tile_order_sets_its_define() -> None:
     assert kb.variant_problems(every) == [] and "-DZYFA_TILE_DESCENDING=2" in kb.defines(every)
 
 
+def test_mfma_fp8_rows_name_a_descending_order() -> None:
+    """The mfma_fp8 generator runs the last query tile first in one of two orders, which its rows must
+    name (the simulator and the models map workgroups by the field): ascending or absent is refused."""
+    fp8 = variant(dtype="e4m3fn", p_mode="lean", kind="asmgen", src="mfma_fp8", d_qk=128, d_v=128,
+                  tile_m=64, tile_n=64, threads=128)  # fmt: skip
+    for order in ("descending", "global_descending"):
+        assert kb.variant_problems(dict(fp8, tile_order=order)) == [], order
+    for bad in (fp8, dict(fp8, tile_order="ascending")):
+        problems = kb.variant_problems(bad)
+        assert any("set tile_order 'descending' or 'global_descending'" in p for p in problems), problems
+
+
 def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
     """layout "varlen" / "paged" adds -DZYFA_WS_VARLEN=1 / 2 and _varlen / _paged to the name; "dense" and
     absent are the same variant. Refused on another source, a persistent grid, TMA loads or a V pre-pass."""

@@ -20,7 +20,7 @@ from zyfa_asmgen.variant import Variant, VariantError
 ASMGEN = [v for v in read_variants() if v["kind"] == "asmgen"]
 HD128 = {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128,
          "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8", "tile_m": 32,
-         "tile_n": 64, "threads": 64, "smem_bytes": 0}  # fmt: skip
+         "tile_n": 64, "threads": 64, "smem_bytes": 0, "tile_order": "descending"}  # fmt: skip
 CASES = ASMGEN or [
     HD128,
     {**HD128, "name": "fa_fwd_e4m3fn_hd192x128_causal_gfx950", "d_qk": 192, "p_mode": "exact"},
@@ -99,6 +99,7 @@ def test_offsets_follow_the_header(abi_header):
         {"dtype": "bf16"},
         {"d_v": 100},
         {"tile_n": 32},
+        {"tile_order": "ascending"},
     ],
 )
 def test_unimplemented_variants_are_refused(change, abi_header):

@@ -56,15 +56,19 @@ def beyond_one_ulp_in_few_rows(got: torch.Tensor, ref: torch.Tensor) -> bool:
     )
 
 
-def variant(d_qk: int, p_mode: str, waves: int, d_v: int = 128) -> Variant:
+def variant(d_qk: int, p_mode: str, waves: int, d_v: int = 128, tile_order: str = "descending") -> Variant:
     return Variant.from_dict({"name": "k", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": d_qk, "d_v": d_v,
                               "causal": True, "p_mode": p_mode, "kind": "asmgen", "src": "mfma_fp8",
-                              "tile_m": 32 * waves, "tile_n": 64, "threads": 64 * waves})  # fmt: skip
+                              "tile_m": 32 * waves, "tile_n": 64, "threads": 64 * waves,
+                              "tile_order": tile_order})  # fmt: skip
 
 
 @cache
-def kernel(d_qk: int, p_mode: str, waves: int = 2, opts: Options | None = None) -> tuple[str, dict[str, str]]:
-    return generate_with_operands(variant(d_qk, p_mode, waves), parse_abi_header(ABI_HEADER), opts)
+def kernel(
+    d_qk: int, p_mode: str, waves: int = 2, opts: Options | None = None, tile_order: str = "descending"
+) -> tuple[str, dict[str, str]]:
+    var = variant(d_qk, p_mode, waves, tile_order=tile_order)
+    return generate_with_operands(var, parse_abi_header(ABI_HEADER), opts)
 
 
 def launch(asm, q8, k8, v8, flags, waves=2, workgroups=None, simulator=None, order="forward", scale=None):
@@ -138,6 +142,58 @@ def test_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, flags, waves, order
         assert d.max() <= math.log1p(16 / 256)
     else:
         assert torch.isnan(lse).all(), "lse written without ZYFA_FLAG_LSE"
+
+
+@pytest.mark.parametrize(
+    "b,sq,sk,hq,hkv,d_qk,p_mode,order",
+    [
+        (2, 150, 170, 3, 1, 128, "lean", "forward"),  # three heads (not a power of two), two batches
+        (3, 70, 130, 2, 2, 192, "exact", "reverse"),  # three batches, a second tile of 6 rows
+    ],
+)
+def test_global_tile_order_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, order):
+    """tile_order "global_descending" over several query tiles, heads and batches: every output row and
+    lse is written (they start as NaN) and matches the reference, hazard-free."""
+    rng = np.random.default_rng()
+    q8, k8, v8 = fp8_inputs(rng, b, sq, sk, hq, hkv, d_qk)
+    asm = kernel(d_qk, p_mode, tile_order="global_descending")[0]
+    res, got, lse = launch(asm, q8, k8, v8, 3, order=order)
+    assert not res.findings, "\n".join(map(str, res.findings))
+    assert not torch.isnan(got).any() and not torch.isnan(lse).any(), "unwritten output rows"
+    ref, ref_lse = (
+        x.double() for x in reference.attention(q8, k8, v8, p_mode=p_mode, block_n=64, **_kw(d_qk, 3))
+    )
+    assert beyond_one_ulp_in_few_rows(got, ref)
+    assert (got - ref).abs().max() <= v8.float().abs().max().item() * DESCALES[2] / 16
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+
+
+def test_global_tile_order_is_the_models_mapping():
+    """Under "global_descending" workgroup w writes exactly the rows of the (query tile, head, batch)
+    that zyfa_asmgen.sim.cli.tile_of assigns it (the mapping the modelled launch orders by), and the
+    workgroups of the grid cover every (tile, head, batch) once. One workgroup per launch."""
+    from zyfa_asmgen.sim.cli import tile_of, workgroup_of
+
+    b, sq, sk, hq, hkv, tile_m = 2, 100, 100, 3, 1, 64
+    grid = (-(-sq // tile_m), hq, b)
+    entry = {"tile_order": "global_descending"}
+    wgs = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
+    cells = [tile_of(w, grid, entry) for w in wgs]
+    every = [(t, h, bi) for t in range(grid[0]) for h in range(hq) for bi in range(b)]
+    assert sorted(cells) == sorted(every), "the workgroups do not cover each (tile, head, batch) once"
+    assert all(workgroup_of(*c, grid, entry) == w for c, w in zip(cells, wgs, strict=True))
+    assert cells[0] == (grid[0] - 1, 0, 0) and cells[-1][0] == 0, "the longest tiles go first"
+    rng = np.random.default_rng()
+    q8, k8, v8 = fp8_inputs(rng, b, sq, sk, hq, hkv, 128)
+    asm = kernel(128, "lean", tile_order="global_descending")[0]
+    simulator = sim.Simulator(asm, "k")
+    for w, (tile, head, batch) in zip(wgs, cells, strict=True):
+        res, got, _ = launch(asm, q8, k8, v8, 3, workgroups=[w], simulator=simulator)
+        assert not res.findings, "\n".join(map(str, res.findings))
+        want = torch.zeros(b, sq, hq, dtype=torch.bool)
+        want[batch, tile * tile_m : (tile + 1) * tile_m, head] = True
+        written = ~torch.isnan(got).all(dim=-1)
+        assert torch.equal(written, want), f"workgroup {w} did not write exactly {(tile, head, batch)}"
 
 
 @pytest.mark.parametrize(

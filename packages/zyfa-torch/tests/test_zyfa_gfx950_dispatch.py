@@ -213,7 +213,7 @@ def test_rows_are_the_builds(fp8_rows):
     kb = _kernel_build()
     for r in fp8_rows:
         v, res = r["variant"], r["resources"]
-        assert kb.tile_order(v) == "descending" and kb.grid_mode(v) == "tiles"
+        assert kb.tile_order(v) in ("descending", "global_descending") and kb.grid_mode(v) == "tiles"
         assert res["smem_bytes"] == 2 * 64 * (v["d_qk"] + v["d_v"])  # two K + V buffers of 64 keys
         assert res["registers"] <= 256  # two waves per SIMD
         assert res["spill_bytes"] == 0

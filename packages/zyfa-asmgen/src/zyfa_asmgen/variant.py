@@ -29,6 +29,7 @@ class Variant:
     tile_m: int
     tile_n: int
     threads: int
+    tile_order: str = "ascending"  # which query tile workgroup x computes (see zyfa_kernel_build.py)
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Variant:
@@ -48,6 +49,7 @@ class Variant:
             tile_m=int(d["tile_m"]),
             tile_n=int(d["tile_n"]),
             threads=int(d["threads"]),
+            tile_order=str(d.get("tile_order", "ascending")),
         )
 
     @staticmethod

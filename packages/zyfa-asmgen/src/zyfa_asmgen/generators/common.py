@@ -70,3 +70,44 @@ def buffer_rsrc(k: Kernel, rsrc: R, base: R, num_records: str) -> None:
     k.emit(f"s_and_b32 {rsrc[1]}, 0xffff, {base[1]}", "base[47:32], stride 0")
     k.emit(f"s_mov_b32 {rsrc[2]}, {num_records}", "num_records (bytes)")
     k.emit(f"s_mov_b32 {rsrc[3]}, 0x{BUFFER_RSRC_WORD3:x}")
+
+
+def s_reciprocals(k: Kernel, jobs: list[tuple[R, R, R]]) -> None:
+    """For each (z, d, vtmp): z = an estimate of 2^32 / d from below, for s_udivmod (d >= 1, an
+    unsigned SGPR value; vtmp a scratch VGPR, free again once z is written).
+
+    There is no scalar divide or float unit: the VALU's reciprocal, scaled by 2^32 - 512 so that the
+    estimate never exceeds the true value. The jobs' instructions are interleaved step by step, so
+    that their latencies overlap."""
+    steps = (
+        ("v_cvt_f32_u32_e32 {v}, {d}", ""),
+        ("v_rcp_iflag_f32_e32 {v}, {v}", ""),
+        ("v_mul_f32_e32 {v}, 0x4f7ffffe, {v}", "x (2^32 - 512)"),
+        ("v_cvt_u32_f32_e32 {v}, {v}", ""),
+        ("v_readfirstlane_b32 {z}, {v}", ""),
+    )
+    for text, comment in steps:
+        for z, d, v in jobs:
+            k.emit(text.format(z=z, d=d, v=v), comment)
+
+
+def s_udivmod(k: Kernel, quo: R, rem: R, n: R, d: R, z: R, tmp: R) -> None:
+    """quo = n / d, rem = n % d for unsigned 32-bit SGPR values, d >= 1 (wave-uniform), given z from
+    s_reciprocals for d (overwritten); quo and rem must not alias n, d or z. tmp: 2 scratch SGPRs.
+
+    One Newton step in integers brings z within the quotient's last units, and at most two
+    corrections make quo and rem exact for every n and d."""
+    t, one = tmp[0], tmp[1]
+    k.emit(f"s_sub_u32 {t}, 0, {d}")
+    k.emit(f"s_mul_i32 {t}, {t}, {z}", "2^32 - d z: how far d z falls short of 2^32")
+    k.emit(f"s_mul_hi_u32 {t}, {z}, {t}")
+    k.emit(f"s_add_u32 {z}, {z}, {t}", "one Newton step")
+    k.emit(f"s_mul_hi_u32 {quo}, {n}, {z}", "quo is n / d or at most two below it")
+    k.emit(f"s_mul_i32 {t}, {quo}, {d}")
+    k.emit(f"s_sub_u32 {rem}, {n}, {t}")
+    for _ in range(2):
+        k.emit(f"s_sub_u32 {t}, {rem}, {d}")
+        k.emit(f"s_add_u32 {one}, {quo}, 1")
+        k.emit(f"s_cmp_ge_u32 {rem}, {d}")
+        k.emit(f"s_cselect_b32 {rem}, {t}, {rem}")
+        k.emit(f"s_cselect_b32 {quo}, {one}, {quo}")

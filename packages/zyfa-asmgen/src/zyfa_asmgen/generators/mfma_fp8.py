@@ -46,7 +46,9 @@ Masked keys (causal, or past seqlen_k) get S = -inf before the max, so their cod
 
 Schedule: blocks that every row of the tile sees completely run in a loop without masking; the
 remaining (diagonal and tail) blocks run the same body with the mask. Fully masked blocks are never
-visited. Query tiles are dispatched longest first (workgroup x = 0 takes the last tile). Wait states
+visited. Query tiles are dispatched longest first: by the variant's tile_order, workgroup x = 0 takes
+the last tile of its head ("descending"), or the workgroups in dispatch order take the last tile of
+every head and batch first ("global_descending", see Gen._global_tile). Wait states
 come from the simulator's hazard rules over the control flow (`Kernel(sim_hazards=True)`).
 """
 
@@ -60,7 +62,7 @@ from ..codeobject import LaunchShape, assembly_file
 from ..kernel import Kernel, Program
 from ..regs import R, RegFile
 from ..variant import Variant, VariantError
-from .common import KernArgs, buffer_rsrc, f32_hex, s_mad64
+from .common import KernArgs, buffer_rsrc, f32_hex, s_mad64, s_reciprocals, s_udivmod
 
 ARCH = "gfx950"
 ROWS_PER_WAVE = 32  # query rows of one wave (the N dimension of every MFMA)
@@ -80,6 +82,10 @@ M_NONE = -(2.0**30)
 MFMA = "v_mfma_f32_32x32x64_f8f6f4"
 ROW_SUM_MFMA = "v_mfma_f32_16x16x128_f8f6f4"  # half the matrix-core time of MFMA; see _row_sum_operand
 P_MODES = ("lean", "exact")
+# Query-tile orders the kernel implements (the variant's tile_order; see kernels/tools/zyfa_kernel_build.py):
+# "descending" = workgroup x = 0 takes the last tile of its (head, batch); "global_descending" = the
+# workgroups in dispatch order take the last tile of every (head, batch) first, then the one before it.
+TILE_ORDERS = ("descending", "global_descending")
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,7 @@ class Options:
         """Whether the two 32-key halves of S^T read their K operand into the same AGPRs, one after
         the other. By default where d_qk > 128 and the row sums are on the matrix core: without it
         the row-sum MFMA's 16 VGPRs + 8 AGPRs push a 192/128 wave past 256 registers, halving the
-        occupancy (MODELLED at 16K: 1860 against 2190 TFLOP/s, docs/gfx950-fp8-kernel.md)."""
+        occupancy (MODELLED at 16K: 2120 against 2720 TFLOP/s, docs/gfx950-fp8-kernel.md)."""
         if self.share_k_operand is None:
             return d_qk > 128 and self.row_sum_on_mfma(p_mode, d_qk)
         return self.share_k_operand
@@ -193,6 +199,8 @@ def _check_variant(var: Variant) -> Shape:
         )
     if var.p_mode not in P_MODES:
         raise VariantError(f"mfma_fp8: p_mode must be one of {P_MODES}, got {var.p_mode!r}")
+    if var.tile_order not in TILE_ORDERS:
+        raise VariantError(f"mfma_fp8: tile_order must be one of {TILE_ORDERS}, got {var.tile_order!r}")
     if var.d_qk not in (64, 128, 192, 256) or var.d_v not in (64, 128):
         raise VariantError(
             f"mfma_fp8 needs d_qk in 64/128/192/256 and d_v in 64/128 (got {var.d_qk}, {var.d_v})"
@@ -211,6 +219,9 @@ class Gen:
         self.v = RegFile("v", base=1)  # v0: work-item id
         self.a = RegFile("a")
         self.s = RegFile("s", base=5)  # s[0:1] kernarg pointer, s2..s4 workgroup ids x, y, z
+        self.tile_order = var.tile_order
+        # The workgroup's query head and batch: the ids y and z, or (global_descending) computed.
+        self.head, self.batch = R("s", 3, 1, "workgroup_id_y"), R("s", 4, 1, "workgroup_id_z")
         self.lds = self.k.lds("kv", 2 * self.sh.buf)
         self.out_of_line: list = []  # emitters of rarely taken code, placed after s_endpgm
 
@@ -250,11 +261,14 @@ class Gen:
         shift = self.sh.tile_m.bit_length() - 1
         self.nblocks, self.nfull, self.kb = self.sv("nblocks"), self.sv("nfull"), self.sv("kb")
         causal_bit = self.abi.flags["ZYFA_FLAG_CAUSAL"].bit_length() - 1
-        self.k.comment("longest query tiles first: workgroup x = 0 takes the last tile")
         self.e(f"s_add_u32 {t[0]}, {sq}, {self.sh.tile_m - 1}")
         self.e(f"s_lshr_b32 {t[0]}, {t[0]}, {shift}", f"tiles = ceil(seqlen_q / {self.sh.tile_m})")
-        self.e(f"s_sub_u32 {t[0]}, {t[0]}, 1")
-        self.e(f"s_sub_u32 {t[0]}, {t[0]}, s2")
+        if self.tile_order == "global_descending":
+            self._global_tile(t[0])
+        else:
+            self.k.comment("longest query tiles first: workgroup x = 0 takes the last tile of its head")
+            self.e(f"s_sub_u32 {t[0]}, {t[0]}, 1")
+            self.e(f"s_sub_u32 {t[0]}, {t[0]}, s2")
         self.e(f"s_lshl_b32 {self.row0}, {t[0]}, {shift}", f"row0 = tile * {self.sh.tile_m}")
         vt = self.vv("wave_v")
         self.e(f"v_lshrrev_b32_e32 {vt}, 6, v0")
@@ -286,13 +300,44 @@ class Gen:
         self.e(f"s_min_i32 {self.nfull}, {self.nfull}, {self.nblocks}")
         self.s.free(t)
 
+    def _global_tile(self, tiles: R) -> None:
+        """tiles -> this workgroup's query tile; self.head and self.batch from its dispatch position.
+
+        The workgroups in dispatch order (x fastest, then y, z) take the last query tile of every
+        (head, batch) pair, then the one before it, and so on: position lin = x + tiles (y + heads_q z)
+        computes tile tiles - 1 - lin / pairs of pair lin % pairs = head + heads_q batch, where
+        pairs = heads_q batch. All in unsigned 32 bits, as kernels/gfx950/fa_fwd_bf16.hip does and
+        zyfa_asmgen.sim.cli.tile_of models it: 2^32 workgroups of 32 or more query rows would need a
+        q tensor of at least 2^43 bytes (d_qk >= 64), more than any device holds."""
+        a = self.karg
+        heads = a.reg("heads_q")
+        self.head, self.batch = self.sv("head"), self.sv("batch")
+        lin, pairs, quo, pair = self.sv("lin"), self.sv("pairs"), self.sv("quo"), self.sv("pair")
+        z_pairs, z_heads, tmp = self.sv("z_pairs"), self.sv("z_heads"), self.sv("div_tmp", 2)
+        vp, vh = self.vv("rcp_pairs"), self.vv("rcp_heads")
+        self.k.comment("longest query tiles of the whole launch first: the last tile of every head and batch")
+        self.e(f"s_mul_i32 {pairs}, {heads}, {a.reg('batch')}", "(head, batch) pairs")
+        s_reciprocals(self.k, [(z_pairs, pairs, vp), (z_heads, heads, vh)])
+        self.e(f"s_mul_i32 {lin}, {heads}, s4")
+        self.e(f"s_add_u32 {lin}, {lin}, s3")
+        self.e(f"s_mul_i32 {lin}, {lin}, {tiles}")
+        self.e(f"s_add_u32 {lin}, {lin}, s2", "the workgroup's dispatch position")
+        s_udivmod(self.k, quo, pair, lin, pairs, z_pairs, tmp)
+        self.e(f"s_sub_u32 {tiles}, {tiles}, 1")
+        self.e(f"s_sub_u32 {tiles}, {tiles}, {quo}", "tile = tiles - 1 - lin / pairs")
+        s_udivmod(self.k, self.batch, self.head, pair, heads, z_heads, tmp)
+        self.v.free(vp)
+        self.v.free(vh)
+        for r in (lin, pairs, quo, pair, z_pairs, z_heads, tmp):
+            self.s.free(r)
+
     def _kv_head(self) -> None:
         """kv_head = floor(head * heads_kv / heads_q), by at most heads_kv subtractions."""
         a = self.karg
         rem = self.sv("gqa_rem")
         self.kvh = self.sv("kvh")
         self.k.comment("GQA / MQA: kv head = floor(head * heads_kv / heads_q)")
-        self.e(f"s_mul_i32 {rem}, s3, {a.reg('heads_kv')}")
+        self.e(f"s_mul_i32 {rem}, {self.head}, {a.reg('heads_kv')}")
         self.e(f"s_mov_b32 {self.kvh}, 0")
         self.k.label(".Lgqa")
         self.e(f"s_cmp_lt_u32 {rem}, {a.reg('heads_q')}")
@@ -308,7 +353,7 @@ class Gen:
         a = self.karg
         base, tmp, st = self.sv(f"{tensor}_base", 2, 2), self.sv("mad_tmp", 3), self.sv("stride", 2, 2)
         self.e(f"s_mov_b64 {base}, {a.pair(tensor)}")
-        for field, x in (("batch", "s4"), ("head", head), ("seq", row)):
+        for field, x in (("batch", self.batch), ("head", head), ("seq", row)):
             if x is None:
                 continue
             self.e(f"s_lshl_b64 {st}, {a.pair(f'{tensor}_stride_{field}')}, {elem_shift}")
@@ -330,7 +375,7 @@ class Gen:
         self.e(
             f"s_max_i32 {rows_left}, {rows_left}, 0", "a wave wholly past seqlen_q reads and writes nothing"
         )
-        for name, rsrc, head, shift in (("q", self.rq, "s3", 0), ("out", self.ro, "s3", 1)):
+        for name, rsrc, head, shift in (("q", self.rq, self.head, 0), ("out", self.ro, self.head, 1)):
             base = self._base(name, head, shift, self.roww)
             self.e(f"s_mul_i32 {t}, {rows_left}, {a.reg(f'{name}_stride_seq')}")
             if shift:
@@ -347,8 +392,8 @@ class Gen:
             self.s.free(base)
         self.k.comment("lse [b, heads_q, seqlen_q] fp32 from row0")
         base = self.sv("lse_base", 2, 2)
-        self.e(f"s_mul_i32 {t}, s4, {a.reg('heads_q')}")
-        self.e(f"s_add_u32 {t}, {t}, s3")
+        self.e(f"s_mul_i32 {t}, {self.batch}, {a.reg('heads_q')}")
+        self.e(f"s_add_u32 {t}, {t}, {self.head}")
         self.e(f"s_mul_i32 {t}, {t}, {a.reg('seqlen_q')}")
         self.e(f"s_add_u32 {t}, {t}, {self.roww}")
         self.e(f"s_mul_hi_u32 {base[1]}, {t}, 4")
