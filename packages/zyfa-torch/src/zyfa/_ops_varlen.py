@@ -6,8 +6,9 @@ with the packed batch's `zyfa_core.ZyfaVarlenArgs` as the kernel's second parame
 
 Nothing here reads device memory on the host: cu_seqlens, seqused_k, the page table and the descale table
 go to the kernel as device pointers, and the grid comes from host values only (total_q, the batch size and
-max_seqlen_q, a Python int, as max_seqlen_k is), so the op can be captured in a CUDA graph and traced by torch.compile. On the CPU the index tensors' values are
-checked (zyfa_core's checks read them from host memory).
+max_seqlen_q, a Python int, as max_seqlen_k is), so the op can be captured in a CUDA graph and traced by
+torch.compile. On the CPU the index tensors' values are checked (zyfa_core's checks read them from host
+memory).
 """
 
 from __future__ import annotations
