@@ -28,7 +28,9 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+from collections.abc import Callable
 from types import SimpleNamespace
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -51,6 +53,7 @@ CPU_BLOCK_N = 64
 CPU_P_MODE = preferred_p_modes("cpu")[0]
 """FP8 P mode of the CPU path when p_mode is None: the first of zyfa_core's preference for an arch
 without its own entry (exact; sm90a kernels prefer lean), so the default is decided in one place."""
+_R = TypeVar("_R")
 _KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"  # zyfa_core.manifest.ENV_KERNEL_DIR: part of the kernel cache key
 
 
@@ -101,6 +104,22 @@ def _empty_outputs(
     return out, torch.full(lse_shape, float("inf"), dtype=torch.float32, device=device)
 
 
+def _new_outputs(q: Tensor, out_shape: tuple[int, ...], lse_shape: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Uninitialised outputs on q's device (out bf16, lse float32), for the kernel or a fake to fill."""
+    return q.new_empty(out_shape, dtype=torch.bfloat16), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+def _device_path(device: torch.device, cpu: Callable[..., _R], gpu: Callable[..., _R]) -> Callable[..., _R]:
+    """The path of an op for tensors on `device`: `cpu`, `gpu` (CUDA/ROCm), or a clear error."""
+    if device.type == "cpu":
+        return cpu
+    if device.type == "cuda":  # ROCm builds of torch report HIP devices as "cuda" too
+        return gpu
+    raise NotImplementedError(
+        f"zyfa: tensors on {device.type!r} are not supported; use CPU or CUDA/ROCm tensors"
+    )
+
+
 def _forward(
     q: Tensor,
     k: Tensor,
@@ -117,13 +136,8 @@ def _forward(
     _validate.check_scalars(q.dtype, softmax_scale, descales)
     if 0 in (dims.batch, dims.seqlen_q, dims.seqlen_k):
         return _empty_outputs(*_out_shapes(q, k, v, return_lse), q.device)
-    if q.device.type == "cpu":
-        return _fwd_cpu(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
-    if q.device.type == "cuda":  # ROCm builds of torch report HIP devices as "cuda" too
-        return _fwd_core(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
-    raise NotImplementedError(
-        f"zyfa: tensors on {q.device.type!r} are not supported; use CPU or CUDA/ROCm tensors"
-    )
+    run = _device_path(q.device, _fwd_cpu, _fwd_core)
+    return run(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
 
 
 def _fwd_impl(
@@ -190,9 +204,7 @@ def _fwd_fake(
     _validate.check_tensors(q, k, v)
     _validate.check_p_mode(q.dtype, p_mode)
     _validate.check_descale_devices(q, (q_descale, k_descale, v_descale))
-    out_shape, lse_shape = _out_shapes(q, k, v, return_lse)
-    out = q.new_empty(out_shape, dtype=torch.bfloat16)
-    return out, q.new_empty(lse_shape, dtype=torch.float32)
+    return _new_outputs(q, *_out_shapes(q, k, v, return_lse))
 
 
 def _backward(ctx: object, grad_out: Tensor, grad_lse: Tensor) -> None:
@@ -223,20 +235,21 @@ def _fwd_cpu(
     p_mode: str | None,
 ) -> tuple[Tensor, Tensor]:
     out, lse = reference.attention(
-        q,
-        k,
-        v,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        q_descale=descales[0],
-        k_descale=descales[1],
-        v_descale=descales[2],
-        p_mode=p_mode or CPU_P_MODE,
-        block_n=CPU_BLOCK_N,
+        q, k, v, softmax_scale=softmax_scale, causal=causal, **_cpu_options(descales, p_mode)
     )
-    if not return_lse:
-        lse = lse.new_empty((0,))
-    return out, lse
+    return out, lse if return_lse else lse.new_empty((0,))
+
+
+def _cpu_options(descales: tuple[object, object, object], p_mode: str | None) -> dict[str, object]:
+    """The keyword arguments that make a `zyfa.reference` call compute what the CPU path serves."""
+    q_descale, k_descale, v_descale = descales
+    return {
+        "q_descale": q_descale,
+        "k_descale": k_descale,
+        "v_descale": v_descale,
+        "p_mode": p_mode or CPU_P_MODE,
+        "block_n": CPU_BLOCK_N,
+    }
 
 
 def _core() -> SimpleNamespace:
@@ -312,16 +325,19 @@ def _fwd_core(
 ) -> tuple[Tensor, Tensor]:
     core = _core()
     spec = select_kernel(q, k, v, causal, p_mode)
-    out_shape, lse_shape = _out_shapes(q, k, v, return_lse)
-    out = torch.empty(out_shape, dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    out, lse = _new_outputs(q, *_out_shapes(q, k, v, return_lse))
     args = _fill_args(core.abi, q, k, v, out, lse if return_lse else None, softmax_scale, causal, descales)
-    index = _device_index(q.device)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
     workspace = v_prep_workspace(spec, q, k)
-    extra = {"workspace": workspace.data_ptr()} if workspace is not None else {}
-    core.launcher.launch(spec, args, stream=stream, device=index, **extra)
+    _launch(core, spec, args, q.device, workspace=workspace.data_ptr() if workspace is not None else None)
     return out, lse
+
+
+def _launch(core: SimpleNamespace, spec: object, args: object, device: torch.device, **extra: object) -> None:
+    """Launch `spec` with `args` on the current stream of `device`; `extra` arguments that are None are
+    left out (the launcher's defaults apply)."""
+    stream = torch.cuda.current_stream(device).cuda_stream
+    given = {name: value for name, value in extra.items() if value is not None}
+    core.launcher.launch(spec, args, stream=stream, device=_device_index(device), **given)
 
 
 def v_prep_workspace(spec: object, q: Tensor, k: Tensor) -> Tensor | None:
@@ -360,15 +376,30 @@ def _fill_args(
     descales: tuple[float, float, float],
 ) -> object:
     """A zyfa_core.abi.ZyfaFwdArgs for this call: device pointers, strides in elements, sizes, flags."""
-    args = abi.ZyfaFwdArgs()
-    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
-        setattr(args, name, x.data_ptr())
-        for which, stride in zip(("batch", "seq", "head"), _kernel_strides(x), strict=True):
-            setattr(args, f"{name}_stride_{which}", stride)
-    args.lse = lse.data_ptr() if lse is not None else 0
+    args = _new_args(abi, (q, k, v, out), lse, softmax_scale, descales, _kernel_strides)
     args.batch, args.seqlen_q, args.heads_q, args.d_qk = q.shape
     args.seqlen_k, args.heads_kv, args.d_v = k.shape[1], k.shape[2], v.shape[3]
     args.flags = (abi.FLAG_CAUSAL if causal else 0) | (abi.FLAG_LSE if lse is not None else 0)
+    return args
+
+
+def _new_args(
+    abi: object,
+    tensors: tuple[Tensor, Tensor, Tensor, Tensor],
+    lse: Tensor | None,
+    softmax_scale: float,
+    descales: tuple[float, float, float],
+    strides: Callable[[Tensor], tuple[int, int, int]],
+) -> object:
+    """A ZyfaFwdArgs with what every layout fills alike: the pointers of (q, k, v, out) and lse (0 when
+    None), their (batch, seq, head) element `strides`, the scale and descales. Sizes and flags are the
+    caller's."""
+    args = abi.ZyfaFwdArgs()  # type: ignore[attr-defined]
+    for name, x in zip(("q", "k", "v", "out"), tensors, strict=True):
+        setattr(args, name, x.data_ptr())
+        for which, stride in zip(("batch", "seq", "head"), strides(x), strict=True):
+            setattr(args, f"{name}_stride_{which}", stride)
+    args.lse = lse.data_ptr() if lse is not None else 0
     args.softmax_scale = softmax_scale
     args.q_descale, args.k_descale, args.v_descale = descales
     args.reserved = 0
