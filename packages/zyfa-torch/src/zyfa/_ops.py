@@ -105,8 +105,9 @@ def _empty_outputs(
 
 
 def _new_outputs(q: Tensor, out_shape: tuple[int, ...], lse_shape: tuple[int, ...]) -> tuple[Tensor, Tensor]:
-    """Uninitialised outputs on q's device (out bf16, lse float32), for the kernel or a fake to fill."""
-    return q.new_empty(out_shape, dtype=torch.bfloat16), q.new_empty(lse_shape, dtype=torch.float32)
+    """Uninitialised outputs on q's device (out bf16, lse float32): what the kernel writes, or a fake's."""
+    out = torch.empty(out_shape, dtype=torch.bfloat16, device=q.device)
+    return out, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
 
 
 def _device_path(device: torch.device, cpu: Callable[..., _R], gpu: Callable[..., _R]) -> Callable[..., _R]:
