@@ -29,6 +29,7 @@ import functools
 import importlib
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TypeVar
 
@@ -121,6 +122,17 @@ def _device_path(device: torch.device, cpu: Callable[..., _R], gpu: Callable[...
     )
 
 
+@dataclass(frozen=True)
+class _Options:
+    """A call's checked scalar arguments, as both paths of every op take them after the tensors."""
+
+    softmax_scale: float
+    causal: bool
+    descales: tuple[float, float, float]
+    return_lse: bool
+    p_mode: str | None
+
+
 def _forward(
     q: Tensor,
     k: Tensor,
@@ -138,7 +150,7 @@ def _forward(
     if 0 in (dims.batch, dims.seqlen_q, dims.seqlen_k):
         return _empty_outputs(*_out_shapes(q, k, v, return_lse), q.device)
     run = _device_path(q.device, _fwd_cpu, _fwd_core)
-    return run(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
+    return run(q, k, v, _Options(softmax_scale, causal, descales, return_lse, p_mode))
 
 
 def _fwd_impl(
@@ -225,32 +237,29 @@ for _name, _impl in (("fwd", _fwd_impl), ("fwd_tensor_descales", _fwd_tensor_des
     torch.library.register_autograd(f"zyfa::{_name}", _backward, setup_context=_setup_context, lib=_LIB)
 
 
-def _fwd_cpu(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    softmax_scale: float,
-    causal: bool,
-    descales: tuple[float, float, float],
-    return_lse: bool,
-    p_mode: str | None,
-) -> tuple[Tensor, Tensor]:
-    out, lse = reference.attention(
-        q, k, v, softmax_scale=softmax_scale, causal=causal, **_cpu_options(descales, p_mode)
-    )
-    return out, lse if return_lse else lse.new_empty((0,))
+def _fwd_cpu(q: Tensor, k: Tensor, v: Tensor, opts: _Options) -> tuple[Tensor, Tensor]:
+    out, lse = reference.attention(q, k, v, **_cpu_options(opts, opts.descales))
+    return _cpu_outputs(out, lse, opts)
 
 
-def _cpu_options(descales: tuple[object, object, object], p_mode: str | None) -> dict[str, object]:
-    """The keyword arguments that make a `zyfa.reference` call compute what the CPU path serves."""
+def _cpu_options(opts: _Options, descales: tuple[object, object, object]) -> dict[str, object]:
+    """The keyword arguments that make a `zyfa.reference` call compute what the CPU path serves for
+    `opts`, with `descales` (its floats, or the packed op's per-sequence tables)."""
     q_descale, k_descale, v_descale = descales
     return {
+        "softmax_scale": opts.softmax_scale,
+        "causal": opts.causal,
         "q_descale": q_descale,
         "k_descale": k_descale,
         "v_descale": v_descale,
-        "p_mode": p_mode or CPU_P_MODE,
+        "p_mode": opts.p_mode or CPU_P_MODE,
         "block_n": CPU_BLOCK_N,
     }
+
+
+def _cpu_outputs(out: Tensor, lse: Tensor, opts: _Options) -> tuple[Tensor, Tensor]:
+    """The reference's (out, lse) as the op returns them: lse an empty (0,) tensor unless asked for."""
+    return out, lse if opts.return_lse else lse.new_empty((0,))
 
 
 def _core() -> SimpleNamespace:
@@ -314,20 +323,12 @@ def _select_cached(
     return core.manifest.select(arch, dtype, d_qk, d_v, causal, p_mode=p_mode, layout=layout)
 
 
-def _fwd_core(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    softmax_scale: float,
-    causal: bool,
-    descales: tuple[float, float, float],
-    return_lse: bool,
-    p_mode: str | None,
-) -> tuple[Tensor, Tensor]:
+def _fwd_core(q: Tensor, k: Tensor, v: Tensor, opts: _Options) -> tuple[Tensor, Tensor]:
     core = _core()
-    spec = select_kernel(q, k, v, causal, p_mode)
-    out, lse = _new_outputs(q, *_out_shapes(q, k, v, return_lse))
-    args = _fill_args(core.abi, q, k, v, out, lse if return_lse else None, softmax_scale, causal, descales)
+    spec = select_kernel(q, k, v, opts.causal, opts.p_mode)
+    out, lse = _new_outputs(q, *_out_shapes(q, k, v, opts.return_lse))
+    lse_arg = lse if opts.return_lse else None
+    args = _fill_args(core.abi, q, k, v, out, lse_arg, opts.softmax_scale, opts.causal, opts.descales)
     workspace = v_prep_workspace(spec, q, k)
     _launch(core, spec, args, q.device, workspace=workspace.data_ptr() if workspace is not None else None)
     return out, lse

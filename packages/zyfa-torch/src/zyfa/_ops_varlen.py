@@ -14,6 +14,7 @@ memory).
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -83,8 +84,8 @@ def _fwd_varlen(
     if dims is None or 0 in (dims.batch, dims.total_q, dims.total_k, max_seqlen_q, max_seqlen_k):
         return _ops._empty_outputs(*_out_shapes(q, v, return_lse), q.device)
     run = _ops._device_path(q.device, _fwd_cpu, _fwd_core)
-    max_seqlens = (max_seqlen_q, max_seqlen_k)
-    return run(q, k, v, index, dims, max_seqlens, softmax_scale, causal, floats, return_lse, p_mode)
+    packed = _Packed(index, dims, (max_seqlen_q, max_seqlen_k))
+    return run(q, k, v, packed, _ops._Options(softmax_scale, causal, floats, return_lse, p_mode))
 
 
 _ops._LIB.impl("fwd_varlen", _fwd_varlen, "CompositeExplicitAutograd")
@@ -94,70 +95,34 @@ torch.library.register_autograd(
 )
 
 
-def _fwd_cpu(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    index: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, Tensor | None],
-    dims: _validate.VarlenDims,
-    max_seqlens: tuple[int, int],
-    softmax_scale: float,
-    causal: bool,
-    floats: tuple[float, float, float],
-    return_lse: bool,
-    p_mode: str | None,
-) -> tuple[Tensor, Tensor]:
+class _Packed(NamedTuple):
+    """A checked packed batch's layout: the index tensors (cu_seqlens_q, cu_seqlens_k, seqused_k,
+    page_table, descales), their sizes, and (max_seqlen_q, max_seqlen_k), which size a GPU launch."""
+
+    index: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, Tensor | None]
+    dims: _validate.VarlenDims
+    max_seqlens: tuple[int, int]
+
+
+def _fwd_cpu(q: Tensor, k: Tensor, v: Tensor, packed: _Packed, opts: _ops._Options) -> tuple[Tensor, Tensor]:
     """The reference per sequence; it reads the offsets itself (dims and max_seqlens size GPU launches)."""
-    del dims, max_seqlens
-    cu_q, cu_k, seqused_k, page_table, table = index
-    descales = floats if table is None else (table[0], table[1], table[2])
+    cu_q, cu_k, seqused_k, page_table, table = packed.index
+    descales = opts.descales if table is None else (table[0], table[1], table[2])
+    kw = _ops._cpu_options(opts, descales)
     out, lse = reference.attention_varlen(
-        q,
-        k,
-        v,
-        cu_q,
-        cu_k,
-        seqused_k=seqused_k,
-        page_table=page_table,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        **_ops._cpu_options(descales, p_mode),
+        q, k, v, cu_q, cu_k, seqused_k=seqused_k, page_table=page_table, **kw
     )
-    return out, lse if return_lse else lse.new_empty((0,))
+    return _ops._cpu_outputs(out, lse, opts)
 
 
-def _fwd_core(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    index: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, Tensor | None],
-    dims: _validate.VarlenDims,
-    max_seqlens: tuple[int, int],
-    softmax_scale: float,
-    causal: bool,
-    floats: tuple[float, float, float],
-    return_lse: bool,
-    p_mode: str | None,
-) -> tuple[Tensor, Tensor]:
+def _fwd_core(q: Tensor, k: Tensor, v: Tensor, packed: _Packed, opts: _ops._Options) -> tuple[Tensor, Tensor]:
     core = _ops._core()
-    layout = "paged" if dims.page_size else "varlen"
-    spec = _ops.select_kernel(q, k, v, causal, p_mode, layout=layout)
-    out, lse = _ops._new_outputs(q, *_out_shapes(q, v, return_lse))
-    args = fill_args(
-        core.abi,
-        q,
-        k,
-        v,
-        out,
-        lse if return_lse else None,
-        dims,
-        max_seqlens,
-        softmax_scale,
-        causal,
-        floats,
-        index,
-    )
-    _ops._launch(core, spec, args, q.device, varlen=fill_varlen_args(core.abi, index, dims))
+    layout = "paged" if packed.dims.page_size else "varlen"
+    spec = _ops.select_kernel(q, k, v, opts.causal, opts.p_mode, layout=layout)
+    out, lse = _ops._new_outputs(q, *_out_shapes(q, v, opts.return_lse))
+    args = fill_args(core.abi, q, k, v, out, lse if opts.return_lse else None, packed, opts)
+    varlen = fill_varlen_args(core.abi, packed.index, packed.dims)
+    _ops._launch(core, spec, args, q.device, varlen=varlen)
     return out, lse
 
 
@@ -176,23 +141,20 @@ def fill_args(
     v: Tensor,
     out: Tensor,
     lse: Tensor | None,
-    dims: _validate.VarlenDims,
-    max_seqlens: tuple[int, int],
-    softmax_scale: float,
-    causal: bool,
-    descales: tuple[float, float, float],
-    index: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, Tensor | None],
+    packed: _Packed,
+    opts: _ops._Options,
 ) -> object:
     """The zyfa_fwd_args of a packed call (zyfa_abi.h, ABI 4): batch = sequences, seqlen_q / seqlen_k =
     max_seqlen_q / max_seqlen_k, batch strides 0 for packed tensors (the page stride for a paged cache)."""
-    args = _ops._new_args(abi, (q, k, v, out), lse, softmax_scale, descales, _packed_strides)
+    dims = packed.dims
+    args = _ops._new_args(abi, (q, k, v, out), lse, opts.softmax_scale, opts.descales, _packed_strides)
     args.batch, args.heads_q, args.heads_kv = dims.batch, dims.heads_q, dims.heads_kv
-    args.seqlen_q, args.seqlen_k = max_seqlens
+    args.seqlen_q, args.seqlen_k = packed.max_seqlens
     args.d_qk, args.d_v = dims.d_qk, dims.d_v
-    flags = abi.FLAG_VARLEN | (abi.FLAG_CAUSAL if causal else 0) | (abi.FLAG_LSE if lse is not None else 0)
-    flags |= (abi.FLAG_PAGED if dims.page_size else 0) | (
-        abi.FLAG_DESCALE_TABLE if index[4] is not None else 0
-    )
+    flags = abi.FLAG_VARLEN | (abi.FLAG_CAUSAL if opts.causal else 0)
+    flags |= abi.FLAG_LSE if lse is not None else 0
+    flags |= abi.FLAG_PAGED if dims.page_size else 0
+    flags |= abi.FLAG_DESCALE_TABLE if packed.index[4] is not None else 0
     args.flags = flags
     return args
 
