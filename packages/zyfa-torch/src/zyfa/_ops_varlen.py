@@ -120,7 +120,7 @@ def _fwd_core(q: Tensor, k: Tensor, v: Tensor, packed: _Packed, opts: _ops._Opti
     layout = "paged" if packed.dims.page_size else "varlen"
     spec = _ops.select_kernel(q, k, v, opts.causal, opts.p_mode, layout=layout)
     out, lse = _ops._new_outputs(q, *_out_shapes(q, v, opts.return_lse))
-    args = fill_args(core.abi, q, k, v, out, lse if opts.return_lse else None, packed, opts)
+    args = fill_args(core.abi, (q, k, v, out), lse if opts.return_lse else None, packed, opts)
     varlen = fill_varlen_args(core.abi, packed.index, packed.dims)
     _ops._launch(core, spec, args, q.device, varlen=varlen)
     return out, lse
@@ -136,18 +136,16 @@ def _packed_strides(x: Tensor) -> tuple[int, int, int]:
 
 def fill_args(
     abi: object,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    out: Tensor,
+    tensors: tuple[Tensor, Tensor, Tensor, Tensor],
     lse: Tensor | None,
     packed: _Packed,
     opts: _ops._Options,
 ) -> object:
-    """The zyfa_fwd_args of a packed call (zyfa_abi.h, ABI 4): batch = sequences, seqlen_q / seqlen_k =
-    max_seqlen_q / max_seqlen_k, batch strides 0 for packed tensors (the page stride for a paged cache)."""
+    """The zyfa_fwd_args of a packed call on `tensors` (q, k, v, out) (zyfa_abi.h, ABI 4): batch =
+    sequences, seqlen_q / seqlen_k = max_seqlen_q / max_seqlen_k, batch strides 0 for packed tensors (the
+    page stride for a paged cache)."""
     dims = packed.dims
-    args = _ops._new_args(abi, (q, k, v, out), lse, opts.softmax_scale, opts.descales, _packed_strides)
+    args = _ops._new_args(abi, tensors, lse, opts.softmax_scale, opts.descales, _packed_strides)
     args.batch, args.heads_q, args.heads_kv = dims.batch, dims.heads_q, dims.heads_kv
     args.seqlen_q, args.seqlen_k = packed.max_seqlens
     args.d_qk, args.d_v = dims.d_qk, dims.d_v
