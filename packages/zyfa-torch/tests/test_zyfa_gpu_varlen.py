@@ -121,33 +121,13 @@ def test_kernel_matches_the_reference(case, precision, paged):
     _poison(p.q.shape[0], p.q.shape[1], gpu["q"].device)
     out, lse = _call(gpu, p, descales, precision, return_attn_probs=True)
     torch.cuda.synchronize()
-    want, want_lse = R.attention_varlen(
-        cpu["q"],
-        cpu["k"],
-        cpu["v"],
-        cpu["cu_seqlens_q"],
-        cpu["cu_seqlens_k"],
-        seqused_k=cpu["seqused_k"],
-        page_table=cpu["page_table"],
-        q_descale=descales[0],
-        k_descale=descales[1],
-        v_descale=descales[2],
-        p_mode=spec.p_mode or "exact",
-        block_n=spec.tile_n,
-        stale_tau=spec.stale_tau,
-    )
-    truth, truth_lse = R.attention_varlen_dense_f64(
-        cpu["q"],
-        cpu["k"],
-        cpu["v"],
-        cpu["cu_seqlens_q"],
-        cpu["cu_seqlens_k"],
-        seqused_k=cpu["seqused_k"],
-        page_table=cpu["page_table"],
-        q_descale=descales[0],
-        k_descale=descales[1],
-        v_descale=descales[2],
-    )
+    # The same packed batch for the reference of the kernel's numerics and for the float64 truth.
+    packed = [cpu[name] for name in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k")]
+    index = {"seqused_k": cpu["seqused_k"], "page_table": cpu["page_table"]}
+    scales = {"q_descale": descales[0], "k_descale": descales[1], "v_descale": descales[2]}
+    numerics = {"p_mode": spec.p_mode or "exact", "block_n": spec.tile_n, "stale_tau": spec.stale_tau}
+    want, want_lse = R.attention_varlen(*packed, **index, **scales, **numerics)
+    truth, truth_lse = R.attention_varlen_dense_f64(*packed, **index, **scales)
     assert not torch.isnan(out.float()).any() and not torch.isnan(lse).any(), "a row was not written"
     assert rel_err(out, want) < SAME_NUMERICS_TOL[precision]
     assert rel_err(out, truth) < F64_TOL[precision]

@@ -459,7 +459,7 @@ def test_dispatch_varlen_fills_both_structs(core, monkeypatch, paged):
     """A packed call on the GPU path: zyfa_fwd_args with batch = sequences, max_seqlen bounds and batch
     strides 0 (the page stride for a cache), and zyfa_varlen_args with the index tensors' pointers and
     sizes."""
-    from zyfa_varlen_testutil import make_packed, page_cache
+    from zyfa_varlen_testutil import call_packed, make_packed, page_cache
 
     from zyfa import _ops_varlen
 
@@ -470,7 +470,7 @@ def test_dispatch_varlen_fills_both_structs(core, monkeypatch, paged):
         k, v, table = page_cache(p.k, p.v, p.lens_k, 16, seed=12)
         seqused = torch.tensor(p.lens_k, dtype=torch.int32)
     core.inputs = (p.q, k, v, p.cu_seqlens_q, p.cu_seqlens_k, seqused, table)
-    out, lse = _call_varlen_through_core(p, k, v, table, seqused)
+    out, lse = call_packed(p, k, v, seqused_k=seqused, causal=True, page_table=table, return_attn_probs=True)
     assert core.layouts == ["paged" if paged else "varlen"]
     ((_, args, _, _),) = core.launches
     (varlen,) = core.varlens
@@ -489,19 +489,3 @@ def test_dispatch_varlen_fills_both_structs(core, monkeypatch, paged):
         assert varlen.page_table_stride == table.shape[1]
     want, want_lse = R.attention_varlen(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, block_n=core.tile_n)
     assert torch.equal(out, want) and torch.equal(lse, want_lse)
-
-
-def _call_varlen_through_core(p, k, v, table, seqused):
-    return zyfa.flash_attn_varlen_func(
-        p.q,
-        k,
-        v,
-        p.cu_seqlens_q,
-        p.cu_seqlens_k,
-        p.max_seqlen_q,
-        p.max_seqlen_k,
-        seqused_k=seqused,
-        causal=True,
-        page_table=table,
-        return_attn_probs=True,
-    )

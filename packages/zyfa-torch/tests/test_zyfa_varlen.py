@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 from zyfa_testutil import lse_err, rel_err
-from zyfa_varlen_testutil import make_packed, offsets, page_cache
+from zyfa_varlen_testutil import call_packed, make_packed, offsets, page_cache
 
 import zyfa
 from zyfa import reference as R
@@ -38,18 +38,12 @@ def _ids(case) -> str:
     return f"q{sum(lens_q)}-k{sum(lens_k)}-h{hq}x{hkv}-d{dqk}"
 
 
-def _call(p, **kw):
-    return zyfa.flash_attn_varlen_func(
-        p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k, **kw
-    )
-
-
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_bf16_packed_matches_f64(case, causal):
     lens_q, lens_k, hq, hkv, dqk = case
     p = make_packed(lens_q, lens_k, hq, hkv, dqk, seed=hash((tuple(lens_q), causal)) % 2**31, q_scale=2.0)
-    out, lse = _call(p, causal=causal, return_attn_probs=True)
+    out, lse = call_packed(p, causal=causal, return_attn_probs=True)
     ref, ref_lse = R.attention_varlen_dense_f64(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, causal=causal)
     assert (
         out.dtype == torch.bfloat16 and out.shape == (sum(lens_q), hq, 128) and lse.shape == (hq, sum(lens_q))
@@ -63,7 +57,7 @@ def test_packed_equals_the_dense_path_per_sequence(case):
     """The packed call's bits are the dense call's on each sequence alone."""
     lens_q, lens_k, hq, hkv, dqk = case
     p = make_packed(lens_q, lens_k, hq, hkv, dqk, seed=11)
-    out, lse = _call(p, causal=True, return_attn_probs=True)
+    out, lse = call_packed(p, causal=True, return_attn_probs=True)
     cq, ck = p.cu_seqlens_q.tolist(), p.cu_seqlens_k.tolist()
     for b, (nq, nk) in enumerate(zip(lens_q, lens_k, strict=True)):
         if nq == 0 or nk == 0:
@@ -82,7 +76,7 @@ def test_packed_equals_the_dense_path_per_sequence(case):
 def test_rows_without_keys_and_outside_sequences():
     """Sequences without keys and rows of q before and after every sequence: out 0, lse +inf."""
     p = make_packed([4, 3, 5], [0, 6, 2], 2, 2, seed=3, q_pad=(5, 7))
-    out, lse = _call(p, causal=True, return_attn_probs=True)
+    out, lse = call_packed(p, causal=True, return_attn_probs=True)
     assert out.shape[0] == 5 + 12 + 7
     for rows in (slice(0, 5), slice(5, 9), slice(17, 24)):
         assert torch.equal(out[rows], torch.zeros_like(out[rows])) and bool(torch.isinf(lse[:, rows]).all())
@@ -98,20 +92,17 @@ def test_paged_matches_packed_bitwise_and_f64(page_size):
     p = make_packed([1, 20, 45, 0, 3], lens, 4, 2, seed=page_size)
     k_cache, v_cache, table = page_cache(p.k, p.v, lens, page_size, seed=page_size)
     seqused = torch.tensor(lens, dtype=torch.int32)
-    out, lse = zyfa.flash_attn_varlen_func(
-        p.q,
+    out, lse = call_packed(
+        p,
         k_cache,
         v_cache,
-        p.cu_seqlens_q,
-        None,
-        p.max_seqlen_q,
-        p.max_seqlen_k,
+        cu_seqlens_k=None,
         seqused_k=seqused,
-        causal=True,
         page_table=table,
+        causal=True,
         return_attn_probs=True,
     )
-    packed, packed_lse = _call(p, causal=True, return_attn_probs=True)
+    packed, packed_lse = call_packed(p, causal=True, return_attn_probs=True)
     assert torch.equal(out, packed) and torch.equal(lse, packed_lse)
     ref, _ = R.attention_varlen_dense_f64(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k)
     assert rel_err(out, ref) < BF16_TOL
@@ -163,53 +154,22 @@ def test_fp8_per_sequence_and_head_descales(p_mode, d_qk):
         return x8, descale
 
     (q8, dq), (k8, dk), (v8, dv) = quantise(p.q, cq, 2), quantise(p.k, ck, 1), quantise(p.v, ck, 1)
-    out = zyfa.flash_attn_varlen_func(
-        q8,
-        k8,
-        v8,
-        p.cu_seqlens_q,
-        p.cu_seqlens_k,
-        70,
-        130,
-        causal=True,
-        q_descale=dq,
-        k_descale=dk,
-        v_descale=dv,
-        p_mode=p_mode,
-    )
+
+    def attend(q_descale: object, k_descale: object, v_descale: object) -> torch.Tensor:
+        descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+        cu_q, cu_k = p.cu_seqlens_q, p.cu_seqlens_k
+        return zyfa.flash_attn_varlen_func(
+            q8, k8, v8, cu_q, cu_k, 70, 130, causal=True, p_mode=p_mode, **descales
+        )
+
+    out = attend(dq, dk, dv)
     ref, _ = R.attention_varlen_dense_f64(
         q8, k8, v8, p.cu_seqlens_q, p.cu_seqlens_k, q_descale=dq, k_descale=dk, v_descale=dv
     )
     assert rel_err(out, ref) < FP8_TOL[p_mode]
     # A per-tensor float descale is the same as a table holding it everywhere.
-    same = zyfa.flash_attn_varlen_func(
-        q8,
-        k8,
-        v8,
-        p.cu_seqlens_q,
-        p.cu_seqlens_k,
-        70,
-        130,
-        causal=True,
-        q_descale=0.5,
-        k_descale=torch.tensor(0.25),
-        v_descale=torch.full((3, 2), 2.0),
-        p_mode=p_mode,
-    )
-    floats = zyfa.flash_attn_varlen_func(
-        q8,
-        k8,
-        v8,
-        p.cu_seqlens_q,
-        p.cu_seqlens_k,
-        70,
-        130,
-        causal=True,
-        q_descale=0.5,
-        k_descale=0.25,
-        v_descale=2.0,
-        p_mode=p_mode,
-    )
+    same = attend(0.5, torch.tensor(0.25), torch.full((3, 2), 2.0))
+    floats = attend(0.5, 0.25, 2.0)
     assert torch.equal(same, floats)
 
 
@@ -244,7 +204,7 @@ def test_non_causal_dense_call():
 
 def test_empty_batches():
     p = make_packed([0, 0], [3, 0], 2, 2, seed=1)
-    out, lse = _call(p, causal=True, return_attn_probs=True)
+    out, lse = call_packed(p, causal=True, return_attn_probs=True)
     assert out.shape == (0, 2, 128) and lse.shape == (2, 0)
     q = torch.randn(4, 2, 128).bfloat16()
     none = zyfa.flash_attn_varlen_func(q, p.k, p.v, offsets([]), offsets([]), 0, 0, causal=True)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+import zyfa
+
 
 @dataclass
 class Packed:
@@ -85,3 +87,13 @@ def page_cache(
             table[b, p] = page
         start += n
     return k_cache, v_cache, table
+
+
+def call_packed(p: Packed, k: Tensor | None = None, v: Tensor | None = None, **kw: object) -> object:
+    """`zyfa.flash_attn_varlen_func` on `p`'s q and offsets with its max lengths, over `k`, `v` (a paged
+    cache) or p's packed ones; `cu_seqlens_k` (default p's) and the options come in `kw`."""
+    cu_seqlens_k = kw.pop("cu_seqlens_k", p.cu_seqlens_k)
+    k, v = (p.k, p.v) if k is None else (k, v)
+    return zyfa.flash_attn_varlen_func(
+        p.q, k, v, p.cu_seqlens_q, cu_seqlens_k, p.max_seqlen_q, p.max_seqlen_k, **kw
+    )

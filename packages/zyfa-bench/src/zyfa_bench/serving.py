@@ -77,6 +77,11 @@ class ServingStep:
         """Keys of each prompt: the prefix, then its own tokens."""
         return [self.prefix + n for n in self.lens]
 
+    @property
+    def max_seqlens(self) -> tuple[int, int]:
+        """(max_seqlen_q, max_seqlen_k) of the packed step: its longest prompt's new tokens and keys."""
+        return max(self.lens), max(self.lens_k)
+
     def as_dict(self) -> dict[str, object]:
         """The step's parameters for a JSON row (lengths summarised, the full list kept)."""
         return {**asdict(self), "lens": list(self.lens), "prompts": len(self.lens), "tokens": sum(self.lens)}
@@ -167,56 +172,31 @@ def _zyfa_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     kw: dict[str, object] = {"causal": True}
     if x.descales is not None:
         kw.update(q_descale=x.descales[0], k_descale=x.descales[1], v_descale=x.descales[2])
-    max_q, max_k = max(step.lens), max(step.lens_k)
-    if x.page_table is None:
-        return lambda: zyfa.flash_attn_varlen_func(
-            x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, max_q, max_k, **kw
-        )
-    return lambda: zyfa.flash_attn_varlen_func(
-        x.q,
-        x.k,
-        x.v,
-        x.cu_seqlens_q,
-        None,
-        max_q,
-        max_k,
-        seqused_k=x.seqused_k,
-        page_table=x.page_table,
-        **kw,
-    )
+    if x.page_table is not None:  # the key counts come from seqused_k, the keys through the table
+        kw.update(seqused_k=x.seqused_k, page_table=x.page_table)
+    cu_k = x.cu_seqlens_k if x.page_table is None else None
+    max_q, max_k = step.max_seqlens
+    return lambda: zyfa.flash_attn_varlen_func(x.q, x.k, x.v, x.cu_seqlens_q, cu_k, max_q, max_k, **kw)
+
+
+_Packed = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, "Tensor | None", tuple[int, int]]
+
+
+def _packed(step: ServingStep, x: StepInputs) -> _Packed:
+    """The leading arguments of the FlashAttention peers' `varlen_call`: the tensors and max lengths."""
+    return x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, x.seqused_k, x.page_table, step.max_seqlens
 
 
 def _fa3_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     from zyfa_bench.peers.fa3 import varlen_call
 
-    heads_kv = step.heads_kv
-    return varlen_call(
-        x.q,
-        x.k,
-        x.v,
-        x.cu_seqlens_q,
-        x.cu_seqlens_k,
-        x.seqused_k,
-        x.page_table,
-        (max(step.lens), max(step.lens_k)),
-        x.descales,
-        heads_kv,
-    )
+    return varlen_call(*_packed(step, x), x.descales, step.heads_kv)
 
 
 def _fa4_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     from zyfa_bench.peers.fa4 import varlen_call
 
-    return varlen_call(
-        x.q,
-        x.k,
-        x.v,
-        x.cu_seqlens_q,
-        x.cu_seqlens_k,
-        x.seqused_k,
-        x.page_table,
-        (max(step.lens), max(step.lens_k)),
-    )
+    return varlen_call(*_packed(step, x))
 
 
 def dense_spec(step: ServingStep) -> Spec:

@@ -28,7 +28,10 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -51,6 +54,7 @@ CPU_BLOCK_N = 64
 CPU_P_MODE = preferred_p_modes("cpu")[0]
 """FP8 P mode of the CPU path when p_mode is None: the first of zyfa_core's preference for an arch
 without its own entry (exact; sm90a kernels prefer lean), so the default is decided in one place."""
+_R = TypeVar("_R")
 _KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"  # zyfa_core.manifest.ENV_KERNEL_DIR: part of the kernel cache key
 
 
@@ -101,6 +105,34 @@ def _empty_outputs(
     return out, torch.full(lse_shape, float("inf"), dtype=torch.float32, device=device)
 
 
+def _new_outputs(q: Tensor, out_shape: tuple[int, ...], lse_shape: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Uninitialised outputs on q's device (out bf16, lse float32): what the kernel writes, or a fake's."""
+    out = torch.empty(out_shape, dtype=torch.bfloat16, device=q.device)
+    return out, torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+
+
+def _device_path(device: torch.device, cpu: Callable[..., _R], gpu: Callable[..., _R]) -> Callable[..., _R]:
+    """The path of an op for tensors on `device`: `cpu`, `gpu` (CUDA/ROCm), or a clear error."""
+    if device.type == "cpu":
+        return cpu
+    if device.type == "cuda":  # ROCm builds of torch report HIP devices as "cuda" too
+        return gpu
+    raise NotImplementedError(
+        f"zyfa: tensors on {device.type!r} are not supported; use CPU or CUDA/ROCm tensors"
+    )
+
+
+@dataclass(frozen=True)
+class _Options:
+    """A call's checked scalar arguments, as both paths of every op take them after the tensors."""
+
+    softmax_scale: float
+    causal: bool
+    descales: tuple[float, float, float]
+    return_lse: bool
+    p_mode: str | None
+
+
 def _forward(
     q: Tensor,
     k: Tensor,
@@ -117,13 +149,8 @@ def _forward(
     _validate.check_scalars(q.dtype, softmax_scale, descales)
     if 0 in (dims.batch, dims.seqlen_q, dims.seqlen_k):
         return _empty_outputs(*_out_shapes(q, k, v, return_lse), q.device)
-    if q.device.type == "cpu":
-        return _fwd_cpu(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
-    if q.device.type == "cuda":  # ROCm builds of torch report HIP devices as "cuda" too
-        return _fwd_core(q, k, v, softmax_scale, causal, descales, return_lse, p_mode)
-    raise NotImplementedError(
-        f"zyfa: tensors on {q.device.type!r} are not supported; use CPU or CUDA/ROCm tensors"
-    )
+    run = _device_path(q.device, _fwd_cpu, _fwd_core)
+    return run(q, k, v, _Options(softmax_scale, causal, descales, return_lse, p_mode))
 
 
 def _fwd_impl(
@@ -190,9 +217,7 @@ def _fwd_fake(
     _validate.check_tensors(q, k, v)
     _validate.check_p_mode(q.dtype, p_mode)
     _validate.check_descale_devices(q, (q_descale, k_descale, v_descale))
-    out_shape, lse_shape = _out_shapes(q, k, v, return_lse)
-    out = q.new_empty(out_shape, dtype=torch.bfloat16)
-    return out, q.new_empty(lse_shape, dtype=torch.float32)
+    return _new_outputs(q, *_out_shapes(q, k, v, return_lse))
 
 
 def _backward(ctx: object, grad_out: Tensor, grad_lse: Tensor) -> None:
@@ -212,31 +237,29 @@ for _name, _impl in (("fwd", _fwd_impl), ("fwd_tensor_descales", _fwd_tensor_des
     torch.library.register_autograd(f"zyfa::{_name}", _backward, setup_context=_setup_context, lib=_LIB)
 
 
-def _fwd_cpu(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    softmax_scale: float,
-    causal: bool,
-    descales: tuple[float, float, float],
-    return_lse: bool,
-    p_mode: str | None,
-) -> tuple[Tensor, Tensor]:
-    out, lse = reference.attention(
-        q,
-        k,
-        v,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        q_descale=descales[0],
-        k_descale=descales[1],
-        v_descale=descales[2],
-        p_mode=p_mode or CPU_P_MODE,
-        block_n=CPU_BLOCK_N,
-    )
-    if not return_lse:
-        lse = lse.new_empty((0,))
-    return out, lse
+def _fwd_cpu(q: Tensor, k: Tensor, v: Tensor, opts: _Options) -> tuple[Tensor, Tensor]:
+    out, lse = reference.attention(q, k, v, **_cpu_options(opts, opts.descales))
+    return _cpu_outputs(out, lse, opts)
+
+
+def _cpu_options(opts: _Options, descales: tuple[object, object, object]) -> dict[str, object]:
+    """The keyword arguments that make a `zyfa.reference` call compute what the CPU path serves for
+    `opts`, with `descales` (its floats, or the packed op's per-sequence tables)."""
+    q_descale, k_descale, v_descale = descales
+    return {
+        "softmax_scale": opts.softmax_scale,
+        "causal": opts.causal,
+        "q_descale": q_descale,
+        "k_descale": k_descale,
+        "v_descale": v_descale,
+        "p_mode": opts.p_mode or CPU_P_MODE,
+        "block_n": CPU_BLOCK_N,
+    }
+
+
+def _cpu_outputs(out: Tensor, lse: Tensor, opts: _Options) -> tuple[Tensor, Tensor]:
+    """The reference's (out, lse) as the op returns them: lse an empty (0,) tensor unless asked for."""
+    return out, lse if opts.return_lse else lse.new_empty((0,))
 
 
 def _core() -> SimpleNamespace:
@@ -300,28 +323,23 @@ def _select_cached(
     return core.manifest.select(arch, dtype, d_qk, d_v, causal, p_mode=p_mode, layout=layout)
 
 
-def _fwd_core(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    softmax_scale: float,
-    causal: bool,
-    descales: tuple[float, float, float],
-    return_lse: bool,
-    p_mode: str | None,
-) -> tuple[Tensor, Tensor]:
+def _fwd_core(q: Tensor, k: Tensor, v: Tensor, opts: _Options) -> tuple[Tensor, Tensor]:
     core = _core()
-    spec = select_kernel(q, k, v, causal, p_mode)
-    out_shape, lse_shape = _out_shapes(q, k, v, return_lse)
-    out = torch.empty(out_shape, dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    args = _fill_args(core.abi, q, k, v, out, lse if return_lse else None, softmax_scale, causal, descales)
-    index = _device_index(q.device)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
+    spec = select_kernel(q, k, v, opts.causal, opts.p_mode)
+    out, lse = _new_outputs(q, *_out_shapes(q, k, v, opts.return_lse))
+    lse_arg = lse if opts.return_lse else None
+    args = _fill_args(core.abi, q, k, v, out, lse_arg, opts.softmax_scale, opts.causal, opts.descales)
     workspace = v_prep_workspace(spec, q, k)
-    extra = {"workspace": workspace.data_ptr()} if workspace is not None else {}
-    core.launcher.launch(spec, args, stream=stream, device=index, **extra)
+    _launch(core, spec, args, q.device, workspace=workspace.data_ptr() if workspace is not None else None)
     return out, lse
+
+
+def _launch(core: SimpleNamespace, spec: object, args: object, device: torch.device, **extra: object) -> None:
+    """Launch `spec` with `args` on the current stream of `device`; `extra` arguments that are None are
+    left out (the launcher's defaults apply)."""
+    stream = torch.cuda.current_stream(device).cuda_stream
+    given = {name: value for name, value in extra.items() if value is not None}
+    core.launcher.launch(spec, args, stream=stream, device=_device_index(device), **given)
 
 
 def v_prep_workspace(spec: object, q: Tensor, k: Tensor) -> Tensor | None:
@@ -360,15 +378,30 @@ def _fill_args(
     descales: tuple[float, float, float],
 ) -> object:
     """A zyfa_core.abi.ZyfaFwdArgs for this call: device pointers, strides in elements, sizes, flags."""
-    args = abi.ZyfaFwdArgs()
-    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
-        setattr(args, name, x.data_ptr())
-        for which, stride in zip(("batch", "seq", "head"), _kernel_strides(x), strict=True):
-            setattr(args, f"{name}_stride_{which}", stride)
-    args.lse = lse.data_ptr() if lse is not None else 0
+    args = _new_args(abi, (q, k, v, out), lse, softmax_scale, descales, _kernel_strides)
     args.batch, args.seqlen_q, args.heads_q, args.d_qk = q.shape
     args.seqlen_k, args.heads_kv, args.d_v = k.shape[1], k.shape[2], v.shape[3]
     args.flags = (abi.FLAG_CAUSAL if causal else 0) | (abi.FLAG_LSE if lse is not None else 0)
+    return args
+
+
+def _new_args(
+    abi: object,
+    tensors: tuple[Tensor, Tensor, Tensor, Tensor],
+    lse: Tensor | None,
+    softmax_scale: float,
+    descales: tuple[float, float, float],
+    strides: Callable[[Tensor], tuple[int, int, int]],
+) -> object:
+    """A ZyfaFwdArgs with what every layout fills alike: the pointers of (q, k, v, out) and lse (0 when
+    None), their (batch, seq, head) element `strides`, the scale and descales. Sizes and flags are the
+    caller's."""
+    args = abi.ZyfaFwdArgs()  # type: ignore[attr-defined]
+    for name, x in zip(("q", "k", "v", "out"), tensors, strict=True):
+        setattr(args, name, x.data_ptr())
+        for which, stride in zip(("batch", "seq", "head"), strides(x), strict=True):
+            setattr(args, f"{name}_stride_{which}", stride)
+    args.lse = lse.data_ptr() if lse is not None else 0
     args.softmax_scale = softmax_scale
     args.q_descale, args.k_descale, args.v_descale = descales
     args.reserved = 0

@@ -13,6 +13,9 @@ memory).
 
 from __future__ import annotations
 
+import functools
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -43,17 +46,7 @@ def _out_shapes(q: Tensor, v: Tensor, return_lse: bool) -> tuple[tuple[int, ...]
     return (total_q, heads_q, v.shape[-1]), ((heads_q, total_q) if return_lse else (0,))
 
 
-def _index(
-    cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor | None,
-    seqused_k: Tensor | None,
-    page_table: Tensor | None,
-    descales: Tensor | None,
-) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, Tensor | None]:
-    return cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, descales
-
-
-def _fwd_varlen_impl(
+def _fwd_varlen(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -71,143 +64,65 @@ def _fwd_varlen_impl(
     descales: Tensor | None,
     return_lse: bool,
     p_mode: str | None = None,
+    *,
+    fake: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """zyfa::fwd_varlen on any device: the checks, then the CPU reference or the GPU kernel."""
-    index = _index(cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, descales)
+    """zyfa::fwd_varlen on any device: the checks, then the CPU reference or the GPU kernel.
+
+    With `fake` (its registered fake, while torch.compile traces) only the checks of shapes, dtypes,
+    devices and p_mode run (on the example sizes), and the outputs are empty tensors of the right shapes.
+    """
+    index = (cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, descales)
     dims = _validate.check_varlen(q, k, v, index, max_seqlen_q, max_seqlen_k)
     _validate.check_p_mode(q.dtype, p_mode)
+    if fake:
+        return _ops._new_outputs(q, *_out_shapes(q, v, return_lse))
     floats = (q_descale, k_descale, v_descale)
     _validate.check_scalars(q.dtype, softmax_scale, floats)
     if descales is not None:
         _validate.check_descale_table(q.dtype, softmax_scale, floats, descales)
     if dims is None or 0 in (dims.batch, dims.total_q, dims.total_k, max_seqlen_q, max_seqlen_k):
         return _ops._empty_outputs(*_out_shapes(q, v, return_lse), q.device)
-    if q.device.type in ("cpu", "cuda"):  # ROCm builds of torch report HIP devices as "cuda" too
-        run = _fwd_cpu if q.device.type == "cpu" else _fwd_core
-        return run(
-            q,
-            k,
-            v,
-            index,
-            dims,
-            (max_seqlen_q, max_seqlen_k),
-            softmax_scale,
-            causal,
-            floats,
-            return_lse,
-            p_mode,
-        )
-    raise NotImplementedError(
-        f"zyfa: tensors on {q.device.type!r} are not supported; use CPU or CUDA/ROCm tensors"
-    )
+    run = _ops._device_path(q.device, _fwd_cpu, _fwd_core)
+    packed = _Packed(index, dims, (max_seqlen_q, max_seqlen_k))
+    return run(q, k, v, packed, _ops._Options(softmax_scale, causal, floats, return_lse, p_mode))
 
 
-def _fwd_varlen_fake(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor | None,
-    seqused_k: Tensor | None,
-    page_table: Tensor | None,
-    max_seqlen_q: int,
-    max_seqlen_k: int,
-    softmax_scale: float,
-    causal: bool,
-    q_descale: float,
-    k_descale: float,
-    v_descale: float,
-    descales: Tensor | None,
-    return_lse: bool,
-    p_mode: str | None = None,
-) -> tuple[Tensor, Tensor]:
-    # While torch.compile traces, the checks of shapes, dtypes and devices run here (on the example sizes).
-    index = _index(cu_seqlens_q, cu_seqlens_k, seqused_k, page_table, descales)
-    _validate.check_varlen(q, k, v, index, max_seqlen_q, max_seqlen_k)
-    _validate.check_p_mode(q.dtype, p_mode)
-    out_shape, lse_shape = _out_shapes(q, v, return_lse)
-    return q.new_empty(out_shape, dtype=torch.bfloat16), q.new_empty(lse_shape, dtype=torch.float32)
-
-
-_ops._LIB.impl("fwd_varlen", _fwd_varlen_impl, "CompositeExplicitAutograd")
-torch.library.register_fake("zyfa::fwd_varlen", _fwd_varlen_fake, lib=_ops._LIB)
+_ops._LIB.impl("fwd_varlen", _fwd_varlen, "CompositeExplicitAutograd")
+torch.library.register_fake("zyfa::fwd_varlen", functools.partial(_fwd_varlen, fake=True), lib=_ops._LIB)
 torch.library.register_autograd(
     "zyfa::fwd_varlen", _ops._backward, setup_context=_ops._setup_context, lib=_ops._LIB
 )
 
 
-def _fwd_cpu(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    index: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, Tensor | None],
-    dims: _validate.VarlenDims,
-    max_seqlens: tuple[int, int],
-    softmax_scale: float,
-    causal: bool,
-    floats: tuple[float, float, float],
-    return_lse: bool,
-    p_mode: str | None,
-) -> tuple[Tensor, Tensor]:
+class _Packed(NamedTuple):
+    """A checked packed batch's layout: the index tensors (cu_seqlens_q, cu_seqlens_k, seqused_k,
+    page_table, descales), their sizes, and (max_seqlen_q, max_seqlen_k), which size a GPU launch."""
+
+    index: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, Tensor | None]
+    dims: _validate.VarlenDims
+    max_seqlens: tuple[int, int]
+
+
+def _fwd_cpu(q: Tensor, k: Tensor, v: Tensor, packed: _Packed, opts: _ops._Options) -> tuple[Tensor, Tensor]:
     """The reference per sequence; it reads the offsets itself (dims and max_seqlens size GPU launches)."""
-    del dims, max_seqlens
-    cu_q, cu_k, seqused_k, page_table, table = index
-    descales = floats if table is None else (table[0], table[1], table[2])
+    cu_q, cu_k, seqused_k, page_table, table = packed.index
+    descales = opts.descales if table is None else (table[0], table[1], table[2])
+    kw = _ops._cpu_options(opts, descales)
     out, lse = reference.attention_varlen(
-        q,
-        k,
-        v,
-        cu_q,
-        cu_k,
-        seqused_k=seqused_k,
-        page_table=page_table,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        q_descale=descales[0],
-        k_descale=descales[1],
-        v_descale=descales[2],
-        p_mode=p_mode or _ops.CPU_P_MODE,
-        block_n=_ops.CPU_BLOCK_N,
+        q, k, v, cu_q, cu_k, seqused_k=seqused_k, page_table=page_table, **kw
     )
-    return out, lse if return_lse else lse.new_empty((0,))
+    return _ops._cpu_outputs(out, lse, opts)
 
 
-def _fwd_core(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    index: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, Tensor | None],
-    dims: _validate.VarlenDims,
-    max_seqlens: tuple[int, int],
-    softmax_scale: float,
-    causal: bool,
-    floats: tuple[float, float, float],
-    return_lse: bool,
-    p_mode: str | None,
-) -> tuple[Tensor, Tensor]:
+def _fwd_core(q: Tensor, k: Tensor, v: Tensor, packed: _Packed, opts: _ops._Options) -> tuple[Tensor, Tensor]:
     core = _ops._core()
-    layout = "paged" if dims.page_size else "varlen"
-    spec = _ops.select_kernel(q, k, v, causal, p_mode, layout=layout)
-    out_shape, lse_shape = _out_shapes(q, v, return_lse)
-    out = torch.empty(out_shape, dtype=torch.bfloat16, device=q.device)
-    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-    args = fill_args(
-        core.abi,
-        q,
-        k,
-        v,
-        out,
-        lse if return_lse else None,
-        dims,
-        max_seqlens,
-        softmax_scale,
-        causal,
-        floats,
-        index,
-    )
-    varlen = fill_varlen_args(core.abi, index, dims)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
-    core.launcher.launch(spec, args, stream=stream, device=_ops._device_index(q.device), varlen=varlen)
+    layout = "paged" if packed.dims.page_size else "varlen"
+    spec = _ops.select_kernel(q, k, v, opts.causal, opts.p_mode, layout=layout)
+    out, lse = _ops._new_outputs(q, *_out_shapes(q, v, opts.return_lse))
+    args = fill_args(core.abi, (q, k, v, out), lse if opts.return_lse else None, packed, opts)
+    varlen = fill_varlen_args(core.abi, packed.index, packed.dims)
+    _ops._launch(core, spec, args, q.device, varlen=varlen)
     return out, lse
 
 
@@ -221,37 +136,24 @@ def _packed_strides(x: Tensor) -> tuple[int, int, int]:
 
 def fill_args(
     abi: object,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    out: Tensor,
+    tensors: tuple[Tensor, Tensor, Tensor, Tensor],
     lse: Tensor | None,
-    dims: _validate.VarlenDims,
-    max_seqlens: tuple[int, int],
-    softmax_scale: float,
-    causal: bool,
-    descales: tuple[float, float, float],
-    index: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None, Tensor | None],
+    packed: _Packed,
+    opts: _ops._Options,
 ) -> object:
-    """The zyfa_fwd_args of a packed call (zyfa_abi.h, ABI 4): batch = sequences, seqlen_q / seqlen_k =
-    max_seqlen_q / max_seqlen_k, batch strides 0 for packed tensors (the page stride for a paged cache)."""
-    args = abi.ZyfaFwdArgs()
-    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
-        setattr(args, name, x.data_ptr())
-        for which, stride in zip(("batch", "seq", "head"), _packed_strides(x), strict=True):
-            setattr(args, f"{name}_stride_{which}", stride)
-    args.lse = lse.data_ptr() if lse is not None else 0
+    """The zyfa_fwd_args of a packed call on `tensors` (q, k, v, out) (zyfa_abi.h, ABI 4): batch =
+    sequences, seqlen_q / seqlen_k = max_seqlen_q / max_seqlen_k, batch strides 0 for packed tensors (the
+    page stride for a paged cache)."""
+    dims = packed.dims
+    args = _ops._new_args(abi, tensors, lse, opts.softmax_scale, opts.descales, _packed_strides)
     args.batch, args.heads_q, args.heads_kv = dims.batch, dims.heads_q, dims.heads_kv
-    args.seqlen_q, args.seqlen_k = max_seqlens
+    args.seqlen_q, args.seqlen_k = packed.max_seqlens
     args.d_qk, args.d_v = dims.d_qk, dims.d_v
-    flags = abi.FLAG_VARLEN | (abi.FLAG_CAUSAL if causal else 0) | (abi.FLAG_LSE if lse is not None else 0)
-    flags |= (abi.FLAG_PAGED if dims.page_size else 0) | (
-        abi.FLAG_DESCALE_TABLE if index[4] is not None else 0
-    )
+    flags = abi.FLAG_VARLEN | (abi.FLAG_CAUSAL if opts.causal else 0)
+    flags |= abi.FLAG_LSE if lse is not None else 0
+    flags |= abi.FLAG_PAGED if dims.page_size else 0
+    flags |= abi.FLAG_DESCALE_TABLE if packed.index[4] is not None else 0
     args.flags = flags
-    args.softmax_scale = softmax_scale
-    args.q_descale, args.k_descale, args.v_descale = descales
-    args.reserved = 0
     return args
 
 

@@ -408,15 +408,16 @@ def _run(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor | None,
-    seqused_k: Tensor | None,
-    page_table: Tensor | None,
+    index: tuple[Tensor, Tensor | None, Tensor | None, Tensor | None],
     descales: tuple[Descale, Descale, Descale],
     out_dtype: torch.dtype,
     **kwargs: object,
 ) -> tuple[Tensor, Tensor]:
-    """Gather each sequence (and kv head, with per-head descales), call ``fn`` densely, scatter back."""
+    """Gather each sequence (and kv head, with per-head descales), call ``fn`` densely, scatter back.
+
+    `index` is (cu_seqlens_q, cu_seqlens_k, seqused_k, page_table) as `attention_varlen` takes them.
+    """
+    cu_seqlens_q, cu_seqlens_k, seqused_k, page_table = index
     total_q, heads_q, _ = q.shape
     heads_kv, d_v = k.shape[-2], v.shape[-1]
     group = heads_q // heads_kv
@@ -480,23 +481,10 @@ def attention_varlen(
         (out bf16 [total_q, heads_q, d_v], lse float32 [heads_q, total_q]); rows outside every sequence
         and rows that see no key give 0 and +inf.
     """
-    return _run(
-        attention,
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        seqused_k,
-        page_table,
-        (q_descale, k_descale, v_descale),
-        torch.bfloat16,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        p_mode=p_mode,
-        block_n=block_n,
-        stale_tau=stale_tau,
-    )
+    index = (cu_seqlens_q, cu_seqlens_k, seqused_k, page_table)
+    descales = (q_descale, k_descale, v_descale)
+    options = {"softmax_scale": softmax_scale, "causal": causal, "p_mode": p_mode, "block_n": block_n}
+    return _run(attention, q, k, v, index, descales, torch.bfloat16, stale_tau=stale_tau, **options)
 
 
 def attention_varlen_dense_f64(
@@ -519,17 +507,7 @@ def attention_varlen_dense_f64(
     Arguments as `attention_varlen`. Returns (out float64 [total_q, heads_q, d_v], lse float64 [heads_q,
     total_q]).
     """
-    return _run(
-        attention_dense_f64,
-        q,
-        k,
-        v,
-        cu_seqlens_q,
-        cu_seqlens_k,
-        seqused_k,
-        page_table,
-        (q_descale, k_descale, v_descale),
-        torch.float64,
-        softmax_scale=softmax_scale,
-        causal=causal,
-    )
+    index = (cu_seqlens_q, cu_seqlens_k, seqused_k, page_table)
+    descales = (q_descale, k_descale, v_descale)
+    options = {"softmax_scale": softmax_scale, "causal": causal}
+    return _run(attention_dense_f64, q, k, v, index, descales, torch.float64, **options)

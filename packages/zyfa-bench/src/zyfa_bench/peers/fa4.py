@@ -106,25 +106,11 @@ def varlen_call(
     from flash_attn.cute import flash_attn_varlen_func
 
     max_q, max_k = max_seqlens
-    if page_table is None:
-        return lambda: flash_attn_varlen_func(
-            q,
-            k,
-            v,
-            cu_seqlens_q=cu_seqlens_q,
-            cu_seqlens_k=cu_seqlens_k,
-            max_seqlen_q=max_q,
-            max_seqlen_k=max_k,
-            causal=True,
-        )
+    keys: dict[str, object] = (
+        {"cu_seqlens_k": cu_seqlens_k}
+        if page_table is None
+        else {"seqused_k": seqused_k, "page_table": page_table}
+    )
     return lambda: flash_attn_varlen_func(
-        q,
-        k,
-        v,
-        cu_seqlens_q=cu_seqlens_q,
-        max_seqlen_q=max_q,
-        max_seqlen_k=max_k,
-        seqused_k=seqused_k,
-        page_table=page_table,
-        causal=True,
+        q, k, v, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_q, max_seqlen_k=max_k, causal=True, **keys
     )
