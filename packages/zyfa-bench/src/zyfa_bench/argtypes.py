@@ -81,24 +81,24 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def positive_int_list(text: str) -> str:
-    """A comma-separated, non-empty list of integers >= 1 (--seqlens); returned as given."""
+def _int_list(text: str, item: Callable[[str], int], what: str) -> str:
+    """`text` when it is a comma-separated, non-empty list whose items `item` accepts."""
     items = [x.strip() for x in text.split(",") if x.strip()]
     if not items:
-        raise argparse.ArgumentTypeError("needs at least one integer >= 1")
-    for item in items:
-        positive_int(item)
+        raise argparse.ArgumentTypeError(f"needs at least one {what}")
+    for x in items:
+        item(x)
     return text
+
+
+def positive_int_list(text: str) -> str:
+    """A comma-separated, non-empty list of integers >= 1 (--seqlens); returned as given."""
+    return _int_list(text, positive_int, "integer >= 1")
 
 
 def non_negative_int_list(text: str) -> str:
     """A comma-separated, non-empty list of integers >= 0 (serving --prefix); returned as given."""
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise argparse.ArgumentTypeError("an empty list")
-    for item in items:
-        non_negative_int(item)
-    return text
+    return _int_list(text, non_negative_int, "integer >= 0")
 
 
 def choice_list(choices: tuple[str, ...]) -> Callable[[str], str]:
