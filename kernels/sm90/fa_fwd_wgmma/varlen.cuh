@@ -155,11 +155,18 @@ __device__ __forceinline__ void load_tile_paged(uint32_t tile, const PagedRows& 
   const int c8 = t & 7;
   const int r0 = t >> 3;
   const uint32_t dst0 = tile + r0 * 128 + ((c8 ^ (r0 & 7)) << 4);
+  // Every page-table read of the tile first, then the copies: the copies' asm clobbers memory, so a
+  // read placed after one of them would wait for its own round trip before the next copy issues.
+  const uint8_t* src_of[ROWS / 16];
 #pragma unroll
   for (int i = 0; i < ROWS / 16; ++i) {
     const int j = row0 + r0 + 16 * i;
-    const bool valid = j < nvalid;
-    const uint8_t* const src = (valid ? rows.row(j) : rows.head_base) + c8 * 16;
+    src_of[i] = (j < nvalid ? rows.row(j) : rows.head_base) + c8 * 16;
+  }
+#pragma unroll
+  for (int i = 0; i < ROWS / 16; ++i) {
+    const bool valid = row0 + r0 + 16 * i < nvalid;
+    const uint8_t* const src = src_of[i];
 #pragma unroll
     for (int reg = 0; reg < kRegions; ++reg) {
       if (CHUNKS % 8 != 0 && reg * 8 + c8 >= CHUNKS) continue;  // last region only partly used
@@ -179,12 +186,18 @@ __device__ __forceinline__ void load_v_staging_paged(uint32_t stg, const PagedRo
   static_assert(!kVStaged || kVRowBytes == 128, "one staging row is one 128-byte V row");
   const int c8 = t & 7;
   const int r0 = t >> 3;
+  const uint8_t* src_of[kTileN / 16];  // the page-table reads first (load_tile_paged says why)
+#pragma unroll
+  for (int i = 0; i < kTileN / 16; ++i) {
+    const int r = r0 + 16 * i;
+    src_of[i] = (key0 + r < seqlen_k ? rows.row(key0 + r) : rows.head_base) + c8 * 16;
+  }
 #pragma unroll
   for (int i = 0; i < kTileN / 16; ++i) {
     const int r = r0 + 16 * i;
     const uint32_t dst = stg + r * 128 + ((c8 ^ stg_swz(r)) << 4);
     const bool valid = key0 + r < seqlen_k;
-    const uint8_t* const src = (valid ? rows.row(key0 + r) : rows.head_base) + c8 * 16;
+    const uint8_t* const src = src_of[i];
     if (vec_ok) {
       cp_async16(dst, src, valid ? 16u : 0u);
     } else {
