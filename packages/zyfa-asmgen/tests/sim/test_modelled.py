@@ -16,6 +16,8 @@ import pytest
 from zyfa_asmgen.__main__ import main
 from zyfa_asmgen.sim.aiter import AiterKernel, kernel_of
 from zyfa_asmgen.sim.anchors import ANCHORS, calibrate
+from zyfa_asmgen.sim.cli import Shape
+from zyfa_asmgen.sim.modelled import zyfa_contender
 from zyfa_asmgen.sim.steady import WorkgroupCost, attention_flops, estimate
 from zyfa_asmgen.sim.timing import MI355X
 
@@ -50,6 +52,41 @@ def test_estimate_spreads_waves_of_workgroups() -> None:
     hbm = estimate([1.0], slots, 1e12, 8e12)  # 8 TB at 8 TB/s: one second, HBM-bound
     assert hbm.hbm_bound and hbm.seconds == pytest.approx(1.0)
     assert attention_flops(1, 2, 4, 4, 128, 128, True) == 2 * 2 * 16 * 256 / 2
+
+
+def test_interpolated_cost_follows_the_traced_points() -> None:
+    """Interpolated costs pass through every traced point, are linear between neighbours and extend
+    with the end segments' slopes; the least-squares form stays a + b x blocks."""
+    rng = np.random.default_rng()
+    blocks = np.sort(rng.choice(np.arange(1, 300), size=5, replace=False))
+    cycles = np.cumsum(rng.uniform(1000, 3000, size=5))
+    pts = tuple((int(b), float(c)) for b, c in zip(blocks, cycles, strict=True))
+    cost = WorkgroupCost(17.0, 3.0, 2, 0.0, pts[::-1], interpolate=True)  # point order does not matter
+    for b, c in pts:
+        assert cost.cycles(b) == pytest.approx(c)
+    inside = np.arange(blocks[0], blocks[-1] + 1)
+    assert [cost.cycles(int(b)) for b in inside] == pytest.approx(np.interp(inside, blocks, cycles))
+    last = (cycles[-1] - cycles[-2]) / (blocks[-1] - blocks[-2])
+    assert cost.cycles(int(blocks[-1]) + 10) == pytest.approx(cycles[-1] + 10 * last)
+    first = (cycles[1] - cycles[0]) / (blocks[1] - blocks[0])
+    assert cost.cycles(int(blocks[0]) - 1) == pytest.approx(cycles[0] - first)
+    assert dataclasses.replace(cost, interpolate=False).cycles(10) == pytest.approx(17.0 + 30.0)
+
+
+def test_per_launch_fit_traces_the_launch_seqlen() -> None:
+    """By default our kernels are fitted at each launch's own seqlen, and each traced workgroup's
+    modelled cycles are what the launch charges a workgroup of its key-block count."""
+    name = "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950"
+    c = zyfa_contender(name, None, REPO / "kernels" / "variants.bzl")
+    est = c.launch(Shape(1, 512, 512, 2, 1))
+    assert 0 < est.tflops < c.peak and set(c.fits) == {512}
+    cost = c.fits[512]
+    assert cost.interpolate and len(cost.points) == 5  # tiles 0, 1, 2, 4, 7 of 8 (64-row tiles)
+    assert [b for b, _ in cost.points] == [1, 2, 3, 5, 8]
+    for b, cyc in cost.points:
+        assert cost.cycles(b) == pytest.approx(cyc)
+    c.launch(Shape(1, 256, 256, 2, 1))
+    assert set(c.fits) == {256, 512}  # a second seqlen is traced on its own
 
 
 def test_valu_waits_for_the_matrix_core() -> None:

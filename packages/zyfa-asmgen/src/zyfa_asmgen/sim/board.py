@@ -35,6 +35,11 @@ def gfx950_kernels(manifest_dir: Path | None, variants: Path | None) -> list[str
     return [r["name"] for r in rows if r.get("arch") == "gfx950"]
 
 
+def progress(msg: str) -> None:
+    """A long step's progress line (stderr; not part of the scoreboard's notes)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
 def contenders(args: argparse.Namespace, log) -> list[Contender]:
     """Every kernel present: ours (fitted now), AITER's (fitted on first use). Missing ones are logged."""
     out: list[Contender] = []
@@ -42,9 +47,12 @@ def contenders(args: argparse.Namespace, log) -> list[Contender]:
     for name in names:
         try:
             out.append(
-                zyfa_contender(name, args.manifest_dir, args.variants, args.abi_header, args.fit_seqlen)
+                zyfa_contender(
+                    name, args.manifest_dir, args.variants, args.abi_header, args.fit_seqlen, log=progress
+                )
             )
-            log(f"{name}: {out[-1].fit}")
+            if args.fit_seqlen is not None:
+                log(f"{name}: {out[-1].fit}")
         except (OSError, KeyError, ValueError, RuntimeError) as e:
             log(f"{name}: skipped ({e})")
     for file in AITER_BOARD:
@@ -129,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     board = contenders(args, log)
     rows = score(board, seqlens, args.tokens)
     for c in board:
-        if c.source == "aiter":
+        if c.source == "aiter" or args.fit_seqlen is None:
             log(describe_fits(c))
     if not rows:
         raise RuntimeError("no kernel could be modelled: " + "; ".join(notes))
@@ -159,7 +167,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seqlens", default=",".join(map(str, SEQLENS)), help="causal seqlens of the board")
     p.add_argument("--tokens", type=int, default=TOKENS, help="tokens per call (batch = tokens / seqlen)")
     p.add_argument(
-        "--fit-seqlen", type=int, default=512, help="seqlen of the traced fit launch of our kernels"
+        "--fit-seqlen",
+        type=int,
+        default=None,
+        help="fit our kernels once, on a launch of this seqlen (default: each launch at its own seqlen)",
     )
     p.add_argument("--out", type=Path, help="write scoreboard.json, scoreboard.md, scoreboard.png here")
     p.add_argument("--calibrate", action="store_true", help="print modelled / published for AITER's anchors")

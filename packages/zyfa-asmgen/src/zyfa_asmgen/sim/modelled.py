@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..abi import AbiLayout
 from . import cli
 from .aiter import AiterKernel, kernel_of, run_aiter, tune_option
 from .steady import LaunchEstimate, WorkgroupCost, attention_bytes, attention_flops, estimate, fit_cost
@@ -50,6 +51,10 @@ class Contender:
 
 def _fit_text(cost: WorkgroupCost) -> str:
     pts = ", ".join(f"{b} blocks: {c:.0f}" for b, c in cost.points)
+    if cost.interpolate:
+        (x0, y0), (x1, y1) = sorted(cost.points)[-2:]
+        return (f"{cost.slots} workgroup(s)/CU; cycles interpolated between the traced workgroups ({pts}); "
+                f"{(y1 - y0) / (x1 - x0):.0f} cycles/key block between the two longest")  # fmt: skip
     return (f"a = {cost.a:.0f}, b = {cost.b:.0f} cycles/key block, {cost.slots} workgroup(s)/CU "
             f"(traced {pts}; worst residual {100 * cost.residual:.1f}%)")  # fmt: skip
 
@@ -59,27 +64,60 @@ def zyfa_contender(
     manifest_dir: Path | None,
     variants: Path | None,
     abi_header: Path | None = None,
-    fit_seqlen: int = 512,
+    fit_seqlen: int | None = None,
     seed: int = 0,
+    log: Callable[[str], None] | None = None,
 ) -> Contender:
-    """Fit one of our gfx950 kernels on a one-head launch of fit_seqlen (up to 4 evenly spaced tiles)."""
+    """One of our gfx950 kernels on the board.
+
+    With `fit_seqlen` None each launch is fitted at its own seqlen: a one-head launch of that seqlen,
+    traced on query tiles whose rows see 0, 1/16, 1/8, 1/4, 1/2 and all of the keys, and the cycles of
+    every workgroup follow those points (`WorkgroupCost.interpolate`), so a loop whose cost per block
+    falls as rows grow is charged what rows of that length cost. With an int, one least-squares line
+    a + b x blocks from a launch of that seqlen (up to 4 evenly spaced tiles) serves every shape.
+    """
     src = cli.locate_kernel(name, manifest_dir, variants)
     entry = src.entry
     if entry.get("arch") != "gfx950":
         raise ValueError(f"{name} is an {entry.get('arch')} kernel; the model is of gfx950")
     layout = cli.abi_layout(src, abi_header)
-    shape = cli.Shape(1, fit_seqlen, fit_seqlen, 1, 1)
-    ntiles = -(-fit_seqlen // entry["tile_m"])
-    tiles = sorted({int(i) for i in np.linspace(0, ntiles - 1, min(4, ntiles)).round()})
+    origin = src.origin.replace(f"{src.repo}/", "") if src.repo else src.origin  # repository-relative
+    fits: dict[int, WorkgroupCost] = {}
+
+    def fit(seqlen: int) -> WorkgroupCost:
+        if seqlen not in fits:
+            if log is not None:
+                log(f"{name}: tracing a one-head launch of seqlen {seqlen} for the fit")
+            fits[seqlen] = _fit_zyfa(src, layout, seqlen, fit_seqlen is None, seed)
+        return fits[seqlen]
+
+    if fit_seqlen is not None:
+        cost = fit(fit_seqlen)
+        how = f"{origin}; {_fit_text(cost)}"
+        c = Contender(name, "zyfa", entry["d_qk"], entry["d_v"], entry["dtype"], bool(entry["causal"]), how,
+                      lambda s: cli.launch_estimate(entry, s, cost))  # fmt: skip
+        return c
+    c = Contender(name, "zyfa", entry["d_qk"], entry["d_v"], entry["dtype"], bool(entry["causal"]),
+                  f"{origin}; fitted at each launch's seqlen",
+                  lambda s: cli.launch_estimate(entry, s, fit(s.seqlen_k)))  # fmt: skip
+    c.fits = fits  # type: ignore[attr-defined]
+    return c
+
+
+def _fit_zyfa(
+    src: cli.KernelSource, layout: AbiLayout, seqlen: int, per_launch: bool, seed: int
+) -> WorkgroupCost:
+    """Trace a one-head launch of `seqlen` on a few query tiles and fit their workgroups' cycles."""
+    entry = src.entry
+    shape = cli.Shape(1, seqlen, seqlen, 1, 1)
+    ntiles = -(-seqlen // entry["tile_m"])
+    fracs = (0, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 1) if per_launch else np.linspace(0, 1, min(4, ntiles))
+    tiles = sorted({int(round(f * (ntiles - 1))) for f in fracs})
     sim, res, _ = cli.traced_launch(src, layout, shape, tiles, np.random.default_rng(seed))
     # traces are keyed by blockIdx, which workgroup_of gives for a query tile
     traces = [res.traces[cli.workgroup_of(t, 0, 0, (ntiles, 1, 1), entry)] for t in tiles]
     runs = [(cli.key_blocks(t, entry, shape), tr) for t, tr in zip(tiles, traces, strict=True)]
-    cost = fit_cost(sim, runs, entry["threads"])
-    origin = src.origin.replace(f"{src.repo}/", "") if src.repo else src.origin  # repository-relative
-    return Contender(name, "zyfa", entry["d_qk"], entry["d_v"], entry["dtype"], bool(entry["causal"]),
-                     f"{origin}; {_fit_text(cost)}",
-                     lambda s: cli.launch_estimate(entry, s, cost))  # fmt: skip
+    return fit_cost(sim, runs, entry["threads"], interpolate=per_launch)
 
 
 def aiter_fit(path: Path, tune: int, seed: int = 0, spec: MachineModel = MI355X) -> WorkgroupCost:
@@ -131,7 +169,8 @@ def describe_fits(c: Contender) -> str:
     fits = getattr(c, "fits", None)
     if fits is None:
         return f"{c.name}: {c.fit}"
-    return "; ".join(f"{c.name} (s_opt {tune}): {_fit_text(cost)}" for tune, cost in sorted(fits.items()))
+    key = "s_opt" if c.source == "aiter" else "seqlen"
+    return "; ".join(f"{c.name} ({key} {k}): {_fit_text(cost)}" for k, cost in sorted(fits.items()))
 
 
 def board_shapes(d_qk: int, seqlens: Sequence[int], tokens: int) -> list[cli.Shape]:

@@ -9,8 +9,11 @@ and an epilogue. So its cost at full occupancy is a + b x (key blocks it visits)
 2. replay each traced workgroup on a CU full of copies of itself (`timing.model_cu`: every slot the
    occupancy allows busy, so contention for the issue ports, matrix cores, LDS and the vector-memory
    pipe is that of a full CU) and read its cycles per run;
-3. fit a (prologue + epilogue) and b (one loop iteration) by least squares;
-4. give every workgroup of the real launch its a + b x blocks and spread them, in dispatch order,
+3. fit a (prologue + epilogue) and b (one loop iteration) by least squares, or, where the traced
+   workgroups come from a launch of the real launch's seqlen, interpolate between them (a loop whose
+   iterations get cheaper as the row grows, e.g. a data-dependent rescale, is charged what rows of
+   that length cost);
+4. give every workgroup of the real launch its cycles and spread them, in dispatch order,
    over all CUs x slots (`timing.model_launch`): the waves of workgroups and the causal tail come
    from that list; HBM bounds the launch from below (all of Q, K, V and O moved once).
 
@@ -36,10 +39,19 @@ class WorkgroupCost:
     slots: int  # workgroups per CU at full occupancy
     residual: float  # largest relative residual of the fit
     points: tuple[tuple[int, float], ...]  # (key blocks, modelled cycles) traced
+    # True: cycles follow the traced points (piecewise linear through them, the end segments' slopes
+    # beyond), for loops whose iterations cost less as a row grows (a rescale that data-dependent
+    # tests skip once the row's max has settled). False: the least-squares line a + b x blocks.
+    interpolate: bool = False
 
     def cycles(self, blocks: int) -> float:
         """Modelled cycles of a workgroup visiting `blocks` key blocks."""
-        return self.a + self.b * blocks
+        pts = sorted(dict(self.points).items())
+        if not self.interpolate or len(pts) < 2:
+            return self.a + self.b * blocks
+        i = next((k for k in range(1, len(pts) - 1) if blocks <= pts[k][0]), len(pts) - 1)
+        (x0, y0), (x1, y1) = pts[i - 1], pts[i]
+        return y0 + (y1 - y0) * (blocks - x0) / (x1 - x0)
 
 
 def fit_cost(
@@ -47,8 +59,10 @@ def fit_cost(
     runs: Sequence[tuple[int, Sequence[WaveTrace]]],
     threads: int,
     spec: MachineModel = MI355X,
+    interpolate: bool = False,
 ) -> WorkgroupCost:
-    """Fit a + b x blocks over traced workgroups, each replayed alone on a full CU."""
+    """Fit a + b x blocks over traced workgroups, each replayed alone on a full CU (see `WorkgroupCost`
+    for `interpolate`)."""
     if not runs:
         raise ValueError("no traced workgroups to fit")
     pts, slots = [], 1
@@ -57,7 +71,7 @@ def fit_cost(
         pts.append((blocks, cu.wg_cycles[0]))
         slots = cu.slots
     a, b, res = fit_linear([p[0] for p in pts], [p[1] for p in pts])
-    return WorkgroupCost(a, b, slots, res, tuple(pts))
+    return WorkgroupCost(a, b, slots, res, tuple(pts), interpolate)
 
 
 def attention_flops(batch: int, heads_q: int, seqlen_q: int, seqlen_k: int, d_qk: int, d_v: int,
