@@ -26,9 +26,10 @@ offsets only with the padding mask).  A paged cache is the SDPA's paged_attentio
 ([batch, 1, pages, 1] int32, one table for both) over a container of logical dims [num_pages, heads_kv,
 page_size, dim] (the [num_pages, page_size, heads_kv, dim] cache through its strides, no copy), with
 paged_attention_max_seq_len_kv = pages · page_size (cuDNN wants the table to hold exactly
-ceil(max_seq_len_kv / page_size) pages).  Paged K/V under ragged Q needs cuDNN >= 9.7; what cuDNN refuses
-is an `Unsupported` with cuDNN's message.  Causal masks align per sequence: top-left where every sequence
-has as many queries as keys (no prefix), bottom-right otherwise (chunked prefill over a cached prefix).
+ceil(max_seq_len_kv / page_size) pages).  Paged K/V under ragged Q needs cuDNN >= 9.7 (the frontend's
+check); what cuDNN refuses is an `Unsupported` with cuDNN's message.  Causal masks align per sequence:
+top-left where every sequence has as many queries as keys (no prefix), bottom-right otherwise (chunked
+prefill over a cached prefix).
 FP8 is the dense peer's contract (e4m3 in and out, the same scales); frontend 1.16.0 takes FP8 with a
 bottom-right mask on sm100+ only, so FP8 over a prefix is `Unsupported` on Hopper.
 """
