@@ -105,6 +105,25 @@ def test_fp8_over_a_prefix_is_unsupported_on_hopper(monkeypatch, no_cuda_stream)
     assert errors(prepared.output(), ref)["rel_l2"] < TOLERANCE["fp8"]
 
 
+def test_cudnn_rows_through_measure(monkeypatch, no_cuda_stream):
+    """The serving harness times the cuDNN call (FP8 rows say their output is FP8) and turns its
+    documented limit (FP8 over a prefix on Hopper) into a skipped row with the reason."""
+    import zyfa_bench.serving as serving
+
+    monkeypatch.setitem(sys.modules, "cudnn", cudnn_module())
+    monkeypatch.setattr(serving, "_available", lambda impl, device, precision: "")
+    monkeypatch.setattr(cudnn_peer, "cuda_capability", lambda: (9, 0))
+    rows = []
+    for prefix in (0, 16):
+        step = ServingStep((3, 9), prefix, 16, 2, 1, 32, 32)
+        rows += measure(step, ["cudnn-varlen"], device=CPU, precision="fp8", warmup=1, repeats=1)
+    assert [row["status"] for row in rows] == ["ok", "skipped"]
+    assert rows[0]["tflops"] > 0 and "FP8 output" in rows[0]["note"]
+    assert "sm100 and newer only" in rows[1]["reason"]
+    table = serving.format_table(rows)
+    assert "FP8 output" in table and "skipped: cudnn-varlen: cuDNN's FP8 SDPA" in table
+
+
 def test_refused_graph_is_a_skipped_row(monkeypatch, no_cuda_stream):
     """What cuDNN refuses is a skipped row with cuDNN's reason, never a failed row or a number."""
     import zyfa_bench.serving as serving

@@ -285,7 +285,7 @@ def _cudnn() -> Peer:
 _PEERS: dict[str, Callable[[], Peer]] = {"fa3-varlen": _fa3, "fa4-varlen": _fa4, "cudnn-varlen": _cudnn}
 
 # What a row's figure means beyond the table's columns.
-_NOTES = {("cudnn-varlen", "fp8"): "FP8 output (cuDNN's only FP8 output on Hopper)"}
+_NOTES = {("cudnn-varlen", "fp8"): "FP8 output: cuDNN gives BF16 output from FP8 on sm100 only"}
 
 
 def measure(
