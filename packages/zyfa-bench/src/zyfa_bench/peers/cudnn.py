@@ -391,9 +391,11 @@ def varlen_call(
     same_lengths = bool(torch.equal(len_q, len_kv))
     cap = cuda_capability()
     if descales is not None and not same_lengths and cap is not None and cap[0] < 10:
+        version = getattr(cudnn, "__version__", "?")
         raise Unsupported(
             f"{VARLEN_LABEL}: cuDNN's FP8 SDPA takes a bottom-right causal mask (queries ending with their "
-            f"keys, as over a cached prefix) on sm100 and newer only; this GPU is sm{cap[0]}{cap[1]}"
+            f"keys, as over a cached prefix) on sm100 and newer only (frontend {version}); this GPU is "
+            f"sm{cap[0]}{cap[1]}"
         )
     fp8 = descales is not None
     io = cudnn.data_type.FP8_E4M3 if fp8 else cudnn.data_type.BFLOAT16
