@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,12 @@ import fake_zyfa  # noqa: E402
 def fake_zyfa_mod(monkeypatch):
     """The fake `zyfa` module installed for this test."""
     return fake_zyfa.install(monkeypatch)
+
+
+@pytest.fixture
+def no_cuda_stream(monkeypatch):
+    """Adapters bind libraries to torch's current stream; CPU-only torch has none, so give a dummy."""
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: types.SimpleNamespace(cuda_stream=0))
 
 
 @pytest.fixture

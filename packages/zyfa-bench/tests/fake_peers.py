@@ -27,12 +27,82 @@ def _dequant_bhsd(t: torch.Tensor, attr: object) -> torch.Tensor:
     return torch.as_strided(_typed(t, attr), attr.dim, attr.stride).double()
 
 
+def _sequence(buf: torch.Tensor, attr: object, offsets: torch.Tensor, b: int, length: int) -> torch.Tensor:
+    """Sequence b of a THD tensor, [length, heads, d]: element (b, h, s, d) of the declared [B, H, S, D]
+    sits at offsets[b] + h·stride[1] + s·stride[2] + d·stride[3] (the batch stride is not used)."""
+    assert offsets.dtype in (torch.int32, torch.int64) and tuple(offsets.shape) == (attr.dim[0] + 1, 1, 1, 1)
+    assert length <= attr.dim[2], "a sequence longer than the declared maximum"
+    _, h, _, d = attr.dim
+    start = buf.storage_offset() + int(offsets.reshape(-1)[b])
+    view = torch.as_strided(buf, (h, length, d), attr.stride[1:], start)
+    return view.transpose(0, 1)
+
+
+def _paged(container: torch.Tensor, attr: object, table: torch.Tensor, b: int, length: int) -> torch.Tensor:
+    """The first `length` keys of sequence b from a container of declared dims [pages, H, page_size, D]:
+    key j in page table[b, 0, j // page_size, 0], slot j % page_size.  Returns [length, heads, d]."""
+    pages = torch.as_strided(container, attr.dim, attr.stride, container.storage_offset())
+    page = attr.dim[2]
+    rows = [pages[int(table[b, 0, j // page, 0]), :, j % page] for j in range(length)]
+    return torch.stack(rows) if rows else pages.new_zeros(0, attr.dim[1], attr.dim[3])
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, diagonal: int | None):
+    """Softmax attention of one sequence, [len, heads, d] (GQA); key j is masked for query i when
+    j > i + diagonal (None: no mask).  float64."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
+    s = torch.einsum("ihd,jhd->hij", q.double(), k) * scale
+    if diagonal is not None:
+        i = torch.arange(q.shape[0])[:, None]
+        s = s.masked_fill(torch.arange(k.shape[0])[None, :] > i + diagonal, -math.inf)
+    return torch.einsum("hij,jhd->ihd", torch.softmax(s, dim=-1).nan_to_num(0.0), v)
+
+
+def _execute_varlen(op: dict, pack: dict, o_attr: object, scales: dict) -> None:
+    """A padding-masked SDPA: ragged q/o (and k/v, or a paged cache), per-sequence causal alignment."""
+    lens_q, lens_kv = (pack[op[n]] for n in ("seq_len_q", "seq_len_kv"))
+    for lens in (lens_q, lens_kv):
+        assert lens.dtype == torch.int32 and tuple(lens.shape) == (op["q"].dim[0], 1, 1, 1)
+    if op["table"] is not None:
+        table = pack[op["table"]]
+        assert table.dtype == torch.int32 and torch.equal(pack[op["v_table"]], table)
+        page = op["k"].dim[2]
+        assert table.shape[2] == -(-op["max_seq_len_kv"] // page), (
+            "cuDNN: pages == ceil(max_seq_len_kv / page)"
+        )
+    for b, (n_q, n_kv) in enumerate(
+        zip(lens_q.reshape(-1).tolist(), lens_kv.reshape(-1).tolist(), strict=True)
+    ):
+        q = _sequence(_typed(pack[op["q"]], op["q"]), op["q"], pack[op["q"].ragged], b, n_q)
+        if op["table"] is None:
+            k, v = (_sequence(_typed(pack[op[n]], op[n]), op[n], pack[op[n].ragged], b, n_kv) for n in "kv")
+        else:
+            assert n_kv <= op["max_seq_len_kv"]
+            k, v = (_paged(_typed(pack[op[n]], op[n]), op[n], table, b, n_kv) for n in "kv")
+        q, k, v = (
+            q.double() * scales["descale_q"],
+            k.double() * scales["descale_k"],
+            v.double() * scales["descale_v"],
+        )
+        diagonal = {None: None, "top_left": 0, "bottom_right": n_kv - n_q}[op["align"]]
+        o = _attend(q, k, v, op["scale"], diagonal) * scales["scale_o"]
+        out = _typed(pack[o_attr], o_attr)
+        _sequence(out, o_attr, pack[o_attr.ragged], b, n_q).copy_(o.to(out.dtype))
+
+
 def cudnn_module(*, refuse: str | None = None) -> types.ModuleType:
-    """A fake `cudnn` (nvidia-cudnn-frontend) pygraph API; refuse="gqa" or "all" makes check_support fail."""
+    """A fake `cudnn` (nvidia-cudnn-frontend) pygraph API; refuse="gqa" or "all" makes check_support fail.
+
+    It takes the dense form and the THD form of the SDPA (ragged offsets with the padding mask and
+    sequence lengths, a paged cache through page tables) and computes each from exactly what it is given.
+    """
     mod = types.ModuleType("cudnn")
     mod.__version__ = "fake"
     mod.calls = []
-    mod.data_type = types.SimpleNamespace(BFLOAT16="bf16", FLOAT="f32", FP8_E4M3="e4m3")
+    mod.data_type = types.SimpleNamespace(
+        BFLOAT16="bf16", FLOAT="f32", FP8_E4M3="e4m3", INT32="i32", INT64="i64"
+    )
     mod.heur_mode = types.SimpleNamespace(A="A", FALLBACK="FALLBACK")
     mod.backend_version = lambda: 91000
     mod.create_handle = lambda: "handle"
@@ -47,6 +117,11 @@ def cudnn_module(*, refuse: str | None = None) -> types.ModuleType:
                 data_type,
                 False,
             )
+            self.ragged = None
+
+        def set_ragged_offset(self, offsets):
+            self.ragged = offsets
+            return self
 
         def set_output(self, flag):
             self.output = flag
@@ -73,6 +148,28 @@ def cudnn_module(*, refuse: str | None = None) -> types.ModuleType:
         def tensor(self, name, dim, stride, data_type):
             return Attr(name, list(dim), list(stride), data_type)
 
+        def _op(self, kind, q, k, v, attn_scale, generate_stats, masks, varlen):
+            causal, bottom_right = masks
+            assert not (causal and bottom_right), "use_causal_mask and use_causal_mask_bottom_right both set"
+            align = "bottom_right" if bottom_right else "top_left" if causal else None
+            self.op = dict(
+                kind=kind, q=q, k=k, v=v, scale=attn_scale, stats=generate_stats, causal=bool(align)
+            )
+            self.op.update(
+                align=align, varlen=varlen["use_padding_mask"], table=varlen["paged_attention_k_table"]
+            )
+            self.op.update(seq_len_q=varlen["seq_len_q"], seq_len_kv=varlen["seq_len_kv"])
+            self.op.update(v_table=varlen["paged_attention_v_table"])
+            self.op["max_seq_len_kv"] = varlen["paged_attention_max_seq_len_kv"]
+            if self.op["varlen"]:
+                assert varlen["seq_len_q"] is not None and varlen["seq_len_kv"] is not None
+            else:
+                assert q.ragged is None and self.op["table"] is None, (
+                    "cuDNN: ragged/paged need the padding mask"
+                )
+            if self.op["table"] is not None:
+                assert self.op["v_table"] is not None and self.op["max_seq_len_kv"] is not None
+
         def sdpa(
             self,
             name,
@@ -83,16 +180,16 @@ def cudnn_module(*, refuse: str | None = None) -> types.ModuleType:
             attn_scale,
             use_causal_mask=False,
             use_causal_mask_bottom_right=False,
+            use_padding_mask=False,
+            seq_len_q=None,
+            seq_len_kv=None,
+            paged_attention_k_table=None,
+            paged_attention_v_table=None,
+            paged_attention_max_seq_len_kv=None,
         ):
-            self.op = dict(
-                kind="sdpa",
-                q=q,
-                k=k,
-                v=v,
-                scale=attn_scale,
-                stats=generate_stats,
-                causal=use_causal_mask or use_causal_mask_bottom_right,
-            )
+            varlen = {n: x for n, x in locals().items() if n.startswith(("use_padding", "seq_len", "paged"))}
+            masks = (use_causal_mask, use_causal_mask_bottom_right)
+            self._op("sdpa", q, k, v, attn_scale, generate_stats, masks, varlen)
             self.o = Attr("o")
             return self.o, None
 
@@ -112,23 +209,23 @@ def cudnn_module(*, refuse: str | None = None) -> types.ModuleType:
             name,
             use_causal_mask=False,
             use_causal_mask_bottom_right=False,
+            use_padding_mask=False,
+            seq_len_q=None,
+            seq_len_kv=None,
+            paged_attention_k_table=None,
+            paged_attention_v_table=None,
+            paged_attention_max_seq_len_kv=None,
         ):
-            self.op = dict(
-                kind="sdpa_fp8",
-                q=q,
-                k=k,
-                v=v,
-                scale=attn_scale,
-                stats=generate_stats,
-                causal=use_causal_mask or use_causal_mask_bottom_right,
-                scalars=dict(
-                    descale_q=descale_q,
-                    descale_k=descale_k,
-                    descale_v=descale_v,
-                    descale_s=descale_s,
-                    scale_s=scale_s,
-                    scale_o=scale_o,
-                ),
+            varlen = {n: x for n, x in locals().items() if n.startswith(("use_padding", "seq_len", "paged"))}
+            masks = (use_causal_mask, use_causal_mask_bottom_right)
+            self._op("sdpa_fp8", q, k, v, attn_scale, generate_stats, masks, varlen)
+            self.op["scalars"] = dict(
+                descale_q=descale_q,
+                descale_k=descale_k,
+                descale_v=descale_v,
+                descale_s=descale_s,
+                scale_s=scale_s,
+                scale_o=scale_o,
             )
             self.o, self.amax_s, self.amax_o = Attr("o"), Attr("amax_s"), Attr("amax_o")
             return self.o, None, self.amax_s, self.amax_o
@@ -156,6 +253,12 @@ def cudnn_module(*, refuse: str | None = None) -> types.ModuleType:
         def execute(self, pack, workspace, handle=None):
             op = self.op
             mod.calls.append(("execute", op["kind"]))
+            if op["varlen"]:
+                scales = {n: 1.0 for n in ("descale_q", "descale_k", "descale_v", "scale_o")}
+                if op["kind"] == "sdpa_fp8":
+                    scales = {n: float(pack[a].reshape(-1)[0]) for n, a in op["scalars"].items()}
+                _execute_varlen(op, pack, self.o, scales)
+                return
             q = _dequant_bhsd(pack[op["q"]], op["q"])
             k = _dequant_bhsd(pack[op["k"]], op["k"])
             v = _dequant_bhsd(pack[op["v"]], op["v"])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import types
 
 import pytest
 import torch
@@ -39,12 +38,6 @@ def _inputs(spec, fp8=False, seed=0):
 def _ref(inputs, fp8=False):
     q, k, v = inputs.dequantized() if fp8 else (inputs.q, inputs.k, inputs.v)
     return attention_f64(q, k, v, softmax_scale=inputs.softmax_scale, causal=inputs.spec.causal)
-
-
-@pytest.fixture
-def no_cuda_stream(monkeypatch):
-    """Adapters bind libraries to torch's current stream; CPU-only torch has none, so give a dummy."""
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: types.SimpleNamespace(cuda_stream=0))
 
 
 # ------------------------------------------------------------------ availability and selection

@@ -14,6 +14,9 @@ The implementations compared on the same step, each timed with `zyfa_bench.timin
   engines call it; FP8 descales of shape (batch, heads_kv);
 - "fa4-varlen": FlashAttention-4 (`flash_attn.cute.flash_attn_varlen_func`, PyPI flash-attn-4): cu_seqlens,
   or page_table with seqused_k; BF16 only on sm90 (its FP8 needs sm100);
+- "cudnn-varlen": cuDNN's SDPA (nvidia-cudnn-frontend) in THD form: ragged offsets and sequence lengths
+  built from cu_seqlens, the page table as its paged K/V tables (`zyfa_bench.peers.cudnn.varlen_call`); FP8
+  output from FP8 (its only FP8 contract on Hopper), and FP8 over a prefix needs sm100 (a skipped row);
 - "zyfa-dense": `zyfa.flash_attn_func` on a dense batch of the same prompts count with every prompt at the
   mean length (and the prefix copied into each), the same token count: the dense speed the packed call is
   measured against.
@@ -30,6 +33,7 @@ import torch
 from torch import Tensor
 
 from zyfa_bench.flops import attention_flops, packed_flops
+from zyfa_bench.peers.base import Peer, Unsupported
 from zyfa_bench.spec import Spec
 
 __all__ = [
@@ -44,7 +48,7 @@ __all__ = [
     "step_flops",
 ]
 
-IMPLEMENTATIONS = ("zyfa-varlen", "fa3-varlen", "fa4-varlen", "zyfa-dense")
+IMPLEMENTATIONS = ("zyfa-varlen", "fa3-varlen", "fa4-varlen", "cudnn-varlen", "zyfa-dense")
 
 
 def long_tailed_lengths(count: int, total: int, *, seed: int, minimum: int = 1) -> list[int]:
@@ -199,6 +203,12 @@ def _fa4_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     return varlen_call(*_packed(step, x))
 
 
+def _cudnn_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
+    from zyfa_bench.peers.cudnn import varlen_call
+
+    return varlen_call(*_packed(step, x), x.descales).call
+
+
 def dense_spec(step: ServingStep) -> Spec:
     """The dense batch of the same token count: every prompt at the mean length, after the prefix."""
     mean = max(1, round(sum(step.lens) / len(step.lens)))
@@ -227,6 +237,7 @@ _BUILDERS: dict[str, Callable[[ServingStep, StepInputs], Callable[[], object]]] 
     "zyfa-varlen": _zyfa_varlen,
     "fa3-varlen": _fa3_varlen,
     "fa4-varlen": _fa4_varlen,
+    "cudnn-varlen": _cudnn_varlen,
     "zyfa-dense": _zyfa_dense,
 }
 
@@ -240,19 +251,41 @@ def prepare(impl: str, step: ServingStep, inputs: StepInputs) -> tuple[Callable[
 
 
 def _available(impl: str, device: torch.device, precision: str) -> str:
-    """An empty string when `impl` can run on `device` in `precision`, else why not: the FlashAttention
-    peers' own checks (package, GPU), and FlashAttention-4's FP8 being sm100-only."""
-    if impl not in ("fa3-varlen", "fa4-varlen"):
+    """An empty string when `impl` can run on `device` in `precision`, else why not: the peers' own checks
+    (package, GPU), and FlashAttention-4's FP8 being sm100-only."""
+    if impl not in _PEERS:
         return ""
     if impl == "fa4-varlen" and precision == "fp8":
         return "FlashAttention-4 takes FP8 inputs on sm100 only"
     if device.type != "cuda":
         return f"{impl} needs an NVIDIA GPU"
+    ok, why = _PEERS[impl]().available()
+    return "" if ok else why
+
+
+def _fa3() -> Peer:
     from zyfa_bench.peers.fa3 import FA3BF16
+
+    return FA3BF16()
+
+
+def _fa4() -> Peer:
     from zyfa_bench.peers.fa4 import FA4BF16
 
-    ok, why = (FA3BF16() if impl == "fa3-varlen" else FA4BF16()).available()
-    return "" if ok else why
+    return FA4BF16()
+
+
+def _cudnn() -> Peer:
+    from zyfa_bench.peers.cudnn import CudnnBF16
+
+    return CudnnBF16()
+
+
+# The peer whose `available()` (package, library, GPU) decides whether each library's row can run.
+_PEERS: dict[str, Callable[[], Peer]] = {"fa3-varlen": _fa3, "fa4-varlen": _fa4, "cudnn-varlen": _cudnn}
+
+# What a row's figure means beyond the table's columns.
+_NOTES = {("cudnn-varlen", "fp8"): "FP8 output: cuDNN gives BF16 output from FP8 on sm100 only"}
 
 
 def measure(
@@ -279,11 +312,16 @@ def measure(
         try:
             call, flops = prepare(impl, step, inputs)
             timing = time_calls([call], device=device, warmup=warmup, repeats=repeats)
+        except Unsupported as exc:  # a documented limit of the peer on this step: not a failure
+            rows.append({**row, "status": "skipped", "reason": str(exc)})
+            continue
         except Exception as exc:  # one implementation's failure is a row, not the end of the run
             rows.append({**row, "status": "failed", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0]})
             continue
         tflops = flops / (timing.median_ms * 1e-3) / 1e12
         rows.append({**row, "status": "ok", "flops": flops, "timing": asdict(timing), "tflops": tflops})
+        if (impl, precision) in _NOTES:
+            rows[-1]["note"] = _NOTES[impl, precision]
     return rows
 
 
@@ -306,5 +344,6 @@ def format_table(rows: list[dict[str, object]]) -> str:
             continue
         timing = row["timing"]
         assert isinstance(timing, dict)
-        lines.append(f"{head} {timing['median_ms']:9.3f} {row['tflops']:8.1f}")
+        note = f"  ({row['note']})" if "note" in row else ""
+        lines.append(f"{head} {timing['median_ms']:9.3f} {row['tflops']:8.1f}{note}")
     return "\n".join(lines)
