@@ -138,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
     rows = score(board, seqlens, args.tokens)
     for c in board:
         if c.source == "aiter" or args.fit_seqlen is None:
-            log(describe_fits(c))
+            for line in describe_fits(c):
+                log(line)
     if not rows:
         raise RuntimeError("no kernel could be modelled: " + "; ".join(notes))
     for c in rows:

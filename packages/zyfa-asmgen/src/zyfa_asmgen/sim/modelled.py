@@ -164,13 +164,14 @@ def aiter_contender(path: Path, seed: int = 0, spec: MachineModel = MI355X) -> C
     return c
 
 
-def describe_fits(c: Contender) -> str:
-    """How a contender's workgroup cost was fitted (for AITER's, one fit per tune option used)."""
+def describe_fits(c: Contender) -> list[str]:
+    """How a contender's workgroup cost was fitted, a line per fit (AITER's: one per tune option used;
+    ours fitted per launch: one per seqlen)."""
     fits = getattr(c, "fits", None)
     if fits is None:
-        return f"{c.name}: {c.fit}"
+        return [f"{c.name}: {c.fit}"]
     key = "s_opt" if c.source == "aiter" else "seqlen"
-    return "; ".join(f"{c.name} ({key} {k}): {_fit_text(cost)}" for k, cost in sorted(fits.items()))
+    return [f"{c.name} ({key} {k}): {_fit_text(cost)}" for k, cost in sorted(fits.items())]
 
 
 def board_shapes(d_qk: int, seqlens: Sequence[int], tokens: int) -> list[cli.Shape]:
