@@ -280,7 +280,7 @@ def persistent_dir(tmp_path: Path, manifest_tools) -> Path:
     return manifest_tools.write(tmp_path / "persistent", rows, files={row["file"]: image for row in rows})
 
 
-PERSISTENT_LAUNCH = LAUNCH.replace("varlen=varlen)}}", f"{FAKE_SMS}, varlen=varlen)}}")
+PERSISTENT_LAUNCH = LAUNCH.replace("(spec, args, varlen=varlen)", f"(spec, args, {FAKE_SMS}, varlen=varlen)")
 
 
 @pytest.mark.parametrize("kernel", [VARLEN, PAGED])
