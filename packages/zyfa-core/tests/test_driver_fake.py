@@ -449,7 +449,9 @@ varlen_args = zyfa_core.make_varlen_args(
 
 
 @pytest.mark.parametrize(("grid", "expect"), [("persistent", f"{FAKE_SMS},1,1"), ("tiles", "80,8,1")])
-def test_native_plan_packed_grid(run_with_fake, tmp_path: Path, manifest_tools, grid: str, expect: str) -> None:
+def test_native_plan_packed_grid(
+    run_with_fake, tmp_path: Path, manifest_tools, grid: str, expect: str
+) -> None:
     """zyfa-torch's path (the C API) launches a packed kernel on its row's grid: min(SMs, items) blocks,
     items = min(4000 // 64 + 40, 40 * 2) = 80 query tiles x 8 heads, or the tile grid (80, 8, 1)."""
     row = manifest_tools.row(SM90_VARLEN, layout="varlen", grid=grid)  # tile_m 64
