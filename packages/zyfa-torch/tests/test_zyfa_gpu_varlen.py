@@ -116,6 +116,27 @@ def _call(gpu, p, descales, precision, **kw):
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_kernel_matches_the_reference(case, precision, paged):
+    _check_against_the_reference(case, precision, paged)
+
+
+# A step of 48 long-tailed prompts (6144 new tokens after a 96-key cached prefix each) at 16 q heads: 78 query
+# tiles x 16 heads = 1248 work items, ~10 per CTA of a persistent grid on 132 SMs, so each CTA carries its
+# K / V ring, Q barrier and ping-pong state across items of different sequences.
+MANY_ITEMS = (long_tailed_lengths(48, 6144, seed=11), 96, 16, 2, 128)
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["varlen", "paged"])
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_many_items_per_persistent_cta(precision, paged):
+    lens, prefix, hq, hkv, d = MANY_ITEMS
+    items = sum(-(-n // 128) for n in lens) * hq
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert items >= 4 * sms, f"{items} work items do not give each of {sms} persistent CTAs several"
+    _check_against_the_reference((lens, [prefix + n for n in lens], hq, hkv, d), precision, paged)
+
+
+def _check_against_the_reference(case, precision: str, paged: bool) -> None:
+    """One packed batch through the kernel, against the reference of its numerics and the float64 truth."""
     gpu, cpu, descales, p = _inputs(case, precision, paged)
     spec = _spec(gpu["q"], gpu["k"], gpu["v"], "paged" if paged else "varlen")
     _poison(p.q.shape[0], p.q.shape[1], gpu["q"].device)
