@@ -24,7 +24,8 @@ Fields:
   grid        optional, written to the manifest row ("tiles" when absent):
               "tiles"       launch grid = (ceil(seqlen_q / tile_m), heads_q, batch), one block per tile;
               "persistent"  launch grid = (min(SMs of the device, n_items), 1, 1), n_items = ceil(seqlen_q /
-                            tile_m) * heads_q * batch; block x takes items x, x + G, ... Only for src
+                            tile_m) * heads_q * batch (layout "varlen" / "paged": the compact query-tile bound
+                            ZYFA_VARLEN_TILES * heads_q); block x takes items x, x + G, ... Only for src
                             sm90/fa_fwd_wgmma.cu, which the build then compiles with -DZYFA_WS_PERSISTENT=1.
   loads       optional, written to the manifest row ("cp.async" when absent): "tma" = Q / K / V tiles by
               TMA from one producer thread (src sm90/fa_fwd_wgmma.cu, bf16 only; built with
@@ -44,7 +45,7 @@ Fields:
   layout      optional, written to the manifest row ("dense" when absent): "varlen" = packed q / k / v of a
               serving step (cu_seqlens), "paged" = packed q with K / V through a page table (kernels/abi/
               zyfa_abi.h, ABI 4: the kernel takes zyfa_varlen_args as a second parameter). Only src
-              sm90/fa_fwd_wgmma.cu with grid "tiles", loads "cp.async" and no v_prep (-DZYFA_WS_VARLEN=1 / 2);
+              sm90/fa_fwd_wgmma.cu with loads "cp.async" and no v_prep (-DZYFA_WS_VARLEN=1 / 2), either grid;
               the name spells it (_varlen / _paged before the arch).
   tile_order  optional, written to the manifest row ("ascending" when absent): "descending" = blockIdx.x
               computes query tile ceil(seqlen_q / tile_m) - 1 - blockIdx.x, so the causal tiles with the most
@@ -109,37 +110,43 @@ VARIANTS = [
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 214144, "tag": "", "grid": "persistent",
      "loads": "tma"},
     # ---- NVIDIA Hopper (sm_90a): packed batches of a serving step (layout "varlen": cu_seqlens; "paged": K / V
-    # through a page table), the default kernels' numerics on the tile grid with cp.async loads (the TMA maps
-    # describe dense tensors); FP8 in the default lean P mode. smem_bytes as the dense rows; lean d128 without
+    # through a page table), the default kernels' numerics with cp.async loads (the TMA maps describe dense
+    # tensors) on the persistent grid (min(SMs, items) CTAs walk the batch's (query tile, head) items, longest
+    # first, as the dense persistent kernels do; grid "tiles" launches one CTA per item, with the same output
+    # bits); FP8 in the default lean P mode. smem_bytes as the dense rows; lean d128 without
     # the V pre-pass stages V (+32 KiB) like lean 192/128.
     {"name": "fa_fwd_bf16_hd128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197760, "tag": "", "stale_tau": 8.0,
-     "layout": "varlen"},
+     "grid": "persistent", "layout": "varlen"},
     {"name": "fa_fwd_bf16_hd128_causal_paged_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197760, "tag": "", "stale_tau": 8.0,
-     "layout": "paged"},
+     "grid": "persistent", "layout": "paged"},
     {"name": "fa_fwd_bf16_hd192x128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "stale_tau": 8.0,
-     "layout": "varlen"},
+     "grid": "persistent", "layout": "varlen"},
     {"name": "fa_fwd_bf16_hd192x128_causal_paged_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "stale_tau": 8.0,
-     "layout": "paged"},
+     "grid": "persistent", "layout": "paged"},
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_varlen_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 184448, "tag": "", "layout": "varlen"},
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 184448, "tag": "",
+     "grid": "persistent", "layout": "varlen"},
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 184448, "tag": "", "layout": "paged"},
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 184448, "tag": "",
+     "grid": "persistent", "layout": "paged"},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_varlen_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231552, "tag": "", "layout": "varlen"},
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231552, "tag": "",
+     "grid": "persistent", "layout": "varlen"},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
-     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231552, "tag": "", "layout": "paged"},
+     "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231552, "tag": "",
+     "grid": "persistent", "layout": "paged"},
     # ---- NVIDIA Hopper (sm_90a): simple mma.sync kernels, tag "simple": the first correct kernels, kept as a
     # cross-check and a fallback (select with tag="simple").
     {"name": "fa_fwd_bf16_hd128_causal_simple_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,

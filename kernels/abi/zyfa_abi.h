@@ -166,11 +166,13 @@ _Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
  * v, out as sized by total_q, total_k / num_pages). Rows of q outside every sequence are not written.
  * DESCALE_TABLE: descales[(t * batch + b) * heads_kv + h] for t = 0 (q), 1 (k), 2 (v) replaces the
  * per-tensor q/k/v_descale of sequence b, kv head h (query head h' takes kv head h' / (heads_q / heads_kv)).
- * Grid: (ZYFA_VARLEN_TILES(total_q, batch, seqlen_q, tile_m), heads_q, 1), x an upper bound on the query
- * tiles of all sequences, sum_b ceil(len_q(b) / tile_m), from host values only (cu_seqlens_q stays on the
- * device): each sequence adds at most one partial tile to floor(total_q / tile_m), and none has more than
- * ceil(seqlen_q / tile_m). The kernel maps its blocks onto the tiles it finds in cu_seqlens_q; blocks past
- * the last tile exit at once. */
+ * Work items: ZYFA_VARLEN_TILES(total_q, batch, seqlen_q, tile_m) x heads_q (query tile, head) pairs, the
+ * first factor an upper bound on the query tiles of all sequences, sum_b ceil(len_q(b) / tile_m), from host
+ * values only (cu_seqlens_q stays on the device): each sequence adds at most one partial tile to
+ * floor(total_q / tile_m), and none has more than ceil(seqlen_q / tile_m). Grid: (min(SMs, items), 1, 1)
+ * for a "persistent" row, each block walking its items; (ZYFA_VARLEN_TILES(...), heads_q, 1) for a
+ * "tiles" row, one item per block. The kernel maps items onto the tiles it finds in cu_seqlens_q; items
+ * past the last tile are not computed. */
 #define ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, tile_m)                                       \
   ((int64_t)(total_q) / (tile_m) + (int64_t)(batch) <                                                 \
            (int64_t)(batch) * (((int64_t)(max_seqlen_q) + (tile_m) - 1) / (tile_m))                   \

@@ -72,6 +72,18 @@
 #include "sm90/wgmma.h"
 
 #if ZYFA_WS_VARLEN
+// The names the rest of the kernel reads for one work item of a packed batch (varlen.cuh, varlen_item): the
+// sequence's dense view `args`, its counts, the block and the sequence. `none` runs when the item has no tile
+// (the same in every warp that computes the item).
+#define ZYFA_VARLEN_ITEM(lin, none)                                  \
+  const VarlenItem vl_item = varlen_item(packed, varlen, (lin));     \
+  if (vl_item.blk.batch < 0) none;                                   \
+  const zyfa_fwd_args& args = vl_item.args;                          \
+  [[maybe_unused]] const Sequence& seq = vl_item.seq;                \
+  const int seqlen_q = args.seqlen_q;                                \
+  const int seqlen_k = args.seqlen_k;                                \
+  const Block& blk = vl_item.blk
+
 extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1)
     ZYFA_KERNEL_NAME(const zyfa_fwd_args packed, const zyfa_varlen_args varlen) {
   constexpr bool tma_on = false;
@@ -84,15 +96,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   constexpr bool tma_on = false;
 #endif
   using namespace zyfa_sm90_ws;
-#if ZYFA_WS_VARLEN
-  // One q tile of one sequence per CTA (varlen.cuh); the rest of the kernel runs on its dense view, `args`.
-  // A block past the last tile exits here, uniformly, before any barrier exists.
-  int vl_head;
-  const VarlenTile vl_tile = varlen_block(packed, varlen, &vl_head);
-  if (vl_tile.batch < 0) return;
-  const Sequence seq = sequence_of(packed, varlen, vl_tile.batch);
-  const int vl_ratio = packed.heads_q / packed.heads_kv;
-  const zyfa_fwd_args args = sequence_args(packed, varlen, seq, vl_tile.batch, vl_head / vl_ratio);
+#if ZYFA_WS_VARLEN && !ZYFA_WS_PERSISTENT
+  // Tile grid: one work item per CTA, item blockIdx.x + gridDim.x * blockIdx.y (varlen.cuh). A block with no
+  // tile exits here, uniformly, before any barrier exists. (Persistent: each item in the loops below.)
+  ZYFA_VARLEN_ITEM(blockIdx.x + gridDim.x * blockIdx.y, return);
 #endif
   // Arrivals that complete a full barrier's phase: the 128 producer threads, or the one TMA thread
   // (e4m3 V: always the 128 threads of the transpose).
@@ -115,9 +122,15 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   auto bar_empty_k = [&](int s) { return bars + 8u * (1 + 2 * kStages + s); };
   auto bar_empty_v = [&](int s) { return bars + 8u * (1 + 3 * kStages + s); };
 
+#if !ZYFA_WS_VARLEN  // a packed batch's counts are its items' (ZYFA_VARLEN_ITEM)
   const int seqlen_q = args.seqlen_q;
   const int seqlen_k = args.seqlen_k;
+#endif
 #if ZYFA_WS_PERSISTENT
+#if ZYFA_WS_VARLEN
+  // Items 0 .. n_items - 1 (varlen.cuh), walked in the dense schedule's order (scheduler.cuh, cta_item).
+  const uint32_t n_items = varlen_items(packed, varlen);
+#else
   // The per-launch values of the persistent schedule (scheduler.cuh: persistent_block, cta_item).
   const uint32_t n_qtiles = seqlen_q > 0 ? static_cast<uint32_t>((seqlen_q + kTileM - 1) / kTileM) : 0u;
   const uint32_t n_pairs = static_cast<uint32_t>(args.heads_q) * static_cast<uint32_t>(args.batch);
@@ -130,15 +143,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     return persistent_block(item, pair_major, n_qtiles, n_pairs, args, group_ratio, causal_all, diag_all, seqlen_q,
                             seqlen_k);
   };
+#endif
   const uint32_t bar_q_empty = bars + 8u * (1 + 4 * kStages);  // 8 arrivals: one per consumer warp
-#elif ZYFA_WS_VARLEN
-  Block blk;
-  blk.head = vl_head;
-  blk.batch = vl_tile.batch;  // its view's batch strides are 0
-  blk.q_row0 = vl_tile.q_tile * kTileM;
-  finish_block(blk, vl_ratio, (args.flags & ZYFA_FLAG_CAUSAL) != 0u, static_cast<int64_t>(seqlen_k) - seqlen_q,
-               seqlen_q, seqlen_k);
-#else
+#elif !ZYFA_WS_VARLEN
   const Block blk = tile_block(args);
 #endif
 
@@ -178,7 +185,12 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     for (uint32_t k_item = 0;; ++k_item) {
     const uint32_t item = cta_item(k_item);
     if (item >= n_items) break;
+#if ZYFA_WS_VARLEN
+    // Items grow with k_item and ranks with items: after the first item with no tile, none of this CTA's has one.
+    ZYFA_VARLEN_ITEM(item, break);
+#else
     const Block blk = item_block(item);
+#endif
     // The thread index re-read per item (volatile: not hoisted), so the per-thread shared-memory
     // addresses derived from it are recomputed per item instead of held live across the item loop
     // (the e4m3 producer spilled 20 B at 72 registers otherwise).
@@ -345,7 +357,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   for (uint32_t k_item = 0;; ++k_item) {
   const uint32_t item = cta_item(k_item);
   if (item >= n_items) break;
+#if ZYFA_WS_VARLEN
+  ZYFA_VARLEN_ITEM(item, break);  // the producer's item sequence, and its end
+#else
   const Block blk = item_block(item);
+#endif
 #else
   constexpr int ring_s = 0;
   constexpr uint32_t ring_ph = 0;

@@ -116,8 +116,8 @@ VPREP_SRC = "sm90/fa_fwd_wgmma.cu"
 VPREP_SUFFIX = "_vprep"
 # Packed batches (kernels/abi/zyfa_abi.h, ABI 4): "varlen" (packed k, v) and "paged" (k, v through a page
 # table) builds of the sm90 wgmma kernel (ZYFA_WS_VARLEN = 1 / 2) take zyfa_varlen_args as a second
-# parameter; they load with cp.async on the tile grid, without a V pre-pass. The name spells the layout
-# (LAYOUT_SUFFIX).
+# parameter; they load with cp.async, without a V pre-pass, on either grid (persistent: min(SMs, items)
+# CTAs walk the batch's (query tile, head) items). The name spells the layout (LAYOUT_SUFFIX).
 LAYOUTS = ("dense", "varlen", "paged")
 LAYOUT_SUFFIX = {"varlen": "_varlen", "paged": "_paged"}
 LAYOUT_DEFINE = {"varlen": 1, "paged": 2}
@@ -277,14 +277,9 @@ def layout_problems(v: dict[str, Any]) -> list[str]:
     if kind not in LAYOUTS:
         return [f"{label}: layout {kind!r} is not one of {LAYOUTS}"]
     if kind != "dense" and not (
-        v["src"] == VARLEN_SRC
-        and grid_mode(v) == "tiles"
-        and loads_mode(v) == "cp.async"
-        and not v.get("v_prep")
+        v["src"] == VARLEN_SRC and loads_mode(v) == "cp.async" and not v.get("v_prep")
     ):
-        return [
-            f"{label}: layout {kind!r} needs src {VARLEN_SRC!r}, grid 'tiles', loads 'cp.async' and no v_prep"
-        ]
+        return [f"{label}: layout {kind!r} needs src {VARLEN_SRC!r}, loads 'cp.async' and no v_prep"]
     return []
 
 

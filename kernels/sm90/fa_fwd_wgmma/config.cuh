@@ -58,7 +58,8 @@ constexpr float kStaleTau = ZYFA_WS_STALE_TAU;
 // producer then loads Vt tiles exactly like K tiles (no staging buffer, no in-kernel transpose).
 constexpr bool kVPre = kFp8 && ZYFA_WS_VPRE != 0;
 // Packed batches (zyfa_abi.h, ABI 4; varlen.cuh): the kernel takes zyfa_varlen_args as a second parameter and
-// computes one sequence per CTA; "paged" (2) gathers K / V rows through the page table.
+// computes (query tile, head) items of the batch's sequences, persistent (with kPersistent) or one per CTA;
+// "paged" (2) gathers K / V rows through the page table.
 constexpr bool kVarlen = ZYFA_WS_VARLEN != 0;
 constexpr bool kPaged = ZYFA_WS_VARLEN == 2;
 // e4m3 V (without the pre-pass) goes global -> two staging buffers (cp.async, one block ahead) -> Vt.
@@ -175,8 +176,8 @@ static_assert(!kPvF16 || !kLeanP, "P.V in f16: exact P");
 static_assert(!kVPre || (!kPvF16 && kTileN % 64 == 0), "ZYFA_WS_VPRE: exact or lean e4m3, tile_n a multiple of 64");
 static_assert(!kLSumOnes || !kVPre || kTileN <= 128, "lean P's ones rows with the pre-pass: one Vt region");
 static_assert(ZYFA_WS_VARLEN >= 0 && ZYFA_WS_VARLEN <= 2, "ZYFA_WS_VARLEN: 0 dense, 1 varlen, 2 paged");
-static_assert(!kVarlen || (!kPersistent && !kTma && !kVPre),
-              "ZYFA_WS_VARLEN: the tile grid with cp.async loads and no V pre-pass (zyfa_varlen_args is parameter 2)");
+static_assert(!kVarlen || (!kTma && !kVPre),
+              "ZYFA_WS_VARLEN: cp.async loads and no V pre-pass (zyfa_varlen_args is parameter 2)");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");
 // S is one m64nN wgmma accumulator; a P.V k-step is 16 bf16 / 32 e4m3 keys.
 static_assert(kTileN == 128 || kTileN == 192, "ZYFA_TILE_N: 128 or 192");

@@ -1,11 +1,14 @@
 // fa_fwd_wgmma: packed variable-length batches (ZYFA_WS_VARLEN; kernels/abi/zyfa_abi.h, ABI 4).
 //
-// A varlen kernel runs on the compact grid (ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, 128), heads_q,
-// 1): varlen_block maps each block to a head, a sequence (its batch index) and a q tile of it
-// (varlen_tiles.h: longest first); a block past the last tile exits before anything else. The rest of the
-// kernel then runs on the sequence's own zyfa_fwd_args (sequence_args): q, out (and packed k, v) moved to
-// the sequence's first row, seqlen_q / seqlen_k its counts, its descales from the descale table: the dense
-// kernel's code, unchanged.
+// The work items of a packed batch are (query tile, head) pairs: item lin has rank lin / heads_q and head
+// lin % heads_q, for lin below the compact bound ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, 128) x
+// heads_q; varlen_item maps an item to a sequence (its batch index) and a q tile of it (varlen_tiles.h:
+// ranks longest first), or to nothing past the last tile. A persistent build (grid "persistent", launched
+// (min(SMs, items), 1, 1)) walks its items as the dense persistent kernel does (scheduler.cuh, cta_item);
+// a tile-grid build (grid "tiles", launched (bound, heads_q, 1)) computes item blockIdx.x + gridDim.x *
+// blockIdx.y and exits at once when it has none. Either way the item then runs on the sequence's own
+// zyfa_fwd_args (sequence_args): q, out (and packed k, v) moved to the sequence's first row, seqlen_q /
+// seqlen_k its counts, its descales from the descale table: the dense kernel's code, unchanged.
 // A paged build ("paged", 2) reads K and V rows through the page table (load_tile_paged,
 // load_v_staging_paged): key j of the sequence is slot j % page_size of page pages[j / page_size].
 // Every count and page index is clamped to what the launcher sized (max_seqlen_*, total_*, num_pages), so
@@ -49,19 +52,6 @@ struct WarpLanes {
   template <class F>
   __device__ __forceinline__ uint32_t ballot(F f) const { return __ballot_sync(0xffffffffu, f(lane)); }
 };
-
-// A packed batch's block: block (x, y) has rank lin / heads_q and head lin % heads_q, lin = x + gridDim.x * y
-// the launch order, so the heads of one tile start together (GQA: heads that share K / V rows read them
-// while they are in L2) and the longest tiles of every head start first. Every warp of the block computes
-// the same map (no shared memory, no barrier: the block's exit below is uniform). batch < 0: no tile.
-__device__ __forceinline__ VarlenTile varlen_block(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
-                                                   int* head) {
-  const uint32_t lin = blockIdx.x + gridDim.x * blockIdx.y;
-  const uint32_t heads = static_cast<uint32_t>(packed.heads_q);
-  *head = static_cast<int>(lin % heads);
-  const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
-  return varlen_tile<kTileM>(lanes, packed_q(packed, vl), lin / heads);
-}
 
 // Sequence b's rows and counts (zyfa_abi.h's rules), each clamped: rows inside q (k), counts <= the
 // max_seqlen bounds (seqlen_q / seqlen_k of the packed args) and, paged, <= its table row's pages.
@@ -115,6 +105,43 @@ __device__ __forceinline__ zyfa_fwd_args sequence_args(const zyfa_fwd_args& pack
     a.v_descale = __ldg(vl.descales + 2 * plane + at);
   }
   return a;
+}
+
+// One work item of a packed batch: the sequence's view, the sequence and the block. blk.batch < 0: no tile
+// (the rank is past the last tile); nothing else is set then.
+struct VarlenItem {
+  zyfa_fwd_args args;
+  Sequence seq;
+  Block blk;
+};
+
+// Item lin: rank lin / heads_q (varlen_tile's longest-first order) and head lin % heads_q, so the heads of
+// one tile are adjacent items (GQA heads that share K / V rows read them while they are in L2). Every warp
+// that calls it computes the same item (warp reductions: the 32 lanes must be active; no shared memory, no
+// barrier), so a block's exit or a persistent loop's end on batch < 0 is uniform.
+__device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
+                                                  uint32_t lin) {
+  VarlenItem it;
+  const uint32_t heads = static_cast<uint32_t>(packed.heads_q);
+  const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
+  const VarlenTile tile = varlen_tile<kTileM>(lanes, packed_q(packed, vl), lin / heads);
+  it.blk.batch = tile.batch;  // its view's batch strides are 0
+  if (tile.batch < 0) return it;
+  const int ratio = packed.heads_q / packed.heads_kv;
+  it.blk.head = static_cast<int>(lin % heads);
+  it.blk.q_row0 = tile.q_tile * kTileM;
+  it.seq = sequence_of(packed, vl, tile.batch);
+  it.args = sequence_args(packed, vl, it.seq, tile.batch, it.blk.head / ratio);
+  finish_block(it.blk, ratio, (it.args.flags & ZYFA_FLAG_CAUSAL) != 0u,
+               static_cast<int64_t>(it.args.seqlen_k) - it.args.seqlen_q, it.args.seqlen_q, it.args.seqlen_k);
+  return it;
+}
+
+// The item bound of a launch: ZYFA_VARLEN_TILES x heads_q, the launcher's count (at most 2^31 - 1, which it
+// checks). Items past it are never computed, whatever cu_seqlens_q holds.
+__device__ __forceinline__ uint32_t varlen_items(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl) {
+  return static_cast<uint32_t>(ZYFA_VARLEN_TILES(vl.total_q, packed.batch, packed.seqlen_q, kTileM) *
+                               packed.heads_q);
 }
 
 // K or V rows of one kv head in a paged cache: row j at head_base + page(j) * page_bytes + slot(j) * slot_bytes.

@@ -1,11 +1,13 @@
-// fa_fwd_wgmma: which (sequence, query tile) a block of a packed batch computes (ZYFA_WS_VARLEN).
+// fa_fwd_wgmma: which (sequence, query tile) a work item of a packed batch computes (ZYFA_WS_VARLEN).
 //
-// The launcher sizes the grid from host values only (ZYFA_VARLEN_TILES in abi/zyfa_abi.h: an upper bound
-// on the tiles of all sequences); the block finds its tile from cu_seqlens_q on the device, with no table
-// and no atomics. Sequence b has n_b = ceil(len_q(b) / tile_m) query tiles, len_q clamped as sequence_of
-// (varlen.cuh) clamps it, so the tiles a block is given always exist in the sequence it then reads.
+// The launcher counts the items from host values only (ZYFA_VARLEN_TILES in abi/zyfa_abi.h: an upper bound
+// on the tiles of all sequences, times heads_q); an item finds its tile from cu_seqlens_q on the device,
+// with no table and no atomics. Sequence b has n_b = ceil(len_q(b) / tile_m) query tiles, len_q clamped as
+// sequence_of (varlen.cuh) clamps it, so the tiles an item is given always exist in the sequence it reads.
+// The ranks that get a tile are exactly 0 .. sum_b n_b - 1, a prefix: a persistent CTA, whose items (and
+// so ranks) only grow, stops at its first item without one.
 //
-// Order: rank r (0 = the first block launched) walks the tiles by tile index t, descending: every
+// Order: rank r (0 = the first item) walks the tiles by tile index t, descending: every
 // sequence's tile t = T - 1 first (T = the largest n_b), then tile T - 2 of every sequence that has one,
 // ..., tile 0 last; inside one t, sequences in batch order. Causal masking is bottom-right, so tile t of a
 // sequence sees (t + 1) * tile_m + len_k - len_q keys at most: with no cached prefix, cost grows with t
@@ -112,7 +114,7 @@ ZYFA_HD int nth_sequence_with_tile(const Lanes& lanes, const PackedQ& p, int t, 
   return -1;
 }
 
-// A block's tile: sequence `batch` (-1: past the last tile, nothing to compute), query tile `q_tile`.
+// An item's tile: sequence `batch` (-1: past the last tile, nothing to compute), query tile `q_tile`.
 struct VarlenTile {
   int batch;
   int q_tile;

@@ -254,7 +254,8 @@ def test_mfma_fp8_rows_name_a_descending_order() -> None:
 
 def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
     """layout "varlen" / "paged" adds -DZYFA_WS_VARLEN=1 / 2 and _varlen / _paged to the name; "dense" and
-    absent are the same variant. Refused on another source, a persistent grid, TMA loads or a V pre-pass."""
+    absent are the same variant; a persistent grid adds -DZYFA_WS_PERSISTENT=1 as for a dense variant.
+    Refused on another source, TMA loads or a V pre-pass."""
     dense = variant(**WGMMA, tile_m=128, tile_n=128)
     assert kb.defines(dense) == kb.defines(variant(**WGMMA, tile_m=128, tile_n=128, layout="dense"))
     assert not any("ZYFA_WS_VARLEN" in d for d in kb.defines(dense))
@@ -264,7 +265,10 @@ def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
         assert v["name"] == name and kb.variant_problems(v) == []
         want = [f"-DZYFA_KERNEL_NAME={name}", *kb.defines(dense)[1:], f"-DZYFA_WS_VARLEN={value}"]
         assert kb.defines(v) == want
-        for bad in ({"grid": "persistent"}, {"loads": "tma"}, {"src": "sm90/fa_fwd_simple.cu"}):
+        persistent = variant(**WGMMA, tile_m=128, tile_n=128, layout=layout, grid="persistent")
+        assert kb.variant_problems(persistent) == []
+        assert kb.defines(persistent) == [*want[:-1], "-DZYFA_WS_PERSISTENT=1", want[-1]]
+        for bad in ({"loads": "tma"}, {"src": "sm90/fa_fwd_simple.cu"}, {"v_prep": True}):
             problems = kb.variant_problems(
                 variant(**{**WGMMA, "tile_m": 128, "tile_n": 128, **bad}, layout=layout)
             )

@@ -1,9 +1,10 @@
-"""The packed kernels' block -> (sequence, query tile) map (kernels/sm90/fa_fwd_wgmma/varlen_tiles.h),
+"""The packed kernels' item rank -> (sequence, query tile) map (kernels/sm90/fa_fwd_wgmma/varlen_tiles.h),
 compiled with the host C++ compiler: the header's own code runs, its warp steps over a loop of 32 lanes.
 On fresh random packed batches (empty, 1-row, tile-multiple and clamped sequences, batches above 32),
 every rank below the launcher's bound (ZYFA_VARLEN_TILES, abi/zyfa_abi.h) is checked: each (sequence,
-tile) that exists is given to exactly one rank, no rank gets anything else, and the tile index never
-rises with the rank (longest causal tiles first)."""
+tile) that exists is given to exactly one rank, no rank gets anything else, the ranks with a tile are a
+prefix (a persistent CTA's walk stops at its first item without one), and the tile index never rises with
+the rank (longest causal tiles first)."""
 
 from __future__ import annotations
 

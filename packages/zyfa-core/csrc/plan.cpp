@@ -44,10 +44,20 @@ std::int64_t tiles(const PlanSpec &spec, const zyfa_fwd_args &a) {
   return (std::int64_t{a.seqlen_q} + spec.tile_m - 1) / spec.tile_m;
 }
 
-// A packed call's grid x (zyfa_abi.h, ZYFA_VARLEN_TILES): a bound on its sequences' query tiles from host
-// values only; the kernel finds the tiles themselves in cu_seqlens_q.
+// A packed call's query-tile bound (zyfa_abi.h, ZYFA_VARLEN_TILES) from host values only; the kernel finds
+// the tiles themselves in cu_seqlens_q. Its work items are the bound x heads_q (query tile, head) pairs.
 std::int64_t packed_tiles(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args &v) {
   return ZYFA_VARLEN_TILES(v.total_q, a.batch, a.seqlen_q, spec.tile_m);
+}
+
+// (min(multiprocessors, items), 1, 1): the persistent grid of `items` work items.
+std::array<unsigned, 3> persistent_grid(const PlanSpec &spec, unsigned __int128 items, long long multiprocessors) {
+  if (multiprocessors <= 0) {
+    refuse(spec.name + " takes a persistent grid, which needs the device's multiprocessor count (a positive int); "
+           "got " + std::to_string(multiprocessors));
+  }
+  const auto blocks = std::min(static_cast<unsigned __int128>(multiprocessors), items);
+  return {static_cast<unsigned>(blocks), 1, 1};
 }
 
 unsigned __int128 work_items(const PlanSpec &spec, const zyfa_fwd_args &a) {
@@ -96,7 +106,8 @@ void check_sizes(const PlanSpec &spec, const zyfa_fwd_args &a) {
     refuse(spec.name + ": heads_kv = " + std::to_string(a.heads_kv) + " and batch = " + std::to_string(a.batch) +
            " must each be <= " + std::to_string(GRID_YZ_MAX) + " (the V pre-pass's grid y/z limit)");
   }
-  if (spec.persistent && work_items(spec, a) > static_cast<unsigned __int128>(MAX_WORK_ITEMS)) {
+  if (spec.persistent && spec.layout == Layout::dense &&
+      work_items(spec, a) > static_cast<unsigned __int128>(MAX_WORK_ITEMS)) {
     refuse(spec.name + ": " + decimal(work_items(spec, a)) + " work items (query tiles x heads_q x batch) exceed " +
            std::to_string(MAX_WORK_ITEMS) + ", which the persistent kernel counts in 32 bits");
   }
@@ -209,9 +220,9 @@ void check_varlen_fields(const PlanSpec &spec, const zyfa_fwd_args &a, const zyf
     refuse(spec.name + ": varlen.page_size, num_pages and max_pages must be 0 without FLAG_PAGED");
   }
   if (v.reserved != 0) refuse(spec.name + ": varlen.reserved must be 0, got " + std::to_string(v.reserved));
-  const std::int64_t blocks = packed_tiles(spec, a, v) * a.heads_q;
-  if (blocks > MAX_WORK_ITEMS) {
-    refuse(spec.name + ": " + std::to_string(blocks) + " blocks (query tiles bound x heads_q) exceed " +
+  const std::int64_t items = packed_tiles(spec, a, v) * a.heads_q;
+  if (items > MAX_WORK_ITEMS) {
+    refuse(spec.name + ": " + std::to_string(items) + " work items (query tiles bound x heads_q) exceed " +
            std::to_string(MAX_WORK_ITEMS) + ", which a packed kernel numbers in 32 bits");
   }
 }
@@ -229,9 +240,9 @@ void check_spec(const PlanSpec &spec) {
     refuse(spec.name + ": a kernel with a V pre-pass needs tile_n a multiple of 64, got " +
            std::to_string(spec.tile_n));
   }
-  if (spec.layout != Layout::dense && (spec.tma || !spec.v_prep.empty() || spec.persistent)) {
-    refuse(spec.name + ": a " + layout_name(spec.layout) + " kernel loads with cp.async, has no V pre-pass and "
-           "takes the tile grid (its second parameter is zyfa_varlen_args)");
+  if (spec.layout != Layout::dense && (spec.tma || !spec.v_prep.empty())) {
+    refuse(spec.name + ": a " + layout_name(spec.layout) + " kernel loads with cp.async and has no V pre-pass "
+           "(its second parameter is zyfa_varlen_args)");
   }
 }
 
@@ -251,18 +262,15 @@ std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a
       refuse(spec.name + ": the grid of a " + layout_name(spec.layout) + " kernel needs the packed batch's "
              "zyfa_varlen_args (its total_q)");
     }
-    return {static_cast<unsigned>(packed_tiles(spec, a, *varlen)), static_cast<unsigned>(a.heads_q), 1};
+    const std::int64_t bound = packed_tiles(spec, a, *varlen);
+    if (!spec.persistent) return {static_cast<unsigned>(bound), static_cast<unsigned>(a.heads_q), 1};
+    const auto items = static_cast<unsigned __int128>(bound) * static_cast<std::uint64_t>(a.heads_q);
+    return persistent_grid(spec, items, multiprocessors);
   }
   if (!spec.persistent) {
     return {static_cast<unsigned>(tiles(spec, a)), static_cast<unsigned>(a.heads_q), static_cast<unsigned>(a.batch)};
   }
-  if (multiprocessors <= 0) {
-    refuse(spec.name + " takes a persistent grid, which needs the device's multiprocessor count (a positive int); "
-           "got " + std::to_string(multiprocessors));
-  }
-  const unsigned __int128 items = work_items(spec, a);
-  const auto blocks = std::min(static_cast<unsigned __int128>(multiprocessors), items);
-  return {static_cast<unsigned>(blocks), 1, 1};
+  return persistent_grid(spec, work_items(spec, a), multiprocessors);
 }
 
 std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a) {
@@ -335,7 +343,7 @@ LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path) 
   if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0, 2);
   if (spec.persistent) {
     plan.multiprocessors = device_properties(device).multiprocessors;
-    launch_grid(spec, zyfa_fwd_args{}, nullptr, plan.multiprocessors);  // refuses a device that reports no count
+    persistent_grid(spec, 1, plan.multiprocessors);  // refuses a device that reports no count
   }
   return plan;
 }

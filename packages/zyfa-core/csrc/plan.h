@@ -41,9 +41,10 @@ void check_spec(const PlanSpec &spec);
 void check_args(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen = nullptr);
 
 // The grid: (ceil(seqlen_q / tile_m), heads_q, batch), or for a persistent kernel (min(multiprocessors,
-// items), 1, 1), items = query tiles x heads_q x batch, or for a packed (varlen / paged) kernel
-// (ZYFA_VARLEN_TILES(varlen->total_q, batch, seqlen_q, tile_m), heads_q, 1). Throws ArgumentError for a
-// persistent kernel and multiprocessors <= 0, and for a packed kernel without `varlen`.
+// items), 1, 1), items = query tiles x heads_q x batch. A packed (varlen / paged) kernel has the query-tile
+// bound ZYFA_VARLEN_TILES(varlen->total_q, batch, seqlen_q, tile_m) for its tiles: grid (bound, heads_q, 1),
+// or persistent (min(multiprocessors, bound x heads_q), 1, 1). Throws ArgumentError for a persistent kernel
+// and multiprocessors <= 0, and for a packed kernel without `varlen`.
 std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
                                     long long multiprocessors);
 

@@ -307,7 +307,7 @@ stream = 0x7000
 varlen = globals().get("varlen_args")
 rc = lib.zyfa_plan_launch(handle, raw, bytes(varlen) if varlen is not None else None, stream, {workspace},
                           ctypes.byref(error))
-grid = zyfa_core.launch_grid(spec, args, 132 if spec.grid == "persistent" else None)
+grid = zyfa_core.launch_grid(spec, args, 132 if spec.grid == "persistent" else None, varlen=varlen)
 print(json.dumps({{"rc": rc, "rc_need": rc_need, "need": need.value, "args": raw.hex(), "grid": list(grid),
                   "stream": stream, "smem": spec.launch_smem_bytes, "tile_m": spec.tile_m, "name": spec.name,
                   "api": lib.zyfa_core_api_version(), "module_api": _driver.API_VERSION,
@@ -429,6 +429,39 @@ def test_native_plan_persistent_grid_uses_the_devices_multiprocessors(
     assert out["rc"] == 0, out["message"]
     (launch,) = calls_named(calls, "cuLaunchKernel")
     assert launch["grid"] == f"{FAKE_SMS},1,1" == ",".join(map(str, out["grid"]))
+
+
+SM90_VARLEN = "fa_fwd_bf16_hd128_causal_varlen_sm90a"
+
+# A packed batch of 40 sequences (at most 100 queries each, 4000 in all) over 8 q / 2 kv heads.
+PACKED = """
+spec = zyfa_core.Manifest.load(KERNEL_DIR).get({name!r})
+args = zyfa_core.make_fwd_args(
+    q=0x7F0000000000, k=0x7F0000100000, v=0x7F0000200000, out=0x7F0000300000,
+    q_stride_batch=0, k_stride_batch=0, v_stride_batch=0, out_stride_batch=0,
+    q_stride_seq=1024, q_stride_head=128, k_stride_seq=256, k_stride_head=128, v_stride_seq=256,
+    v_stride_head=128, out_stride_seq=1024, out_stride_head=128, batch=40, heads_q=8, heads_kv=2,
+    seqlen_q=100, seqlen_k=300, d_qk=128, d_v=128, softmax_scale=0.088,
+    flags=zyfa_core.FLAG_CAUSAL | zyfa_core.FLAG_VARLEN)
+varlen_args = zyfa_core.make_varlen_args(
+    cu_seqlens_q=0x7F0000400000, cu_seqlens_k=0x7F0000400100, total_q=4000, total_k=9000)
+"""
+
+
+@pytest.mark.parametrize(("grid", "expect"), [("persistent", f"{FAKE_SMS},1,1"), ("tiles", "80,8,1")])
+def test_native_plan_packed_grid(
+    run_with_fake, tmp_path: Path, manifest_tools, grid: str, expect: str
+) -> None:
+    """zyfa-torch's path (the C API) launches a packed kernel on its row's grid: min(SMs, items) blocks,
+    items = min(4000 // 64 + 40, 40 * 2) = 80 query tiles x 8 heads, or the tile grid (80, 8, 1)."""
+    row = manifest_tools.row(SM90_VARLEN, layout="varlen", grid=grid)  # tile_m 64
+    kernels = manifest_tools.write(
+        tmp_path / "packed", [row], files={row["file"]: f"FAKECUBIN {SM90_VARLEN}\n".encode()}
+    )
+    out, calls = run_with_fake("cuda", PACKED.format(name=SM90_VARLEN) + native(), kernels)
+    assert out["rc"] == 0, out["message"]
+    (launch,) = calls_named(calls, "cuLaunchKernel")
+    assert launch["grid"] == expect == ",".join(map(str, out["grid"]))
 
 
 def test_hip_persistent_kernel_without_multiprocessors_is_a_value_error(

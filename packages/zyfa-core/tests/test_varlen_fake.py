@@ -209,7 +209,7 @@ def test_launch_passes_varlen_as_the_second_parameter(run_with_fake, kernel_dir:
     fields = dict(pair.split("=", 1) for pair in launch.split(" ")[1:])
     assert fields["name"] == kernel and fields["args"] == bytes(args).hex()
     assert fields["second"] == bytes(varlen).hex()
-    # The compact grid of a packed call: min(total_q // tile_m + batch, batch * ceil(max_seqlen_q / tile_m))
+    # The tile grid of a packed call: min(total_q // tile_m + batch, batch * ceil(max_seqlen_q / tile_m))
     # = min(180 // 64 + 3, 3 * 2) blocks per head, heads_q, 1.
     assert out["grid"] == [5, 8, 1] and fields["grid"] == "5,8,1"
 
@@ -262,3 +262,73 @@ def test_dense_kernel_refuses_a_packed_launch(run_with_fake, kernel_dir: Path) -
     )
     out, calls = run_with_fake("cuda", snippet, kernel_dir)
     assert "serves dense batches" in out and not [c for c in calls if c.startswith("cuLaunchKernel ")]
+
+
+# ------------------------------------------------------------------- persistent packed kernels
+
+FAKE_SMS = 132  # fake_cuda.c's CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+
+
+@pytest.fixture
+def persistent_dir(tmp_path: Path, manifest_tools) -> Path:
+    """VARLEN and PAGED as the sm90a manifest ships them: grid "persistent"."""
+    rows = [
+        manifest_tools.row(VARLEN, layout="varlen", grid="persistent"),
+        manifest_tools.row(PAGED, layout="paged", grid="persistent"),
+    ]
+    image = f"FAKECUBIN {VARLEN} {PAGED}\n".encode()
+    return manifest_tools.write(tmp_path / "persistent", rows, files={row["file"]: image for row in rows})
+
+
+PERSISTENT_LAUNCH = LAUNCH.replace("(spec, args, varlen=varlen)", f"(spec, args, {FAKE_SMS}, varlen=varlen)")
+
+
+@pytest.mark.parametrize("kernel", [VARLEN, PAGED])
+@pytest.mark.parametrize(
+    ("total_q", "seqlen_q", "batch", "grid"),
+    [
+        (180, 100, 3, [40, 1, 1]),  # 5 tiles bound x 8 heads = 40 items: one block each
+        (1, 1, 1, [8, 1, 1]),  # 1 x 8
+        (4000, 100, 40, [FAKE_SMS, 1, 1]),  # min(62 + 40, 80) = 80 x 8 = 640 items over 132 blocks
+    ],
+)
+def test_persistent_packed_grid_reaches_the_driver(
+    run_with_fake, persistent_dir: Path, kernel: str, total_q: int, seqlen_q: int, batch: int, grid: list
+) -> None:
+    """A persistent packed kernel launches (min(SMs, items), 1, 1), items = the tile grid's blocks (the
+    query-tile bound x heads_q), with zyfa_varlen_args as its second parameter."""
+    paged = kernel == PAGED
+    args = packed_args(fp8=paged, paged=paged, seqlen_q=seqlen_q, batch=batch)
+    varlen = varlen_args(paged, total_q=total_q)
+    snippet = PERSISTENT_LAUNCH.format(kernel=kernel, args=bytes(args).hex(), varlen=bytes(varlen).hex())
+    out, calls = run_with_fake("cuda", snippet, persistent_dir)
+    (launch,) = [c for c in calls if c.startswith("cuLaunchKernel ")]
+    fields = dict(pair.split("=", 1) for pair in launch.split(" ")[1:])
+    assert fields["name"] == kernel and fields["second"] == bytes(varlen).hex()
+    assert out["grid"] == grid and fields["grid"] == ",".join(map(str, grid))
+
+
+def test_persistent_packed_grid_is_the_tile_grids_items(kernel_dir: Path, persistent_dir: Path) -> None:
+    """Every persistent grid size: min(multiprocessors, x * y of the tile grid) blocks."""
+    tiles = zyfa_core.Manifest.load(kernel_dir).get(VARLEN)
+    persistent = zyfa_core.Manifest.load(persistent_dir).get(VARLEN)
+    for total_q, seqlen_q, batch in [(180, 100, 3), (130, 200, 3), (600, 100, 3), (9000, 4000, 64)]:
+        args, varlen = packed_args(seqlen_q=seqlen_q, batch=batch), varlen_args(total_q=total_q)
+        x, y, z = zyfa_core.launch_grid(tiles, args, varlen=varlen)
+        assert z == 1
+        for sms in (1, 7, 132, 10**6):
+            assert zyfa_core.launch_grid(persistent, args, sms, varlen=varlen) == (min(sms, x * y), 1, 1)
+
+
+def test_persistent_packed_grid_needs_multiprocessors(persistent_dir: Path) -> None:
+    spec = zyfa_core.Manifest.load(persistent_dir).get(VARLEN)
+    with pytest.raises(ValueError, match=f"{VARLEN} takes a persistent grid.*multiprocessor count"):
+        zyfa_core.launch_grid(spec, packed_args(), varlen=varlen_args())
+
+
+def test_persistent_packed_kernel_refuses_32_bit_overflow(persistent_dir: Path) -> None:
+    """Items are numbered in 32 bits as the tile grid's blocks are; heads_q alone is no limit any more."""
+    spec = zyfa_core.Manifest.load(persistent_dir).get(VARLEN)
+    args = packed_args(seqlen_q=2**30, heads_q=128, q_stride_seq=128 * 128, out_stride_seq=128 * 128)
+    with pytest.raises(ValueError, match="work items .* which a packed kernel numbers in 32 bits"):
+        zyfa_core.check_args(spec, args, varlen_args(total_q=2**31 - 1))

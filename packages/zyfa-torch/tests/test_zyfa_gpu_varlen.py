@@ -11,6 +11,8 @@ kernel fails to write shows up; rows of q outside every sequence are not compare
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +25,8 @@ from zyfa import reference as R
 from zyfa_bench.serving import long_tailed_lengths
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
+
+TOOLS = Path(__file__).resolve().parents[3] / "kernels" / "tools"
 
 SAME_NUMERICS_TOL = {"bf16": 5e-3, "fp8": 2e-2}
 F64_TOL = {"bf16": 5e-3, "fp8": 0.06}
@@ -116,6 +120,27 @@ def _call(gpu, p, descales, precision, **kw):
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_kernel_matches_the_reference(case, precision, paged):
+    _check_against_the_reference(case, precision, paged)
+
+
+# A step of 48 long-tailed prompts (6144 new tokens after a 96-key cached prefix each) at 16 q heads: 78 query
+# tiles x 16 heads = 1248 work items, ~10 per CTA of a persistent grid on 132 SMs, so each CTA carries its
+# K / V ring, Q barrier and ping-pong state across items of different sequences.
+MANY_ITEMS = (long_tailed_lengths(48, 6144, seed=11), 96, 16, 2, 128)
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["varlen", "paged"])
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_many_items_per_persistent_cta(precision, paged):
+    lens, prefix, hq, hkv, d = MANY_ITEMS
+    items = sum(-(-n // 128) for n in lens) * hq
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert items >= 4 * sms, f"{items} work items do not give each of {sms} persistent CTAs several"
+    _check_against_the_reference((lens, [prefix + n for n in lens], hq, hkv, d), precision, paged)
+
+
+def _check_against_the_reference(case, precision: str, paged: bool) -> None:
+    """One packed batch through the kernel, against the reference of its numerics and the float64 truth."""
     gpu, cpu, descales, p = _inputs(case, precision, paged)
     spec = _spec(gpu["q"], gpu["k"], gpu["v"], "paged" if paged else "varlen")
     _poison(p.q.shape[0], p.q.shape[1], gpu["q"].device)
@@ -134,6 +159,56 @@ def test_kernel_matches_the_reference(case, precision, paged):
     assert lse_err(lse, want_lse) <= LSE_TOL[precision]
     if precision == "bf16":
         assert lse_err(lse, truth_lse) <= LSE_TOL["bf16"]
+
+
+def _tile_grid_kernels(directory: Path, names: list[str]) -> Path:
+    """A kernel directory with the rows `names` of kernels/variants.bzl built for grid "tiles" (one CTA per
+    work item) by the repository's kernel build; skips without the repository's tools or nvcc."""
+    if not (TOOLS / "zyfa_kernel_build.py").is_file():
+        pytest.skip(f"the tile-grid builds need the repository's {TOOLS}")
+    sys.path.insert(0, str(TOOLS))
+    try:
+        import zyfa_kernel_build as kb
+    finally:
+        sys.path.remove(str(TOOLS))
+    root = TOOLS.parents[1]
+    try:
+        toolchain = kb.ToolchainCache(root).get("cuda")
+    except kb.ToolchainError as exc:
+        pytest.skip(f"the tile-grid builds need nvcc: {exc}")
+    variants = kb.load_variants(root)
+    metas = []
+    for name in names:
+        tiles = {**kb.find_variant(variants, name), "grid": "tiles"}
+        metas.append({"kernel": kb.compile_variant(tiles, root, toolchain, directory / f"{name}.cubin")})
+    kb.write_json(directory / "manifest.json", kb.merge_manifest(metas, kb.abi_version(root), directory))
+    return directory
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_persistent_grid_gives_the_tile_grids_bits(precision, tmp_path, monkeypatch):
+    """The shipped persistent packed kernels against the same rows built for the tile grid: every tile is
+    computed the same way whichever CTA takes it, so out and lse agree bit for bit (packed and paged; a step
+    of many items per CTA, and CASES[0]'s empty and one-row sequences)."""
+    lens, prefix, hq, hkv, d = MANY_ITEMS
+    batches = [(lens, [prefix + n for n in lens], hq, hkv, d), CASES[0]]
+    runs = [(batch, paged) for batch in batches for paged in (False, True)]
+    names, results = set(), []
+    for batch, paged in runs:
+        gpu, _, descales, p = _inputs(batch, precision, paged)
+        spec = _spec(gpu["q"], gpu["k"], gpu["v"], "paged" if paged else "varlen")
+        if spec.grid != "persistent":
+            pytest.skip(f"{spec.name} takes grid {spec.grid!r}")
+        names.add(spec.name)
+        results.append(_call(gpu, p, descales, precision, return_attn_probs=True))
+    monkeypatch.setenv("ZYFA_KERNEL_DIR", str(_tile_grid_kernels(tmp_path, sorted(names))))
+    for (batch, paged), (out, lse) in zip(runs, results, strict=True):
+        gpu, _, descales, p = _inputs(batch, precision, paged)
+        assert _spec(gpu["q"], gpu["k"], gpu["v"], "paged" if paged else "varlen").grid == "tiles"
+        tiles_out, tiles_lse = _call(gpu, p, descales, precision, return_attn_probs=True)
+        where = f"{_ids(batch)} {'paged' if paged else 'varlen'}"
+        assert torch.equal(out, tiles_out), f"{where}: out differs from the tile grid's"
+        assert torch.equal(lse, tiles_lse), f"{where}: lse differs from the tile grid's"
 
 
 @pytest.mark.parametrize("page_size", [16, 64, 128, 256])

@@ -1,5 +1,6 @@
 """Run every default kernel of this GPU's manifest once on small ragged shapes, and the packed-batch
-(varlen) and paged kernels on a two-sequence chunked-prefill batch (the program that
+(varlen) and paged kernels on a two-sequence chunked-prefill batch and (BF16 d128) a 36-sequence one of
+several work items per persistent CTA (the program that
 test_zyfa_gpu_sanitizer.py runs under compute-sanitizer). Prints one line per kernel; exit status 0
 when every output is finite, 1 otherwise. Not a test module: `python zyfa_sanitizer_probe.py`."""
 
@@ -18,6 +19,9 @@ MODES = [None, "exact", "lean", "f16"]
 # Packed batch: per-sequence (len_q, len_k), len_q <= len_k (new tokens over a cached prefix);
 # 4 q / 2 kv heads.
 PACKED = [(77, 300), (130, 130)]
+# More work items (72 query tiles x 4 heads) than an H100 / H200 has SMs: persistent CTAs take several items
+# each, reusing Q, the K / V ring and the O staging across sequences.
+PACKED_MANY = [(129, 160), (200, 200), (256, 300)] * 12
 PAGE_SIZE = 64
 PACKED_MODES = [None, "lean"]  # the modes with packed-batch kernels
 
@@ -30,10 +34,13 @@ def _quantized(q, k, v, mode):
     return q, k, v, {"q_descale": dq, "k_descale": dk, "v_descale": dv, "p_mode": mode}
 
 
-def _packed(d_qk: int, mode: str | None, paged: bool, g: torch.Generator) -> bool:
-    """One packed (or paged) call; True when its output and LSE are finite."""
-    lq = [a for a, _ in PACKED]
-    lk = [b for _, b in PACKED]
+def _packed(
+    d_qk: int, mode: str | None, paged: bool, g: torch.Generator, lens: list[tuple[int, int]] = PACKED
+) -> bool:
+    """One packed (or paged) call on the (len_q, len_k) pairs `lens`; True when its output and LSE are
+    finite."""
+    lq = [a for a, _ in lens]
+    lk = [b for _, b in lens]
     cu_q = torch.tensor([0, *torch.tensor(lq).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0, *torch.tensor(lk).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
     q = torch.randn(sum(lq), 4, d_qk, generator=g, device="cuda").bfloat16()
@@ -91,6 +98,11 @@ def main() -> int:
                 bad += not ok
                 layout = "paged" if paged else "varlen"
                 print(f"{'ok ' if ok else 'BAD'} packed d_qk {d_qk} p_mode {mode} {layout}")
+    for paged in (False, True):
+        ok = _packed(128, None, paged, g, PACKED_MANY)
+        bad += not ok
+        layout = "paged" if paged else "varlen"
+        print(f"{'ok ' if ok else 'BAD'} packed d_qk 128 {layout}, {len(PACKED_MANY)} sequences")
     return 1 if bad else 0
 
 

@@ -214,10 +214,11 @@ def launch_grid(
     `multiprocessors` is not used. "persistent": (min(multiprocessors, items), 1, 1) with items =
     ceil(seqlen_q / tile_m) * heads_q * batch; block x takes items x, x + grid, ... (more blocks than
     items would only exit at once). `launch` passes the device's multiprocessor count. A "varlen" or
-    "paged" kernel (its `varlen` struct given): (min(total_q // tile_m + batch, batch * ceil(seqlen_q /
-    tile_m)), heads_q, 1), a bound on the query tiles of all sequences from host values (seqlen_q is
-    max_seqlen_q); each block finds its sequence and tile in cu_seqlens_q on the device, and blocks past
-    the last tile exit at once.
+    "paged" kernel (its `varlen` struct given) counts its query tiles by min(total_q // tile_m + batch,
+    batch * ceil(seqlen_q / tile_m)), a bound on those of all sequences from host values (seqlen_q is
+    max_seqlen_q): "tiles" = (bound, heads_q, 1), "persistent" = (min(multiprocessors, bound * heads_q),
+    1, 1); each (query tile, head) item finds its sequence and tile in cu_seqlens_q on the device, and
+    items past the last tile are not computed.
 
     Raises:
         ValueError: a persistent spec and `multiprocessors` missing or not positive; a packed spec without
