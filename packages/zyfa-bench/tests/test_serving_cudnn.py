@@ -39,10 +39,12 @@ def test_lengths_and_ragged_offsets_from_cu_seqlens():
     assert cudnn_peer.thd_layout(4, 33, 8, 64) == ([4, 8, 33, 64], [33 * 8 * 64, 64, 8 * 64, 1])
 
 
-def _run(monkeypatch, step, precision, seed=0, backend=91000):
+def _run(monkeypatch, step, precision, seed=0, backend=91000, capability=None):
     fake = cudnn_module()
     fake.backend_version = lambda: backend
     monkeypatch.setitem(sys.modules, "cudnn", fake)
+    # the GPU the peer sees is the test's choice (None: none), never the machine's
+    monkeypatch.setattr(cudnn_peer, "cuda_capability", lambda: capability)
     x = build_step(step, device=CPU, precision=precision, seed=seed)
     args = (x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, x.seqused_k, x.page_table, step.max_seqlens)
     prepared = cudnn_peer.varlen_call(*args, x.descales)
@@ -95,13 +97,13 @@ def test_wrong_alignment_would_be_caught(monkeypatch, no_cuda_stream):
 
 
 def test_fp8_over_a_prefix_is_unsupported_on_hopper(monkeypatch, no_cuda_stream):
-    monkeypatch.setattr(cudnn_peer, "cuda_capability", lambda: (9, 0))
     step = ServingStep(LENS, 32, 16, 2, 1, 32, 32)
     with pytest.raises(
         Unsupported, match="bottom-right causal mask .* sm100 and newer only .*; this GPU is sm90"
     ):
-        _run(monkeypatch, step, "fp8")
-    prepared, ref, _ = _run(monkeypatch, ServingStep(LENS, 0, 16, 2, 1, 32, 32), "fp8")  # no prefix: runs
+        _run(monkeypatch, step, "fp8", capability=(9, 0))
+    no_prefix = ServingStep(LENS, 0, 16, 2, 1, 32, 32)
+    prepared, ref, _ = _run(monkeypatch, no_prefix, "fp8", capability=(9, 0))  # no prefix: runs
     assert errors(prepared.output(), ref)["rel_l2"] < TOLERANCE["fp8"]
 
 
