@@ -7,7 +7,8 @@ One iteration (block kb), in issue order:
   3. S^T = K Q^T on the matrix cores (pipelined: and O^T += V^T P^T of block kb-1);
   4. [diagonal/tail blocks only] keys past the row's limit -> S = -inf;
   5. row max (a max3 chain from the row's running max of S + one half-wave swap), then the V^T
-     operand reads (ds_read_b64_tr_b8), m_ref = C max S, alpha;
+     operand reads (ds_read_b64_tr_b8), m_ref = C max S (with stale_tau: kept unless it passes
+     m + tau), alpha;
   6. P codes (lean: one packed FMA per two scores, scaled by 2^-24 and clamped, a packed f16
      conversion per two and a byte permute per four; exact: exp2 and the e4m3 pack), written
      straight into the P^T operand;
@@ -255,12 +256,17 @@ def _softmax(g: Gen, tag: str) -> None:
         rest = rest[2:]
     if rest:
         g.e(f"v_max_f32_e32 {mx}, {mx}, {rest[0]}")
-    _half_reduce(g, mx, tmp, "v_max_f32_e32", into=g.ms)
+    _half_reduce(g, mx, tmp, "v_max_f32_e32", into=None if g.tau > 0 else g.ms)
+    if g.tau > 0:
+        _stale_test(g, mx, tmp)
     _read_vt(g)
     if g.sh.waves == 8:
         g.e("s_waitcnt lgkmcnt(0)", "this wave's LDS reads of block kb are done")
         g.e("s_barrier", "MFMA phase | softmax phase: S (and the P.V before it) have landed")
-    g.e(f"v_mul_f32_e32 {g.m_new}, {g.ms}, {g.cs}", "m_ref = m_new = max(m, C max_j S_j)")
+    if g.tau > 0:
+        _stale_select(g, mx, tmp)
+    else:
+        g.e(f"v_mul_f32_e32 {g.m_new}, {g.ms}, {g.cs}", "m_ref = m_new = max(m, C max_j S_j)")
     g.e(f"v_sub_f32_e32 {tmp}, {g.m_old}, {g.m_new}")
     g.e(f"v_exp_f32_e32 {g.alpha2[0]}, {tmp}", "alpha = exp2(m - m_ref)")
     if g.sh.p_mode == "lean":
@@ -269,6 +275,28 @@ def _softmax(g: Gen, tag: str) -> None:
         _exact_p(g)
     if not g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
         _row_sum(g)
+
+
+def _stale_test(g: Gen, mx: R, tmp: R) -> None:
+    """Stale running max, first half (before the V^T reads, which cover the vcc wait states):
+    vcc = whether max(m, C max_j S_j) exceeds thr, the candidate in m_new and m_new + tau in tmp.
+
+    mx holds max(kept max S, max_j S_j), so C mx = max(m, C max_j S_j) bit for bit (C > 0, and m = C
+    times the kept max S). thr is fl(m + tau), as the contract compares, or C M_NONE before the row's
+    first key, which any key's C S exceeds, as any t exceeds -inf: a fully masked block keeps the row's
+    state, and m + tau never absorbs a first key whatever the size of C.
+    """
+    g.e(f"v_mul_f32_e32 {g.m_new}, {mx}, {g.cs}", "max(m, C max_j S_j)")
+    g.e(f"v_cmp_gt_f32_e32 vcc, {g.m_new}, {g.thr}", f"raised by more than stale_tau {g.tau:g}?")
+    g.e(f"v_add_f32_e32 {tmp}, {f32_hex(g.tau)}, {g.m_new}")
+
+
+def _stale_select(g: Gen, mx: R, tmp: R) -> None:
+    """Stale running max, second half: where vcc, the new m (and its max of S and m + tau); elsewhere
+    the kept ones, so that alpha = exp2(m - m) = 1 exactly."""
+    g.e(f"v_cndmask_b32_e32 {g.ms}, {g.ms}, {mx}, vcc", "the max of S of the kept or the new m")
+    g.e(f"v_cndmask_b32_e32 {g.m_new}, {g.m_old}, {g.m_new}, vcc", "m_ref = m_new")
+    g.e(f"v_cndmask_b32_e32 {g.thr}, {g.thr}, {tmp}, vcc", "thr = m_new + tau where m moved")
 
 
 def _p_byte(s: int, r: int) -> tuple[int, int]:
@@ -291,7 +319,10 @@ def _lean_p(g: Gen, tag: str) -> None:
                 "x of two keys (< 0, -inf: 0)")  # fmt: skip
     # The clamp at 126 can only act when |m_ref| >= 2^20: below, fl(C S) <= m_ref gives
     # S A <= 8 m_ref + 4 ulp(m_ref) <= 8 m_ref + 1/4 and B <= 120 - 8 m_ref + 1/2, so S A + B < 121.
-    g.e(f"v_cmp_gt_f32_e64 vcc, |{g.m_new}|, {k2p20}", "some row has |m_ref| > 2^20")
+    # With stale_tau, fl(C S) <= fl(m_ref + tau) and |m_ref| < 2^16 give S A <= 8 (m_ref + tau) + 1/16
+    # and B <= 120 - 8 m_ref + 1/32, so S A + B < 120 + 8 tau + 0.1 < 126.5 for tau < 0.8.
+    g.e(f"v_cmp_gt_f32_e64 vcc, |{g.m_new}|, {k2p20}", "some row has |m_ref| > 2^20" if g.tau == 0 else
+        "some row has |m_ref| > 2^16")  # fmt: skip
     g.e(f"s_cbranch_vccnz .Lclamp_{tag}", "rare: out of line, so the usual path takes no branch")
     g.k.label(f".Lclamped_{tag}")
     g.out_of_line.append(lambda: _clamp_block(g, tag))
