@@ -576,11 +576,11 @@ class Gen:
             self.e(f"v_mov_b32_e32 {r}, 0")
         self.t4 = self.vv("t4", 4, 2)
         self.bsum = self.vv("bsum", 2, 2)
+        if self.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
+            self._row_sum_operand()
         if self.tau > 0:
             self.thr = self.vv("m_plus_tau")  # m + tau, or C M_NONE before the row's first key
             self.e(f"v_mov_b32_e32 {self.thr}, {self.m_even}", "stale max: any key's C S exceeds C M_NONE")
-        if self.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
-            self._row_sum_operand()
 
     def _row_sum_operand(self) -> None:
         """The A operand of the row-sum MFMA (16x16x128: B = the P^T operand as it is).
