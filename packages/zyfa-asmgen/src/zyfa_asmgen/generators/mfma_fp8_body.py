@@ -132,8 +132,12 @@ def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
         else "then O^T += V^T P^T"
     )
     k.comment(f"-- 8. rescale {what} unless no row's max moved (alpha = 1 exactly); {then}")
-    g.e(f"v_cmp_neq_f32_e32 vcc, 1.0, {g.alpha2[0]}")
-    g.e(f"s_cbranch_vccz .Lno_rescale_{tag}")
+    if g.tau > 0:
+        g.e(f"s_cmp_lg_u64 {g.moved}, 0", "some row's m moved")
+        g.e(f"s_cbranch_scc0 .Lno_rescale_{tag}")
+    else:
+        g.e(f"v_cmp_neq_f32_e32 vcc, 1.0, {g.alpha2[0]}")
+        g.e(f"s_cbranch_vccz .Lno_rescale_{tag}")
     for acc in g.acc:
         for j in range(0, 16, 2):
             g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2} op_sel_hi:[1,0]")
@@ -264,11 +268,13 @@ def _softmax(g: Gen, tag: str) -> None:
         g.e("s_waitcnt lgkmcnt(0)", "this wave's LDS reads of block kb are done")
         g.e("s_barrier", "MFMA phase | softmax phase: S (and the P.V before it) have landed")
     if g.tau > 0:
-        _stale_select(g, mx, tmp)
+        _stale_select(g, mx, tmp, tag)
     else:
         g.e(f"v_mul_f32_e32 {g.m_new}, {g.ms}, {g.cs}", "m_ref = m_new = max(m, C max_j S_j)")
     g.e(f"v_sub_f32_e32 {tmp}, {g.m_old}, {g.m_new}")
     g.e(f"v_exp_f32_e32 {g.alpha2[0]}, {tmp}", "alpha = exp2(m - m_ref)")
+    if g.tau > 0:
+        g.k.label(f".Lkept_{tag}")
     if g.sh.p_mode == "lean":
         _lean_p(g, tag)
     else:
@@ -291,12 +297,16 @@ def _stale_test(g: Gen, mx: R, tmp: R) -> None:
     g.e(f"v_add_f32_e32 {tmp}, {f32_hex(g.tau)}, {g.m_new}")
 
 
-def _stale_select(g: Gen, mx: R, tmp: R) -> None:
+def _stale_select(g: Gen, mx: R, tmp: R, tag: str) -> None:
     """Stale running max, second half: where vcc, the new m (and its max of S and m + tau); elsewhere
-    the kept ones, so that alpha = exp2(m - m) = 1 exactly."""
+    the kept ones, so that alpha = exp2(m - m) = 1 exactly. Where no row's m moved, alpha = 1 without
+    the exp2 and (the moved rows kept in m_moved) the rescale is skipped."""
     g.e(f"v_cndmask_b32_e32 {g.ms}, {g.ms}, {mx}, vcc", "the max of S of the kept or the new m")
     g.e(f"v_cndmask_b32_e32 {g.m_new}, {g.m_old}, {g.m_new}, vcc", "m_ref = m_new")
     g.e(f"v_cndmask_b32_e32 {g.thr}, {g.thr}, {tmp}, vcc", "thr = m_new + tau where m moved")
+    g.e(f"s_mov_b64 {g.moved}, vcc", "the rows whose m moved: alpha < 2^-tau there, 1 elsewhere")
+    g.e(f"v_mov_b32_e32 {g.alpha2[0]}, 1.0")
+    g.e(f"s_cbranch_vccz .Lkept_{tag}", "no row's m moved: alpha = 1 in every lane")
 
 
 def _p_byte(s: int, r: int) -> tuple[int, int]:
