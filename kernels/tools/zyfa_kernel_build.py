@@ -109,8 +109,11 @@ LOADS_MODES = ("cp.async", "tma")
 # kernel loads a block of 64 rows through a buffer descriptor whose byte count and lane offsets are 32-bit:
 # 63 strides of 2 bytes must stay below 2^31.
 KV_SEQ_STRIDE_LIMITS = {"gfx950/fa_fwd_bf16.hip": 1 << 24}
-STALE_SRCS = {"sm90/fa_fwd_wgmma.cu": "ZYFA_WS_STALE_TAU", "gfx950/fa_fwd_bf16.hip": "ZYFA_STALE_TAU",
-              "mfma_fp8": ""}
+STALE_SRCS = {
+    "sm90/fa_fwd_wgmma.cu": "ZYFA_WS_STALE_TAU",
+    "gfx950/fa_fwd_bf16.hip": "ZYFA_STALE_TAU",
+    "mfma_fp8": "",
+}
 # V pre-pass (kernels/abi/zyfa_abi.h, ABI 3): the sm90 wgmma kernel's ZYFA_WS_VPRE build for e4m3 exact / lean
 # P with d_v 128 and tile_n a multiple of 64; its cubin has a second entry, <name>_vprep, which the manifest
 # row names in "v_prep" (launchers run it into a workspace first).

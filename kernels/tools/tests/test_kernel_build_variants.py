@@ -92,7 +92,7 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"stale_tau": 8}, "stale_tau = 8 has the wrong type"),
         ({"stale_tau": -1.0}, "stale_tau -1.0 must be a finite number >= 0"),
         ({"stale_tau": float("nan")}, "stale_tau nan must be a finite number >= 0"),
-        ({"stale_tau": 8.0}, "stale_tau > 0 needs src in ('sm90/fa_fwd_wgmma.cu', 'gfx950/fa_fwd_bf16.hip', 'mfma"),
+        ({"stale_tau": 8.0}, "stale_tau > 0 needs src in ('sm90/fa_fwd_wgmma.cu', 'gfx950/fa_fwd_bf16.hip',"),
         (
             {"tile_order": "sideways"},
             "tile_order 'sideways' is not one of ('ascending', 'descending', 'global",

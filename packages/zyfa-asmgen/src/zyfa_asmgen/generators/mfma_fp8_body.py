@@ -262,19 +262,16 @@ def _softmax(g: Gen, tag: str) -> None:
         g.e(f"v_max_f32_e32 {mx}, {mx}, {rest[0]}")
     _half_reduce(g, mx, tmp, "v_max_f32_e32", into=None if g.tau > 0 else g.ms)
     if g.tau > 0:
-        _stale_test(g, mx, tmp)
+        _stale_test(g, mx)
     _read_vt(g)
     if g.sh.waves == 8:
         g.e("s_waitcnt lgkmcnt(0)", "this wave's LDS reads of block kb are done")
         g.e("s_barrier", "MFMA phase | softmax phase: S (and the P.V before it) have landed")
     if g.tau > 0:
-        _stale_select(g, mx, tmp, tag)
+        _stale_update(g, mx, tmp, tag)
     else:
         g.e(f"v_mul_f32_e32 {g.m_new}, {g.ms}, {g.cs}", "m_ref = m_new = max(m, C max_j S_j)")
-    g.e(f"v_sub_f32_e32 {tmp}, {g.m_old}, {g.m_new}")
-    g.e(f"v_exp_f32_e32 {g.alpha2[0]}, {tmp}", "alpha = exp2(m - m_ref)")
-    if g.tau > 0:
-        g.k.label(f".Lkept_{tag}")
+        _alpha(g, tmp)
     if g.sh.p_mode == "lean":
         _lean_p(g, tag)
     else:
@@ -283,9 +280,14 @@ def _softmax(g: Gen, tag: str) -> None:
         _row_sum(g)
 
 
-def _stale_test(g: Gen, mx: R, tmp: R) -> None:
-    """Stale running max, first half (before the V^T reads, which cover the vcc wait states):
-    vcc = whether max(m, C max_j S_j) exceeds thr, the candidate in m_new and m_new + tau in tmp.
+def _alpha(g: Gen, tmp: R) -> None:
+    g.e(f"v_sub_f32_e32 {tmp}, {g.m_old}, {g.m_new}")
+    g.e(f"v_exp_f32_e32 {g.alpha2[0]}, {tmp}", "alpha = exp2(m - m_ref)")
+
+
+def _stale_test(g: Gen, mx: R) -> None:
+    """Stale running max, first half (before the V^T reads, which cover the vcc wait states): the
+    candidate max(m, C max_j S_j) in m_new, and vcc = the rows where it exceeds thr (m moves there).
 
     mx holds max(kept max S, max_j S_j), so C mx = max(m, C max_j S_j) bit for bit (C > 0, and m = C
     times the kept max S). thr is fl(m + tau), as the contract compares, or C M_NONE before the row's
@@ -294,19 +296,23 @@ def _stale_test(g: Gen, mx: R, tmp: R) -> None:
     """
     g.e(f"v_mul_f32_e32 {g.m_new}, {mx}, {g.cs}", "max(m, C max_j S_j)")
     g.e(f"v_cmp_gt_f32_e32 vcc, {g.m_new}, {g.thr}", f"raised by more than stale_tau {g.tau:g}?")
-    g.e(f"v_add_f32_e32 {tmp}, {f32_hex(g.tau)}, {g.m_new}")
 
 
-def _stale_select(g: Gen, mx: R, tmp: R, tag: str) -> None:
-    """Stale running max, second half: where vcc, the new m (and its max of S and m + tau); elsewhere
-    the kept ones, so that alpha = exp2(m - m) = 1 exactly. Where no row's m moved, alpha = 1 without
-    the exp2 and (the moved rows kept in m_moved) the rescale is skipped."""
-    g.e(f"v_cndmask_b32_e32 {g.ms}, {g.ms}, {mx}, vcc", "the max of S of the kept or the new m")
+def _stale_update(g: Gen, mx: R, tmp: R, tag: str) -> None:
+    """Stale running max, second half: m_new = the candidate where vcc, else m. Where no row's m moved,
+    nothing else changes: alpha would be exp2(m - m) = 1 in every lane, so the exp2 and (by the moved
+    rows' mask, m_moved) the rescale are skipped; only the VALU row sum reads alpha, which is set to 1
+    for it. Otherwise the moved rows also take the new max of S, thr = m_new + tau, and alpha."""
     g.e(f"v_cndmask_b32_e32 {g.m_new}, {g.m_old}, {g.m_new}, vcc", "m_ref = m_new")
-    g.e(f"v_cndmask_b32_e32 {g.thr}, {g.thr}, {tmp}, vcc", "thr = m_new + tau where m moved")
     g.e(f"s_mov_b64 {g.moved}, vcc", "the rows whose m moved: alpha < 2^-tau there, 1 elsewhere")
-    g.e(f"v_mov_b32_e32 {g.alpha2[0]}, 1.0")
-    g.e(f"s_cbranch_vccz .Lkept_{tag}", "no row's m moved: alpha = 1 in every lane")
+    if not g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
+        g.e(f"v_mov_b32_e32 {g.alpha2[0]}, 1.0", "alpha where no row's m moved (the row sum reads it)")
+    g.e(f"s_cbranch_vccz .Lkept_{tag}", "no row's m moved")
+    g.e(f"v_cndmask_b32_e32 {g.ms}, {g.ms}, {mx}, vcc", "the max of S of the new m")
+    g.e(f"v_add_f32_e32 {tmp}, {f32_hex(g.tau)}, {g.m_new}")
+    g.e(f"v_cndmask_b32_e32 {g.thr}, {g.thr}, {tmp}, vcc", "thr = m_new + tau where m moved")
+    _alpha(g, tmp)
+    g.k.label(f".Lkept_{tag}")
 
 
 def _p_byte(s: int, r: int) -> tuple[int, int]:
