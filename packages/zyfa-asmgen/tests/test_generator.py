@@ -112,10 +112,11 @@ def test_unimplemented_variants_are_refused(change, abi_header):
 
 # What the stale running max replaces in the tau-0 program: the row max reduced straight into the
 # running max of S, m_ref = C max S, the rescale's test of alpha (by the moved rows' mask instead), the
-# lean clamp's threshold (2^20 -> 2^16) and its test's comment, the header's mode line and the register
-# counts.
+# VALU row sum's l * alpha (moved to where some row's max moved), the lean clamp's threshold (2^20 ->
+# 2^16) and its test's comment, the header's mode line and the register counts.
 STALE_REPLACES = re.compile(
     r"v_max_f32_e32 v\d+, v\d+, v\d+$|m_ref = m_new = max\(m, C max_j S_j\)|clamp at 126 can act|"
+    r"v_mul_f32_e32 v\d+, v\d+, v\d+$|"
     r"v_cmp_neq_f32_e32 vcc, 1.0, v\d+$|s_cbranch_vccz .Lno_rescale_\w+$|"
     r"\|m_ref\| > 2\^20|p_mode \w+, SHIFT 8\.$|VGPRs \d+|next_free_vgpr|accum_offset|vgpr_count"
 )

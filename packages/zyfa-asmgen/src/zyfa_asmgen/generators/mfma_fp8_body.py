@@ -300,18 +300,19 @@ def _stale_test(g: Gen, mx: R) -> None:
 
 def _stale_update(g: Gen, mx: R, tmp: R, tag: str) -> None:
     """Stale running max, second half: m_new = the candidate where vcc, else m. Where no row's m moved,
-    nothing else changes: alpha would be exp2(m - m) = 1 in every lane, so the exp2 and (by the moved
-    rows' mask, m_moved) the rescale are skipped; only the VALU row sum reads alpha, which is set to 1
-    for it. Otherwise the moved rows also take the new max of S, thr = m_new + tau, and alpha."""
+    nothing else changes: alpha would be exp2(m - m) = 1 in every lane, so the exp2, the VALU row sum's
+    l * alpha (done here, before the sum is added, as the contract rounds it) and, by the moved rows'
+    mask in m_moved, the rescale are skipped. Otherwise the moved rows also take the new max of S and
+    thr = m_new + tau, and every row its alpha."""
     g.e(f"v_cndmask_b32_e32 {g.m_new}, {g.m_old}, {g.m_new}, vcc", "m_ref = m_new")
     g.e(f"s_mov_b64 {g.moved}, vcc", "the rows whose m moved: alpha < 2^-tau there, 1 elsewhere")
-    if not g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
-        g.e(f"v_mov_b32_e32 {g.alpha2[0]}, 1.0", "alpha where no row's m moved (the row sum reads it)")
     g.e(f"s_cbranch_vccz .Lkept_{tag}", "no row's m moved")
     g.e(f"v_cndmask_b32_e32 {g.ms}, {g.ms}, {mx}, vcc", "the max of S of the new m")
     g.e(f"v_add_f32_e32 {tmp}, {f32_hex(g.tau)}, {g.m_new}")
     g.e(f"v_cndmask_b32_e32 {g.thr}, {g.thr}, {tmp}, vcc", "thr = m_new + tau where m moved")
     _alpha(g, tmp)
+    if not g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
+        g.e(f"v_mul_f32_e32 {g.l}, {g.l}, {g.alpha2[0]}", "l * alpha (the block's sum is added in 7.)")
     g.k.label(f".Lkept_{tag}")
 
 
@@ -394,7 +395,8 @@ def _row_sum(g: Gen) -> None:
             g.e(f"v_pk_add_f32 {bs}, {bs}, {t.sub(2, 2)}")
     g.e(f"v_add_f32_e32 {bs[0]}, {bs[0]}, {bs[1]}")
     _half_reduce(g, bs[0], bs[1], "v_add_f32_e32")
-    g.e(f"v_mul_f32_e32 {g.l}, {g.l}, {g.alpha2[0]}")
+    if g.tau == 0:  # with stale_tau, l * alpha ran where some row's max moved (_stale_update)
+        g.e(f"v_mul_f32_e32 {g.l}, {g.l}, {g.alpha2[0]}")
     g.e(f"v_add_f32_e32 {g.l}, {g.l}, {bs[0]}")
 
 
