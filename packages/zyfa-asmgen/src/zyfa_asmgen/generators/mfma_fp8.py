@@ -580,9 +580,6 @@ class Gen:
             self._row_sum_operand()
         if self.tau > 0:
             self.thr = self.vv("m_plus_tau")  # m + tau, or C M_NONE before the row's first key
-            # The lanes whose m moved in this block, from the row max to the rescale: the first of the
-            # mask's lane masks, which are dead from the end of the mask to the next block's.
-            self.moved = self.mask_sel.sub(0, 2)
             self.e(f"v_mov_b32_e32 {self.thr}, {self.m_even}", "stale max: any key's C S exceeds C M_NONE")
 
     def _row_sum_operand(self) -> None:

@@ -131,24 +131,28 @@ def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
         if g.opts.pipelined(g.sh.p_mode, g.sh.d_qk)
         else "then O^T += V^T P^T"
     )
-    k.comment(f"-- 8. rescale {what} unless no row's max moved (alpha = 1 exactly); {then}")
     if g.tau > 0:
-        g.e(f"s_cmp_lg_u64 {g.moved}, 0", "some row's m moved")
-        g.e(f"s_cbranch_scc0 .Lno_rescale_{tag}")
+        k.comment(f"-- 8. rescale {what}: done in 5. where some row's max moved (stale_tau); {then}")
     else:
+        k.comment(f"-- 8. rescale {what} unless no row's max moved (alpha = 1 exactly); {then}")
         g.e(f"v_cmp_neq_f32_e32 vcc, 1.0, {g.alpha2[0]}")
         g.e(f"s_cbranch_vccz .Lno_rescale_{tag}")
-    for acc in g.acc:
-        for j in range(0, 16, 2):
-            g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2} op_sel_hi:[1,0]")
-    if g.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
-        g.e(f"v_mul_f32_e32 {g.lacc[0]}, {g.lacc[0]}, {g.alpha2[0]}",
-            "only the row-sum register the epilogue reads (the other 3 are never read)")  # fmt: skip
-    k.label(f".Lno_rescale_{tag}")
+        _rescale(g)
+        k.label(f".Lno_rescale_{tag}")
     if not g.opts.pipelined(g.sh.p_mode, g.sh.d_qk):
         g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
         _pv(g)
     g.e(f"s_add_u32 {g.kb}, {g.kb}, 1")
+
+
+def _rescale(g: Gen) -> None:
+    """acc *= alpha (packed), and the row-sum tile's register the epilogue reads."""
+    for acc in g.acc:
+        for j in range(0, 16, 2):
+            g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2} op_sel_hi:[1,0]")
+    if g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
+        g.e(f"v_mul_f32_e32 {g.lacc[0]}, {g.lacc[0]}, {g.alpha2[0]}",
+            "only the row-sum register the epilogue reads (the other 3 are never read)")  # fmt: skip
 
 
 def _prefetch(g: Gen, tag: str) -> None:
@@ -300,19 +304,21 @@ def _stale_test(g: Gen, mx: R) -> None:
 
 def _stale_update(g: Gen, mx: R, tmp: R, tag: str) -> None:
     """Stale running max, second half: m_new = the candidate where vcc, else m. Where no row's m moved,
-    nothing else changes: alpha would be exp2(m - m) = 1 in every lane, so the exp2, the VALU row sum's
-    l * alpha (done here, before the sum is added, as the contract rounds it) and, by the moved rows'
-    mask in m_moved, the rescale are skipped. Otherwise the moved rows also take the new max of S and
-    thr = m_new + tau, and every row its alpha."""
+    nothing else changes (alpha would be exp2(m - m) = 1 in every lane), so one branch skips the rest,
+    which is: the moved rows' new max of S and thr = m_new + tau, alpha, the VALU row sum's l * alpha
+    (before the block's sum is added in 7., as the contract rounds it) and the rescale of O (and the
+    row-sum tile), here rather than in 8.: the P.V that last wrote acc was issued before this block's
+    S, whose results the row max has read. A taken branch costs more than the 5 VALU instructions of
+    the moved rows' path would, so the usual path of a long row (no row moved) is the one that jumps."""
     g.e(f"v_cndmask_b32_e32 {g.m_new}, {g.m_old}, {g.m_new}, vcc", "m_ref = m_new")
-    g.e(f"s_mov_b64 {g.moved}, vcc", "the rows whose m moved: alpha < 2^-tau there, 1 elsewhere")
-    g.e(f"s_cbranch_vccz .Lkept_{tag}", "no row's m moved")
-    g.e(f"v_cndmask_b32_e32 {g.ms}, {g.ms}, {mx}, vcc", "the max of S of the new m")
+    g.e(f"s_cbranch_vccz .Lkept_{tag}", "no row's m moved: no alpha, no rescale")
+    _alpha(g, tmp)
+    g.e(f"v_cndmask_b32_e32 {g.ms}, {g.ms}, {mx}, vcc", "the max of S of the new m (covers exp2's result)")
     g.e(f"v_add_f32_e32 {tmp}, {f32_hex(g.tau)}, {g.m_new}")
     g.e(f"v_cndmask_b32_e32 {g.thr}, {g.thr}, {tmp}, vcc", "thr = m_new + tau where m moved")
-    _alpha(g, tmp)
     if not g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
         g.e(f"v_mul_f32_e32 {g.l}, {g.l}, {g.alpha2[0]}", "l * alpha (the block's sum is added in 7.)")
+    _rescale(g)
     g.k.label(f".Lkept_{tag}")
 
 
