@@ -36,7 +36,7 @@ Numerics (docs/numerics.md, FP8 mode, SHIFT 8), per row and block, all fp32:
     (kept as the running max of S and m = C max S, equal bit for bit as C > 0; M_NONE below stands
     in for -inf, where only zeros are scaled)
     stale_tau > 0 (the variant's field): m_new = m unless C max(max S, max_j S_j) > m + tau, then
-    alpha = exp2(0) = 1 exactly and the row's max of S stays too (see _stale_max in the body)
+    alpha = exp2(0) = 1 exactly and the row's max of S stays too (_stale_test, _stale_update)
     lean:  code_j = clamp(rint(fma(S_j, 8C, 120 - 8 m_ref)), 0, 126), computed 2^-24 scaled so
            that an f16 conversion does the rint (LEAN_SCALE)
     exact: code_j = e4m3(exp2((S_j * C - m_ref) + 8))

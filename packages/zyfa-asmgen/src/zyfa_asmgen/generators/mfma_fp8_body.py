@@ -7,8 +7,9 @@ One iteration (block kb), in issue order:
   3. S^T = K Q^T on the matrix cores (pipelined: and O^T += V^T P^T of block kb-1);
   4. [diagonal/tail blocks only] keys past the row's limit -> S = -inf;
   5. row max (a max3 chain from the row's running max of S + one half-wave swap), then the V^T
-     operand reads (ds_read_b64_tr_b8), m_ref = C max S (with stale_tau: kept unless it passes
-     m + tau), alpha;
+     operand reads (ds_read_b64_tr_b8), m_ref = C max S, alpha; with stale_tau, m_ref = m unless
+     C max S passes m + tau, and alpha and the rescale of step 8 run here, behind one branch taken
+     where no row's m moved;
   6. P codes (lean: one packed FMA per two scores, scaled by 2^-24 and clamped, a packed f16
      conversion per two and a byte permute per four; exact: exp2 and the e4m3 pack), written
      straight into the P^T operand;
@@ -308,8 +309,9 @@ def _stale_update(g: Gen, mx: R, tmp: R, tag: str) -> None:
     which is: the moved rows' new max of S and thr = m_new + tau, alpha, the VALU row sum's l * alpha
     (before the block's sum is added in 7., as the contract rounds it) and the rescale of O (and the
     row-sum tile), here rather than in 8.: the P.V that last wrote acc was issued before this block's
-    S, whose results the row max has read. A taken branch costs more than the 5 VALU instructions of
-    the moved rows' path would, so the usual path of a long row (no row moved) is the one that jumps."""
+    S, whose results the row max has read. The branch jumps where no row moved (the usual block of a
+    long row) and falls through into the rescale otherwise, so a block takes at most one taken branch
+    for all of it (32 cycles in the timing model, as much as 8 VALU instructions)."""
     g.e(f"v_cndmask_b32_e32 {g.m_new}, {g.m_old}, {g.m_new}, vcc", "m_ref = m_new")
     g.e(f"s_cbranch_vccz .Lkept_{tag}", "no row's m moved: no alpha, no rescale")
     _alpha(g, tmp)
