@@ -181,9 +181,9 @@ VARIANTS = [
     # order; tile_order "global_descending" over "descending" at 16K (MODELLED): lean 2377 -> 2508 (d128) and
     # 2417 -> 2724 (192x128), exact 1411 -> 1515 and 1533 -> 1761 TFLOP/s. stale_tau 0.75 (a row keeps its max
     # unless a block raises it by more than 0.75, so fewer blocks rescale O) at 16K, fitted on 2048 / 16384 keys
-    # (MODELLED): lean d128 2575 -> 2596 / 2724 -> 2746, 192x128 2760 -> 2821 / 2913 -> 2951; exact d128
-    # 1515 -> 1524 / 1567 -> 1582, 192x128 1755 -> 1778 / 1815 -> 1824 (the tried table of
-    # docs/gfx950-fp8-kernel.md).
+    # (MODELLED): lean d128 2575 -> 2617 / 2724 -> 2826, 192x128 2760 -> 2843 / 2913 -> 2995; exact d128
+    # 1515 -> 1536 / 1567 -> 1604, 192x128 1755 -> 1790 / 1815 -> 1849; on the 512-key fit -0.2 to -1.3 % (the
+    # tried table of docs/gfx950-fp8-kernel.md).
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
      "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
