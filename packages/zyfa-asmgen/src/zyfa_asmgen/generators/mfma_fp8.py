@@ -191,7 +191,7 @@ class Options:
         """Whether the two 32-key halves of S^T read their K operand into the same AGPRs, one after
         the other. By default where d_qk > 128 and the row sums are on the matrix core: without it
         the row-sum MFMA's 16 VGPRs + 8 AGPRs push a 192/128 wave past 256 registers, halving the
-        occupancy (MODELLED at 16K: 2120 against 2720 TFLOP/s, docs/gfx950-fp8-kernel.md)."""
+        occupancy (MODELLED at 16K: 2100 against 2690 TFLOP/s, docs/gfx950-fp8-kernel.md)."""
         if self.share_k_operand is None:
             return d_qk > 128 and self.row_sum_on_mfma(p_mode, d_qk)
         return self.share_k_operand
