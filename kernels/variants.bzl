@@ -35,8 +35,8 @@ Fields:
               bound of the online softmax in log2 units (docs/numerics.md "Stale running max"). A row
               keeps its max m unless a block raises it by more than stale_tau, so the O rescale is
               skipped; zyfa.reference(stale_tau=...) reproduces it. Only src sm90/fa_fwd_wgmma.cu
-              (-DZYFA_WS_STALE_TAU) and gfx950/fa_fwd_bf16.hip (-DZYFA_STALE_TAU); FP8 needs < 0.8
-              (P <= 2^(8 + tau) < 448).
+              (-DZYFA_WS_STALE_TAU), gfx950/fa_fwd_bf16.hip (-DZYFA_STALE_TAU) and the mfma_fp8 generator
+              (which reads the field); FP8 needs < 0.8 (P <= 2^(8 + tau) < 448).
   v_prep      optional bool (False when absent): the kernel reads V pre-transposed, written by a second entry
               of its cubin, <name>_vprep, which launchers run first into a workspace (kernels/abi/zyfa_abi.h,
               ABI 3; the manifest row's "v_prep" names the entry, "" when absent). Only src
@@ -186,17 +186,25 @@ VARIANTS = [
     # rows share each K/V block (threads 128; one wave and the 8-wave ping-pong model slower: the ablation
     # table of docs/gfx950-fp8-kernel.md). The generator runs the last query tile first, in either descending
     # order; tile_order "global_descending" over "descending" at 16K (MODELLED): lean 2377 -> 2508 (d128) and
-    # 2417 -> 2724 (192x128), exact 1411 -> 1515 and 1533 -> 1761 TFLOP/s.
+    # 2417 -> 2724 (192x128), exact 1411 -> 1515 and 1533 -> 1761 TFLOP/s. stale_tau 0.75 (a row keeps its max
+    # unless a block raises it by more than 0.75, so fewer blocks rescale O) at 16K, fitted on 2048 / 16384 keys
+    # (MODELLED): lean d128 2575 -> 2617 / 2724 -> 2826, 192x128 2760 -> 2843 / 2913 -> 2995; exact d128
+    # 1515 -> 1536 / 1567 -> 1604, 192x128 1755 -> 1790 / 1815 -> 1849; on the 512-key fit -0.2 to -1.3 % (the
+    # tried table of docs/gfx950-fp8-kernel.md).
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending"},
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 0.75},
     {"name": "fa_fwd_e4m3fn_hd128_causal_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "mfma_fp8",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending"},
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 0.75},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending"},
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 0.75},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_gfx950", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "mfma_fp8",
-     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending"},
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 0.75},
 ]

@@ -100,7 +100,8 @@ PERSISTENT_SRC = "sm90/fa_fwd_wgmma.cu"
 # kernel's ZYFA_WS_TMA build, BF16 only: a second parameter, zyfa_tma_maps, that launchers encode).
 LOADS_MODES = ("cp.async", "tma")
 # Stale running max (docs/numerics.md): a row keeps m unless a block raises it by more than stale_tau
-# (log2 units). The sources that implement it, with the define that carries tau; FP8 P must stay below
+# (log2 units). The sources that implement it, with the define that carries tau ("": the mfma_fp8
+# generator reads the row's field itself); FP8 P must stay below
 # e4m3's 448 = 2^8.8 with the row max at 2^8, so FP8 needs stale_tau below the ABI header's
 # ZYFA_FP8_MAX_STALE_TAU (fp8_max_stale_tau).
 # The largest k / v seq stride (elements, exclusive) a source's kernels address, written to each row as
@@ -108,7 +109,11 @@ LOADS_MODES = ("cp.async", "tma")
 # kernel loads a block of 64 rows through a buffer descriptor whose byte count and lane offsets are 32-bit:
 # 63 strides of 2 bytes must stay below 2^31.
 KV_SEQ_STRIDE_LIMITS = {"gfx950/fa_fwd_bf16.hip": 1 << 24}
-STALE_SRCS = {"sm90/fa_fwd_wgmma.cu": "ZYFA_WS_STALE_TAU", "gfx950/fa_fwd_bf16.hip": "ZYFA_STALE_TAU"}
+STALE_SRCS = {
+    "sm90/fa_fwd_wgmma.cu": "ZYFA_WS_STALE_TAU",
+    "gfx950/fa_fwd_bf16.hip": "ZYFA_STALE_TAU",
+    "mfma_fp8": "",
+}
 # V pre-pass (kernels/abi/zyfa_abi.h, ABI 3): the sm90 wgmma kernel's ZYFA_WS_VPRE build for e4m3 exact / lean
 # P with d_v 128 and tile_n a multiple of 64; its cubin has a second entry, <name>_vprep, which the manifest
 # row names in "v_prep" (launchers run it into a workspace first).
@@ -365,7 +370,7 @@ def defines(v: dict[str, Any]) -> list[str]:
         values["ZYFA_WS_PERSISTENT"] = 1
     if loads_mode(v) == "tma":
         values["ZYFA_WS_TMA"] = 1
-    if stale_tau(v) > 0.0:
+    if stale_tau(v) > 0.0 and STALE_SRCS[v["src"]]:
         values[STALE_SRCS[v["src"]]] = f"{stale_tau(v)!r}f"  # a float literal, e.g. 8.0f
     if v_prep_entry(v):
         values["ZYFA_WS_VPRE"] = 1

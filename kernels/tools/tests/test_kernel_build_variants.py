@@ -92,7 +92,7 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"stale_tau": 8}, "stale_tau = 8 has the wrong type"),
         ({"stale_tau": -1.0}, "stale_tau -1.0 must be a finite number >= 0"),
         ({"stale_tau": float("nan")}, "stale_tau nan must be a finite number >= 0"),
-        ({"stale_tau": 8.0}, "stale_tau > 0 needs src in ('sm90/fa_fwd_wgmma.cu', 'gfx950/fa_fwd_bf16.hip')"),
+        ({"stale_tau": 8.0}, "stale_tau > 0 needs src in ('sm90/fa_fwd_wgmma.cu', 'gfx950/fa_fwd_bf16.hip',"),
         (
             {"tile_order": "sideways"},
             "tile_order 'sideways' is not one of ('ascending', 'descending', 'global",
@@ -204,6 +204,15 @@ def test_stale_tau_on_the_gfx950_bf16_kernel_defines_zyfa_stale_tau() -> None:
     v = dict(hip, stale_tau=8.0)
     assert kb.variant_problems(v) == []
     assert kb.defines(v) == [*kb.defines(hip), "-DZYFA_STALE_TAU=8.0f"]
+
+
+def test_stale_tau_on_the_mfma_fp8_generator_is_its_own_field() -> None:
+    """The mfma_fp8 generator reads stale_tau from the row it is given (no define); FP8's bound holds."""
+    gen = variant(kind="asmgen", src="mfma_fp8", dtype="e4m3fn", p_mode="lean", tile_order="descending")
+    v = dict(gen, stale_tau=0.75)
+    assert kb.variant_problems(v) == [] and kb.defines(v) == kb.defines(gen)
+    (problem,) = kb.variant_problems(dict(gen, stale_tau=0.8))
+    assert "would let FP8 P pass e4m3's 448" in problem
 
 
 def test_v_prep_defines_ws_vpre_only_where_the_pass_exists() -> None:

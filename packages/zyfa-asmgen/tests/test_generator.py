@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections import Counter
 
 import pytest
 from asmgen_testlib import read_variants
@@ -100,11 +101,41 @@ def test_offsets_follow_the_header(abi_header):
         {"d_v": 100},
         {"tile_n": 32},
         {"tile_order": "ascending"},
+        {"stale_tau": 0.8},  # lean codes could pass 126 and exact P e4m3's 448
+        {"stale_tau": -0.25},
     ],
 )
 def test_unimplemented_variants_are_refused(change, abi_header):
     with pytest.raises(VariantError):
         generate("mfma_fp8", Variant.from_dict({**CASES[0], **change}), parse_abi_header(abi_header))
+
+
+# What the stale running max replaces in the tau-0 program: the row max reduced straight into the
+# running max of S, m_ref = C max S, the rescale's test of alpha and its label (the rescale itself moves
+# under the "no row moved" branch, as does the VALU row sum's l * alpha, now commented), the lean clamp's
+# threshold (2^20 -> 2^16) and its test's comment, the header's mode line and the register counts.
+STALE_REPLACES = re.compile(
+    r"v_max_f32_e32 v\d+, v\d+, v\d+$|m_ref = m_new = max\(m, C max_j S_j\)|clamp at 126 can act|"
+    r"v_cmp_neq_f32_e32 vcc, 1.0, v\d+$|s_cbranch_vccz .Lno_rescale_\w+$|^.Lno_rescale_\w+:$|"
+    r"-- 8. rescale .* unless no row's max moved|v_mul_f32_e32 v\d+, v\d+, v\d+$|"
+    r"\|m_ref\| > 2\^20|p_mode \w+, SHIFT 8\.$|VGPRs \d+|next_free_vgpr|accum_offset|vgpr_count"
+)
+
+
+@pytest.mark.parametrize("entry", CASES, ids=lambda e: e["name"])
+def test_stale_tau_zero_is_the_exact_running_max_kernel(entry, abi_header):
+    """stale_tau 0 builds exactly the kernel of a row without the field (the exact running max), and a
+    positive tau changes only the running-max update: every other line of the tau-0 program is still
+    in the tau program (the rescale and the VALU row sum's l * alpha move under one branch)."""
+    abi = parse_abi_header(abi_header)
+    row = {k: v for k, v in entry.items() if k != "stale_tau"}
+    exact = generate("mfma_fp8", Variant.from_dict(row), abi)
+    assert generate("mfma_fp8", Variant.from_dict({**row, "stale_tau": 0.0}), abi) == exact
+    assert "stale_tau" not in exact
+    stale = generate("mfma_fp8", Variant.from_dict({**row, "stale_tau": 0.5}), abi)
+    dropped = Counter(exact.splitlines()) - Counter(stale.splitlines())
+    assert dropped and not [line for line in dropped if not STALE_REPLACES.search(line)]
+    assert "stale_tau 0.5" in stale and stale.count("v_cmp_gt_f32_e32 vcc") >= 4
 
 
 def _encoded_bytes(tc, asm) -> int:

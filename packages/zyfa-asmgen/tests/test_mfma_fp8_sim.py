@@ -56,18 +56,25 @@ def beyond_one_ulp_in_few_rows(got: torch.Tensor, ref: torch.Tensor) -> bool:
     )
 
 
-def variant(d_qk: int, p_mode: str, waves: int, d_v: int = 128, tile_order: str = "descending") -> Variant:
+def variant(
+    d_qk: int, p_mode: str, waves: int, d_v: int = 128, tile_order: str = "descending", stale_tau: float = 0.0
+) -> Variant:
     return Variant.from_dict({"name": "k", "arch": "gfx950", "dtype": "e4m3fn", "d_qk": d_qk, "d_v": d_v,
                               "causal": True, "p_mode": p_mode, "kind": "asmgen", "src": "mfma_fp8",
                               "tile_m": 32 * waves, "tile_n": 64, "threads": 64 * waves,
-                              "tile_order": tile_order})  # fmt: skip
+                              "tile_order": tile_order, "stale_tau": stale_tau})  # fmt: skip
 
 
 @cache
 def kernel(
-    d_qk: int, p_mode: str, waves: int = 2, opts: Options | None = None, tile_order: str = "descending"
+    d_qk: int,
+    p_mode: str,
+    waves: int = 2,
+    opts: Options | None = None,
+    tile_order: str = "descending",
+    stale_tau: float = 0.0,
 ) -> tuple[str, dict[str, str]]:
-    var = variant(d_qk, p_mode, waves, tile_order=tile_order)
+    var = variant(d_qk, p_mode, waves, tile_order=tile_order, stale_tau=stale_tau)
     return generate_with_operands(var, parse_abi_header(ABI_HEADER), opts)
 
 
@@ -356,3 +363,95 @@ def test_seeded_bugs_are_caught(bug):
         return  # an operand the simulator rejects is caught too
     ref, _ = reference.attention(q8, k8, v8, p_mode="lean", block_n=64, **_kw(128, 3))
     assert res.findings or not torch.allclose(got, ref.double(), rtol=2**-7, atol=1e-3)
+
+
+def _check_against_reference(got, lse, ref, ref_lse, truth, v8) -> None:
+    """The assertions of test_matches_reference (one bf16 ulp but in flipped rows, max|v| / 16 in any
+    element, twice the reference's float64 error, lse within 1e-5 but in flipped rows) for a launch
+    with the lse flag."""
+    err = (got - ref).abs()
+    assert beyond_one_ulp_in_few_rows(got, ref), f"{int((err > BF16_REL * ref.abs()).sum())} elements off"
+    assert err.max() <= v8.float().abs().max().item() * DESCALES[2] / 16
+    assert (got - truth).abs().max() <= 2 * (ref - truth).abs().max() + 1e-3
+    assert torch.equal(torch.isinf(lse), torch.isinf(ref_lse))
+    fin = torch.isfinite(ref_lse)
+    d = (lse[fin] - ref_lse[fin]).abs()
+    moved = int((d > 1e-5 * ref_lse[fin].abs().clamp(min=1)).sum())
+    assert moved <= max(1, math.ceil(FLIP_SHARE * d.numel())), f"{moved} lse rows beyond 1e-5"
+    assert d.max() <= math.log1p(16 / 256)
+
+
+@pytest.mark.parametrize(
+    "b,sq,sk,hq,hkv,d_qk,p_mode,tau,waves,order",
+    [
+        (1, 100, 170, 4, 1, 128, "lean", 0.75, 2, "forward"),  # GQA 4:1, ragged, seqlen_q < seqlen_k
+        (1, 200, 150, 2, 2, 128, "exact", 0.5, 2, "reverse"),  # rows with no key (0 / +inf)
+        (2, 33, 97, 4, 1, 192, "lean", 0.5, 2, "forward"),  # MQA, batch 2, d_qk 192
+        (1, 200, 300, 2, 1, 192, "exact", 0.75, 2, "reverse"),  # GQA 2:1, unmasked blocks first
+        (1, 130, 250, 2, 1, 128, "lean", 0.25, 1, "forward"),  # one wave per workgroup
+        (1, 300, 270, 2, 1, 128, "exact", 0.75, 8, "reverse"),  # the 8-wave ping-pong
+    ],
+)
+def test_stale_tau_matches_reference(b, sq, sk, hq, hkv, d_qk, p_mode, tau, waves, order):
+    """With stale_tau the kernel keeps a row's max unless a block raises it by more than tau, as
+    zyfa.reference.attention(stale_tau=tau) does: same tolerances as test_matches_reference. With these
+    scores (t about 1.6 per unit of the normal) a block's max passes the previous one by less than tau
+    in many rows and by more in others, so both branches run. The exact running max's reference is not
+    within those tolerances, so a kernel that ignored tau would fail."""
+    rng = np.random.default_rng()
+    q8, k8, v8 = fp8_inputs(rng, b, sq, sk, hq, hkv, d_qk)
+    asm = kernel(d_qk, p_mode, waves, stale_tau=tau)[0]
+    res, got, lse = launch(asm, q8, k8, v8, 3, waves, order=order)
+    assert not res.findings, "\n".join(map(str, res.findings))
+    assert not torch.isnan(got).any() and not torch.isnan(lse).any(), "unwritten output rows"
+    kw = {**_kw(d_qk, 3), "p_mode": p_mode, "block_n": 64}
+    ref, ref_lse = (x.double() for x in reference.attention(q8, k8, v8, stale_tau=tau, **kw))
+    exact_max, _ = reference.attention(q8, k8, v8, **kw)
+    assert not beyond_one_ulp_in_few_rows(exact_max.double(), ref), "tau changes too little to be tested"
+    truth, _ = reference.attention_dense_f64(q8, k8, v8, **_kw(d_qk, 3))
+    _check_against_reference(got, lse, ref, ref_lse, truth, v8)
+
+
+def _stale_codes(s: torch.Tensor, c: torch.Tensor, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The lean codes of the second block of 64 keys of unmasked rows, and whether each row kept its
+    max there, by the contract: m = max t over block 0, then kept unless block 1 raises it past m + tau."""
+    t = s * c
+    m0 = t[:, :64].amax(dim=1)
+    m1 = torch.maximum(m0, t[:, 64:128].amax(dim=1))
+    kept = ~(m1 > m0 + tau)
+    m = torch.where(kept, m0, m1)
+    codes = reference.lean_p_codes(s[:, 64:128], 8.0 * c, (120.0 - 8.0 * m)[:, None])
+    return codes, kept
+
+
+@pytest.mark.parametrize("d_qk", [128, 192])
+def test_stale_lean_p_bytes_are_the_reference_codes(d_qk):
+    """With stale_tau 0.75 the e4m3 bytes fed to the P.V MFMA for the second key block equal the
+    contract's lean codes under the kept max bit for bit (integer q and k: S is exact in both), for rows
+    that kept a smaller max (codes up to 126) and rows that moved it alike."""
+    tau = 0.75
+    rng = np.random.default_rng()
+    sq, sk = 64, 192  # rows 0..31 see every key of blocks 0 and 1
+    small = (rng.integers(-4, 5, (1, s, 1, d_qk)).astype(np.float32) for s in (sq, sk))
+    q8, k8 = (torch.from_numpy(x).to(torch.float8_e4m3fn) for x in small)
+    v8 = fp8_inputs(rng, 1, sq, sk, 1, 1, d_qk)[2]
+    asm, regs = kernel(d_qk, "lean", stale_tau=tau)
+    simulator = sim.Simulator(asm, "k")
+    seen = _capture_p(simulator, regs["p"], regs["acc0"])
+    res, _, _ = launch(asm, q8, k8, v8, 3, simulator=simulator)
+    runs = [regs for wave, regs in seen if wave == 0]
+    if Options().pipelined("lean", d_qk):
+        runs = runs[1:]  # the pipelined kernel's first P.V runs on P = 0
+    assert not res.findings and len(runs) >= 2, "the P.V MFMA did not run for two blocks"
+    s = q8[0, :32, 0].float() @ k8[0, :128, 0].float().T
+    c = torch.tensor(_kw(d_qk, 1)["softmax_scale"], dtype=torch.float32) * DESCALES[0] * DESCALES[1]
+    want, kept = _stale_codes(s, c * torch.tensor(math.log2(math.e), dtype=torch.float32), tau)
+    got = np.zeros((32, 64), dtype=np.int64)
+    for lane in range(64):
+        for byte in range(32):
+            blk, r = divmod(byte, 16)
+            key = 32 * blk + 8 * (r // 4) + 4 * (lane // 32) + r % 4
+            got[lane % 32, key] = (int(runs[1][byte // 4, lane]) >> (8 * (byte % 4))) & 0xFF
+    assert np.array_equal(got, want.numpy()), "kernel P codes differ from the contract's stale lean codes"
+    above = (want > 120).any(dim=1)  # P above 2^8: the block's max passed the kept one
+    assert bool((kept & above).any()) and bool((~kept).any()), "the data exercised too little of the rule"

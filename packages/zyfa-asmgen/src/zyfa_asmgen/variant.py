@@ -30,6 +30,7 @@ class Variant:
     tile_n: int
     threads: int
     tile_order: str = "ascending"  # which query tile workgroup x computes (see zyfa_kernel_build.py)
+    stale_tau: float = 0.0  # running-max staleness bound, log2 units (docs/numerics.md "Stale running max")
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Variant:
@@ -50,6 +51,7 @@ class Variant:
             tile_n=int(d["tile_n"]),
             threads=int(d["threads"]),
             tile_order=str(d.get("tile_order", "ascending")),
+            stale_tau=float(d.get("stale_tau", 0.0)),
         )
 
     @staticmethod

@@ -35,6 +35,8 @@ Numerics (docs/numerics.md, FP8 mode, SHIFT 8), per row and block, all fp32:
     m_ref = m_new, or 0 while m_new = -inf;  alpha = exp2(m - m_ref);  m = m_new
     (kept as the running max of S and m = C max S, equal bit for bit as C > 0; M_NONE below stands
     in for -inf, where only zeros are scaled)
+    stale_tau > 0 (the variant's field): m_new = m unless C max(max S, max_j S_j) > m + tau, then
+    alpha = exp2(0) = 1 exactly and the row's max of S stays too (_stale_test, _stale_update)
     lean:  code_j = clamp(rint(fma(S_j, 8C, 120 - 8 m_ref)), 0, 126), computed 2^-24 scaled so
            that an f16 conversion does the rint (LEAN_SCALE)
     exact: code_j = e4m3(exp2((S_j * C - m_ref) + 8))
@@ -79,6 +81,14 @@ LEAN_SCALE = 2.0**-24
 # no key of the row is ever measured against it, and finite, so m_ref = C M_NONE gives finite
 # alpha and B (the row's P, l and acc stay 0 until its first key; its lse is +inf by l = 0).
 M_NONE = -(2.0**30)
+# Lean P skips its clamp at 126 while every row has |m_ref| below this (the clamp cannot act there;
+# _lean_p in the body gives the bound): 2^20 with the exact running max, 2^16 with a stale one, whose
+# codes reach 120 + 8 tau and so leave less room for the roundings of C S, m + tau and B.
+LEAN_CLAMP_FREE = {False: 2.0**20, True: 2.0**16}
+# Largest stale_tau (exclusive): lean codes stay <= 126 (120 + 8 tau + 0.1 < 126.5 below LEAN_CLAMP_FREE)
+# and exact P <= 2^(8 + tau) below e4m3's 448 = 2^8.807. The same bound as the ABI header's
+# ZYFA_FP8_MAX_STALE_TAU, which the build checks every variant row against.
+MAX_STALE_TAU = 0.8
 MFMA = "v_mfma_f32_32x32x64_f8f6f4"
 ROW_SUM_MFMA = "v_mfma_f32_16x16x128_f8f6f4"  # half the matrix-core time of MFMA; see _row_sum_operand
 P_MODES = ("lean", "exact")
@@ -181,7 +191,7 @@ class Options:
         """Whether the two 32-key halves of S^T read their K operand into the same AGPRs, one after
         the other. By default where d_qk > 128 and the row sums are on the matrix core: without it
         the row-sum MFMA's 16 VGPRs + 8 AGPRs push a 192/128 wave past 256 registers, halving the
-        occupancy (MODELLED at 16K: 2120 against 2720 TFLOP/s, docs/gfx950-fp8-kernel.md)."""
+        occupancy (MODELLED at 16K: 2100 against 2690 TFLOP/s, docs/gfx950-fp8-kernel.md)."""
         if self.share_k_operand is None:
             return d_qk > 128 and self.row_sum_on_mfma(p_mode, d_qk)
         return self.share_k_operand
@@ -201,6 +211,8 @@ def _check_variant(var: Variant) -> Shape:
         raise VariantError(f"mfma_fp8: p_mode must be one of {P_MODES}, got {var.p_mode!r}")
     if var.tile_order not in TILE_ORDERS:
         raise VariantError(f"mfma_fp8: tile_order must be one of {TILE_ORDERS}, got {var.tile_order!r}")
+    if not 0.0 <= var.stale_tau < MAX_STALE_TAU:
+        raise VariantError(f"mfma_fp8: stale_tau must be >= 0 and < {MAX_STALE_TAU}, got {var.stale_tau!r}")
     if var.d_qk not in (64, 128, 192, 256) or var.d_v not in (64, 128):
         raise VariantError(
             f"mfma_fp8 needs d_qk in 64/128/192/256 and d_v in 64/128 (got {var.d_qk}, {var.d_v})"
@@ -220,6 +232,7 @@ class Gen:
         self.a = RegFile("a")
         self.s = RegFile("s", base=5)  # s[0:1] kernarg pointer, s2..s4 workgroup ids x, y, z
         self.tile_order = var.tile_order
+        self.tau = var.stale_tau  # 0: the exact running max
         # The workgroup's query head and batch: the ids y and z, or (global_descending) computed.
         self.head, self.batch = R("s", 3, 1, "workgroup_id_y"), R("s", 4, 1, "workgroup_id_z")
         self.lds = self.k.lds("kv", 2 * self.sh.buf)
@@ -507,7 +520,7 @@ class Gen:
                     (f32_hex(-8.0 * LEAN_SCALE), "-2^-24 8: B' = fma(m_ref, this, next)"),
                     (f32_hex(LEAN_B0 * LEAN_SCALE), "2^-24 120"),
                     ("0x06040200", "v_perm_b32: the low byte of each f16 of two pairs"),
-                    (f32_hex(2.0**20), "|m_ref| from which the clamp at 126 can act"),
+                    (f32_hex(LEAN_CLAMP_FREE[self.tau > 0]), "|m_ref| from which the clamp at 126 can act"),
                 )
             ):
                 self.e(f"v_mov_b32_e32 {self.lean_k[i]}, {val}", why)
@@ -565,6 +578,9 @@ class Gen:
         self.bsum = self.vv("bsum", 2, 2)
         if self.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
             self._row_sum_operand()
+        if self.tau > 0:
+            self.thr = self.vv("m_plus_tau")  # m + tau, or C M_NONE before the row's first key
+            self.e(f"v_mov_b32_e32 {self.thr}, {self.m_even}", "stale max: any key's C S exceeds C M_NONE")
 
     def _row_sum_operand(self) -> None:
         """The A operand of the row-sum MFMA (16x16x128: B = the P^T operand as it is).
@@ -638,8 +654,9 @@ def build_program(var: Variant, abi: AbiLayout, opts: Options | None = None) -> 
 
 
 def _header(var: Variant, prog: Program, sh: Shape) -> str:
+    stale = f", stale_tau {var.stale_tau:g}" if var.stale_tau > 0 else ""
     return f"""{var.name}: generated by zyfa_asmgen.generators.mfma_fp8 -- do not edit.
-FP8 (e4m3fn q/k/v, bf16 out) causal attention, ZYFA numerics, p_mode {sh.p_mode}, SHIFT {SHIFT:g}.
+FP8 (e4m3fn q/k/v, bf16 out) causal attention, ZYFA numerics, p_mode {sh.p_mode}, SHIFT {SHIFT:g}{stale}.
 arch {ARCH}; tile_m {sh.tile_m} query rows x tile_n {TILE_N} keys per block; {sh.waves} wave64 per workgroup
 (32 rows each, one shared K/V stream);
 {MFMA} for S^T = K Q^T ({2 * sh.kc} per block) and O^T += V^T P^T ({sh.vc} per block).

@@ -7,7 +7,9 @@ One iteration (block kb), in issue order:
   3. S^T = K Q^T on the matrix cores (pipelined: and O^T += V^T P^T of block kb-1);
   4. [diagonal/tail blocks only] keys past the row's limit -> S = -inf;
   5. row max (a max3 chain from the row's running max of S + one half-wave swap), then the V^T
-     operand reads (ds_read_b64_tr_b8), m_ref = C max S, alpha;
+     operand reads (ds_read_b64_tr_b8), m_ref = C max S, alpha; with stale_tau, m_ref = m unless
+     C max S passes m + tau, and alpha and the rescale of step 8 run here, behind one branch taken
+     where no row's m moved;
   6. P codes (lean: one packed FMA per two scores, scaled by 2^-24 and clamped, a packed f16
      conversion per two and a byte permute per four; exact: exp2 and the e4m3 pack), written
      straight into the P^T operand;
@@ -130,20 +132,28 @@ def _block(g: Gen, masked: bool, tag: str, par: int) -> None:
         if g.opts.pipelined(g.sh.p_mode, g.sh.d_qk)
         else "then O^T += V^T P^T"
     )
-    k.comment(f"-- 8. rescale {what} unless no row's max moved (alpha = 1 exactly); {then}")
-    g.e(f"v_cmp_neq_f32_e32 vcc, 1.0, {g.alpha2[0]}")
-    g.e(f"s_cbranch_vccz .Lno_rescale_{tag}")
-    for acc in g.acc:
-        for j in range(0, 16, 2):
-            g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2} op_sel_hi:[1,0]")
-    if g.opts.row_sum_on_mfma(sh.p_mode, sh.d_qk):
-        g.e(f"v_mul_f32_e32 {g.lacc[0]}, {g.lacc[0]}, {g.alpha2[0]}",
-            "only the row-sum register the epilogue reads (the other 3 are never read)")  # fmt: skip
-    k.label(f".Lno_rescale_{tag}")
+    if g.tau > 0:
+        k.comment(f"-- 8. rescale {what}: done in 5. where some row's max moved (stale_tau); {then}")
+    else:
+        k.comment(f"-- 8. rescale {what} unless no row's max moved (alpha = 1 exactly); {then}")
+        g.e(f"v_cmp_neq_f32_e32 vcc, 1.0, {g.alpha2[0]}")
+        g.e(f"s_cbranch_vccz .Lno_rescale_{tag}")
+        _rescale(g)
+        k.label(f".Lno_rescale_{tag}")
     if not g.opts.pipelined(g.sh.p_mode, g.sh.d_qk):
         g.e("s_waitcnt lgkmcnt(0)", "V^T operand")
         _pv(g)
     g.e(f"s_add_u32 {g.kb}, {g.kb}, 1")
+
+
+def _rescale(g: Gen) -> None:
+    """acc *= alpha (packed), and the row-sum tile's register the epilogue reads."""
+    for acc in g.acc:
+        for j in range(0, 16, 2):
+            g.e(f"v_pk_mul_f32 {acc.sub(j, 2)}, {acc.sub(j, 2)}, {g.alpha2} op_sel_hi:[1,0]")
+    if g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
+        g.e(f"v_mul_f32_e32 {g.lacc[0]}, {g.lacc[0]}, {g.alpha2[0]}",
+            "only the row-sum register the epilogue reads (the other 3 are never read)")  # fmt: skip
 
 
 def _prefetch(g: Gen, tag: str) -> None:
@@ -255,20 +265,63 @@ def _softmax(g: Gen, tag: str) -> None:
         rest = rest[2:]
     if rest:
         g.e(f"v_max_f32_e32 {mx}, {mx}, {rest[0]}")
-    _half_reduce(g, mx, tmp, "v_max_f32_e32", into=g.ms)
+    _half_reduce(g, mx, tmp, "v_max_f32_e32", into=None if g.tau > 0 else g.ms)
+    if g.tau > 0:
+        _stale_test(g, mx)
     _read_vt(g)
     if g.sh.waves == 8:
         g.e("s_waitcnt lgkmcnt(0)", "this wave's LDS reads of block kb are done")
         g.e("s_barrier", "MFMA phase | softmax phase: S (and the P.V before it) have landed")
-    g.e(f"v_mul_f32_e32 {g.m_new}, {g.ms}, {g.cs}", "m_ref = m_new = max(m, C max_j S_j)")
-    g.e(f"v_sub_f32_e32 {tmp}, {g.m_old}, {g.m_new}")
-    g.e(f"v_exp_f32_e32 {g.alpha2[0]}, {tmp}", "alpha = exp2(m - m_ref)")
+    if g.tau > 0:
+        _stale_update(g, mx, tmp, tag)
+    else:
+        g.e(f"v_mul_f32_e32 {g.m_new}, {g.ms}, {g.cs}", "m_ref = m_new = max(m, C max_j S_j)")
+        _alpha(g, tmp)
     if g.sh.p_mode == "lean":
         _lean_p(g, tag)
     else:
         _exact_p(g)
     if not g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
         _row_sum(g)
+
+
+def _alpha(g: Gen, tmp: R) -> None:
+    g.e(f"v_sub_f32_e32 {tmp}, {g.m_old}, {g.m_new}")
+    g.e(f"v_exp_f32_e32 {g.alpha2[0]}, {tmp}", "alpha = exp2(m - m_ref)")
+
+
+def _stale_test(g: Gen, mx: R) -> None:
+    """Stale running max, first half (before the V^T reads, which cover the vcc wait states): the
+    candidate max(m, C max_j S_j) in m_new, and vcc = the rows where it exceeds thr (m moves there).
+
+    mx holds max(kept max S, max_j S_j), so C mx = max(m, C max_j S_j) bit for bit (C > 0, and m = C
+    times the kept max S). thr is fl(m + tau), as the contract compares, or C M_NONE before the row's
+    first key, which any key's C S exceeds, as any t exceeds -inf: a fully masked block keeps the row's
+    state, and m + tau never absorbs a first key whatever the size of C.
+    """
+    g.e(f"v_mul_f32_e32 {g.m_new}, {mx}, {g.cs}", "max(m, C max_j S_j)")
+    g.e(f"v_cmp_gt_f32_e32 vcc, {g.m_new}, {g.thr}", f"raised by more than stale_tau {g.tau:g}?")
+
+
+def _stale_update(g: Gen, mx: R, tmp: R, tag: str) -> None:
+    """Stale running max, second half: m_new = the candidate where vcc, else m. Where no row's m moved,
+    nothing else changes (alpha would be exp2(m - m) = 1 in every lane), so one branch skips the rest,
+    which is: the moved rows' new max of S and thr = m_new + tau, alpha, the VALU row sum's l * alpha
+    (before the block's sum is added in 7., as the contract rounds it) and the rescale of O (and the
+    row-sum tile), here rather than in 8.: the P.V that last wrote acc was issued before this block's
+    S, whose results the row max has read. The branch jumps where no row moved (the usual block of a
+    long row) and falls through into the rescale otherwise, so a block takes at most one taken branch
+    for all of it (32 cycles in the timing model, as much as 8 VALU instructions)."""
+    g.e(f"v_cndmask_b32_e32 {g.m_new}, {g.m_old}, {g.m_new}, vcc", "m_ref = m_new")
+    g.e(f"s_cbranch_vccz .Lkept_{tag}", "no row's m moved: no alpha, no rescale")
+    _alpha(g, tmp)
+    g.e(f"v_cndmask_b32_e32 {g.ms}, {g.ms}, {mx}, vcc", "the max of S of the new m (covers exp2's result)")
+    g.e(f"v_add_f32_e32 {tmp}, {f32_hex(g.tau)}, {g.m_new}")
+    g.e(f"v_cndmask_b32_e32 {g.thr}, {g.thr}, {tmp}, vcc", "thr = m_new + tau where m moved")
+    if not g.opts.row_sum_on_mfma(g.sh.p_mode, g.sh.d_qk):
+        g.e(f"v_mul_f32_e32 {g.l}, {g.l}, {g.alpha2[0]}", "l * alpha (the block's sum is added in 7.)")
+    _rescale(g)
+    g.k.label(f".Lkept_{tag}")
 
 
 def _p_byte(s: int, r: int) -> tuple[int, int]:
@@ -291,7 +344,10 @@ def _lean_p(g: Gen, tag: str) -> None:
                 "x of two keys (< 0, -inf: 0)")  # fmt: skip
     # The clamp at 126 can only act when |m_ref| >= 2^20: below, fl(C S) <= m_ref gives
     # S A <= 8 m_ref + 4 ulp(m_ref) <= 8 m_ref + 1/4 and B <= 120 - 8 m_ref + 1/2, so S A + B < 121.
-    g.e(f"v_cmp_gt_f32_e64 vcc, |{g.m_new}|, {k2p20}", "some row has |m_ref| > 2^20")
+    # With stale_tau, fl(C S) <= fl(m_ref + tau) and |m_ref| < 2^16 give S A <= 8 (m_ref + tau) + 1/16
+    # and B <= 120 - 8 m_ref + 1/32, so S A + B < 120 + 8 tau + 0.1 < 126.5 for tau < 0.8.
+    g.e(f"v_cmp_gt_f32_e64 vcc, |{g.m_new}|, {k2p20}", "some row has |m_ref| > 2^20" if g.tau == 0 else
+        "some row has |m_ref| > 2^16")  # fmt: skip
     g.e(f"s_cbranch_vccnz .Lclamp_{tag}", "rare: out of line, so the usual path takes no branch")
     g.k.label(f".Lclamped_{tag}")
     g.out_of_line.append(lambda: _clamp_block(g, tag))
@@ -347,7 +403,8 @@ def _row_sum(g: Gen) -> None:
             g.e(f"v_pk_add_f32 {bs}, {bs}, {t.sub(2, 2)}")
     g.e(f"v_add_f32_e32 {bs[0]}, {bs[0]}, {bs[1]}")
     _half_reduce(g, bs[0], bs[1], "v_add_f32_e32")
-    g.e(f"v_mul_f32_e32 {g.l}, {g.l}, {g.alpha2[0]}")
+    if g.tau == 0:  # with stale_tau, l * alpha ran where some row's max moved (_stale_update)
+        g.e(f"v_mul_f32_e32 {g.l}, {g.l}, {g.alpha2[0]}")
     g.e(f"v_add_f32_e32 {g.l}, {g.l}, {bs[0]}")
 
 
