@@ -171,7 +171,7 @@ VARIANTS = [
     # BF16: eight waves (two ping-pong groups of four), 32 query rows each, K and V through LDS in three
     # stages (docs/gfx950-bf16-kernel.md); the LDS size is read from the code object. Modelled (MODELLED,
     # the calibrated model): stale_tau 8.0 (the O rescale skipped) 4594 -> 4331 cycles per key block at
-    # d128; tile_order "global_descending" over "descending" at 16K 1151 -> 1231 (d128) and 1188 -> 1352
+    # d128; tile_order "global_descending" over "descending" at 16K (512-key fit) 1151 -> 1231 (d128) and 1188 -> 1352
     # (192x128) TFLOP/s (the tried table of docs/gfx950-bf16-kernel.md).
     {"name": "fa_fwd_bf16_hd128_causal_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
@@ -185,7 +185,7 @@ VARIANTS = [
     # docs/gfx950-fp8-kernel.md); lean P is the default mode, exact P the accuracy-first one. Two waves of 32
     # rows share each K/V block (threads 128; one wave and the 8-wave ping-pong model slower: the ablation
     # table of docs/gfx950-fp8-kernel.md). The generator runs the last query tile first, in either descending
-    # order; tile_order "global_descending" over "descending" at 16K (MODELLED): lean 2377 -> 2508 (d128) and
+    # order; tile_order "global_descending" over "descending" at 16K (MODELLED, 512-key fit): lean 2377 -> 2508 (d128) and
     # 2417 -> 2724 (192x128), exact 1411 -> 1515 and 1533 -> 1761 TFLOP/s. stale_tau 0.75 (a row keeps its max
     # unless a block raises it by more than 0.75, so fewer blocks rescale O) at 16K, fitted on 2048 / 16384 keys
     # (MODELLED): lean d128 2575 -> 2617 / 2724 -> 2826, 192x128 2760 -> 2843 / 2913 -> 2995; exact d128
