@@ -111,9 +111,11 @@ VARIANTS = [
      "loads": "tma"},
     # ---- NVIDIA Hopper (sm_90a): packed batches of a serving step (layout "varlen": cu_seqlens; "paged": K / V
     # through a page table), the default kernels' numerics with cp.async loads (the TMA maps describe dense
-    # tensors) on the persistent grid (min(SMs, items) CTAs walk the batch's (query tile, head) items, longest
-    # first, as the dense persistent kernels do; grid "tiles" launches one CTA per item, with the same output
-    # bits); FP8 in the default lean P mode. smem_bytes as the dense rows; lean d128 without
+    # tensors). Packed rows run on the persistent grid (min(SMs, items) CTAs walk the batch's (query tile, head)
+    # items, longest first, as the dense persistent kernels do): against FA3 varlen 0.76-0.85x where the tile
+    # grid gave 0.68-0.77x. Paged rows keep grid "tiles" (one CTA per item, the same output bits): BF16 d128
+    # with a 4K prefix measured 186.5 TFLOP/s on it against 170.0-173.7 persistent (H100, kernels/sm90/NOTES.md).
+    # FP8 in the default lean P mode. smem_bytes as the dense rows; lean d128 without
     # the V pre-pass stages V (+32 KiB) like lean 192/128.
     {"name": "fa_fwd_bf16_hd128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
@@ -122,7 +124,7 @@ VARIANTS = [
     {"name": "fa_fwd_bf16_hd128_causal_paged_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197760, "tag": "", "stale_tau": 8.0,
-     "grid": "persistent", "layout": "paged"},
+     "grid": "tiles", "layout": "paged"},
     {"name": "fa_fwd_bf16_hd192x128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "stale_tau": 8.0,
@@ -130,7 +132,7 @@ VARIANTS = [
     {"name": "fa_fwd_bf16_hd192x128_causal_paged_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230528, "tag": "", "stale_tau": 8.0,
-     "grid": "persistent", "layout": "paged"},
+     "grid": "tiles", "layout": "paged"},
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_varlen_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 184448, "tag": "",
@@ -138,7 +140,7 @@ VARIANTS = [
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 184448, "tag": "",
-     "grid": "persistent", "layout": "paged"},
+     "grid": "tiles", "layout": "paged"},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_varlen_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231552, "tag": "",
@@ -146,7 +148,7 @@ VARIANTS = [
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231552, "tag": "",
-     "grid": "persistent", "layout": "paged"},
+     "grid": "tiles", "layout": "paged"},
     # ---- NVIDIA Hopper (sm_90a): simple mma.sync kernels, tag "simple": the first correct kernels, kept as a
     # cross-check and a fallback (select with tag="simple").
     {"name": "fa_fwd_bf16_hd128_causal_simple_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
