@@ -284,3 +284,20 @@ def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
             assert any(f"layout '{layout}' needs src" in p for p in problems), (bad, problems)
     (problem,) = kb.variant_problems(variant(**WGMMA, layout="ragged"))
     assert "layout 'ragged' is not one of" in problem
+
+
+def test_gfx950_bf16_varlen_layout() -> None:
+    """The gfx950 BF16 kernel's packed build: layout "varlen" adds -DZYFA_VARLEN=1 (not the sm90 define) and
+    _varlen to the name; "paged" and the persistent grid are refused with the reason."""
+    hip = dict(arch="gfx950", kind="hip", src="gfx950/fa_fwd_bf16.hip", d_qk=128, d_v=128, tile_m=256,
+               tile_n=64, threads=512, smem_bytes=0, tile_order="global_descending")  # fmt: skip
+    dense = variant(**hip)
+    packed = variant(**hip, layout="varlen")
+    assert packed["name"] == "fa_fwd_bf16_hd128_causal_varlen_gfx950"
+    assert kb.variant_problems(packed) == []
+    assert kb.defines(packed) == [f"-DZYFA_KERNEL_NAME={packed['name']}", *kb.defines(dense)[1:], "-DZYFA_VARLEN=1"]
+    assert not any("VARLEN" in d for d in kb.defines(dense))
+    paged = variant(**hip, layout="paged")
+    assert any("layout 'paged' needs src one of ['sm90/fa_fwd_wgmma.cu']" in p for p in kb.variant_problems(paged))
+    persistent = variant(**hip, layout="varlen", grid="persistent")
+    assert any("is built for grid tiles" in p for p in kb.variant_problems(persistent))

@@ -140,8 +140,10 @@ def _origin(v: dict[str, Any], repo: Path) -> str:
     return f"generator {v['src']!r} run now"
 
 
-# The -DZYFA_TILE_DESCENDING value of each tile_order, as kernels/tools/zyfa_kernel_build.py builds it.
+# The -DZYFA_TILE_DESCENDING value of each tile_order and the -DZYFA_VARLEN value of each layout of the HIP
+# kernel, as kernels/tools/zyfa_kernel_build.py builds them.
 TILE_ORDER_DEFINES = {"descending": 1, "global_descending": 2}
+HIP_LAYOUT_DEFINES = {"varlen": 1}
 
 
 def _build_asm(v: dict[str, Any], repo: Path) -> str:
@@ -162,6 +164,8 @@ def _build_asm(v: dict[str, Any], repo: Path) -> str:
                "ZYFA_TILE_DESCENDING": TILE_ORDER_DEFINES.get(v.get("tile_order"), 0)}  # fmt: skip
     if float(v.get("stale_tau", 0.0)) > 0.0:
         defines["ZYFA_STALE_TAU"] = f"{float(v['stale_tau'])!r}f"  # a float literal, e.g. 8.0f
+    if v.get("layout", "dense") in HIP_LAYOUT_DEFINES:
+        defines["ZYFA_VARLEN"] = HIP_LAYOUT_DEFINES[v["layout"]]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{v['name']}.s"
         compile_hip(repo / "kernels" / v["src"], out, defines, [repo / "kernels"])
