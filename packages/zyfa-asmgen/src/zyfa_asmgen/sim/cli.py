@@ -25,7 +25,6 @@ import ast
 import json
 import math
 import os
-import struct
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ import numpy as np
 
 from ..abi import AbiLayout, parse_abi_header
 from .errors import SimError
+from .kernarg import pack_kernarg
 from .machine import Simulator
 from .memory import GlobalMemory
 from .steady import LaunchEstimate, WorkgroupCost, attention_bytes, attention_flops, estimate
@@ -44,7 +44,6 @@ from .timing import MI355X, fit_linear, format_cu, model_cu
 
 BF16 = ml_dtypes.bfloat16
 E4M3 = ml_dtypes.float8_e4m3fn
-_PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "f32": "<f", "f64": "<d"}
 DEFAULT_LAUNCH = "1,32768,32768,32,8"
 MAX_TIMED_WGS = 4  # traced workgroups the CU model replays (evenly spaced query tiles)
 
@@ -217,14 +216,6 @@ def make_inputs(entry: dict[str, Any], shape: Shape, rng: np.random.Generator, d
     out = np.full((shape.batch, shape.seqlen_q, shape.heads_q, entry["d_v"]), np.nan, dtype=BF16)
     lse = np.full((shape.batch, shape.heads_q, shape.seqlen_q), np.nan, dtype=np.float32)
     return Inputs(raw, f64, ds, out, lse, 1.0 / math.sqrt(entry["d_qk"]))
-
-
-def pack_kernarg(layout: AbiLayout, values: dict[str, float | int]) -> bytes:
-    """The zyfa_fwd_args bytes: every header field packed at its offset (missing fields are 0)."""
-    buf = bytearray(layout.size)
-    for f in layout.fields:
-        struct.pack_into(_PACK[f.kind], buf, f.offset, values.get(f.name, 0))
-    return bytes(buf)
 
 
 def kernarg_values(inp: Inputs, ptrs: list[int], shape: Shape, entry: dict, flags: int) -> dict[str, Any]:

@@ -1,0 +1,155 @@
+"""Packed variable-length batches in the simulator (kernels/abi/zyfa_abi.h, ABI 4).
+
+A kernel whose row has "layout" "varlen" takes two parameters: zyfa_fwd_args, whose q, k, v and out are
+packed [total, heads, d] tensors (batch strides 0, seqlen_q / seqlen_k the largest counts of the batch),
+then zyfa_varlen_args (cu_seqlens_q / _k, optional seqused_k, total_q / total_k), at the offsets the header
+gives (zyfa_asmgen.abi). Sequence b has the q rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 and the keys
+cu_seqlens_k[b] .. (seqused_k[b] of them when given); lse is float32 [heads_q, total_q]. The gfx950 BF16
+kernel's packed build is launched (ceil(max_seqlen_q / tile_m), heads_q, batch): workgroup (x, head, b)
+computes query tile x of sequence b (under the row's tile_order) or exits when the sequence is shorter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ..abi import AbiLayout
+from .kernarg import pack_kernarg
+from .machine import Simulator
+from .memory import GlobalMemory
+
+BF16 = ml_dtypes.bfloat16
+
+
+@dataclass
+class PackedBatch:
+    """A packed BF16 batch as the kernel reads it, its outputs poisoned with NaN."""
+
+    q: np.ndarray  # bf16 [total_q, heads_q, d_qk]
+    k: np.ndarray  # bf16 [total_k, heads_kv, d_qk]
+    v: np.ndarray  # bf16 [total_k, heads_kv, d_v]
+    out: np.ndarray  # bf16 [total_q, heads_q, d_v], NaN
+    lse: np.ndarray  # float32 [heads_q, total_q], NaN
+    cu_seqlens_q: np.ndarray  # int32 [batch + 1]
+    cu_seqlens_k: np.ndarray  # int32 [batch + 1]
+    seqused_k: np.ndarray | None  # int32 [batch]: the keys each sequence uses, or None (all of its range)
+    scale: float
+
+    @property
+    def batch(self) -> int:
+        """Sequences in the batch."""
+        return len(self.cu_seqlens_q) - 1
+
+    def lens_q(self) -> np.ndarray:
+        """Queries of each sequence."""
+        return np.diff(self.cu_seqlens_q)
+
+    def lens_k(self) -> np.ndarray:
+        """Keys of each sequence: seqused_k when given, else its cu_seqlens_k range."""
+        return np.diff(self.cu_seqlens_k) if self.seqused_k is None else self.seqused_k.copy()
+
+    def max_seqlen_q(self) -> int:
+        """The launch's seqlen_q: the longest sequence's queries (at least 1)."""
+        return max(1, int(self.lens_q().max(initial=0)))
+
+    def max_seqlen_k(self) -> int:
+        """The launch's seqlen_k: the most keys of a sequence (at least 1)."""
+        return max(1, int(self.lens_k().max(initial=0)))
+
+
+def cu_seqlens(lens: list[int] | np.ndarray) -> np.ndarray:
+    """int32 [len(lens) + 1] exclusive prefix sums: sequence b's rows are [cu[b], cu[b + 1])."""
+    return np.concatenate([[0], np.cumsum(np.asarray(lens, dtype=np.int64))]).astype(np.int32)
+
+
+def make_packed(
+    entry: dict[str, Any],
+    lens_q: list[int],
+    lens_k: list[int],
+    heads_q: int,
+    heads_kv: int,
+    rng: np.random.Generator,
+    seqused_k: list[int] | None = None,
+    pad_q: int = 0,
+) -> PackedBatch:
+    """Random N(0, 1) bf16 q, k, v of sequences with lens_q queries and lens_k keys each (seqused_k: the
+    keys each actually uses, at most its lens_k), plus `pad_q` q / out rows after the last sequence, which
+    no sequence owns (the kernel must leave them unwritten)."""
+    if len(lens_q) != len(lens_k) or (seqused_k is not None and len(seqused_k) != len(lens_q)):
+        raise ValueError("lens_q, lens_k (and seqused_k) need one entry per sequence")
+    cu_q, cu_k = cu_seqlens(lens_q), cu_seqlens(lens_k)
+    total_q, total_k = int(cu_q[-1]) + pad_q, int(cu_k[-1])
+    dqk, dv = entry["d_qk"], entry["d_v"]
+    q = rng.standard_normal((total_q, heads_q, dqk)).astype(BF16)
+    k = rng.standard_normal((total_k, heads_kv, dqk)).astype(BF16)
+    v = rng.standard_normal((total_k, heads_kv, dv)).astype(BF16)
+    out = np.full((total_q, heads_q, dv), np.nan, dtype=BF16)
+    lse = np.full((heads_q, total_q), np.nan, dtype=np.float32)
+    used = None if seqused_k is None else np.asarray(seqused_k, dtype=np.int32)
+    return PackedBatch(q, k, v, out, lse, cu_q, cu_k, used, 1.0 / float(np.sqrt(dqk)))
+
+
+def packed_grid(entry: dict[str, Any], pb: PackedBatch) -> tuple[int, int, int]:
+    """(ceil(max_seqlen_q / tile_m), heads_q, batch): the packed build's launch grid."""
+    return (-(-pb.max_seqlen_q() // entry["tile_m"]), pb.q.shape[1], pb.batch)
+
+
+def packed_kernarg_values(
+    pb: PackedBatch, mem: GlobalMemory, entry: dict[str, Any], flags: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Map the batch's buffers into `mem`; return the field values of zyfa_fwd_args and zyfa_varlen_args.
+    `flags` must include ZYFA_FLAG_VARLEN (the caller's ABI header gives its value)."""
+    ptrs = {name: mem.map(getattr(pb, name).view(np.uint16)) for name in ("q", "k", "v", "out")}
+    ptrs["lse"] = mem.map(pb.lse)
+    fwd: dict[str, Any] = dict(ptrs)
+    for name in ("q", "k", "v", "out"):
+        t = getattr(pb, name)
+        fwd[f"{name}_stride_batch"] = 0  # packed: sequences are rows, not batches
+        fwd[f"{name}_stride_seq"] = t.strides[0] // t.itemsize
+        fwd[f"{name}_stride_head"] = t.strides[1] // t.itemsize
+    fwd.update(batch=pb.batch, heads_q=pb.q.shape[1], heads_kv=pb.k.shape[1], seqlen_q=pb.max_seqlen_q(),
+               seqlen_k=pb.max_seqlen_k(), d_qk=entry["d_qk"], d_v=entry["d_v"], flags=flags,
+               softmax_scale=pb.scale, q_descale=1.0, k_descale=1.0, v_descale=1.0)  # fmt: skip
+    varlen: dict[str, Any] = {
+        "cu_seqlens_q": mem.map(pb.cu_seqlens_q, readonly=True),
+        "cu_seqlens_k": mem.map(pb.cu_seqlens_k, readonly=True),
+        "seqused_k": 0 if pb.seqused_k is None else mem.map(pb.seqused_k, readonly=True),
+        "total_q": pb.q.shape[0],
+        "total_k": pb.k.shape[0],
+    }
+    return fwd, varlen
+
+
+def packed_flags(layout: AbiLayout, entry: dict[str, Any], lse: bool = True) -> int:
+    """ZYFA_FLAG_VARLEN, with CAUSAL for a causal kernel and LSE when `lse`."""
+    flags = layout.flags["ZYFA_FLAG_VARLEN"]
+    if entry["causal"]:
+        flags |= layout.flags["ZYFA_FLAG_CAUSAL"]
+    if lse:
+        flags |= layout.flags["ZYFA_FLAG_LSE"]
+    return flags
+
+
+def launch_packed(
+    sim: Simulator,
+    entry: dict[str, Any],
+    layout: AbiLayout,
+    pb: PackedBatch,
+    flags: int | None = None,
+    workgroups: list[tuple[int, int, int]] | None = None,
+    **launch: Any,
+):
+    """Launch a packed build on `pb` (every workgroup of packed_grid, or `workgroups`); pb.out and pb.lse
+    receive the results. `launch` goes to Simulator.launch (wave_order, trace, ...). Returns its result."""
+    if entry.get("layout", "dense") != "varlen":
+        raise ValueError(f"{entry['name']} is not a packed (layout 'varlen') kernel")
+    mem = GlobalMemory()
+    flags = packed_flags(layout, entry) if flags is None else flags
+    fwd, varlen = packed_kernarg_values(pb, mem, entry, flags)
+    kernarg = pack_kernarg(layout, fwd, varlen)
+    grid = packed_grid(entry, pb)
+    return sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=workgroups, **launch)
