@@ -37,7 +37,8 @@ def _defines(v: dict) -> dict:
             "ZYFA_TILE_M": v["tile_m"], "ZYFA_TILE_N": v["tile_n"], "ZYFA_THREADS": v["threads"],
             "ZYFA_SMEM_BYTES": v["smem_bytes"], "ZYFA_LEAN_P": 0,
             "ZYFA_TILE_DESCENDING": TILE_ORDER_DEFINES.get(v.get("tile_order"), 0),
-            "ZYFA_STALE_TAU": f"{v['stale_tau']!r}f", "ZYFA_VARLEN": HIP_LAYOUT_DEFINES[v["layout"]]}  # fmt: skip
+            "ZYFA_STALE_TAU": f"{v['stale_tau']!r}f",
+            "ZYFA_VARLEN": HIP_LAYOUT_DEFINES[v["layout"]]}  # fmt: skip
 
 
 def _variant(d_qk: int) -> dict:
@@ -59,7 +60,7 @@ def check_packed(res, pb: PackedBatch, pad_q: int = 0) -> None:
     lens_k = pb.lens_k()
     for b in range(pb.batch):
         q0, q1, k0 = int(cq[b]), int(cq[b + 1]), int(ck[b])
-        nk = int(lens_k[b])
+        nk = min(int(lens_k[b]), pb.k.shape[0] - k0)  # the ABI's clamp: keys inside k
         if q1 == q0:
             continue
         got = pb.out[q0:q1].astype(np.float64)[None]
@@ -68,7 +69,8 @@ def check_packed(res, pb: PackedBatch, pad_q: int = 0) -> None:
         if nk == 0:  # no key: every row writes 0 and lse +inf
             assert (got == 0).all() and np.isposinf(lg).all(), f"sequence {b}"
             continue
-        ref, lref, emul = attention_reference(pb.q[None, q0:q1], pb.k[None, k0 : k0 + nk], pb.v[None, k0 : k0 + nk])
+        keys = slice(k0, k0 + nk)
+        ref, lref, emul = attention_reference(pb.q[None, q0:q1], pb.k[None, keys], pb.v[None, keys])
         err = np.abs(got - ref).max()
         assert err <= 2 * np.abs(emul - ref).max() + 1e-3, (b, err)
         same_inf = np.isinf(lref) & (lg == lref)
@@ -133,3 +135,13 @@ def test_global_tile_order_maps_each_workgroup_once(hip_src, abi) -> None:
         q0, q1 = int(pb.cu_seqlens_q[b]), int(pb.cu_seqlens_q[b + 1])
         assert np.isnan(pb.out[q0 : q0 + 256].astype(np.float32)).all()
         assert not np.isnan(pb.out[q0 + 256 : q1].astype(np.float32)).any()
+
+
+def test_counts_past_the_tensors_are_clamped(hip_src, abi) -> None:
+    """cu_seqlens_k claiming 500 keys for the last sequence where k has 20 rows after its start: the kernel
+    clamps the count to the rows of k (zyfa_abi.h), reads nothing past them and attends over those 20."""
+    v = _variant(128)
+    pb = make_packed(v, [8, 30], [10, 20], 2, 1, np.random.default_rng())
+    pb.cu_seqlens_k[-1] = 510
+    res = launch_packed(Simulator(hip_src(SRC, **_defines(v)), v["name"]), v, abi, pb)
+    check_packed(res, pb)

@@ -41,6 +41,7 @@ from .machine import Simulator
 from .memory import GlobalMemory
 from .steady import LaunchEstimate, WorkgroupCost, attention_bytes, attention_flops, estimate
 from .timing import MI355X, fit_linear, format_cu, model_cu
+from .varlen import launch_uniform
 
 BF16 = ml_dtypes.bfloat16
 E4M3 = ml_dtypes.float8_e4m3fn
@@ -406,6 +407,15 @@ def traced_launch(src: KernelSource, layout: AbiLayout, shape: Shape, tiles: lis
     """
     entry = src.entry
     inp = make_inputs(entry, shape, rng, tuple(descales))
+    sim = Simulator(src.asm, entry["name"])
+    grid = (-(-shape.seqlen_q // entry["tile_m"]), shape.heads_q, shape.batch)
+    wgs = [workgroup_of(t, h, bi, grid, entry) for bi in range(shape.batch) for h in range(shape.heads_q)
+           for t in tiles]  # fmt: skip
+    if entry.get("layout", "dense") != "dense":  # a packed build: the batch as sequences of equal lengths
+        res = launch_uniform(
+            sim, entry, layout, *inp.raw, inp.out, inp.lse, inp.scale, workgroups=wgs, trace=True
+        )
+        return sim, res, inp
     mem = GlobalMemory()
     ptrs = [mem.map(x.view(np.uint8 if x.dtype == E4M3 else np.uint16)) for x in inp.raw]
     ptrs += [mem.map(inp.out.view(np.uint16)), mem.map(inp.lse)]
@@ -413,10 +423,6 @@ def traced_launch(src: KernelSource, layout: AbiLayout, shape: Shape, tiles: lis
         "ZYFA_FLAG_LSE", 2
     )
     kernarg = pack_kernarg(layout, kernarg_values(inp, ptrs, shape, entry, flags))
-    sim = Simulator(src.asm, entry["name"])
-    grid = (-(-shape.seqlen_q // entry["tile_m"]), shape.heads_q, shape.batch)
-    wgs = [workgroup_of(t, h, bi, grid, entry) for bi in range(shape.batch) for h in range(shape.heads_q)
-           for t in tiles]  # fmt: skip
     res = sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=wgs, trace=True)
     return sim, res, inp
 

@@ -153,3 +153,29 @@ def launch_packed(
     kernarg = pack_kernarg(layout, fwd, varlen)
     grid = packed_grid(entry, pb)
     return sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=workgroups, **launch)
+
+
+def launch_uniform(
+    sim: Simulator,
+    entry: dict[str, Any],
+    layout: AbiLayout,
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    out: np.ndarray,
+    lse: np.ndarray,
+    scale: float,
+    **launch: Any,
+):
+    """A dense batch (q [b, sq, hq, d_qk], k / v [b, sk, hkv, d], out [b, sq, hq, d_v], lse float32
+    [b, hq, sq], all contiguous bf16 but lse) run by a packed build as b sequences of sq queries over sk
+    keys each: the packed tensors are views of the dense ones, so out is written in place; lse is copied
+    back from the kernel's [heads_q, total_q]. `launch` as for launch_packed. Returns the launch result."""
+    b, sq, hq, _ = q.shape
+    sk = k.shape[1]
+    packed_lse = np.full((hq, b * sq), np.nan, dtype=np.float32)
+    rows = [x.reshape(x.shape[0] * x.shape[1], x.shape[2], -1) for x in (q, k, v, out)]  # views: contiguous
+    pb = PackedBatch(*rows, packed_lse, cu_seqlens([sq] * b), cu_seqlens([sk] * b), None, scale)
+    res = launch_packed(sim, entry, layout, pb, **launch)
+    lse[...] = packed_lse.reshape(hq, b, sq).transpose(1, 0, 2)
+    return res
