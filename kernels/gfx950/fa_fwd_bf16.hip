@@ -12,6 +12,9 @@
 // variant's tile_order) maps workgroups to query tiles, longest rows first (see below). ZYFA_STALE_TAU:
 // the stale running max of docs/numerics.md (the O rescale is skipped while no row of a wave raises its
 // max by more than tau).
+// ZYFA_VARLEN = 1: the packed build (layout "varlen", ABI 4): a second parameter, zyfa_varlen_args, grid
+// (ceil(max_seqlen_q / 256), hq, sequences); each workgroup runs this code on its sequence's view
+// (gfx950/varlen.h).
 //
 // MFMA v_mfma_f32_32x32x16_bf16 (D = A.B + C, A 32x16, B 16x32; lane l = j + 32h, h = l / 32):
 //   A: lane holds row i = l % 32, k = 8h .. 8h+7      B: lane holds column j = l % 32, same k
