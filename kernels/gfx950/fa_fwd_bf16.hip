@@ -12,9 +12,9 @@
 // variant's tile_order) maps workgroups to query tiles, longest rows first (see below). ZYFA_STALE_TAU:
 // the stale running max of docs/numerics.md (the O rescale is skipped while no row of a wave raises its
 // max by more than tau).
-// ZYFA_VARLEN = 1: the packed build (layout "varlen", ABI 4): a second parameter, zyfa_varlen_args, grid
-// (ceil(max_seqlen_q / 256), hq, sequences); each workgroup runs this code on its sequence's view
-// (gfx950/varlen.h).
+// ZYFA_VARLEN = 1 / 2: the packed builds (layout "varlen" / "paged", ABI 4): a second parameter,
+// zyfa_varlen_args, grid (ceil(max_seqlen_q / 256), hq, sequences); each workgroup runs this code on its
+// sequence's view (gfx950/varlen.h), a paged build loading K and V rows through the page table.
 //
 // MFMA v_mfma_f32_32x32x16_bf16 (D = A.B + C, A 32x16, B 16x32; lane l = j + 32h, h = l / 32):
 //   A: lane holds row i = l % 32, k = 8h .. 8h+7      B: lane holds column j = l % 32, same k
@@ -55,7 +55,7 @@
 #define ZYFA_TILE_DESCENDING 0
 #endif
 // The variant's layout: 1 = "varlen" (packed q / k / v; the second parameter zyfa_varlen_args, gfx950/varlen.h),
-// absent or 0 = "dense".
+// 2 = "paged" (packed q, K / V in a paged cache), absent or 0 = "dense".
 #ifndef ZYFA_VARLEN
 #define ZYFA_VARLEN 0
 #endif
@@ -316,8 +316,13 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   const long long hkv64 = static_cast<unsigned>(hkv);
   const __bf16 *k_head = static_cast<const __bf16 *>(a.k) + bz64 * a.k_stride_batch + hkv64 * a.k_stride_head;
   const __bf16 *v_head = static_cast<const __bf16 *>(a.v) + bz64 * a.v_stride_batch + hkv64 * a.v_stride_head;
+#if ZYFA_VARLEN == 2
+  PagedStream<kKChunks, kDqk> k_next(k_head, a.k_stride_batch, a.k_stride_seq, seq.pages, vl, sk, tid);
+  PagedStream<kVChunks, kDv> v_next(v_head, a.v_stride_batch, a.v_stride_seq, seq.pages, vl, sk, tid);
+#else
   BlockStream<kKChunks, kDqk> k_next(k_head, a.k_stride_seq, sk, tid);
   BlockStream<kVChunks, kDv> v_next(v_head, a.v_stride_seq, sk, tid);
+#endif
 
   // This lane's LDS byte offsets: K rows for the A operand of S^T (key l % 32, dims 8h ..), and the
   // ds_read_b64_tr_b16 source of V^T (lane S = 16g + 4i + u reads key 4(g / 2) + i, dv 16(g % 2) + 4u).

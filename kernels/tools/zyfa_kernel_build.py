@@ -123,15 +123,15 @@ VPREP_SUFFIX = "_vprep"
 # table) builds take zyfa_varlen_args as a second parameter. The sources that have them (VARLEN_SRCS: the
 # define that carries LAYOUT_DEFINE, the layouts built, the grids allowed): the sm90 wgmma kernel
 # (ZYFA_WS_VARLEN = 1 / 2) with cp.async loads and no V pre-pass, on either grid (persistent: min(SMs,
-# items) CTAs walk the batch's (query tile, head) items); the gfx950 BF16 kernel (ZYFA_VARLEN = 1), "varlen"
-# only, grid "tiles" = (ceil(max_seqlen_q / tile_m), heads_q, batch), a workgroup whose tile starts past its
-# sequence's length exiting at once. The name spells the layout (LAYOUT_SUFFIX).
+# items) CTAs walk the batch's (query tile, head) items); the gfx950 BF16 kernel (ZYFA_VARLEN = 1 / 2), grid
+# "tiles" = (ceil(max_seqlen_q / tile_m), heads_q, batch), a workgroup whose tile starts past its sequence's
+# length exiting at once. The name spells the layout (LAYOUT_SUFFIX).
 LAYOUTS = ("dense", "varlen", "paged")
 LAYOUT_SUFFIX = {"varlen": "_varlen", "paged": "_paged"}
 LAYOUT_DEFINE = {"varlen": 1, "paged": 2}
 VARLEN_SRCS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "sm90/fa_fwd_wgmma.cu": ("ZYFA_WS_VARLEN", ("varlen", "paged"), ("tiles", "persistent")),
-    "gfx950/fa_fwd_bf16.hip": ("ZYFA_VARLEN", ("varlen",), ("tiles",)),
+    "gfx950/fa_fwd_bf16.hip": ("ZYFA_VARLEN", ("varlen", "paged"), ("tiles",)),
 }
 ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")

@@ -21,11 +21,11 @@ def _defines(v: dict) -> dict[str, str | int]:
             "ZYFA_THREADS": v["threads"], "ZYFA_SMEM_BYTES": v["smem_bytes"],
             "ZYFA_LEAN_P": int(v["p_mode"] == "lean"),
             "ZYFA_TILE_DESCENDING": int(v.get("tile_order") == "descending"),
-            "ZYFA_VARLEN": int(v.get("layout") == "varlen")}  # fmt: skip
+            "ZYFA_VARLEN": {"varlen": 1, "paged": 2}.get(v.get("layout", "dense"), 0)}  # fmt: skip
 
 
 def test_variant_list_has_both_hip_kernels():
-    for layout in ("dense", "varlen"):
+    for layout in ("dense", "varlen", "paged"):
         shapes = {(v["d_qk"], v["d_v"]) for v in HIP if v.get("layout", "dense") == layout}
         assert shapes >= {(128, 128), (192, 128)}, layout
 

@@ -1,12 +1,13 @@
-"""The packed build (layout "varlen") of kernels/gfx950/fa_fwd_bf16.hip in the simulator: both kernel
-parameters (zyfa_fwd_args, then zyfa_varlen_args at the ABI header's offset), random packed batches.
+"""The packed builds (layout "varlen" and "paged") of kernels/gfx950/fa_fwd_bf16.hip in the simulator: both
+kernel parameters (zyfa_fwd_args, then zyfa_varlen_args at the ABI header's offset), random packed batches.
 
 Each sequence is checked on its own against the float64 reference of test_kernels.py with the dense tests'
 rule (FA3's: error at most twice that of a numpy emulation of the contract's bf16 rounding points, plus
 1e-3), its LSE to 1e-4 relative, causal bottom-right per sequence; a sequence with no keys writes 0 and
 lse +inf; q / out rows after the last sequence stay unwritten (NaN); the checker finds no hazard. Lengths
 cover 1, 0 (no query or no key), a sequence longer than a query tile (two tiles, the second ragged) and
-seqused_k; heads GQA 4:1 and MQA; both head shapes. zyfa-torch's tests hold the same kernels to
+seqused_k; heads GQA 4:1 and MQA; both head shapes; paged K / V with page sizes 16, 64, 128 and 256
+(pages in random order, spare pages no sequence uses). zyfa-torch's tests hold the same kernels to
 zyfa.reference from above (zyfa-asmgen never imports zyfa).
 """
 
@@ -18,7 +19,7 @@ import pytest
 from zyfa_asmgen.abi import parse_abi_header
 from zyfa_asmgen.sim import Simulator
 from zyfa_asmgen.sim.cli import HIP_LAYOUT_DEFINES, TILE_ORDER_DEFINES, load_variants, workgroup_of
-from zyfa_asmgen.sim.varlen import PackedBatch, launch_packed, make_packed, packed_grid
+from zyfa_asmgen.sim.varlen import PackedBatch, launch_packed, make_packed, make_paged, packed_grid
 
 from .conftest import REPO
 from .test_kernels import attention_reference
@@ -26,7 +27,7 @@ from .test_kernels import attention_reference
 SRC = "kernels/gfx950/fa_fwd_bf16.hip"
 VARIANTS_BZL = REPO / "kernels" / "variants.bzl"
 PACKED = (
-    [v for v in load_variants(VARIANTS_BZL) if v["kind"] == "hip" and v.get("layout") == "varlen"]
+    [v for v in load_variants(VARIANTS_BZL) if v["kind"] == "hip" and v.get("layout") in ("varlen", "paged")]
     if VARIANTS_BZL.is_file()
     else []
 )
@@ -41,10 +42,10 @@ def _defines(v: dict) -> dict:
             "ZYFA_VARLEN": HIP_LAYOUT_DEFINES[v["layout"]]}  # fmt: skip
 
 
-def _variant(d_qk: int) -> dict:
-    v = next((x for x in PACKED if x["d_qk"] == d_qk), None)
+def _variant(d_qk: int, layout: str = "varlen") -> dict:
+    v = next((x for x in PACKED if x["d_qk"] == d_qk and x["layout"] == layout), None)
     if v is None:
-        pytest.skip(f"no packed d_qk={d_qk} hip variant in kernels/variants.bzl")
+        pytest.skip(f"no {layout} d_qk={d_qk} hip variant in kernels/variants.bzl")
     return v
 
 
@@ -56,11 +57,11 @@ def abi():
 def check_packed(res, pb: PackedBatch, pad_q: int = 0) -> None:
     """Every sequence against the reference; rows past the last sequence unwritten; no hazard."""
     assert not res.findings, "\n".join(str(f) for f in res.findings)
-    cq, ck = pb.cu_seqlens_q, pb.cu_seqlens_k
-    lens_k = pb.lens_k()
+    cq = pb.cu_seqlens_q
     for b in range(pb.batch):
-        q0, q1, k0 = int(cq[b]), int(cq[b + 1]), int(ck[b])
-        nk = min(int(lens_k[b]), pb.k.shape[0] - k0)  # the ABI's clamp: keys inside k
+        q0, q1 = int(cq[b]), int(cq[b + 1])
+        keys, values = pb.keys(b)  # the ABI's rows of the sequence, with its clamps
+        nk = len(keys)
         if q1 == q0:
             continue
         got = pb.out[q0:q1].astype(np.float64)[None]
@@ -69,8 +70,7 @@ def check_packed(res, pb: PackedBatch, pad_q: int = 0) -> None:
         if nk == 0:  # no key: every row writes 0 and lse +inf
             assert (got == 0).all() and np.isposinf(lg).all(), f"sequence {b}"
             continue
-        keys = slice(k0, k0 + nk)
-        ref, lref, emul = attention_reference(pb.q[None, q0:q1], pb.k[None, keys], pb.v[None, keys])
+        ref, lref, emul = attention_reference(pb.q[None, q0:q1], keys[None], values[None])
         err = np.abs(got - ref).max()
         assert err <= 2 * np.abs(emul - ref).max() + 1e-3, (b, err)
         same_inf = np.isinf(lref) & (lg == lref)
@@ -145,3 +145,28 @@ def test_counts_past_the_tensors_are_clamped(hip_src, abi) -> None:
     pb.cu_seqlens_k[-1] = 510
     res = launch_packed(Simulator(hip_src(SRC, **_defines(v)), v["name"]), v, abi, pb)
     check_packed(res, pb)
+
+
+@pytest.mark.parametrize(("d_qk", "page_size"), [(128, 16), (128, 64), (192, 128), (128, 256)])
+def test_paged_cache(hip_src, abi, d_qk, page_size) -> None:
+    """K / V through the page table (the paged build, cu_seqlens_k NULL, seqused_k the counts): GQA 4:1, a
+    one-key sequence, an empty one, a chunked-prefill one (40 queries over 150 keys, crossing pages and key
+    blocks), the pages in random order with spare pages between them."""
+    v = _variant(d_qk, "paged")
+    pb = make_paged(v, [1, 0, 40], [1, 9, 150], 4, 1, page_size, np.random.default_rng())
+    res = launch_packed(Simulator(hip_src(SRC, **_defines(v)), v["name"]), v, abi, pb)
+    check_packed(res, pb)
+
+
+def test_paged_long_sequence_and_bad_page_index(hip_src, abi) -> None:
+    """A 260-query sequence over 300 paged keys (two query tiles) beside a short one, page size 16; then the
+    same batch with one table entry out of range, which the kernel clamps to the last page (zyfa_abi.h):
+    the answer is the reference's over the clamped pages, and nothing outside the cache is read."""
+    v = _variant(128, "paged")
+    rng = np.random.default_rng()
+    sim = Simulator(hip_src(SRC, **_defines(v)), v["name"])
+    pb = make_paged(v, [260, 3], [300, 20], 1, 1, 16, rng)
+    check_packed(launch_packed(sim, v, abi, pb), pb)
+    pb = make_paged(v, [260, 3], [300, 20], 1, 1, 16, rng)
+    pb.page_table[0, 5] = 10_000
+    check_packed(launch_packed(sim, v, abi, pb), pb)

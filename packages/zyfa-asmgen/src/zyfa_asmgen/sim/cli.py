@@ -143,7 +143,7 @@ def _origin(v: dict[str, Any], repo: Path) -> str:
 # The -DZYFA_TILE_DESCENDING value of each tile_order and the -DZYFA_VARLEN value of each layout of the HIP
 # kernel, as kernels/tools/zyfa_kernel_build.py builds them.
 TILE_ORDER_DEFINES = {"descending": 1, "global_descending": 2}
-HIP_LAYOUT_DEFINES = {"varlen": 1}
+HIP_LAYOUT_DEFINES = {"varlen": 1, "paged": 2}
 
 
 def _build_asm(v: dict[str, Any], repo: Path) -> str:
