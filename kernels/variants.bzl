@@ -44,9 +44,11 @@ Fields:
               (-DZYFA_WS_VPRE=1); the V stages then need no staging buffers (2 x tile_n x 128 bytes less).
   layout      optional, written to the manifest row ("dense" when absent): "varlen" = packed q / k / v of a
               serving step (cu_seqlens), "paged" = packed q with K / V through a page table (kernels/abi/
-              zyfa_abi.h, ABI 4: the kernel takes zyfa_varlen_args as a second parameter). Only src
+              zyfa_abi.h, ABI 4: the kernel takes zyfa_varlen_args as a second parameter). Src
               sm90/fa_fwd_wgmma.cu with loads "cp.async" and no v_prep (-DZYFA_WS_VARLEN=1 / 2), either grid;
-              the name spells it (_varlen / _paged before the arch).
+              src gfx950/fa_fwd_bf16.hip (-DZYFA_VARLEN=1 / 2), grid "tiles" launched (ceil(max_seqlen_q /
+              tile_m), heads_q, batch): a workgroup whose tile starts past its sequence's length exits at
+              once. The name spells it (_varlen / _paged before the arch).
   tile_order  optional, written to the manifest row ("ascending" when absent): "descending" = blockIdx.x
               computes query tile ceil(seqlen_q / tile_m) - 1 - blockIdx.x, so the causal tiles with the most
               keys start first and the short ones fill the tail (grid "tiles", src gfx950/fa_fwd_bf16.hip,
@@ -183,6 +185,25 @@ VARIANTS = [
      "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
      "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
      "stale_tau": 8.0},
+    # Packed batches (layout "varlen"; "paged": K / V rows through the page table): the kernels above, each
+    # workgroup on its sequence's dense view (docs/gfx950-bf16-kernel.md, "Packed batches"); the dense
+    # builds' assembly is unchanged by them.
+    {"name": "fa_fwd_bf16_hd128_causal_varlen_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128,
+     "d_v": 128, "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
+     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 8.0, "layout": "varlen"},
+    {"name": "fa_fwd_bf16_hd192x128_causal_varlen_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 192,
+     "d_v": 128, "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
+     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 8.0, "layout": "varlen"},
+    {"name": "fa_fwd_bf16_hd128_causal_paged_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128,
+     "d_v": 128, "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
+     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 8.0, "layout": "paged"},
+    {"name": "fa_fwd_bf16_hd192x128_causal_paged_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 192,
+     "d_v": 128, "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
+     "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 8.0, "layout": "paged"},
     # FP8 on the matrix cores (generator mfma_fp8: v_mfma_f32_32x32x64_f8f6f4, K/V double buffered in LDS,
     # docs/gfx950-fp8-kernel.md); lean P is the default mode, exact P the accuracy-first one. Two waves of 32
     # rows share each K/V block (threads 128; one wave and the 8-wave ping-pong model slower: the ablation

@@ -12,6 +12,9 @@
 // variant's tile_order) maps workgroups to query tiles, longest rows first (see below). ZYFA_STALE_TAU:
 // the stale running max of docs/numerics.md (the O rescale is skipped while no row of a wave raises its
 // max by more than tau).
+// ZYFA_VARLEN = 1 / 2: the packed builds (layout "varlen" / "paged", ABI 4): a second parameter,
+// zyfa_varlen_args, grid (ceil(max_seqlen_q / 256), hq, sequences); each workgroup runs this code on its
+// sequence's view (gfx950/varlen.h), a paged build loading K and V rows through the page table.
 //
 // MFMA v_mfma_f32_32x32x16_bf16 (D = A.B + C, A 32x16, B 16x32; lane l = j + 32h, h = l / 32):
 //   A: lane holds row i = l % 32, k = 8h .. 8h+7      B: lane holds column j = l % 32, same k
@@ -50,6 +53,11 @@
 // The variant's tile_order: 2 = "global_descending", 1 = "descending", absent or 0 = "ascending".
 #ifndef ZYFA_TILE_DESCENDING
 #define ZYFA_TILE_DESCENDING 0
+#endif
+// The variant's layout: 1 = "varlen" (packed q / k / v; the second parameter zyfa_varlen_args, gfx950/varlen.h),
+// 2 = "paged" (packed q, K / V in a paged cache), absent or 0 = "dense".
+#ifndef ZYFA_VARLEN
+#define ZYFA_VARLEN 0
 #endif
 
 #define ZYFA_DEVICE __attribute__((device)) __attribute__((always_inline)) static inline
@@ -211,14 +219,23 @@ struct BlockStream {
 
 }  // namespace
 
+#if ZYFA_VARLEN
+#include "gfx950/varlen.h"
+#endif
+
 extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(kThreads, kThreads)))
+#if ZYFA_VARLEN
+void ZYFA_KERNEL_NAME(zyfa_fwd_args args, zyfa_varlen_args varlen) {
+  (void)varlen;  // read from the kernarg segment (varlen_kernarg), as `args` is
+#else
 void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
+#endif
   // The by-value struct is packed (align 1), so reading `args` directly gives unaligned vector
   // loads. It sits at offset 0 of the kernarg segment, which is 16-byte aligned: read it from there
   // with the alignment stated, so the wave-uniform fields arrive in SGPRs through s_load.
   (void)args;
-  const kernarg_args &a = *(const kernarg_args *)__builtin_amdgcn_kernarg_segment_ptr();
-  if (a.d_qk != kDqk || a.d_v != kDv) return;
+  const kernarg_args &launch = *(const kernarg_args *)__builtin_amdgcn_kernarg_segment_ptr();
+  if (launch.d_qk != kDqk || launch.d_v != kDv) return;
   __attribute__((shared)) static __attribute__((aligned(16))) unsigned char lds_raw[kLdsBytes];
   lds_byte *const lds = (lds_byte *)lds_raw;  // the LDS address space: ds_read / ds_write
   auto k_stage = [&](int stage) { return lds + stage * kKStage; };
@@ -229,21 +246,20 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   const int lane = tid % 64;
   const int j = lane & 31;  // query row inside the wave's 32 (column of every D)
   const int h = lane >> 5;  // which half of the row's keys / dv this lane holds
-  const int sq = a.seqlen_q;
-  const int sk = a.seqlen_k;
 
   // Longest rows first. "descending": blockIdx.x counts query tiles from the last one down, so the causal
   // tiles with the most keys of each head are dispatched first. "global_descending": the workgroups in
   // dispatch order (x fastest) take the last tile of every head and batch, then the one before it, ...,
   // so the longest tiles of the whole launch start first and the short ones fill its tail.
-  const int n_tiles = (sq + kTileM - 1) / kTileM;
+  const int n_tiles = (launch.seqlen_q + kTileM - 1) / kTileM;
   int tile = __builtin_amdgcn_workgroup_id_x();
   int hq = __builtin_amdgcn_workgroup_id_y();
   int bz = __builtin_amdgcn_workgroup_id_z();
   if (ZYFA_TILE_DESCENDING == 2) {
     // The dispatch position, in 32 bits: a launch of 2^32 workgroups of 256 rows would need a q tensor
     // of more than 2^48 bytes.
-    const unsigned heads = static_cast<unsigned>(a.heads_q), pairs = heads * static_cast<unsigned>(a.batch);
+    const unsigned heads = static_cast<unsigned>(launch.heads_q);
+    const unsigned pairs = heads * static_cast<unsigned>(launch.batch);
     const unsigned pair_in = static_cast<unsigned>(hq) + heads * static_cast<unsigned>(bz);
     const unsigned lin = static_cast<unsigned>(tile) + static_cast<unsigned>(n_tiles) * pair_in;
     const unsigned pair = lin % pairs;
@@ -253,6 +269,18 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   } else if (ZYFA_TILE_DESCENDING == 1) {
     tile = n_tiles - 1 - tile;
   }
+#if ZYFA_VARLEN
+  // Packed: batch bz is sequence bz; the rest of the kernel runs on its dense view (batch 0 of itself).
+  const kernarg_varlen &vl = varlen_kernarg();
+  const Sequence seq = sequence_of(launch, vl, bz);
+  if (tile * kTileM >= seq.len_q) return;  // past the sequence (or an empty one): nothing to compute
+  const zyfa_fwd_args a = sequence_view(launch, seq);
+  bz = 0;
+#else
+  const kernarg_args &a = launch;
+#endif
+  const int sq = a.seqlen_q;
+  const int sk = a.seqlen_k;
   // hq / (heads_q / heads_kv) in one division (heads_q is a multiple of heads_kv, both below 2^16).
   const int hkv = static_cast<int>(static_cast<unsigned>(hq) * static_cast<unsigned>(a.heads_kv) /
                                    static_cast<unsigned>(a.heads_q));
@@ -288,8 +316,13 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   const long long hkv64 = static_cast<unsigned>(hkv);
   const __bf16 *k_head = static_cast<const __bf16 *>(a.k) + bz64 * a.k_stride_batch + hkv64 * a.k_stride_head;
   const __bf16 *v_head = static_cast<const __bf16 *>(a.v) + bz64 * a.v_stride_batch + hkv64 * a.v_stride_head;
+#if ZYFA_VARLEN == 2
+  PagedStream<kKChunks, kDqk> k_next(k_head, a.k_stride_batch, a.k_stride_seq, seq.pages, vl, sk, tid);
+  PagedStream<kVChunks, kDv> v_next(v_head, a.v_stride_batch, a.v_stride_seq, seq.pages, vl, sk, tid);
+#else
   BlockStream<kKChunks, kDqk> k_next(k_head, a.k_stride_seq, sk, tid);
   BlockStream<kVChunks, kDv> v_next(v_head, a.v_stride_seq, sk, tid);
+#endif
 
   // This lane's LDS byte offsets: K rows for the A operand of S^T (key l % 32, dims 8h ..), and the
   // ds_read_b64_tr_b16 source of V^T (lane S = 16g + 4i + u reads key 4(g / 2) + i, dv 16(g % 2) + 4u).
@@ -515,6 +548,10 @@ void ZYFA_KERNEL_NAME(zyfa_fwd_args args) {
   // lse = (m + log2 l) * ln 2 in natural-log units; +inf for a row that saw no key.
   if ((a.flags & ZYFA_FLAG_LSE) != 0 && h == 0) {
     const float lse = l == 0.0f ? __builtin_inff() : (m + __builtin_amdgcn_logf(l)) * kLn2;
+#if ZYFA_VARLEN
+    a.lse[hq64 * vl.total_q + row] = lse;  // lse [heads_q, total_q], moved to the sequence's first row
+#else
     a.lse[(bz64 * a.heads_q + hq64) * sq + row] = lse;
+#endif
   }
 }

@@ -120,13 +120,19 @@ STALE_SRCS = {
 VPREP_SRC = "sm90/fa_fwd_wgmma.cu"
 VPREP_SUFFIX = "_vprep"
 # Packed batches (kernels/abi/zyfa_abi.h, ABI 4): "varlen" (packed k, v) and "paged" (k, v through a page
-# table) builds of the sm90 wgmma kernel (ZYFA_WS_VARLEN = 1 / 2) take zyfa_varlen_args as a second
-# parameter; they load with cp.async, without a V pre-pass, on either grid (persistent: min(SMs, items)
-# CTAs walk the batch's (query tile, head) items). The name spells the layout (LAYOUT_SUFFIX).
+# table) builds take zyfa_varlen_args as a second parameter. The sources that have them (VARLEN_SRCS: the
+# define that carries LAYOUT_DEFINE, the layouts built, the grids allowed): the sm90 wgmma kernel
+# (ZYFA_WS_VARLEN = 1 / 2) with cp.async loads and no V pre-pass, on either grid (persistent: min(SMs,
+# items) CTAs walk the batch's (query tile, head) items); the gfx950 BF16 kernel (ZYFA_VARLEN = 1 / 2), grid
+# "tiles" = (ceil(max_seqlen_q / tile_m), heads_q, batch), a workgroup whose tile starts past its sequence's
+# length exiting at once. The name spells the layout (LAYOUT_SUFFIX).
 LAYOUTS = ("dense", "varlen", "paged")
 LAYOUT_SUFFIX = {"varlen": "_varlen", "paged": "_paged"}
 LAYOUT_DEFINE = {"varlen": 1, "paged": 2}
-VARLEN_SRC = "sm90/fa_fwd_wgmma.cu"
+VARLEN_SRCS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "sm90/fa_fwd_wgmma.cu": ("ZYFA_WS_VARLEN", ("varlen", "paged"), ("tiles", "persistent")),
+    "gfx950/fa_fwd_bf16.hip": ("ZYFA_VARLEN", ("varlen", "paged"), ("tiles",)),
+}
 ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
 KIND_SUFFIX = {"cuda": ".cubin", "hip": ".hsaco", "asmgen": ".hsaco"}
@@ -281,10 +287,14 @@ def layout_problems(v: dict[str, Any]) -> list[str]:
     label, kind = v["name"], layout(v)
     if kind not in LAYOUTS:
         return [f"{label}: layout {kind!r} is not one of {LAYOUTS}"]
-    if kind != "dense" and not (
-        v["src"] == VARLEN_SRC and loads_mode(v) == "cp.async" and not v.get("v_prep")
-    ):
-        return [f"{label}: layout {kind!r} needs src {VARLEN_SRC!r}, loads 'cp.async' and no v_prep"]
+    if kind == "dense":
+        return []
+    srcs = [src for src, (_, kinds, _) in VARLEN_SRCS.items() if kind in kinds]
+    if v["src"] not in srcs or loads_mode(v) != "cp.async" or v.get("v_prep"):
+        return [f"{label}: layout {kind!r} needs src one of {srcs}, loads 'cp.async' and no v_prep"]
+    grids = VARLEN_SRCS[v["src"]][2]
+    if grid_mode(v) not in grids:
+        return [f"{label}: layout {kind!r} of {v['src']!r} is built for grid {' or '.join(grids)}"]
     return []
 
 
@@ -377,7 +387,7 @@ def defines(v: dict[str, Any]) -> list[str]:
     if tile_order(v) in TILE_ORDER_DEFINES:
         values["ZYFA_TILE_DESCENDING"] = TILE_ORDER_DEFINES[tile_order(v)]
     if layout(v) != "dense":  # only then: the dense builds keep exactly their defines
-        values["ZYFA_WS_VARLEN"] = LAYOUT_DEFINE[layout(v)]
+        values[VARLEN_SRCS[v["src"]][0]] = LAYOUT_DEFINE[layout(v)]
     return [f"-D{key}={value}" for key, value in values.items()]
 
 

@@ -284,3 +284,30 @@ def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
             assert any(f"layout '{layout}' needs src" in p for p in problems), (bad, problems)
     (problem,) = kb.variant_problems(variant(**WGMMA, layout="ragged"))
     assert "layout 'ragged' is not one of" in problem
+
+
+def test_gfx950_bf16_varlen_layout() -> None:
+    """The gfx950 BF16 kernel's packed builds: layout "varlen" / "paged" add -DZYFA_VARLEN=1 / 2 (not the sm90
+    define) and _varlen / _paged to the name; the persistent grid and a paged generator row are refused."""
+    hip = dict(arch="gfx950", kind="hip", src="gfx950/fa_fwd_bf16.hip", d_qk=128, d_v=128, tile_m=256,
+               tile_n=64, threads=512, smem_bytes=0, tile_order="global_descending")  # fmt: skip
+    dense = variant(**hip)
+    packed = variant(**hip, layout="varlen")
+    assert packed["name"] == "fa_fwd_bf16_hd128_causal_varlen_gfx950"
+    assert kb.variant_problems(packed) == []
+    want = [f"-DZYFA_KERNEL_NAME={packed['name']}", *kb.defines(dense)[1:], "-DZYFA_VARLEN=1"]
+    assert kb.defines(packed) == want
+    assert not any("VARLEN" in d for d in kb.defines(dense))
+    paged = variant(**hip, layout="paged")
+    assert kb.variant_problems(paged) == []
+    assert kb.defines(paged)[-1] == "-DZYFA_VARLEN=2" and paged["name"].endswith("_paged_gfx950")
+    fp8 = variant(
+        arch="gfx950", kind="asmgen", src="mfma_fp8", dtype="e4m3fn", p_mode="exact", layout="paged"
+    )
+    problems = kb.variant_problems(fp8)
+    assert any(
+        "layout 'paged' needs src one of ['sm90/fa_fwd_wgmma.cu', 'gfx950/fa_fwd_bf16.hip']" in p
+        for p in problems
+    )
+    persistent = variant(**hip, layout="varlen", grid="persistent")
+    assert any("is built for grid tiles" in p for p in kb.variant_problems(persistent))

@@ -89,3 +89,31 @@ def test_unknown_type_and_missing_struct():
         )
     with pytest.raises(AbiError, match="no 'typedef struct"):
         parse_abi_text("#define ZYFA_ABI_VERSION 1\n")
+
+
+def test_varlen_struct_offsets_match_header_comments(abi_header):
+    """zyfa_varlen_args (the second parameter of packed-batch kernels): natural alignment, the offsets its
+    comments state, 72 bytes, placed right after zyfa_fwd_args (192 is a multiple of its alignment 8)."""
+    text = abi_header.read_text()
+    body = text[text.index("typedef struct zyfa_varlen_args") : text.index("} zyfa_varlen_args;")]
+    stated = [(m.group(1), int(m.group(2))) for m in re.finditer(r"(\w+);\s*/\*\s*(\d+)", body)]
+    varlen = parse_abi_header(abi_header).varlen
+    assert varlen is not None
+    assert [(f.name, f.offset) for f in varlen.fields] == stated
+    assert len(stated) == 12
+    assert (varlen.size, varlen.align) == (72, 8)
+    assert varlen.fields[0].kind == "ptr" and varlen.fields[5].kind == "i64"
+    assert parse_abi_header(abi_header).varlen_offset() == 192
+
+
+def test_varlen_struct_wrong_comment_and_unaligned_kernarg(abi_header):
+    text = abi_header.read_text()
+    with pytest.raises(AbiError, match="total_q"):
+        parse_abi_text(text.replace("/* 60  rows of q", "/* 64  rows of q"))
+    # A zyfa_fwd_args of 196 bytes would put the second parameter at 200, its alignment.
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = text.replace("int32_t batch;", "int32_t pad;\n  int32_t batch;")
+    abi = parse_abi_text(text.replace("sizeof(zyfa_fwd_args) == 192", "sizeof(zyfa_fwd_args) == 196"))
+    assert abi.varlen_offset() == 200
+    assert parse_abi_text("#define ZYFA_ABI_VERSION 1\ntypedef struct zyfa_fwd_args {\n  int32_t a;\n"
+                          "} zyfa_fwd_args;").varlen is None  # fmt: skip

@@ -1,10 +1,14 @@
-"""kernels/gfx950/fa_fwd_bf16.hip compiles for every hip variant of variants.bzl, uses MFMA, fits."""
+"""kernels/gfx950/fa_fwd_bf16.hip compiles for every hip variant of variants.bzl (dense and packed
+builds), uses MFMA, fits, and takes the ABI header's kernel parameters."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from asmgen_testlib import REPO, read_variants
 
+from zyfa_asmgen.abi import parse_abi_header
 from zyfa_asmgen.assembler import compile_hip, descriptor_fields, link
 
 HIP = [v for v in read_variants() if v["kind"] == "hip"]
@@ -16,11 +20,14 @@ def _defines(v: dict) -> dict[str, str | int]:
             "ZYFA_TILE_N": v["tile_n"],
             "ZYFA_THREADS": v["threads"], "ZYFA_SMEM_BYTES": v["smem_bytes"],
             "ZYFA_LEAN_P": int(v["p_mode"] == "lean"),
-            "ZYFA_TILE_DESCENDING": int(v.get("tile_order") == "descending")}  # fmt: skip
+            "ZYFA_TILE_DESCENDING": int(v.get("tile_order") == "descending"),
+            "ZYFA_VARLEN": {"varlen": 1, "paged": 2}.get(v.get("layout", "dense"), 0)}  # fmt: skip
 
 
 def test_variant_list_has_both_hip_kernels():
-    assert {(v["d_qk"], v["d_v"]) for v in HIP} >= {(128, 128), (192, 128)}
+    for layout in ("dense", "varlen", "paged"):
+        shapes = {(v["d_qk"], v["d_v"]) for v in HIP if v.get("layout", "dense") == layout}
+        assert shapes >= {(128, 128), (192, 128)}, layout
 
 
 @pytest.mark.parametrize("var", HIP, ids=lambda v: v["name"])
@@ -33,7 +40,13 @@ def test_hip_kernel_compiles_and_fits(var, toolchain, tmp_path):
     assert text.count("v_mfma_f32_32x32x16_bf16") >= var["d_qk"] // 16 + 2 * var["d_v"] // 32
     assert "scratch" not in text.split(".amdhsa_kernel")[0]  # no spills
     d = descriptor_fields(text)
-    assert d["kernarg_size"] == 192
+    # zyfa_fwd_args, then (packed builds) zyfa_varlen_args at the header's offset for it.
+    abi = parse_abi_header(REPO / "kernels/abi/zyfa_abi.h")
+    packed = var.get("layout", "dense") != "dense"
+    assert d["kernarg_size"] == (abi.varlen_offset() + abi.varlen.size if packed else abi.size)
+    args = re.findall(r"- \.offset:\s+(\d+)\s+\.size:\s+(\d+)", text)
+    want = [(0, abi.size)] + ([(abi.varlen_offset(), abi.varlen.size)] if packed else [])
+    assert [(int(o), int(n)) for o, n in args] == want
     assert d["private_segment_fixed_size"] == 0
     # Three K and three V stages of 64 rows, each row padded by 16 bytes (static LDS).
     assert d["group_segment_fixed_size"] == 3 * 64 * (2 * var["d_qk"] + 16) + 3 * 64 * (2 * var["d_v"] + 16)

@@ -230,3 +230,59 @@ def test_missing_lean_kernel_falls_back_or_names_what_is_built(fake_hip, fp8_row
     err = out["calls"][1]
     assert err.get("error") == "KernelNotFoundError", err
     assert "gfx950" in err["message"] and "p_mode=lean" in err["message"]
+
+
+VARLEN_SNIPPET = """
+import json
+from types import SimpleNamespace
+import torch
+import zyfa
+from zyfa import _ops_varlen
+
+_ops_varlen._fwd_cpu = _ops_varlen._fwd_core  # CPU tensors play the device's (see SNIPPET)
+torch.cuda.current_device = lambda: 0
+torch.cuda.current_stream = lambda device=None: SimpleNamespace(cuda_stream=STREAM)
+q = torch.randn(12, 4, 128).bfloat16()
+k, v = torch.randn(20, 1, 128).bfloat16(), torch.randn(20, 1, 128).bfloat16()
+cu_q, cu_k = torch.tensor([0, 5, 12], dtype=torch.int32), torch.tensor([0, 8, 20], dtype=torch.int32)
+try:
+    zyfa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 7, 12, causal=True)
+    print(json.dumps({"error": None}))
+except Exception as exc:
+    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ziglang") is None, reason="needs ziglang (the pinned clang)")
+def test_packed_calls_are_refused_before_any_launch(fake_hip, tmp_path):
+    """With the gfx950 BF16 packed build in the manifest (the build's own row), flash_attn_varlen_func on the
+    gfx950 device is refused with a message naming the kernel and the simulator, and nothing launches: the
+    packed build runs in the simulator only."""
+    from zyfa_asmgen.sim.cli import locate_kernel
+
+    kb = _kernel_build()
+    name = "fa_fwd_bf16_hd128_causal_varlen_gfx950"
+    v = kb.find_variant(kb.load_variants(REPO), name)
+    resources = kb.gfx950_resources(
+        locate_kernel(name, None, REPO / "kernels" / "variants.bzl").asm, name, name
+    )
+    kernels = tmp_path / "kernels"
+    kernels.mkdir()
+    image = kernels / f"{name}.hsaco"
+    image.write_bytes(f"FAKEHSACO {name}\n".encode())
+    row = kb.manifest_row(v, REPO, image, resources, kb.source_sha256(v, REPO), {"clang": "fake"})
+    assert row["layout"] == "varlen"
+    manifest = {"abi_version": kb.abi_version(REPO), "toolchains": {}, "kernels": [row], "skipped": []}
+    (kernels / "manifest.json").write_text(json.dumps(manifest))
+    log = tmp_path / "calls.log"
+    env = {key: val for key, val in os.environ.items() if not key.startswith(("ZYFA_", "FAKE_"))}
+    env.update(ZYFA_BACKEND="hip", ZYFA_LIBAMDHIP64=str(fake_hip), FAKE_GPU_LOG=str(log),
+               ZYFA_KERNEL_DIR=str(kernels), ZYFA_NO_CPP="1")  # fmt: skip
+    script = tmp_path / "snippet.py"
+    script.write_text(f"STREAM = {STREAM}\n" + textwrap.dedent(VARLEN_SNIPPET))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["error"] == "KernelNotFoundError", out
+    assert name in out["message"] and "simulator" in out["message"]
+    assert "hipModuleLaunchKernel" not in (log.read_text() if log.exists() else "")

@@ -222,6 +222,7 @@ class _MockCore:
         self.layouts.append(layout)
         return types.SimpleNamespace(
             name="mock_kernel",
+            arch=arch,
             tile_n=self.tile_n,
             p_mode=p_mode or ("exact" if dtype == "e4m3fn" else None),
             v_prep="",

@@ -2,9 +2,10 @@
 
 zyfa-asmgen must not import zyfa-core, so the ABI reaches the generator as input: this module
 parses the header text (the packed `zyfa_fwd_args` struct, `ZYFA_ABI_VERSION`, the `ZYFA_FLAG_*`
-macros) and computes every field's offset from the C types and the `#pragma pack`. The offsets the
-header writes in its comments are checked against the computed ones, so a header edited by hand
-cannot drift from what the generated assembly reads.
+macros, and `zyfa_varlen_args`, the second parameter of packed-batch kernels) and computes every
+field's offset from the C types and the `#pragma pack`. The offsets the header writes in its
+comments are checked against the computed ones, so a header edited by hand cannot drift from what
+the generated assembly reads.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 STRUCT_NAME = "zyfa_fwd_args"
+VARLEN_STRUCT_NAME = "zyfa_varlen_args"
 
 # C type spelling -> (kind, size in bytes). Pointers are 8 bytes on both amdgcn and x86-64.
 _SCALAR_TYPES: dict[str, tuple[str, int]] = {
@@ -48,14 +50,33 @@ class Field:
 
 
 @dataclass(frozen=True)
+class StructLayout:
+    """A second kernel parameter's parsed layout: its fields, size and alignment (natural, not packed)."""
+
+    name: str
+    fields: tuple[Field, ...]
+    size: int
+    align: int
+
+
+@dataclass(frozen=True)
 class AbiLayout:
-    """The parsed `zyfa_fwd_args` layout plus the header's version and flag macros."""
+    """The parsed `zyfa_fwd_args` layout plus the header's version and flag macros, and `varlen`, the layout
+    of `zyfa_varlen_args` (None for a header without it)."""
 
     fields: tuple[Field, ...]
     size: int
     version: int
     flags: dict[str, int]
     packed: bool
+    varlen: StructLayout | None = None
+
+    def varlen_offset(self) -> int:
+        """Byte offset of `zyfa_varlen_args` in the kernarg segment: right after `zyfa_fwd_args`, rounded up
+        to the struct's alignment (as the compiler places a second by-value parameter)."""
+        if self.varlen is None:
+            raise AbiError(f"the header has no {VARLEN_STRUCT_NAME}")
+        return -(-self.size // self.varlen.align) * self.varlen.align
 
     def field(self, name: str) -> Field:
         """The field called `name`; KeyError lists the known names."""
@@ -85,20 +106,19 @@ class AbiLayout:
         return group[0].offset, group[-1].offset + group[-1].size - group[0].offset
 
 
-def _struct_body(text: str) -> str:
-    m = re.search(r"typedef\s+struct\s+" + STRUCT_NAME + r"\s*\{(?P<body>.*?)\}\s*" + STRUCT_NAME + r"\s*;",
-                  text, re.S)  # fmt: skip
+def _struct_body(text: str, name: str = STRUCT_NAME) -> str:
+    m = re.search(r"typedef\s+struct\s+" + name + r"\s*\{(?P<body>.*?)\}\s*" + name + r"\s*;", text, re.S)
     if not m:
-        raise AbiError(f"no 'typedef struct {STRUCT_NAME} {{ ... }} {STRUCT_NAME};' in the header")
+        raise AbiError(f"no 'typedef struct {name} {{ ... }} {name};' in the header")
     return m.group("body")
 
 
-def _is_packed(text: str) -> bool:
-    """True when the struct sits inside `#pragma pack(push, 1)` ... `#pragma pack(pop)`."""
-    start = text.index("typedef struct " + STRUCT_NAME)
-    pushes = [m.start() for m in re.finditer(r"#pragma\s+pack\s*\(\s*push\s*,\s*1\s*\)", text)]
-    pops = [m.start() for m in re.finditer(r"#pragma\s+pack\s*\(\s*pop\s*\)", text)]
-    return any(p < start for p in pushes) and any(p > start for p in pops)
+def _is_packed(text: str, name: str = STRUCT_NAME) -> bool:
+    """True when the struct sits inside `#pragma pack(push, 1)` ... `#pragma pack(pop)`: the last pack
+    directive before it is a push to 1."""
+    start = text.index("typedef struct " + name)
+    directives = list(re.finditer(r"#pragma\s+pack\s*\(\s*(push\s*,\s*1|pop)\s*\)", text[:start]))
+    return bool(directives) and directives[-1].group(1) != "pop"
 
 
 def _type_of(ctype: str, ptr: str) -> tuple[str, int]:
@@ -110,7 +130,7 @@ def _type_of(ctype: str, ptr: str) -> tuple[str, int]:
     return _SCALAR_TYPES[base]
 
 
-def _parse_fields(body: str, packed: bool) -> tuple[list[Field], int]:
+def _parse_fields(body: str, packed: bool) -> tuple[list[Field], int, int]:
     fields: list[Field] = []
     offset = 0
     max_align = 1
@@ -135,7 +155,7 @@ def _parse_fields(body: str, packed: bool) -> tuple[list[Field], int]:
         fields.append(Field(name=name, ctype=ctype, kind=kind, offset=offset, size=size))
         offset += size
     size = -(-offset // max_align) * max_align
-    return fields, size
+    return fields, size, max_align
 
 
 def _int_macro(text: str, name: str) -> int:
@@ -147,18 +167,29 @@ def _int_macro(text: str, name: str) -> int:
 
 def parse_abi_text(text: str) -> AbiLayout:
     """Parse the header text; raises AbiError on anything unexpected or inconsistent."""
-    body = _struct_body(text)
-    packed = _is_packed(text)
-    fields, size = _parse_fields(body, packed)
-    stated = re.search(r"\}\s*" + STRUCT_NAME + r"\s*;\s*/\*\s*(\d+)\s*bytes", text)
-    if stated and int(stated.group(1)) != size:
-        raise AbiError(f"header comment says {stated.group(1)} bytes, layout gives {size}")
-    asserted = re.search(r"sizeof\(" + STRUCT_NAME + r"\)\s*==\s*(\d+)", text)
-    if asserted and int(asserted.group(1)) != size:
-        raise AbiError(f"header static_assert says {asserted.group(1)} bytes, layout gives {size}")
+    fields, size, packed, _ = _checked_struct(text, STRUCT_NAME)
+    varlen = None
+    if re.search(r"typedef\s+struct\s+" + VARLEN_STRUCT_NAME + r"\b", text):
+        vfields, vsize, _, align = _checked_struct(text, VARLEN_STRUCT_NAME)
+        varlen = StructLayout(VARLEN_STRUCT_NAME, tuple(vfields), vsize, align)
     flag_names = re.findall(r"#define\s+(ZYFA_FLAG_[A-Z_0-9]+)\s", text)
     flags = {n: _int_macro(text, n) for n in flag_names}
-    return AbiLayout(tuple(fields), size, _int_macro(text, "ZYFA_ABI_VERSION"), flags, packed)
+    return AbiLayout(tuple(fields), size, _int_macro(text, "ZYFA_ABI_VERSION"), flags, packed, varlen)
+
+
+def _checked_struct(text: str, name: str) -> tuple[list[Field], int, bool, int]:
+    """The struct's fields, size, packing and alignment, the size checked against the one the header states
+    in a comment and asserts."""
+    body = _struct_body(text, name)
+    packed = _is_packed(text, name)
+    fields, size, align = _parse_fields(body, packed)
+    stated = re.search(r"\}\s*" + name + r"\s*;\s*/\*\s*(\d+)\s*bytes", text)
+    if stated and int(stated.group(1)) != size:
+        raise AbiError(f"{name}: header comment says {stated.group(1)} bytes, layout gives {size}")
+    asserted = re.search(r"sizeof\(" + name + r"\)\s*==\s*(\d+)", text)
+    if asserted and int(asserted.group(1)) != size:
+        raise AbiError(f"{name}: header static_assert says {asserted.group(1)} bytes, layout gives {size}")
+    return fields, size, packed, align
 
 
 def parse_abi_header(path: str | Path) -> AbiLayout:

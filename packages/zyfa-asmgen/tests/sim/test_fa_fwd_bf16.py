@@ -1,5 +1,6 @@
-"""The product HIP kernel kernels/gfx950/fa_fwd_bf16.hip, compiled by the pinned clang for each hip
-variant of kernels/variants.bzl, run in the simulator on small shapes.
+"""The product HIP kernel kernels/gfx950/fa_fwd_bf16.hip, compiled by the pinned clang for each dense hip
+variant of kernels/variants.bzl, run in the simulator on small shapes (the packed builds:
+test_fa_fwd_bf16_varlen.py).
 
 Checks: no hazard findings; output and LSE against a float64 reference with FA3's rule (error at
 most twice that of a numpy emulation of the contract's bf16 rounding points, plus 1e-3); and, when
@@ -33,7 +34,11 @@ def _hip_variants() -> list[dict]:
     tree = ast.parse(path.read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "VARIANTS":
-            return [v for v in ast.literal_eval(node.value) if v["kind"] == "hip" and v["arch"] == "gfx950"]
+            return [
+                v
+                for v in ast.literal_eval(node.value)
+                if v["kind"] == "hip" and v["arch"] == "gfx950" and v.get("layout", "dense") == "dense"
+            ]
     return []
 
 

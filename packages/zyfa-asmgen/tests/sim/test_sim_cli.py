@@ -26,6 +26,11 @@ SHAPES = {
     "fa_fwd_bf16_hd128_causal_gfx950": ["--seqlen-q", "64", "--heads-q", "2", "--heads-kv", "1"],
     "fa_fwd_bf16_hd192x128_causal_gfx950": ["--seqlen-q", "64", "--seqlen-k", "80", "--heads-q", "1",
                                             "--heads-kv", "1"],
+    # A packed build: the batch as two sequences of equal lengths (zyfa_varlen_args as the second argument).
+    "fa_fwd_bf16_hd128_causal_varlen_gfx950": ["--seqlen-q", "64", "--seqlen-k", "90", "--batch", "2",
+                                               "--heads-q", "4", "--heads-kv", "1"],
+    "fa_fwd_bf16_hd192x128_causal_paged_gfx950": ["--seqlen-q", "64", "--seqlen-k", "90", "--batch", "2",
+                                                  "--heads-q", "2", "--heads-kv", "2"],
     "fa_fwd_e4m3fn_hd128_causal_gfx950": ["--seqlen-q", "96", "--heads-q", "1", "--heads-kv", "1"],
     "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950": ["--seqlen-q", "96", "--heads-q", "1", "--heads-kv", "1"],
 }  # fmt: skip

@@ -23,7 +23,7 @@ HEADER = ("Every figure is MODELLED by zyfa_asmgen.sim (timing.py, steady.py), c
 
 
 def gfx950_kernels(manifest_dir: Path | None, variants: Path | None) -> list[str]:
-    """Names of the gfx950 kernels of the build (manifest.json) or of kernels/variants.bzl."""
+    """Names of the dense gfx950 kernels of the build (manifest.json) or of kernels/variants.bzl."""
     if manifest_dir is not None:
         rows = json.loads((manifest_dir / "manifest.json").read_text()).get("kernels", [])
     else:
@@ -32,7 +32,8 @@ def gfx950_kernels(manifest_dir: Path | None, variants: Path | None) -> list[str
         if vpath is None or not vpath.is_file():
             raise FileNotFoundError("no kernels/variants.bzl found: pass --variants or --manifest-dir")
         rows = cli.load_variants(vpath)
-    return [r["name"] for r in rows if r.get("arch") == "gfx950"]
+    # Dense rows: the board compares dense launches with AITER's (a packed build adds none of its own).
+    return [r["name"] for r in rows if r.get("arch") == "gfx950" and r.get("layout", "dense") == "dense"]
 
 
 def progress(msg: str) -> None:

@@ -25,7 +25,6 @@ import ast
 import json
 import math
 import os
-import struct
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -37,14 +36,15 @@ import numpy as np
 
 from ..abi import AbiLayout, parse_abi_header
 from .errors import SimError
+from .kernarg import pack_kernarg
 from .machine import Simulator
 from .memory import GlobalMemory
 from .steady import LaunchEstimate, WorkgroupCost, attention_bytes, attention_flops, estimate
 from .timing import MI355X, fit_linear, format_cu, model_cu
+from .varlen import launch_uniform
 
 BF16 = ml_dtypes.bfloat16
 E4M3 = ml_dtypes.float8_e4m3fn
-_PACK = {"ptr": "<Q", "u64": "<Q", "i64": "<q", "i32": "<i", "u32": "<I", "f32": "<f", "f64": "<d"}
 DEFAULT_LAUNCH = "1,32768,32768,32,8"
 MAX_TIMED_WGS = 4  # traced workgroups the CU model replays (evenly spaced query tiles)
 
@@ -140,8 +140,10 @@ def _origin(v: dict[str, Any], repo: Path) -> str:
     return f"generator {v['src']!r} run now"
 
 
-# The -DZYFA_TILE_DESCENDING value of each tile_order, as kernels/tools/zyfa_kernel_build.py builds it.
+# The -DZYFA_TILE_DESCENDING value of each tile_order and the -DZYFA_VARLEN value of each layout of the HIP
+# kernel, as kernels/tools/zyfa_kernel_build.py builds them.
 TILE_ORDER_DEFINES = {"descending": 1, "global_descending": 2}
+HIP_LAYOUT_DEFINES = {"varlen": 1, "paged": 2}
 
 
 def _build_asm(v: dict[str, Any], repo: Path) -> str:
@@ -162,6 +164,8 @@ def _build_asm(v: dict[str, Any], repo: Path) -> str:
                "ZYFA_TILE_DESCENDING": TILE_ORDER_DEFINES.get(v.get("tile_order"), 0)}  # fmt: skip
     if float(v.get("stale_tau", 0.0)) > 0.0:
         defines["ZYFA_STALE_TAU"] = f"{float(v['stale_tau'])!r}f"  # a float literal, e.g. 8.0f
+    if v.get("layout", "dense") in HIP_LAYOUT_DEFINES:
+        defines["ZYFA_VARLEN"] = HIP_LAYOUT_DEFINES[v["layout"]]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{v['name']}.s"
         compile_hip(repo / "kernels" / v["src"], out, defines, [repo / "kernels"])
@@ -213,14 +217,6 @@ def make_inputs(entry: dict[str, Any], shape: Shape, rng: np.random.Generator, d
     out = np.full((shape.batch, shape.seqlen_q, shape.heads_q, entry["d_v"]), np.nan, dtype=BF16)
     lse = np.full((shape.batch, shape.heads_q, shape.seqlen_q), np.nan, dtype=np.float32)
     return Inputs(raw, f64, ds, out, lse, 1.0 / math.sqrt(entry["d_qk"]))
-
-
-def pack_kernarg(layout: AbiLayout, values: dict[str, float | int]) -> bytes:
-    """The zyfa_fwd_args bytes: every header field packed at its offset (missing fields are 0)."""
-    buf = bytearray(layout.size)
-    for f in layout.fields:
-        struct.pack_into(_PACK[f.kind], buf, f.offset, values.get(f.name, 0))
-    return bytes(buf)
 
 
 def kernarg_values(inp: Inputs, ptrs: list[int], shape: Shape, entry: dict, flags: int) -> dict[str, Any]:
@@ -411,6 +407,15 @@ def traced_launch(src: KernelSource, layout: AbiLayout, shape: Shape, tiles: lis
     """
     entry = src.entry
     inp = make_inputs(entry, shape, rng, tuple(descales))
+    sim = Simulator(src.asm, entry["name"])
+    grid = (-(-shape.seqlen_q // entry["tile_m"]), shape.heads_q, shape.batch)
+    wgs = [workgroup_of(t, h, bi, grid, entry) for bi in range(shape.batch) for h in range(shape.heads_q)
+           for t in tiles]  # fmt: skip
+    if entry.get("layout", "dense") != "dense":  # a packed build: the batch as sequences of equal lengths
+        res = launch_uniform(
+            sim, entry, layout, *inp.raw, inp.out, inp.lse, inp.scale, workgroups=wgs, trace=True
+        )
+        return sim, res, inp
     mem = GlobalMemory()
     ptrs = [mem.map(x.view(np.uint8 if x.dtype == E4M3 else np.uint16)) for x in inp.raw]
     ptrs += [mem.map(inp.out.view(np.uint16)), mem.map(inp.lse)]
@@ -418,10 +423,6 @@ def traced_launch(src: KernelSource, layout: AbiLayout, shape: Shape, tiles: lis
         "ZYFA_FLAG_LSE", 2
     )
     kernarg = pack_kernarg(layout, kernarg_values(inp, ptrs, shape, entry, flags))
-    sim = Simulator(src.asm, entry["name"])
-    grid = (-(-shape.seqlen_q // entry["tile_m"]), shape.heads_q, shape.batch)
-    wgs = [workgroup_of(t, h, bi, grid, entry) for bi in range(shape.batch) for h in range(shape.heads_q)
-           for t in tiles]  # fmt: skip
     res = sim.launch(grid, (entry["threads"], 1, 1), kernarg, mem, workgroups=wgs, trace=True)
     return sim, res, inp
 
