@@ -27,6 +27,9 @@ Fields:
                             tile_m) * heads_q * batch (layout "varlen" / "paged": the compact query-tile bound
                             ZYFA_VARLEN_TILES * heads_q); block x takes items x, x + G, ... Only for src
                             sm90/fa_fwd_wgmma.cu, which the build then compiles with -DZYFA_WS_PERSISTENT=1.
+              A packed (layout "varlen" / "paged") row's "tiles" grid is (ZYFA_VARLEN_TILES, heads_q, 1);
+              "batch_tiles" (packed layouts only) = (ceil(max_seqlen_q / tile_m), heads_q, batch), one
+              block per query tile of each sequence (src gfx950/fa_fwd_bf16.hip).
   loads       optional, written to the manifest row ("cp.async" when absent): "tma" = Q / K / V tiles by
               TMA from one producer thread (src sm90/fa_fwd_wgmma.cu, bf16 only; built with
               -DZYFA_WS_TMA=1): the kernel takes zyfa_tma_maps (kernels/abi/zyfa_abi.h) as a second
@@ -46,7 +49,7 @@ Fields:
               serving step (cu_seqlens), "paged" = packed q with K / V through a page table (kernels/abi/
               zyfa_abi.h, ABI 4: the kernel takes zyfa_varlen_args as a second parameter). Src
               sm90/fa_fwd_wgmma.cu with loads "cp.async" and no v_prep (-DZYFA_WS_VARLEN=1 / 2), either grid;
-              src gfx950/fa_fwd_bf16.hip (-DZYFA_VARLEN=1 / 2), grid "tiles" launched (ceil(max_seqlen_q /
+              src gfx950/fa_fwd_bf16.hip (-DZYFA_VARLEN=1 / 2), grid "batch_tiles" (ceil(max_seqlen_q /
               tile_m), heads_q, batch): a workgroup whose tile starts past its sequence's length exits at
               once. The name spells it (_varlen / _paged before the arch).
   tile_order  optional, written to the manifest row ("ascending" when absent): "descending" = blockIdx.x
@@ -191,19 +194,19 @@ VARIANTS = [
     {"name": "fa_fwd_bf16_hd128_causal_varlen_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
      "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
-     "stale_tau": 8.0, "layout": "varlen"},
+     "stale_tau": 8.0, "layout": "varlen", "grid": "batch_tiles"},
     {"name": "fa_fwd_bf16_hd192x128_causal_varlen_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
      "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
-     "stale_tau": 8.0, "layout": "varlen"},
+     "stale_tau": 8.0, "layout": "varlen", "grid": "batch_tiles"},
     {"name": "fa_fwd_bf16_hd128_causal_paged_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
      "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
-     "stale_tau": 8.0, "layout": "paged"},
+     "stale_tau": 8.0, "layout": "paged", "grid": "batch_tiles"},
     {"name": "fa_fwd_bf16_hd192x128_causal_paged_gfx950", "arch": "gfx950", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "hip", "src": "gfx950/fa_fwd_bf16.hip",
      "tile_m": 256, "tile_n": 64, "threads": 512, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
-     "stale_tau": 8.0, "layout": "paged"},
+     "stale_tau": 8.0, "layout": "paged", "grid": "batch_tiles"},
     # FP8 on the matrix cores (generator mfma_fp8: v_mfma_f32_32x32x64_f8f6f4, K/V double buffered in LDS,
     # docs/gfx950-fp8-kernel.md); lean P is the default mode, exact P the accuracy-first one. Two waves of 32
     # rows share each K/V block (threads 128; one wave and the 8-wave ping-pong model slower: the ablation

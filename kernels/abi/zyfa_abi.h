@@ -172,7 +172,11 @@ _Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
  * floor(total_q / tile_m), and none has more than ceil(seqlen_q / tile_m). Grid: (min(SMs, items), 1, 1)
  * for a "persistent" row, each block walking its items; (ZYFA_VARLEN_TILES(...), heads_q, 1) for a
  * "tiles" row, one item per block. The kernel maps items onto the tiles it finds in cu_seqlens_q; items
- * past the last tile are not computed. */
+ * past the last tile are not computed. A "batch_tiles" row (packed layouts only) instead takes the dense
+ * grid of the bounds, (ceil(seqlen_q / tile_m), heads_q, batch): block (x, y, z) computes query tile x of
+ * head y of sequence z and exits when that tile starts past the sequence's queries.
+ * Kernel parameters: zyfa_fwd_args, then this struct; in a HIP kernarg segment at offset 192 (8-byte
+ * aligned), 264 bytes in all. */
 #define ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, tile_m)                                       \
   ((int64_t)(total_q) / (tile_m) + (int64_t)(batch) <                                                 \
            (int64_t)(batch) * (((int64_t)(max_seqlen_q) + (tile_m) - 1) / (tile_m))                   \

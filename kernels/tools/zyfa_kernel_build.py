@@ -93,8 +93,10 @@ DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip", "mfma_fp8")
 GLOBAL_DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip", "mfma_fp8")
 ALWAYS_DESCENDING_SRCS = ("mfma_fp8",)
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
-# which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself).
-GRID_MODES = ("tiles", "persistent")
+# which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself). A
+# packed build's "tiles" is the compact (ZYFA_VARLEN_TILES bound, heads_q, 1); "batch_tiles" (packed layouts
+# only, VARLEN_SRCS) = (ceil(max_seqlen_q / tile_m), heads_q, batch), one block per tile of each sequence.
+GRID_MODES = ("tiles", "persistent", "batch_tiles")
 PERSISTENT_SRC = "sm90/fa_fwd_wgmma.cu"
 # Global -> shared loads: "cp.async" (one kernel parameter, zyfa_fwd_args) or "tma" (the sm90 wgmma
 # kernel's ZYFA_WS_TMA build, BF16 only: a second parameter, zyfa_tma_maps, that launchers encode).
@@ -124,14 +126,14 @@ VPREP_SUFFIX = "_vprep"
 # define that carries LAYOUT_DEFINE, the layouts built, the grids allowed): the sm90 wgmma kernel
 # (ZYFA_WS_VARLEN = 1 / 2) with cp.async loads and no V pre-pass, on either grid (persistent: min(SMs,
 # items) CTAs walk the batch's (query tile, head) items); the gfx950 BF16 kernel (ZYFA_VARLEN = 1 / 2), grid
-# "tiles" = (ceil(max_seqlen_q / tile_m), heads_q, batch), a workgroup whose tile starts past its sequence's
-# length exiting at once. The name spells the layout (LAYOUT_SUFFIX).
+# "batch_tiles" = (ceil(max_seqlen_q / tile_m), heads_q, batch), a workgroup whose tile starts past its
+# sequence's length exiting at once. The name spells the layout (LAYOUT_SUFFIX).
 LAYOUTS = ("dense", "varlen", "paged")
 LAYOUT_SUFFIX = {"varlen": "_varlen", "paged": "_paged"}
 LAYOUT_DEFINE = {"varlen": 1, "paged": 2}
 VARLEN_SRCS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "sm90/fa_fwd_wgmma.cu": ("ZYFA_WS_VARLEN", ("varlen", "paged"), ("tiles", "persistent")),
-    "gfx950/fa_fwd_bf16.hip": ("ZYFA_VARLEN", ("varlen", "paged"), ("tiles",)),
+    "gfx950/fa_fwd_bf16.hip": ("ZYFA_VARLEN", ("varlen", "paged"), ("batch_tiles",)),
 }
 ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
@@ -218,6 +220,8 @@ def grid_problems(v: dict[str, Any]) -> list[str]:
         # Any other kernel maps blockIdx.y/z to head and batch: on an (SMs, 1, 1) grid it would compute
         # only the first SMs' tiles of head 0, batch 0.
         return [f"{label}: grid 'persistent' needs src {PERSISTENT_SRC!r} (built with ZYFA_WS_PERSISTENT=1)"]
+    if grid == "batch_tiles" and layout(v) == "dense":
+        return [f"{label}: grid 'batch_tiles' is for layouts 'varlen' and 'paged'; a dense kernel takes 'tiles'"]
     return []
 
 
@@ -246,9 +250,10 @@ def tile_order_problems(v: dict[str, Any]) -> list[str]:
     label, order = v["name"], tile_order(v)
     if order not in TILE_ORDERS:
         return [f"{label}: tile_order {order!r} is not one of {TILE_ORDERS}"]
-    if order == "descending" and (v["src"] not in DESCENDING_SRCS or grid_mode(v) != "tiles"):
+    tile_grid = grid_mode(v) in ("tiles", "batch_tiles")
+    if order == "descending" and (v["src"] not in DESCENDING_SRCS or not tile_grid):
         return [f"{label}: tile_order 'descending' needs grid 'tiles' and src in {DESCENDING_SRCS}"]
-    if order == "global_descending" and (v["src"] not in GLOBAL_DESCENDING_SRCS or grid_mode(v) != "tiles"):
+    if order == "global_descending" and (v["src"] not in GLOBAL_DESCENDING_SRCS or not tile_grid):
         return [
             f"{label}: tile_order 'global_descending' needs grid 'tiles' and src in {GLOBAL_DESCENDING_SRCS}"
         ]

@@ -288,17 +288,18 @@ def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
 
 def test_gfx950_bf16_varlen_layout() -> None:
     """The gfx950 BF16 kernel's packed builds: layout "varlen" / "paged" add -DZYFA_VARLEN=1 / 2 (not the sm90
-    define) and _varlen / _paged to the name; the persistent grid and a paged generator row are refused."""
+    define) and _varlen / _paged to the name, on grid "batch_tiles"; the compact "tiles" and persistent grids,
+    "batch_tiles" on a dense row and a paged generator row are refused."""
     hip = dict(arch="gfx950", kind="hip", src="gfx950/fa_fwd_bf16.hip", d_qk=128, d_v=128, tile_m=256,
                tile_n=64, threads=512, smem_bytes=0, tile_order="global_descending")  # fmt: skip
     dense = variant(**hip)
-    packed = variant(**hip, layout="varlen")
+    packed = variant(**hip, layout="varlen", grid="batch_tiles")
     assert packed["name"] == "fa_fwd_bf16_hd128_causal_varlen_gfx950"
     assert kb.variant_problems(packed) == []
     want = [f"-DZYFA_KERNEL_NAME={packed['name']}", *kb.defines(dense)[1:], "-DZYFA_VARLEN=1"]
     assert kb.defines(packed) == want
     assert not any("VARLEN" in d for d in kb.defines(dense))
-    paged = variant(**hip, layout="paged")
+    paged = variant(**hip, layout="paged", grid="batch_tiles")
     assert kb.variant_problems(paged) == []
     assert kb.defines(paged)[-1] == "-DZYFA_VARLEN=2" and paged["name"].endswith("_paged_gfx950")
     fp8 = variant(
@@ -309,5 +310,8 @@ def test_gfx950_bf16_varlen_layout() -> None:
         "layout 'paged' needs src one of ['sm90/fa_fwd_wgmma.cu', 'gfx950/fa_fwd_bf16.hip']" in p
         for p in problems
     )
-    persistent = variant(**hip, layout="varlen", grid="persistent")
-    assert any("is built for grid tiles" in p for p in kb.variant_problems(persistent))
+    for grid in ("tiles", "persistent"):
+        compact = variant(**hip, layout="varlen", grid=grid)
+        assert any("is built for grid batch_tiles" in p for p in kb.variant_problems(compact)), grid
+    (problem,) = kb.variant_problems(variant(**hip, grid="batch_tiles"))
+    assert "grid 'batch_tiles' is for layouts 'varlen' and 'paged'" in problem

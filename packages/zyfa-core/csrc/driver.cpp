@@ -6,7 +6,9 @@
 // driver as the kernel's parameters:
 //   CUDA: kernelParams = {&bytes} (the driver copies as many bytes as the kernel's parameter has), or
 //         {&bytes, &second} for a kernel with a second parameter (TMA maps, the V pre-pass's workspace);
-//   HIP:  extra = {BUFFER_POINTER, bytes, BUFFER_SIZE, &size, END} (the bytes are the kernarg segment).
+//   HIP:  extra = {BUFFER_POINTER, bytes, BUFFER_SIZE, &size, END}: the bytes are the kernarg segment, so a
+//         second parameter is copied after the first at its offset (the first's size rounded up to the
+//         second's alignment), as the kernel's kernarg layout has it.
 // Every failure throws DriverFailure naming the kernel, the driver call, and the driver's error name and text.
 //
 // Environment: ZYFA_BACKEND=cuda|hip restricts which driver is tried; ZYFA_LIBCUDA / ZYFA_LIBAMDHIP64
@@ -489,6 +491,20 @@ void check_parameters(const Kernel &k, size_t size, size_t second_size) {
            " (ABI mismatch between the code object and zyfa_core, or a manifest 'loads' that is wrong)");
 }
 
+// The HIP kernarg segment of a two-parameter launch: `args` at 0, `second` at `offset`, zero padding between.
+// Returns the segment's size; `out` holds MAX_ARGS_BYTES.
+size_t kernarg_segment(const Kernel &k, unsigned char *out, const void *args, size_t size, const void *second,
+                       size_t second_size, size_t offset) {
+  if (offset + second_size > MAX_ARGS_BYTES) {
+    fail(k.name, "launch", 0, "", "kernarg segment of " + std::to_string(offset + second_size) +
+                                      " bytes exceeds " + std::to_string(MAX_ARGS_BYTES));
+  }
+  std::memset(out, 0, offset);
+  std::memcpy(out, args, size);
+  std::memcpy(out + offset, second, second_size);
+  return offset + second_size;
+}
+
 }  // namespace
 
 // The launch itself, for the launch plan (plan.cpp). `args` (and `second`, the TMA maps, zyfa_varlen_args or the
@@ -497,37 +513,46 @@ void check_parameters(const Kernel &k, size_t size, size_t second_size) {
 // parameters or a failing driver call.
 
 void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
-                  const void *args, size_t size, const void *second, size_t second_size) {
+                  const void *args, size_t size, const void *second, size_t second_size, size_t second_align) {
   State &s = state();  // a Kernel exists only once a backend has loaded; no need for the probe lock
-  if (second_size != 0 && s.backend != Backend::cuda) {
-    fail(k.name, "launch", 0, "", "a second kernel parameter (TMA maps or zyfa_varlen_args) is CUDA only; the loaded backend is HIP");
+  if (second_size > MAX_ARGS_BYTES || size > MAX_ARGS_BYTES) {
+    fail(k.name, "launch", 0, "", "parameters of " + std::to_string(size) + " and " + std::to_string(second_size) +
+                                      " bytes: each must be at most " + std::to_string(MAX_ARGS_BYTES));
   }
-  if (second_size > MAX_ARGS_BYTES) {
-    fail(k.name, "launch", 0, "", "second parameter of " + std::to_string(second_size) + " bytes exceeds " +
-                                      std::to_string(MAX_ARGS_BYTES));
+  if (second_align == 0 || second_align > TENSOR_MAP_ALIGN || (second_align & (second_align - 1)) != 0) {
+    fail(k.name, "launch", 0, "", "second parameter alignment " + std::to_string(second_align) +
+                                      " is not a power of two up to " + std::to_string(TENSOR_MAP_ALIGN));
   }
   check_parameters(k, size, second_size);
-  // The maps' parameter is a 64-byte aligned __grid_constant__ struct: keep the host copy aligned the same.
-  alignas(TENSOR_MAP_ALIGN) unsigned char aligned[MAX_ARGS_BYTES];
-  if (second_size != 0 && reinterpret_cast<std::uintptr_t>(second) % TENSOR_MAP_ALIGN != 0) {
-    std::memcpy(aligned, second, second_size);
-    second = aligned;
-  }
+  // One buffer serves both backends: CUDA's second parameter (the TMA maps are a 64-byte aligned
+  // __grid_constant__ struct, so the host copy is aligned the same), or HIP's whole kernarg segment.
+  alignas(TENSOR_MAP_ALIGN) unsigned char buffer[MAX_ARGS_BYTES];
   DeviceScope scope(s, k.device, k.name);
   if (s.backend == Backend::cuda) {
+    if (second_size != 0 && reinterpret_cast<std::uintptr_t>(second) % TENSOR_MAP_ALIGN != 0) {
+      std::memcpy(buffer, second, second_size);
+      second = buffer;
+    }
     void *params[] = {const_cast<void *>(args), const_cast<void *>(second)};
     check(s,
           s.cu.cuLaunchKernel(k.function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
                               static_cast<CUstream>(stream), params, nullptr),
           k.name, "cuLaunchKernel");
-  } else {
-    void *extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(args), HIP_LAUNCH_PARAM_BUFFER_SIZE,
-                     &size, HIP_LAUNCH_PARAM_END};
-    check(s,
-          s.hip.hipModuleLaunchKernel(k.function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
-                                      static_cast<hipStream_t>(stream), nullptr, extra),
-          k.name, "hipModuleLaunchKernel");
+    return;
   }
+  const void *segment = args;
+  size_t segment_size = size;
+  if (second_size != 0) {
+    const size_t offset = (size + second_align - 1) / second_align * second_align;
+    segment_size = kernarg_segment(k, buffer, args, size, second, second_size, offset);
+    segment = buffer;
+  }
+  void *extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(segment), HIP_LAUNCH_PARAM_BUFFER_SIZE,
+                   &segment_size, HIP_LAUNCH_PARAM_END};
+  check(s,
+        s.hip.hipModuleLaunchKernel(k.function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
+                                    static_cast<hipStream_t>(stream), nullptr, extra),
+        k.name, "hipModuleLaunchKernel");
 }
 
 namespace {

@@ -79,9 +79,13 @@ Kernel load_kernel(int device, const std::string &path, const std::string &name,
 void set_max_dynamic_smem(Kernel &k, int bytes);
 
 // Launches `k` with `args` (size bytes) as its first parameter and, when second_size is not 0, `second` as
-// its second (CUDA only). Both must stay readable until the call returns (the driver copies them).
+// its second, whose type has alignment `second_align` (a power of two up to TENSOR_MAP_ALIGN). CUDA takes
+// them as two kernel parameters; HIP as one kernarg segment, args at 0 and `second` at size rounded up to
+// second_align (the kernel's parameter offset, e.g. zyfa_varlen_args at 192). Both must stay readable until
+// the call returns (the driver copies them).
 void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
-                  const void *args, size_t size, const void *second = nullptr, size_t second_size = 0);
+                  const void *args, size_t size, const void *second = nullptr, size_t second_size = 0,
+                  size_t second_align = 1);
 
 // cuTensorMapEncodeTiled of a rank-4 tensor (zyfa_abi.h's zyfa_tma_maps): map_out 128 bytes, 64-byte
 // aligned; strides in bytes; 128-byte swizzle, 256-byte L2 promotion, zero fill. `kernel` names errors.

@@ -98,7 +98,7 @@ void check_sizes(const PlanSpec &spec, const zyfa_fwd_args &a) {
     refuse(spec.name + " is built for d_qk=" + std::to_string(spec.d_qk) + ", d_v=" + std::to_string(spec.d_v) +
            "; args have d_qk=" + std::to_string(a.d_qk) + ", d_v=" + std::to_string(a.d_v));
   }
-  if (!spec.persistent && (a.heads_q > GRID_YZ_MAX || a.batch > GRID_YZ_MAX)) {
+  if (spec.grid != Grid::persistent && (a.heads_q > GRID_YZ_MAX || a.batch > GRID_YZ_MAX)) {
     refuse(spec.name + ": heads_q = " + std::to_string(a.heads_q) + " and batch = " + std::to_string(a.batch) +
            " must each be <= " + std::to_string(GRID_YZ_MAX) + " (grid y/z limit)");
   }
@@ -106,7 +106,7 @@ void check_sizes(const PlanSpec &spec, const zyfa_fwd_args &a) {
     refuse(spec.name + ": heads_kv = " + std::to_string(a.heads_kv) + " and batch = " + std::to_string(a.batch) +
            " must each be <= " + std::to_string(GRID_YZ_MAX) + " (the V pre-pass's grid y/z limit)");
   }
-  if (spec.persistent && spec.layout == Layout::dense &&
+  if (spec.grid == Grid::persistent && spec.layout == Layout::dense &&
       work_items(spec, a) > static_cast<unsigned __int128>(MAX_WORK_ITEMS)) {
     refuse(spec.name + ": " + decimal(work_items(spec, a)) + " work items (query tiles x heads_q x batch) exceed " +
            std::to_string(MAX_WORK_ITEMS) + ", which the persistent kernel counts in 32 bits");
@@ -240,6 +240,10 @@ void check_spec(const PlanSpec &spec) {
     refuse(spec.name + ": a kernel with a V pre-pass needs tile_n a multiple of 64, got " +
            std::to_string(spec.tile_n));
   }
+  if (spec.layout == Layout::dense && spec.grid == Grid::batch_tiles) {
+    refuse(spec.name + ": grid batch_tiles is for packed (varlen / paged) kernels; a dense kernel takes grid tiles, "
+           "the same grid");
+  }
   if (spec.layout != Layout::dense && (spec.tma || !spec.v_prep.empty())) {
     refuse(spec.name + ": a " + layout_name(spec.layout) + " kernel loads with cp.async and has no V pre-pass "
            "(its second parameter is zyfa_varlen_args)");
@@ -257,17 +261,17 @@ void check_args(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_
 
 std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
                                     long long multiprocessors) {
-  if (spec.layout != Layout::dense) {
+  if (spec.layout != Layout::dense && spec.grid != Grid::batch_tiles) {
     if (varlen == nullptr) {
       refuse(spec.name + ": the grid of a " + layout_name(spec.layout) + " kernel needs the packed batch's "
              "zyfa_varlen_args (its total_q)");
     }
     const std::int64_t bound = packed_tiles(spec, a, *varlen);
-    if (!spec.persistent) return {static_cast<unsigned>(bound), static_cast<unsigned>(a.heads_q), 1};
+    if (spec.grid == Grid::tiles) return {static_cast<unsigned>(bound), static_cast<unsigned>(a.heads_q), 1};
     const auto items = static_cast<unsigned __int128>(bound) * static_cast<std::uint64_t>(a.heads_q);
     return persistent_grid(spec, items, multiprocessors);
   }
-  if (!spec.persistent) {
+  if (spec.grid != Grid::persistent) {  // tiles, or a packed kernel's batch_tiles: the same grid
     return {static_cast<unsigned>(tiles(spec, a)), static_cast<unsigned>(a.heads_q), static_cast<unsigned>(a.batch)};
   }
   return persistent_grid(spec, work_items(spec, a), multiprocessors);
@@ -341,7 +345,7 @@ LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path) 
   const size_t params = spec.tma || spec.layout != Layout::dense ? 2 : 1;
   plan.kernel = load_kernel(device, path, spec.name, static_cast<int>(spec.smem), params);
   if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0, 2);
-  if (spec.persistent) {
+  if (spec.grid == Grid::persistent) {
     plan.multiprocessors = device_properties(device).multiprocessors;
     persistent_grid(spec, 1, plan.multiprocessors);  // refuses a device that reports no count
   }
@@ -362,11 +366,13 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
                                    static_cast<unsigned>(a.batch)};
     const unsigned prep_block[3] = {ZYFA_VPREP_THREADS, 1, 1};
     const void *vt = reinterpret_cast<const void *>(static_cast<std::uintptr_t>(workspace));
-    launch_bytes(plan.prep, prep_grid, prep_block, 0, stream, &a, sizeof(a), &vt, sizeof(vt));
+    launch_bytes(plan.prep, prep_grid, prep_block, 0, stream, &a, sizeof(a), &vt, sizeof(vt),
+                 alignof(const void *));
     a.v = vt;
   }
   if (varlen != nullptr) {  // check_args: a varlen / paged kernel, which loads with cp.async
-    launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a), varlen, sizeof(*varlen));
+    launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a), varlen, sizeof(*varlen),
+                 alignof(zyfa_varlen_args));
     return;
   }
   if (!spec.tma) {
@@ -377,7 +383,8 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
   fill_tma_maps(spec, a, maps, [&](void *map_out, int data_type, const MapGeometry &g) {
     encode_map(map_out, data_type, g.address, g.dims, g.strides, g.box, spec.name);
   });
-  launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a), &maps, sizeof(maps));
+  launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a), &maps, sizeof(maps),
+               alignof(zyfa_tma_maps));
 }
 
 }  // namespace zyfa_core

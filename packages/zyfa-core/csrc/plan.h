@@ -19,13 +19,18 @@ namespace zyfa_core {
 // A manifest row's "layout": what batches the kernel serves (zyfa_abi.h, ABI 4).
 enum class Layout { dense, varlen, paged };
 
+// A manifest row's "grid" (zyfa_abi.h, launch_grid below): tiles = one block per query tile (for a packed
+// kernel, per tile of the bound on all sequences' tiles); persistent = min(multiprocessors, items) blocks
+// walking the items; batch_tiles (packed kernels only) = one block per query tile of each sequence.
+enum class Grid { tiles, persistent, batch_tiles };
+
 // What a manifest row (zyfa_core.KernelSpec) says the launch needs.
 struct PlanSpec {
   std::string name;
   std::string v_prep;  // the V pre-pass entry of the code object, "" for none
   bool fp8 = false;    // dtype e4m3fn (else bf16)
   bool causal = true;
-  bool persistent = false;  // grid "persistent" (else "tiles")
+  Grid grid = Grid::tiles;  // the manifest row's "grid"
   bool tma = false;         // loads "tma" (else "cp.async")
   Layout layout = Layout::dense;  // varlen / paged kernels take zyfa_varlen_args as their second parameter
   int d_qk = 0, d_v = 0, tile_m = 0, tile_n = 0, threads = 0;
@@ -43,8 +48,9 @@ void check_args(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_
 // The grid: (ceil(seqlen_q / tile_m), heads_q, batch), or for a persistent kernel (min(multiprocessors,
 // items), 1, 1), items = query tiles x heads_q x batch. A packed (varlen / paged) kernel has the query-tile
 // bound ZYFA_VARLEN_TILES(varlen->total_q, batch, seqlen_q, tile_m) for its tiles: grid (bound, heads_q, 1),
-// or persistent (min(multiprocessors, bound x heads_q), 1, 1). Throws ArgumentError for a persistent kernel
-// and multiprocessors <= 0, and for a packed kernel without `varlen`.
+// or persistent (min(multiprocessors, bound x heads_q), 1, 1); with grid batch_tiles it takes the dense
+// (ceil(seqlen_q / tile_m), heads_q, batch), seqlen_q being max_seqlen_q. Throws ArgumentError for a
+// persistent kernel and multiprocessors <= 0, and for a packed kernel without `varlen`.
 std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
                                     long long multiprocessors);
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+import zyfa_core
+
 SM90_BF16 = "fa_fwd_bf16_hd128_causal_sm90a"
 SM90_BF16_192 = "fa_fwd_bf16_hd192x128_causal_sm90a"
 GFX950_BF16 = "fa_fwd_bf16_hd128_causal_gfx950"
@@ -724,7 +726,9 @@ print(json.dumps({"seen": seen, "maps": maps.hex(), "zero": zero == bytes(448), 
     assert out["zero"] and out["short"] == f"{SM90_TMA}: a tensor map must be 128 bytes, got 64"
 
 
-def test_hip_refuses_tensor_maps_and_a_second_parameter(run_with_fake, hip_dir: Path) -> None:
+def test_hip_refuses_tensor_maps_and_packs_a_second_parameter(run_with_fake, hip_dir: Path) -> None:
+    """TMA maps exist only on CUDA; any other second parameter (here the V pre-pass's workspace pointer) goes
+    into HIP's one kernarg segment after zyfa_fwd_args, at its alignment."""
     snippet = (
         args_snippet(arch="gfx950")
         + """
@@ -742,19 +746,22 @@ for call in (lambda: drv.encode_tensor_map("bf16", 0x1000, [64, 1, 1, 1], [128, 
         errors.append(None)
     except zyfa_core.ZyfaDriverError as exc:
         errors.append(str(exc))
-print(json.dumps(errors))
+print(json.dumps({"errors": errors, "args": bytes(args).hex()}))
 """
     )
     out, calls = run_with_fake("hip", snippet, hip_dir)
-    assert out[0].startswith("cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA")
-    assert out[1].startswith(
+    errors, args = out["errors"], bytes.fromhex(out["args"])
+    assert errors[0].startswith("cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA")
+    assert errors[1].startswith(
         f"{GFX950_BF16}: cuTensorMapEncodeTiled failed: TMA tensor maps exist only on CUDA"
     )
-    assert out[2] == (
-        f"{GFX950_BF16}: launch failed: a second kernel parameter (TMA maps or zyfa_varlen_args) is CUDA "
-        "only; the loaded backend is HIP"
-    )
-    assert calls_named(calls, "hipModuleLaunchKernel") == []
+    assert errors[2] is None
+    prep_launch, launch = calls_named(calls, "hipModuleLaunchKernel")  # nothing launched for the TMA plan
+    workspace = (0x7F4000000000).to_bytes(8, "little")
+    assert prep_launch["size"] == "200" and bytes.fromhex(prep_launch["args"]) == args + workspace
+    v_field = zyfa_core.ZyfaFwdArgs.v.offset
+    patched = args[:v_field] + workspace + args[v_field + 8 :]  # the kernel reads v from the workspace
+    assert launch["size"] == "192" and bytes.fromhex(launch["args"]) == patched
 
 
 # ------------------------------------------------------------ the V pre-pass (ABI 3)

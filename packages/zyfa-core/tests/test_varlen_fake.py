@@ -332,3 +332,70 @@ def test_persistent_packed_kernel_refuses_32_bit_overflow(persistent_dir: Path) 
     args = packed_args(seqlen_q=2**30, heads_q=128, q_stride_seq=128 * 128, out_stride_seq=128 * 128)
     with pytest.raises(ValueError, match="work items .* which a packed kernel numbers in 32 bits"):
         zyfa_core.check_args(spec, args, varlen_args(total_q=2**31 - 1))
+
+
+# ------------------------------------------------------------------- gfx950 packed kernels (HIP)
+
+GFX950_VARLEN = "fa_fwd_bf16_hd128_causal_varlen_gfx950"
+GFX950_PAGED = "fa_fwd_bf16_hd128_causal_paged_gfx950"
+GFX950_TILE_M = 256
+
+
+@pytest.fixture
+def gfx950_dir(tmp_path: Path, manifest_tools) -> Path:
+    """The gfx950 packed rows as the manifest ships them: grid "batch_tiles", 256-row tiles, 512 threads."""
+    shape = dict(tile_m=GFX950_TILE_M, threads=512, smem_bytes=0, grid="batch_tiles")
+    rows = [
+        manifest_tools.row(GFX950_VARLEN, layout="varlen", **shape),
+        manifest_tools.row(GFX950_PAGED, layout="paged", **shape),
+    ]
+    image = f"FAKEHSACO {GFX950_VARLEN} {GFX950_PAGED}".encode()
+    return manifest_tools.write(tmp_path / "gfx950", rows, files={row["file"]: image for row in rows})
+
+
+@pytest.mark.parametrize("kernel", [GFX950_VARLEN, GFX950_PAGED])
+@pytest.mark.parametrize(("seqlen_q", "batch"), [(100, 3), (600, 5), (GFX950_TILE_M + 1, 1)])
+def test_gfx950_packed_launch_is_one_kernarg_segment(
+    run_with_fake, gfx950_dir: Path, kernel: str, seqlen_q: int, batch: int
+) -> None:
+    """HIP takes one kernarg segment: zyfa_fwd_args at 0, zyfa_varlen_args at 192 (its 8-byte alignment), 264
+    bytes; the grid is (ceil(max_seqlen_q / tile_m), heads_q, batch), whatever total_q is."""
+    paged = kernel == GFX950_PAGED
+    args = packed_args(paged=paged, seqlen_q=seqlen_q, batch=batch)
+    varlen = varlen_args(paged, total_q=180)
+    snippet = LAUNCH.format(kernel=kernel, args=bytes(args).hex(), varlen=bytes(varlen).hex())
+    out, calls = run_with_fake("hip", snippet, gfx950_dir)
+    (launch,) = [c for c in calls if c.startswith("hipModuleLaunchKernel ")]
+    fields = dict(pair.split("=", 1) for pair in launch.split(" ")[1:])
+    segment = bytes.fromhex(fields["args"])
+    assert fields["name"] == kernel and int(fields["size"]) == len(segment) == 264
+    assert segment[:192] == bytes(args) and segment[192:] == bytes(varlen)
+    decoded = zyfa_core.ZyfaVarlenArgs.from_buffer_copy(segment, 192)
+    assert (decoded.cu_seqlens_q, decoded.total_q, decoded.total_k) == (0x7F0000400000, 180, 640 if paged else 520)
+    assert decoded.page_table == (0x7F0000400200 if paged else None)
+    grid = [-(-seqlen_q // GFX950_TILE_M), 8, batch]
+    assert out["grid"] == grid and fields["grid"] == ",".join(map(str, grid))
+    assert fields["block"] == "512,1,1" and fields["smem"] == "0" and int(fields["stream"], 16) == 0x5000
+
+
+def test_batch_tiles_grid_needs_no_varlen_struct(gfx950_dir: Path, kernel_dir: Path) -> None:
+    """The grid of a "batch_tiles" row comes from the bounds alone; a compact "tiles" row's from total_q."""
+    spec = zyfa_core.Manifest.load(gfx950_dir).get(GFX950_VARLEN)
+    compact = zyfa_core.Manifest.load(kernel_dir).get(VARLEN)
+    args = packed_args(seqlen_q=1000, batch=7)
+    assert zyfa_core.launch_grid(spec, args) == (4, 8, 7)
+    assert zyfa_core.launch_grid(spec, args, varlen=varlen_args(total_q=1)) == (4, 8, 7)
+    assert zyfa_core.launch_grid(compact, args, varlen=varlen_args(total_q=1)) == (7, 8, 1)
+
+
+def test_batch_tiles_is_for_packed_rows_only(tmp_path: Path, manifest_tools) -> None:
+    row = manifest_tools.row("fa_fwd_bf16_hd128_causal_gfx950", grid="batch_tiles")
+    directory = manifest_tools.write(tmp_path / "dense", [row])
+    with pytest.raises(zyfa_core.ManifestError, match='grid "batch_tiles" is for packed layouts'):
+        zyfa_core.Manifest.load(directory)
+    plan = dict(name="k", dtype="bf16", d_qk=128, d_v=128, causal=True, tile_m=64, tile_n=64, threads=64, smem=0)
+    driver = zyfa_core.launcher._driver()
+    with pytest.raises(ValueError, match="grid batch_tiles is for packed"):
+        driver.Plan(**plan, grid="batch_tiles", loads="cp.async", v_prep="")
+    with pytest.raises(ValueError, match="grid must be 'tiles', 'persistent' or 'batch_tiles'"):
+        driver.Plan(**plan, grid="ragged", loads="cp.async", v_prep="", layout="varlen")

@@ -242,47 +242,110 @@ from zyfa import _ops_varlen
 _ops_varlen._fwd_cpu = _ops_varlen._fwd_core  # CPU tensors play the device's (see SNIPPET)
 torch.cuda.current_device = lambda: 0
 torch.cuda.current_stream = lambda device=None: SimpleNamespace(cuda_stream=STREAM)
-q = torch.randn(12, 4, 128).bfloat16()
-k, v = torch.randn(20, 1, 128).bfloat16(), torch.randn(20, 1, 128).bfloat16()
-cu_q, cu_k = torch.tensor([0, 5, 12], dtype=torch.int32), torch.tensor([0, 8, 20], dtype=torch.int32)
-try:
-    zyfa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 7, 12, causal=True)
-    print(json.dumps({"error": None}))
-except Exception as exc:
-    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+g = torch.Generator().manual_seed(SEED)
+hq, hkv, d = 4, 2, 128
+lens_q = torch.randint(1, 300, (BATCH,), generator=g)
+lens_k = lens_q + torch.randint(0, 40, (BATCH,), generator=g)
+cu_q = torch.cat([torch.zeros(1, dtype=torch.int64), lens_q.cumsum(0)]).int()
+cu_k = torch.cat([torch.zeros(1, dtype=torch.int64), lens_k.cumsum(0)]).int()
+total_q, total_k = int(cu_q[-1]), int(cu_k[-1])
+q = torch.randn(total_q, hq, d, generator=g).bfloat16()
+kw = dict(causal=True, return_attn_probs=True)
+index = {"cu_seqlens_q": cu_q}
+if PAGE_SIZE:
+    max_pages = -(-int(lens_k.max()) // PAGE_SIZE)
+    num_pages = BATCH * max_pages + 3
+    # a cache of num_pages pages, each sequence's pages scattered over it
+    table = torch.randperm(num_pages, generator=g)[: BATCH * max_pages].view(BATCH, max_pages).int()
+    k = torch.randn(num_pages, PAGE_SIZE, hkv, d, generator=g).bfloat16()
+    v = torch.randn(num_pages, PAGE_SIZE, hkv, d, generator=g).bfloat16()
+    seqused = lens_k.int()
+    kw.update(page_table=table, seqused_k=seqused)
+    index.update(page_table=table, seqused_k=seqused)
+    out, lse = zyfa.flash_attn_varlen_func(q, k, v, cu_q, None, int(lens_q.max()), int(lens_k.max()), **kw)
+    total_k = num_pages * PAGE_SIZE
+else:
+    k = torch.randn(total_k, hkv, d, generator=g).bfloat16()
+    v = torch.randn(total_k, hkv, d, generator=g).bfloat16()
+    index.update(cu_seqlens_k=cu_k)
+    out, lse = zyfa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, int(lens_q.max()), int(lens_k.max()), **kw)
+tensors = {n: {"ptr": t.data_ptr(), "stride": list(t.stride())} for n, t in (("q", q), ("k", k), ("v", v), ("out", out))}
+print(json.dumps({"tensors": tensors, "lse": lse.data_ptr(), "lse_shape": list(lse.shape),
+                  "index": {n: t.data_ptr() for n, t in index.items()}, "total_q": total_q, "total_k": total_k,
+                  "max_seqlens": [int(lens_q.max()), int(lens_k.max())]}))
 """
 
 
-@pytest.mark.skipif(importlib.util.find_spec("ziglang") is None, reason="needs ziglang (the pinned clang)")
-def test_packed_calls_are_refused_before_any_launch(fake_hip, tmp_path):
-    """With the gfx950 BF16 packed build in the manifest (the build's own row), flash_attn_varlen_func on the
-    gfx950 device is refused with a message naming the kernel and the simulator, and nothing launches: the
-    packed build runs in the simulator only."""
+def _packed_kernel_dir(path: Path, names: list[str]) -> Path:
+    """A manifest with the build's own rows of the gfx950 BF16 packed kernels `names` and fake code objects
+    (the resources from the kernel compiled by the pinned clang)."""
     from zyfa_asmgen.sim.cli import locate_kernel
 
     kb = _kernel_build()
-    name = "fa_fwd_bf16_hd128_causal_varlen_gfx950"
-    v = kb.find_variant(kb.load_variants(REPO), name)
-    resources = kb.gfx950_resources(
-        locate_kernel(name, None, REPO / "kernels" / "variants.bzl").asm, name, name
-    )
-    kernels = tmp_path / "kernels"
-    kernels.mkdir()
-    image = kernels / f"{name}.hsaco"
-    image.write_bytes(f"FAKEHSACO {name}\n".encode())
-    row = kb.manifest_row(v, REPO, image, resources, kb.source_sha256(v, REPO), {"clang": "fake"})
-    assert row["layout"] == "varlen"
-    manifest = {"abi_version": kb.abi_version(REPO), "toolchains": {}, "kernels": [row], "skipped": []}
-    (kernels / "manifest.json").write_text(json.dumps(manifest))
+    path.mkdir()
+    rows = []
+    for name in names:
+        v = kb.find_variant(kb.load_variants(REPO), name)
+        asm = locate_kernel(name, None, REPO / "kernels" / "variants.bzl").asm
+        image = path / f"{name}.hsaco"
+        image.write_bytes(f"FAKEHSACO {name}\n".encode())
+        resources = kb.gfx950_resources(asm, name, name)
+        rows.append(kb.manifest_row(v, REPO, image, resources, kb.source_sha256(v, REPO), {"clang": "fake"}))
+    manifest = {"abi_version": kb.abi_version(REPO), "toolchains": {}, "kernels": rows, "skipped": []}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ziglang") is None, reason="needs ziglang (the pinned clang)")
+@pytest.mark.parametrize(("page_size", "batch", "seed"), [(0, 3, 1), (0, 5, 2), (16, 3, 3), (64, 4, 4)])
+def test_packed_calls_launch_the_gfx950_packed_kernels(fake_hip, tmp_path, page_size, batch, seed):
+    """flash_attn_varlen_func on the gfx950 device launches the build's packed kernel ("paged" with a page
+    table): its own code object, grid (ceil(max_seqlen_q / tile_m), heads_q, batch), 512 threads, and one
+    kernarg segment holding the tensors' zyfa_fwd_args and, at 192, the packed batch's zyfa_varlen_args."""
+    from zyfa_core import abi
+
+    names = ["fa_fwd_bf16_hd128_causal_varlen_gfx950", "fa_fwd_bf16_hd128_causal_paged_gfx950"]
+    kernels = _packed_kernel_dir(tmp_path / "kernels", names)
     log = tmp_path / "calls.log"
     env = {key: val for key, val in os.environ.items() if not key.startswith(("ZYFA_", "FAKE_"))}
     env.update(ZYFA_BACKEND="hip", ZYFA_LIBAMDHIP64=str(fake_hip), FAKE_GPU_LOG=str(log),
                ZYFA_KERNEL_DIR=str(kernels), ZYFA_NO_CPP="1")  # fmt: skip
     script = tmp_path / "snippet.py"
-    script.write_text(f"STREAM = {STREAM}\n" + textwrap.dedent(VARLEN_SNIPPET))
+    head = f"STREAM = {STREAM}\nSEED = {seed}\nBATCH = {batch}\nPAGE_SIZE = {page_size}\n"
+    script.write_text(head + textwrap.dedent(VARLEN_SNIPPET))
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert out["error"] == "KernelNotFoundError", out
-    assert name in out["message"] and "simulator" in out["message"]
-    assert "hipModuleLaunchKernel" not in (log.read_text() if log.exists() else "")
+    calls = [line.split(" ") for line in log.read_text().splitlines()]
+    (launch,) = [dict(kv.split("=", 1) for kv in rest) for call, *rest in calls if call == "hipModuleLaunchKernel"]
+    assert launch["name"] == names[1 if page_size else 0]
+    max_q, max_k = out["max_seqlens"]
+    assert launch["grid"] == f"{-(-max_q // 256)},4,{batch}" and launch["block"] == "512,1,1"
+    assert int(launch["stream"], 16) == STREAM and launch["device"] == "0"
+    segment = bytes.fromhex(launch["args"])
+    assert int(launch["size"]) == len(segment) == abi.ARGS_SIZE + abi.VARLEN_ARGS_SIZE == 264
+    args = abi.ZyfaFwdArgs.from_buffer_copy(segment)
+    tensors = out["tensors"]
+    for name in ("q", "k", "v", "out"):
+        t = tensors[name]
+        strides = [getattr(args, f"{name}_stride_{w}") for w in ("batch", "seq", "head")]
+        # packed [rows, heads, d]: batch stride 0; a paged cache [pages, page_size, heads, d]: the page stride
+        want = t["stride"][:3] if len(t["stride"]) == 4 else [0, *t["stride"][:2]]
+        assert getattr(args, name) == t["ptr"] and strides == want, name
+    assert args.lse == out["lse"] and out["lse_shape"] == [4, out["total_q"]]
+    sizes = (args.batch, args.heads_q, args.heads_kv, args.seqlen_q, args.seqlen_k, args.d_qk, args.d_v)
+    assert sizes == (batch, 4, 2, max_q, max_k, 128, 128)
+    flags = abi.FLAG_CAUSAL | abi.FLAG_LSE | abi.FLAG_VARLEN | (abi.FLAG_PAGED if page_size else 0)
+    assert args.flags == flags and args.softmax_scale == _f32(128**-0.5) and args.reserved == 0
+    varlen = abi.ZyfaVarlenArgs.from_buffer_copy(segment, abi.ARGS_SIZE)
+    index = out["index"]
+    assert varlen.cu_seqlens_q == index["cu_seqlens_q"]
+    assert varlen.cu_seqlens_k == index.get("cu_seqlens_k") and varlen.seqused_k == index.get("seqused_k")
+    assert varlen.page_table == index.get("page_table") and varlen.descales is None
+    assert (varlen.total_q, varlen.total_k, varlen.reserved) == (out["total_q"], out["total_k"], 0)
+    if page_size:
+        max_pages = -(-max_k // page_size)
+        want = (page_size, out["total_k"] // page_size, max_pages, max_pages)
+        assert (varlen.page_size, varlen.num_pages, varlen.max_pages, varlen.page_table_stride) == want
+    else:
+        assert (varlen.page_size, varlen.num_pages, varlen.max_pages, varlen.page_table_stride) == (0, 0, 0, 0)

@@ -218,11 +218,13 @@ def launch_grid(
     batch * ceil(seqlen_q / tile_m)), a bound on those of all sequences from host values (seqlen_q is
     max_seqlen_q): "tiles" = (bound, heads_q, 1), "persistent" = (min(multiprocessors, bound * heads_q),
     1, 1); each (query tile, head) item finds its sequence and tile in cu_seqlens_q on the device, and
-    items past the last tile are not computed.
+    items past the last tile are not computed. "batch_tiles" (packed kernels only): the "tiles" grid of the
+    bounds, (ceil(max_seqlen_q / tile_m), heads_q, batch); block (x, y, z) takes query tile x of sequence z
+    and exits when the sequence is shorter.
 
     Raises:
-        ValueError: a persistent spec and `multiprocessors` missing or not positive; a packed spec without
-            `varlen`.
+        ValueError: a persistent spec and `multiprocessors` missing or not positive; a packed "tiles" or
+            "persistent" spec without `varlen`.
     """
     plan = _plan(spec)
     count = _check_multiprocessors(spec, multiprocessors) if spec.grid == "persistent" else 0

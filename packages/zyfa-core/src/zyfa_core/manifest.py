@@ -71,12 +71,13 @@ def preferred_p_modes(arch: str) -> tuple[str, ...]:
     return P_MODE_PREFERENCE.get(arch, P_MODES)
 
 
-GRID_MODES = ("tiles", "persistent")
+GRID_MODES = ("tiles", "persistent", "batch_tiles")
 """Launch grids (`zyfa_core.launch_grid`): "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch);
 "persistent" = (min(SMs, work items), 1, 1), the kernel walking its items. A row without "grid" (a
 manifest older than the field) is "tiles". A packed ("varlen" / "paged" layout) kernel counts its query
 tiles by a bound on those of all sequences: "tiles" = (bound, heads_q, 1), "persistent" = (min(SMs, bound
-* heads_q), 1, 1)."""
+* heads_q), 1, 1); or, "batch_tiles" (packed layouts only), one block per query tile of each sequence:
+(ceil(max_seqlen_q / tile_m), heads_q, batch), a block past its sequence's length exiting."""
 LOAD_MODES = ("cp.async", "tma")
 """How a kernel loads q/k/v: "cp.async" takes the one zyfa_fwd_args parameter; "tma" (sm90a) takes a
 second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.launcher.tma_maps_bytes`). A row without
@@ -401,6 +402,8 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
     layout = row.get("layout", "dense")
     if layout not in LAYOUTS:
         raise _row_error(where, name, f"layout {layout!r} is not one of {LAYOUTS}")
+    if layout == "dense" and grid == "batch_tiles":
+        raise _row_error(where, name, 'grid "batch_tiles" is for packed layouts; a dense kernel takes "tiles"')
     if layout != "dense" and (loads != "cp.async" or v_prep):
         raise _row_error(where, name, f"a {layout} kernel loads with cp.async and has no V pre-pass")
     return KernelSpec(

@@ -119,13 +119,6 @@ def _fwd_core(q: Tensor, k: Tensor, v: Tensor, packed: _Packed, opts: _ops._Opti
     core = _ops._core()
     layout = "paged" if packed.dims.page_size else "varlen"
     spec = _ops.select_kernel(q, k, v, opts.causal, opts.p_mode, layout=layout)
-    if spec.arch == "gfx950":
-        # The gfx950 packed build is verified in zyfa-asmgen's simulator only: zyfa_core's HIP launch takes no
-        # second kernel parameter, and its launch grid is (ceil(max_seqlen_q / tile_m), heads_q, batch).
-        raise core.manifest.KernelNotFoundError(
-            f"zyfa: packed batches (flash_attn_varlen_func) are not launched on gfx950 yet: {spec.name} runs "
-            "in zyfa-asmgen's simulator only; call zyfa.flash_attn_func on each sequence instead"
-        )
     out, lse = _ops._new_outputs(q, *_out_shapes(q, v, opts.return_lse))
     args = fill_args(core.abi, (q, k, v, out), lse if opts.return_lse else None, packed, opts)
     varlen = fill_varlen_args(core.abi, packed.index, packed.dims)
