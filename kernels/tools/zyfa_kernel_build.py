@@ -221,7 +221,9 @@ def grid_problems(v: dict[str, Any]) -> list[str]:
         # only the first SMs' tiles of head 0, batch 0.
         return [f"{label}: grid 'persistent' needs src {PERSISTENT_SRC!r} (built with ZYFA_WS_PERSISTENT=1)"]
     if grid == "batch_tiles" and layout(v) == "dense":
-        return [f"{label}: grid 'batch_tiles' is for layouts 'varlen' and 'paged'; a dense kernel takes 'tiles'"]
+        return [
+            f"{label}: grid 'batch_tiles' is for layouts 'varlen' and 'paged'; dense kernels take 'tiles'"
+        ]
     return []
 
 

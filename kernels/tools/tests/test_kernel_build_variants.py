@@ -83,7 +83,7 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"dtype": "e4m3fnuz", "p_mode": "exact"}, "dtype 'e4m3fnuz' is not one of"),
         ({"threads": 0}, "threads = 0 must be positive"),
         ({"extra": 1}, "unknown field(s) ['extra']"),
-        ({"grid": "ring"}, "grid 'ring' is not one of ('tiles', 'persistent')"),
+        ({"grid": "ring"}, "grid 'ring' is not one of ('tiles', 'persistent', 'batch_tiles')"),
         ({"grid": None}, "grid = None has the wrong type"),
         ({"grid": "persistent"}, "grid 'persistent' needs src 'sm90/fa_fwd_wgmma.cu'"),
         ({"loads": "bulk"}, "loads 'bulk' is not one of ('cp.async', 'tma')"),

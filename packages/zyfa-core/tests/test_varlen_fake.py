@@ -371,7 +371,8 @@ def test_gfx950_packed_launch_is_one_kernarg_segment(
     assert fields["name"] == kernel and int(fields["size"]) == len(segment) == 264
     assert segment[:192] == bytes(args) and segment[192:] == bytes(varlen)
     decoded = zyfa_core.ZyfaVarlenArgs.from_buffer_copy(segment, 192)
-    assert (decoded.cu_seqlens_q, decoded.total_q, decoded.total_k) == (0x7F0000400000, 180, 640 if paged else 520)
+    total_k = 640 if paged else 520
+    assert (decoded.cu_seqlens_q, decoded.total_q, decoded.total_k) == (0x7F0000400000, 180, total_k)
     assert decoded.page_table == (0x7F0000400200 if paged else None)
     grid = [-(-seqlen_q // GFX950_TILE_M), 8, batch]
     assert out["grid"] == grid and fields["grid"] == ",".join(map(str, grid))
@@ -393,7 +394,8 @@ def test_batch_tiles_is_for_packed_rows_only(tmp_path: Path, manifest_tools) -> 
     directory = manifest_tools.write(tmp_path / "dense", [row])
     with pytest.raises(zyfa_core.ManifestError, match='grid "batch_tiles" is for packed layouts'):
         zyfa_core.Manifest.load(directory)
-    plan = dict(name="k", dtype="bf16", d_qk=128, d_v=128, causal=True, tile_m=64, tile_n=64, threads=64, smem=0)
+    plan = dict(name="k", dtype="bf16", d_qk=128, d_v=128, causal=True, tile_m=64, tile_n=64, threads=64)
+    plan["smem"] = 0
     driver = zyfa_core.launcher._driver()
     with pytest.raises(ValueError, match="grid batch_tiles is for packed"):
         driver.Plan(**plan, grid="batch_tiles", loads="cp.async", v_prep="")

@@ -269,10 +269,11 @@ else:
     v = torch.randn(total_k, hkv, d, generator=g).bfloat16()
     index.update(cu_seqlens_k=cu_k)
     out, lse = zyfa.flash_attn_varlen_func(q, k, v, cu_q, cu_k, int(lens_q.max()), int(lens_k.max()), **kw)
-tensors = {n: {"ptr": t.data_ptr(), "stride": list(t.stride())} for n, t in (("q", q), ("k", k), ("v", v), ("out", out))}
+named = (("q", q), ("k", k), ("v", v), ("out", out))
+tensors = {n: {"ptr": t.data_ptr(), "stride": list(t.stride())} for n, t in named}
 print(json.dumps({"tensors": tensors, "lse": lse.data_ptr(), "lse_shape": list(lse.shape),
-                  "index": {n: t.data_ptr() for n, t in index.items()}, "total_q": total_q, "total_k": total_k,
-                  "max_seqlens": [int(lens_q.max()), int(lens_k.max())]}))
+                  "index": {n: t.data_ptr() for n, t in index.items()}, "total_q": total_q,
+                  "total_k": total_k, "max_seqlens": [int(lens_q.max()), int(lens_k.max())]}))
 """
 
 
@@ -317,7 +318,10 @@ def test_packed_calls_launch_the_gfx950_packed_kernels(fake_hip, tmp_path, page_
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
     calls = [line.split(" ") for line in log.read_text().splitlines()]
-    (launch,) = [dict(kv.split("=", 1) for kv in rest) for call, *rest in calls if call == "hipModuleLaunchKernel"]
+    launches = [
+        dict(kv.split("=", 1) for kv in rest) for call, *rest in calls if call == "hipModuleLaunchKernel"
+    ]
+    (launch,) = launches
     assert launch["name"] == names[1 if page_size else 0]
     max_q, max_k = out["max_seqlens"]
     assert launch["grid"] == f"{-(-max_q // 256)},4,{batch}" and launch["block"] == "512,1,1"
@@ -343,9 +347,9 @@ def test_packed_calls_launch_the_gfx950_packed_kernels(fake_hip, tmp_path, page_
     assert varlen.cu_seqlens_k == index.get("cu_seqlens_k") and varlen.seqused_k == index.get("seqused_k")
     assert varlen.page_table == index.get("page_table") and varlen.descales is None
     assert (varlen.total_q, varlen.total_k, varlen.reserved) == (out["total_q"], out["total_k"], 0)
+    pages = (varlen.page_size, varlen.num_pages, varlen.max_pages, varlen.page_table_stride)
     if page_size:
         max_pages = -(-max_k // page_size)
-        want = (page_size, out["total_k"] // page_size, max_pages, max_pages)
-        assert (varlen.page_size, varlen.num_pages, varlen.max_pages, varlen.page_table_stride) == want
+        assert pages == (page_size, out["total_k"] // page_size, max_pages, max_pages)
     else:
-        assert (varlen.page_size, varlen.num_pages, varlen.max_pages, varlen.page_table_stride) == (0, 0, 0, 0)
+        assert pages == (0, 0, 0, 0)

@@ -403,7 +403,7 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
     if layout not in LAYOUTS:
         raise _row_error(where, name, f"layout {layout!r} is not one of {LAYOUTS}")
     if layout == "dense" and grid == "batch_tiles":
-        raise _row_error(where, name, 'grid "batch_tiles" is for packed layouts; a dense kernel takes "tiles"')
+        raise _row_error(where, name, 'grid "batch_tiles" is for packed layouts; dense kernels take "tiles"')
     if layout != "dense" and (loads != "cp.async" or v_prep):
         raise _row_error(where, name, f"a {layout} kernel loads with cp.async and has no V pre-pass")
     return KernelSpec(
