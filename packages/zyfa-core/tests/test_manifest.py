@@ -196,7 +196,8 @@ def test_unknown_grid_is_rejected_naming_kernel_and_modes(
     manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0], grid=grid)])
     with pytest.raises(ManifestError) as info:
         zyfa_core.Manifest.load(tmp_path)
-    assert f"kernel {SM90[0]!r}: grid {grid!r} is not one of ('tiles', 'persistent', 'batch_tiles')" in str(info.value)
+    modes = "('tiles', 'persistent', 'batch_tiles')"
+    assert f"kernel {SM90[0]!r}: grid {grid!r} is not one of {modes}" in str(info.value)
 
 
 def test_loads_is_read_and_defaults_to_cp_async(tmp_path: Path, manifest_tools) -> None:
