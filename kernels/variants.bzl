@@ -119,7 +119,7 @@ VARIANTS = [
     # tensors). Packed rows run on the persistent grid (min(SMs, items) CTAs walk the batch's (query tile, head)
     # items, longest first, as the dense persistent kernels do): against FA3 varlen 0.76-0.85x where the tile
     # grid gave 0.68-0.77x. Paged rows keep grid "tiles" (one CTA per item, the same output bits): BF16 d128
-    # with a 4K prefix measured 186.5 TFLOP/s on it against 170.0-173.7 persistent (H100, kernels/sm90/NOTES.md).
+    # with a 4K prefix measured 186.5 TFLOP/s on it (H100) against 170.7 persistent (H200; kernels/sm90/NOTES.md).
     # FP8 in the default lean P mode. smem_bytes as the dense rows; lean d128 without
     # the V pre-pass stages V (+32 KiB) like lean 192/128.
     {"name": "fa_fwd_bf16_hd128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
