@@ -3,6 +3,10 @@
     ncu -i REPORT.ncu-rep --page source --csv --print-source sass > src.csv
     python3 tools/device/ncu_hotspots.py src.csv [TOP]
 
+Each line: the share of samples, the instruction's offset from the kernel's first instruction (as in
+`cuobjdump -sass` of the same cubin), its text, and for a branch the instruction before it (for a
+spin-wait, the barrier it polls).
+
 Columns are found by name (Nsight Compute versions differ): the address, the SASS text and every
 "Warp Stall Sampling" column; rows are ranked by the all-samples column.
 """
@@ -37,10 +41,24 @@ def main(path: str, top: int = 40) -> int:
 
     body = rows[head_at + 1 :]
     total = sum(num(r, key) for r in body) or 1.0
-    print(f"{len(body)} instructions, {total:.0f} samples in '{head[key]}'")
-    for r in sorted(body, key=lambda r: -num(r, key))[:top]:
-        print(f"{100 * num(r, key) / total:5.1f}%  {r[0][:10]:>10}  {r[src].strip()[:90]}")
+    base = _address(body[0][0]) if body else 0
+    print(f"{len(body)} instructions, {total:.0f} samples in '{head[key]}'; offsets from the first one")
+    ranked = sorted(range(len(body)), key=lambda i: -num(body[i], key))[:top]
+    for i in ranked:
+        r = body[i]
+        # A spin-wait's branch says nothing alone: the instruction before it names the barrier.
+        before = f"   after: {body[i - 1][src].strip()[:70]}" if i > 0 and "BRA" in r[src] else ""
+        offset = _address(r[0]) - base
+        print(f"{100 * num(r, key) / total:5.1f}%  {offset:#8x}  {r[src].strip()[:80]}{before}")
     return 0
+
+
+def _address(text: str) -> int:
+    """An address column's value (hex or decimal); 0 when it is neither."""
+    try:
+        return int(text.strip(), 0)
+    except ValueError:
+        return 0
 
 
 if __name__ == "__main__":
