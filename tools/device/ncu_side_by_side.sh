@@ -10,8 +10,8 @@
 # warm-up) of the kernel whose demangled name matches REGEX with `--set full` at ncu's default locked clock,
 # so two kernels compare in cycles, unaffected by the power cap. Per case, $OUT/ncu/NAME.raw.csv (every
 # metric), NAME.details.csv (the sections), NAME.source.csv.gz (per-instruction samples) and
-# NAME.hotspots.txt (ncu_hotspots.py of it) are written; the report files stay on the machine. Needs the packages installed and the peers importable (h200_run.sh's
-# install and wheels stages, and site_path.sh).
+# NAME.hotspots.txt (ncu_hotspots.py of it) are written; the report files stay on the machine. Needs the
+# packages installed and the peers importable (h200_run.sh's install and wheels stages, and site_path.sh).
 # Env: NCU (default: ncu on PATH, else /usr/local/cuda/bin/ncu), NCU_TIMEOUT seconds per case (default 120).
 set -uo pipefail
 
