@@ -20,6 +20,7 @@
 #include "abi/zyfa_abi.h"
 #include "sm90/fa_fwd_wgmma/config.cuh"
 #include "sm90/fa_fwd_wgmma/load.cuh"
+#include "sm90/fa_fwd_wgmma/page_div.h"
 #include "sm90/fa_fwd_wgmma/ptx.cuh"
 #include "sm90/fa_fwd_wgmma/scheduler.cuh"
 #include "sm90/fa_fwd_wgmma/varlen_tiles.h"
@@ -150,11 +151,15 @@ struct PagedRows {
   int64_t page_bytes;        // the cache's page stride (args' batch stride) in bytes
   int64_t slot_bytes;        // its key stride inside a page (args' seq stride) in bytes
   const int32_t* pages;      // the sequence's row of the page table
-  int page_size, num_pages;
+  PageDiv page_size;         // j -> (j / page_size, j % page_size) by a multiply-high (page_div.h)
+  int num_pages;
 
+  // Row j (0 <= j < 2^31): one page-table read, its page clamped into the cache.
   __device__ __forceinline__ const uint8_t* row(int j) const {
-    const int page = static_cast<int>(clamp64(__ldg(pages + j / page_size), 0, num_pages - 1));
-    return head_base + page * page_bytes + static_cast<int64_t>(j % page_size) * slot_bytes;
+    const uint32_t p = page_size.quotient(static_cast<uint32_t>(j));
+    const int slot = j - static_cast<int>(p * page_size.d);
+    const int page = max(0, min(__ldg(pages + p), num_pages - 1));
+    return head_base + page * page_bytes + slot * slot_bytes;
   }
 };
 
@@ -166,44 +171,63 @@ __device__ __forceinline__ PagedRows paged_rows(const zyfa_fwd_args& packed, con
   p.page_bytes = stride_batch * kESize;
   p.slot_bytes = stride_seq * kESize;
   p.pages = s.pages;
-  p.page_size = vl.page_size;
+  p.page_size = make_page_div(static_cast<uint32_t>(vl.page_size));
   p.num_pages = vl.num_pages;
   return p;
 }
 
+// Rows row0 + r0 + 16 i (i < ROWS / 16) of a paged cache, 16-byte chunk c8 of each of their CHUNKS-chunk
+// rows, into shared memory at dst(i, region); rows >= nvalid are zero-filled. kVec: cp.async (the caller
+// signals the barrier with cp_async_arrive_noinc), else byte loads and st.shared. A group's page-table
+// reads are issued together before its copies (the copies' asm clobbers memory, so a read placed after one
+// would wait out its own round trip first); four rows a group keep the producer inside its register budget.
+// A row past the keys reads a real row's address (no branch around the read) and copies 0 bytes.
+template <int ROWS, int CHUNKS, bool kVec, class Dst>
+__device__ __forceinline__ void copy_paged_rows(const PagedRows& rows, int row0, int nvalid, int r0, int c8,
+                                                Dst dst) {
+  constexpr int kGroup = 4;
+  constexpr int kRegions = (CHUNKS + 7) / 8;
+  static_assert(ROWS % (16 * kGroup) == 0, "whole groups of 16-row passes");
+#pragma unroll
+  for (int g = 0; g < ROWS / 16; g += kGroup) {
+    const uint8_t* src[kGroup];
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) {
+      src[k] = rows.row(max(min(row0 + r0 + 16 * (g + k), nvalid - 1), 0)) + c8 * 16;
+    }
+#pragma unroll
+    for (int k = 0; k < kGroup; ++k) {
+      const bool ok = row0 + r0 + 16 * (g + k) < nvalid;
+#pragma unroll
+      for (int reg = 0; reg < kRegions; ++reg) {
+        if (CHUNKS % 8 != 0 && reg * 8 + c8 >= CHUNKS) continue;  // last region only partly used
+        if constexpr (kVec) {
+          cp_async16(dst(g + k, reg), src[k] + reg * 128, ok ? 16u : 0u);
+        } else {
+          st_shared_v4(dst(g + k, reg), ok ? load16_bytes(src[k] + reg * 128) : make_uint4(0u, 0u, 0u, 0u));
+        }
+      }
+    }
+  }
+}
+
 // load_tile (load.cuh) with the rows gathered through the page table: rows [row0, row0 + ROWS) of the
-// sequence's keys into a swizzled tile; rows >= nvalid zero-filled. Thread t copies chunk t % 8 of every
-// 128-byte region of rows t / 8 + 16 i.
+// sequence's keys into a swizzled tile, rows >= nvalid zero-filled; thread t copies chunk t % 8 of every
+// 128-byte region of rows t / 8 + 16 i. vec_ok is tested once, outside the row loops: inside them ptxas
+// kept both paths around every copy, and with a division per row the producer issued more instructions
+// per block than the consumers (the tensor core waited on it).
 template <int ROWS, int CHUNKS>
 __device__ __forceinline__ void load_tile_paged(uint32_t tile, const PagedRows& rows, int row0, int nvalid,
                                                 bool vec_ok, int t) {
   static_assert(ROWS % 16 == 0, "16 rows per pass of 128 threads");
-  constexpr int kRegions = (CHUNKS + 7) / 8;
   const int c8 = t & 7;
   const int r0 = t >> 3;
   const uint32_t dst0 = tile + r0 * 128 + ((c8 ^ (r0 & 7)) << 4);
-  // Every page-table read of the tile first, then the copies: the copies' asm clobbers memory, so a
-  // read placed after one of them would wait for its own round trip before the next copy issues.
-  const uint8_t* src_of[ROWS / 16];
-#pragma unroll
-  for (int i = 0; i < ROWS / 16; ++i) {
-    const int j = row0 + r0 + 16 * i;
-    src_of[i] = (j < nvalid ? rows.row(j) : rows.head_base) + c8 * 16;
-  }
-#pragma unroll
-  for (int i = 0; i < ROWS / 16; ++i) {
-    const bool valid = row0 + r0 + 16 * i < nvalid;
-    const uint8_t* const src = src_of[i];
-#pragma unroll
-    for (int reg = 0; reg < kRegions; ++reg) {
-      if (CHUNKS % 8 != 0 && reg * 8 + c8 >= CHUNKS) continue;  // last region only partly used
-      const uint32_t dst = dst0 + reg * ROWS * 128 + i * 16 * 128;
-      if (vec_ok) {
-        cp_async16(dst, src + reg * 128, valid ? 16u : 0u);
-      } else {
-        st_shared_v4(dst, valid ? load16_bytes(src + reg * 128) : make_uint4(0u, 0u, 0u, 0u));
-      }
-    }
+  const auto dst = [&](int i, int reg) { return dst0 + reg * ROWS * 128 + i * 16 * 128; };
+  if (vec_ok) {
+    copy_paged_rows<ROWS, CHUNKS, true>(rows, row0, nvalid, r0, c8, dst);
+  } else {
+    copy_paged_rows<ROWS, CHUNKS, false>(rows, row0, nvalid, r0, c8, dst);
   }
 }
 
@@ -213,23 +237,14 @@ __device__ __forceinline__ void load_v_staging_paged(uint32_t stg, const PagedRo
   static_assert(!kVStaged || kVRowBytes == 128, "one staging row is one 128-byte V row");
   const int c8 = t & 7;
   const int r0 = t >> 3;
-  const uint8_t* src_of[kTileN / 16];  // the page-table reads first (load_tile_paged says why)
-#pragma unroll
-  for (int i = 0; i < kTileN / 16; ++i) {
+  const auto dst = [&](int i, int) {
     const int r = r0 + 16 * i;
-    src_of[i] = (key0 + r < seqlen_k ? rows.row(key0 + r) : rows.head_base) + c8 * 16;
-  }
-#pragma unroll
-  for (int i = 0; i < kTileN / 16; ++i) {
-    const int r = r0 + 16 * i;
-    const uint32_t dst = stg + r * 128 + ((c8 ^ stg_swz(r)) << 4);
-    const bool valid = key0 + r < seqlen_k;
-    const uint8_t* const src = src_of[i];
-    if (vec_ok) {
-      cp_async16(dst, src, valid ? 16u : 0u);
-    } else {
-      st_shared_v4(dst, valid ? load16_bytes(src) : make_uint4(0u, 0u, 0u, 0u));
-    }
+    return stg + r * 128 + ((c8 ^ stg_swz(r)) << 4);
+  };
+  if (vec_ok) {
+    copy_paged_rows<kTileN, 8, true>(rows, key0, seqlen_k, r0, c8, dst);
+  } else {
+    copy_paged_rows<kTileN, 8, false>(rows, key0, seqlen_k, r0, c8, dst);
   }
 }
 
