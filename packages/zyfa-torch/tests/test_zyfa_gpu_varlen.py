@@ -139,9 +139,17 @@ def test_many_items_per_persistent_cta(precision, paged):
     _check_against_the_reference((lens, [prefix + n for n in lens], hq, hkv, d), precision, paged)
 
 
-def _check_against_the_reference(case, precision: str, paged: bool) -> None:
+@pytest.mark.parametrize("page_size", [16, 48, 100, 256])
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_page_sizes(precision, page_size):
+    """The paged kernels split a key index into (page, slot) by a multiply-high: engines' page sizes and
+    sizes that are no power of two (48, 100), over a batch whose rows cross many pages."""
+    _check_against_the_reference(CASES[1], precision, True, page_size)
+
+
+def _check_against_the_reference(case, precision: str, paged: bool, page_size: int = 64) -> None:
     """One packed batch through the kernel, against the reference of its numerics and the float64 truth."""
-    gpu, cpu, descales, p = _inputs(case, precision, paged)
+    gpu, cpu, descales, p = _inputs(case, precision, paged, page_size)
     spec = _spec(gpu["q"], gpu["k"], gpu["v"], "paged" if paged else "varlen")
     _poison(p.q.shape[0], p.q.shape[1], gpu["q"].device)
     out, lse = _call(gpu, p, descales, precision, return_attn_probs=True)
