@@ -315,3 +315,16 @@ def test_gfx950_bf16_varlen_layout() -> None:
         assert any("is built for grid batch_tiles" in p for p in kb.variant_problems(compact)), grid
     (problem,) = kb.variant_problems(variant(**hip, grid="batch_tiles"))
     assert "grid 'batch_tiles' is for layouts 'varlen' and 'paged'" in problem
+
+
+def test_gfx950_fp8_varlen_layout() -> None:
+    """The mfma_fp8 generator's packed build: layout "varlen" on grid "batch_tiles" is accepted and named
+    _varlen; it adds no define (the generator reads the field), and other grids are refused."""
+    gen = dict(arch="gfx950", kind="asmgen", src="mfma_fp8", dtype="e4m3fn", p_mode="lean", d_qk=128, d_v=128,
+               tile_m=64, tile_n=64, threads=128, smem_bytes=0, tile_order="global_descending")  # fmt: skip
+    packed = variant(**gen, layout="varlen", grid="batch_tiles")
+    assert packed["name"] == "fa_fwd_e4m3fn_hd128_causal_leanp_varlen_gfx950"
+    assert kb.variant_problems(packed) == []
+    assert kb.defines(packed)[1:] == kb.defines(variant(**gen))[1:]
+    (problem,) = kb.variant_problems(variant(**gen, layout="varlen", grid="tiles"))
+    assert "is built for grid batch_tiles" in problem
