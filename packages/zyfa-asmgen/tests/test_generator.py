@@ -114,6 +114,8 @@ def test_offsets_follow_the_header(abi_header):
         {"tile_order": "ascending"},
         {"stale_tau": 0.8},  # lean codes could pass 126 and exact P e4m3's 448
         {"stale_tau": -0.25},
+        {"layout": "paged"},  # K / V through a page table: not generated
+        {"layout": "ragged"},
     ],
 )
 def test_unimplemented_variants_are_refused(change, abi_header):

@@ -52,6 +52,10 @@ visited. Query tiles are dispatched longest first: by the variant's tile_order, 
 the last tile of its head ("descending"), or the workgroups in dispatch order take the last tile of
 every head and batch first ("global_descending", see Gen._global_tile). Wait states
 come from the simulator's hazard rules over the control flow (`Kernel(sim_hazards=True)`).
+
+Packed batches (the variant's layout "varlen", grid "batch_tiles"): mfma_fp8_varlen turns the workgroup's
+batch index into a sequence of the packed batch and rewrites the kernel arguments into that sequence's dense
+view; the program above then runs unchanged (a dense build emits exactly what it did without the option).
 """
 
 from __future__ import annotations
@@ -664,8 +668,8 @@ def build_program(var: Variant, abi: AbiLayout, opts: Options | None = None) -> 
     return _build(var, abi, opts)[1]
 
 
-_LAYOUT_NOTE = {
-    "varlen": "\nPacked batch (layout varlen): zyfa_varlen_args follows; workgroup z runs sequence z's dense view."
+_LAYOUT_NOTE = {  # appended to the header's kernarg line
+    "varlen": "\nPacked batch (layout varlen): zyfa_varlen_args follows; workgroup z runs sequence z's view."
 }
 
 
@@ -678,7 +682,8 @@ arch {ARCH}; tile_m {sh.tile_m} query rows x tile_n {TILE_N} keys per block; {sh
 {MFMA} for S^T = K Q^T ({2 * sh.kc} per block) and O^T += V^T P^T ({sh.vc} per block).
 LDS {prog.lds_bytes} bytes (2 buffers of K {sh.k_bytes} + V {sh.v_bytes});
 VGPRs {prog.vgprs}, AGPRs {prog.agprs}, SGPRs {prog.sgprs}.
-Kernarg: zyfa_fwd_args by value, offsets parsed from kernels/abi/zyfa_abi.h.{_LAYOUT_NOTE.get(var.layout, "")}"""
+Kernarg: zyfa_fwd_args by value, offsets parsed from kernels/abi/zyfa_abi.h.{_LAYOUT_NOTE.get(var.layout, "")}
+"""
 
 
 def generate_with_operands(

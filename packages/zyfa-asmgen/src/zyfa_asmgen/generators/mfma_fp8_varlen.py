@@ -33,7 +33,7 @@ LAYOUTS = ("dense", "varlen")
 
 
 def kernarg_params(abi: AbiLayout, layout: str) -> tuple[tuple[str, int, int], ...]:
-    """The kernel's by-value parameters (name, offset, bytes): zyfa_fwd_args, and zyfa_varlen_args when packed."""
+    """The by-value parameters (name, offset, bytes): zyfa_fwd_args, and zyfa_varlen_args when packed."""
     params = (("args", 0, abi.size),)
     if layout == "dense":
         return params
