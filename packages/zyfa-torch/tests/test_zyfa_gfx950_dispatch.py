@@ -213,7 +213,8 @@ def test_rows_are_the_builds(fp8_rows):
     kb = _kernel_build()
     for r in fp8_rows:
         v, res = r["variant"], r["resources"]
-        assert kb.tile_order(v) in ("descending", "global_descending") and kb.grid_mode(v) == "tiles"
+        grid = "batch_tiles" if kb.layout(v) == "varlen" else "tiles"  # packed: one z per sequence
+        assert kb.tile_order(v) in ("descending", "global_descending") and kb.grid_mode(v) == grid
         assert res["smem_bytes"] == 2 * 64 * (v["d_qk"] + v["d_v"])  # two K + V buffers of 64 keys
         assert res["registers"] <= 256  # two waves per SIMD
         assert res["spill_bytes"] == 0
@@ -353,3 +354,96 @@ def test_packed_calls_launch_the_gfx950_packed_kernels(fake_hip, tmp_path, page_
         assert pages == (page_size, out["total_k"] // page_size, max_pages, max_pages)
     else:
         assert pages == (0, 0, 0, 0)
+
+
+FP8_VARLEN_SNIPPET = """
+import json
+from types import SimpleNamespace
+import torch
+import zyfa
+from zyfa import _ops_varlen
+
+_ops_varlen._fwd_cpu = _ops_varlen._fwd_core  # CPU tensors play the device's (see SNIPPET)
+torch.cuda.current_device = lambda: 0
+torch.cuda.current_stream = lambda device=None: SimpleNamespace(cuda_stream=STREAM)
+g = torch.Generator().manual_seed(SEED)
+hq, hkv, d_qk, d_v = 4, 2, D_QK, 128
+lens_q = torch.randint(1, 150, (BATCH,), generator=g)
+lens_k = lens_q + torch.randint(0, 40, (BATCH,), generator=g)
+cu_q = torch.cat([torch.zeros(1, dtype=torch.int64), lens_q.cumsum(0)]).int()
+cu_k = torch.cat([torch.zeros(1, dtype=torch.int64), lens_k.cumsum(0)]).int()
+total_q, total_k, max_q, max_k = int(cu_q[-1]), int(cu_k[-1]), int(lens_q.max()), int(lens_k.max())
+q8, k8, v8 = ((torch.randn(n, h, d, generator=g) * 3).to(torch.float8_e4m3fn)
+              for n, h, d in ((total_q, hq, d_qk), (total_k, hkv, d_qk), (total_k, hkv, d_v)))
+calls = []
+for table in (False, True):
+    ds = [torch.rand(BATCH, hkv, generator=g) + 0.5 for _ in range(3)] if table else [0.5, 0.25, 2.0]
+    kw = dict(causal=True, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], return_attn_probs=True)
+    out, lse = zyfa.flash_attn_varlen_func(q8, k8, v8, cu_q, cu_k, max_q, max_k, p_mode=P_MODE, **kw)
+    calls.append({"out": out.data_ptr(), "lse": lse.data_ptr(), "table": table})
+page_table = torch.arange(BATCH * 8, dtype=torch.int32).view(BATCH, 8)
+cache = torch.zeros(BATCH * 8, 64, hkv, d_qk).to(torch.float8_e4m3fn)
+try:  # a paged FP8 batch: no gfx950 build serves it
+    zyfa.flash_attn_varlen_func(q8, cache, cache[..., :d_v], cu_q, None, max_q, 400, page_table=page_table,
+                                seqused_k=lens_k.int(), causal=True, q_descale=1.0, k_descale=1.0,
+                                v_descale=1.0)
+    paged = None
+except Exception as exc:
+    paged = {"error": type(exc).__name__, "message": str(exc)}
+named = (("q", q8), ("k", k8), ("v", v8))
+print(json.dumps({"calls": calls, "paged": paged, "max_seqlens": [max_q, max_k], "total": [total_q, total_k],
+                  "ptrs": {n: t.data_ptr() for n, t in named}, "cu": [cu_q.data_ptr(), cu_k.data_ptr()]}))
+"""
+
+
+@pytest.mark.parametrize(("d_qk", "p_mode", "batch"), [(128, None, 3), (192, "exact", 5)])
+def test_fp8_packed_calls_launch_the_gfx950_varlen_kernels(fake_hip, fp8_rows, tmp_path, d_qk, p_mode, batch):
+    """flash_attn_varlen_func on FP8 packed tensors launches the mfma_fp8 packed build (p_mode None: lean P):
+    its own code object, grid (ceil(max_seqlen_q / 64), heads_q, batch), 128 threads, a 264-byte kernarg
+    segment with zyfa_varlen_args at 192; float descales by value, (batch, heads_kv) tensors as the descale
+    table (ZYFA_FLAG_DESCALE_TABLE). A paged FP8 batch, which no gfx950 build serves, raises
+    KernelNotFoundError naming the request before anything launches."""
+    from zyfa_core import abi
+
+    kernels = _kernel_dir(tmp_path / "kernels", fp8_rows)
+    log = tmp_path / "calls.log"
+    env = {key: val for key, val in os.environ.items() if not key.startswith(("ZYFA_", "FAKE_"))}
+    env.update(ZYFA_BACKEND="hip", ZYFA_LIBAMDHIP64=str(fake_hip), FAKE_GPU_LOG=str(log),
+               ZYFA_KERNEL_DIR=str(kernels), ZYFA_NO_CPP="1")  # fmt: skip
+    script = tmp_path / "snippet.py"
+    head = f"STREAM = {STREAM}\nSEED = {batch}\nBATCH = {batch}\nD_QK = {d_qk}\nP_MODE = {p_mode!r}\n"
+    script.write_text(head + textwrap.dedent(FP8_VARLEN_SNIPPET))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    calls = [line.split(" ") for line in log.read_text().splitlines()]
+    launches = [dict(kv.split("=", 1) for kv in rest) for c, *rest in calls if c == "hipModuleLaunchKernel"]
+    shape = "hd128" if d_qk == 128 else "hd192x128"
+    name = f"fa_fwd_e4m3fn_{shape}_causal{'' if p_mode == 'exact' else '_leanp'}_varlen_gfx950"
+    assert [launch["name"] for launch in launches] == [name, name]
+    max_q, max_k = out["max_seqlens"]
+    for launch, call in zip(launches, out["calls"], strict=True):
+        assert launch["grid"] == f"{-(-max_q // 64)},4,{batch}" and launch["block"] == "128,1,1"
+        segment = bytes.fromhex(launch["args"])
+        assert int(launch["size"]) == len(segment) == abi.ARGS_SIZE + abi.VARLEN_ARGS_SIZE == 264
+        args = abi.ZyfaFwdArgs.from_buffer_copy(segment)
+        assert (args.q, args.k, args.v) == tuple(out["ptrs"][n] for n in ("q", "k", "v"))
+        assert (args.out, args.lse) == (call["out"], call["lse"])
+        sizes = (args.batch, args.heads_q, args.heads_kv, args.seqlen_q, args.seqlen_k, args.d_qk, args.d_v)
+        assert sizes == (batch, 4, 2, max_q, max_k, d_qk, 128)
+        assert (args.q_stride_batch, args.k_stride_batch, args.v_stride_batch, args.out_stride_batch) == (
+            0,
+        ) * 4
+        table = abi.FLAG_DESCALE_TABLE if call["table"] else 0
+        assert args.flags == abi.FLAG_CAUSAL | abi.FLAG_LSE | abi.FLAG_VARLEN | table
+        varlen = abi.ZyfaVarlenArgs.from_buffer_copy(segment, abi.ARGS_SIZE)
+        assert [varlen.cu_seqlens_q, varlen.cu_seqlens_k] == out["cu"] and varlen.seqused_k is None
+        assert [varlen.total_q, varlen.total_k] == out["total"] and varlen.page_table is None
+        if call["table"]:
+            assert varlen.descales is not None
+        else:
+            assert varlen.descales is None
+            assert [args.q_descale, args.k_descale, args.v_descale] == [0.5, 0.25, 2.0]
+    paged = out["paged"]
+    assert paged is not None and paged["error"] == "KernelNotFoundError", paged
+    assert "gfx950" in paged["message"] and "layout=paged" in paged["message"]

@@ -243,18 +243,22 @@ def launch_uniform(
     out: np.ndarray,
     lse: np.ndarray,
     scale: float,
+    descales: tuple[float, float, float] = (1.0, 1.0, 1.0),
     **launch: Any,
 ):
-    """A dense batch (q [b, sq, hq, d_qk], k / v [b, sk, hkv, d], out [b, sq, hq, d_v], lse float32
-    [b, hq, sq], all contiguous bf16 but lse) run by a packed build as b sequences of sq queries over sk
-    keys each: the packed tensors are views of the dense ones, so out is written in place; lse is copied
-    back from the kernel's [heads_q, total_q]. A paged build reads k and v as a cache of b pages of sk
-    keys, sequence i's table row [i]. `launch` as for launch_packed. Returns the launch result."""
+    """A dense batch (q [b, sq, hq, d_qk], k / v [b, sk, hkv, d] bf16 or e4m3, out [b, sq, hq, d_v] bf16, lse
+    float32 [b, hq, sq], all contiguous) run by a packed build as b sequences of sq queries over sk keys each:
+    the packed tensors are views of the dense ones, so out is written in place; lse is copied back from the
+    kernel's [heads_q, total_q]. A paged build reads k and v as a cache of b pages of sk keys, sequence i's
+    table row [i]. `descales`: FP8 q, k, v descales per tensor. `launch` as for launch_packed. Returns the
+    launch result."""
     b, sq, hq, _ = q.shape
     sk = k.shape[1]
     packed_lse = np.full((hq, b * sq), np.nan, dtype=np.float32)
     rows = [x.reshape(x.shape[0] * x.shape[1], x.shape[2], -1) for x in (q, k, v, out)]  # views: contiguous
-    pb = PackedBatch(*rows, packed_lse, cu_seqlens([sq] * b), cu_seqlens([sk] * b), None, scale)
+    pb = PackedBatch(
+        *rows, packed_lse, cu_seqlens([sq] * b), cu_seqlens([sk] * b), None, scale, descales=descales
+    )
     if entry.get("layout") == "paged":
         pb.k, pb.v, pb.cu_seqlens_k = k, v, None
         pb.seqused_k = np.full(b, sk, dtype=np.int32)
