@@ -233,8 +233,9 @@ VARIANTS = [
      "d_v": 128, "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "mfma_fp8",
      "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
      "stale_tau": 0.75},
-    # Packed batches (layout "varlen"): the FP8 kernels above, each workgroup on its sequence's dense view
-    # (docs/gfx950-fp8-kernel.md, "Packed batches"); the dense builds' assembly is unchanged by them.
+    # Packed batches (layout "varlen"; "paged": K / V blocks gathered through the page table): the FP8 kernels
+    # above, each workgroup on its sequence's dense view (docs/gfx950-fp8-kernel.md, "Packed batches"); the
+    # dense builds' assembly is unchanged by them.
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_varlen_gfx950", "arch": "gfx950", "dtype": "e4m3fn",
      "d_qk": 128, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
      "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
@@ -251,4 +252,20 @@ VARIANTS = [
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "mfma_fp8",
      "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
      "stale_tau": 0.75, "layout": "varlen", "grid": "batch_tiles"},
+    {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_paged_gfx950", "arch": "gfx950", "dtype": "e4m3fn",
+     "d_qk": 128, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 0.75, "layout": "paged", "grid": "batch_tiles"},
+    {"name": "fa_fwd_e4m3fn_hd128_causal_paged_gfx950", "arch": "gfx950", "dtype": "e4m3fn",
+     "d_qk": 128, "d_v": 128, "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "mfma_fp8",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 0.75, "layout": "paged", "grid": "batch_tiles"},
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_paged_gfx950", "arch": "gfx950", "dtype": "e4m3fn",
+     "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "asmgen", "src": "mfma_fp8",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 0.75, "layout": "paged", "grid": "batch_tiles"},
+    {"name": "fa_fwd_e4m3fn_hd192x128_causal_paged_gfx950", "arch": "gfx950", "dtype": "e4m3fn",
+     "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "exact", "kind": "asmgen", "src": "mfma_fp8",
+     "tile_m": 64, "tile_n": 64, "threads": 128, "smem_bytes": 0, "tag": "", "tile_order": "global_descending",
+     "stale_tau": 0.75, "layout": "paged", "grid": "batch_tiles"},
 ]

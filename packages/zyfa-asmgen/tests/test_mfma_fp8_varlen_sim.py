@@ -1,6 +1,6 @@
-"""mfma_fp8's packed builds (layout "varlen" rows of kernels/variants.bzl) in zyfa_asmgen.sim, on random
-packed FP8 batches, against zyfa.reference.attention_varlen (the contract's numerics per sequence, block_n 64,
-the row's p_mode and stale_tau) and its float64 truth attention_varlen_dense_f64.
+"""mfma_fp8's packed builds (layout "varlen" and "paged" rows of kernels/variants.bzl) in zyfa_asmgen.sim, on
+random packed FP8 batches, against zyfa.reference.attention_varlen (the contract's numerics per sequence,
+block_n 64, the row's p_mode and stale_tau) and its float64 truth attention_varlen_dense_f64.
 
 Tolerances are test_mfma_fp8_sim's, derived there: one bf16 ulp except in the few rows a flipped P code moves,
 max|v| v_descale / 16 in any element, twice the reference's own float64 error plus 1e-3, lse within 1e-5
@@ -8,7 +8,8 @@ except in flipped rows. Both kernel parameters are packed at the ABI header's of
 192); the grid is (ceil(max_seqlen_q / 64), heads_q, batch). Outputs start as NaN: a sequence's rows must all
 be written, rows after the last sequence must stay NaN; the hazard checker must find nothing. Lengths cover
 one query over one key, an empty sequence, queries with no key, queries before their first visible key
-(more queries than keys), a sequence of two query tiles (the second ragged) and seqused_k.
+(more queries than keys), a sequence of two query tiles (the second ragged) and seqused_k; paged K / V on
+pages of 16, 24, 64 and 256 keys in random order, and a table entry past the cache (clamped).
 """
 
 from __future__ import annotations
@@ -28,16 +29,16 @@ from zyfa_asmgen.variant import Variant
 torch = pytest.importorskip("torch")
 reference = pytest.importorskip("zyfa.reference")
 sim = pytest.importorskip("zyfa_asmgen.sim")
-from zyfa_asmgen.sim.varlen import PackedBatch, launch_packed, make_packed, packed_grid  # noqa: E402
+from zyfa_asmgen.sim.varlen import PackedBatch, launch_packed, make_packed, make_paged, packed_grid  # noqa: E402
 
 E4M3 = ml_dtypes.float8_e4m3fn
-PACKED = [v for v in read_variants() if v["kind"] == "asmgen" and v.get("layout") == "varlen"]
+PACKED = [v for v in read_variants() if v["kind"] == "asmgen" and v.get("layout") in ("varlen", "paged")]
 
 
-def _entry(d_qk: int, p_mode: str) -> dict:
-    v = next((x for x in PACKED if x["d_qk"] == d_qk and x["p_mode"] == p_mode), None)
+def _entry(d_qk: int, p_mode: str, layout: str = "varlen") -> dict:
+    v = next((x for x in PACKED if (x["d_qk"], x["p_mode"], x["layout"]) == (d_qk, p_mode, layout)), None)
     if v is None:
-        pytest.skip(f"no varlen mfma_fp8 row with d_qk {d_qk}, p_mode {p_mode} in kernels/variants.bzl")
+        pytest.skip(f"no {layout} mfma_fp8 row with d_qk {d_qk}, p_mode {p_mode} in kernels/variants.bzl")
     return v
 
 
@@ -52,10 +53,14 @@ def _simulator(name: str):
     return sim.Simulator(generate("mfma_fp8", Variant.from_dict(entry), _abi()), name)
 
 
-def fp8_batch(entry, lens_q, lens_k, hq, hkv, rng, seqused_k=None, pad_q=0, table=False) -> PackedBatch:
-    """make_packed's batch with q, k, v as e4m3 of 3 N(0, 1) (as test_mfma_fp8_sim's inputs), per-tensor
-    descales, or with `table` random descales per (sequence, kv head) in [1/8, 1)."""
-    pb = make_packed(entry, lens_q, lens_k, hq, hkv, rng, seqused_k, pad_q)
+def fp8_batch(entry, lens_q, lens_k, hq, hkv, rng, seqused_k=None, pad_q=0, table=False, page_size=0):
+    """make_packed's batch (make_paged's with a page size) with q, k, v as e4m3 of 3 N(0, 1) (as
+    test_mfma_fp8_sim's inputs), per-tensor descales, or with `table` random descales per (sequence, kv
+    head) in [1/8, 1)."""
+    if page_size:
+        pb = make_paged(entry, lens_q, lens_k, hq, hkv, page_size, rng)
+    else:
+        pb = make_packed(entry, lens_q, lens_k, hq, hkv, rng, seqused_k, pad_q)
     pb.q, pb.k, pb.v = ((x.astype(np.float32) * 3).astype(E4M3) for x in (pb.q, pb.k, pb.v))
     pb.descales = DESCALES
     if table:
@@ -74,8 +79,10 @@ def reference_of(entry: dict, pb: PackedBatch):
     else:
         descales = {n: torch.from_numpy(pb.descale_table[i]) for i, n in enumerate(("q", "k", "v"))}
         descales = {f"{n}_descale": t for n, t in descales.items()}
-    index = (torch.from_numpy(pb.cu_seqlens_q), torch.from_numpy(pb.cu_seqlens_k))
-    kw = dict(seqused_k=None if pb.seqused_k is None else torch.from_numpy(pb.seqused_k),
+    cu_k = None if pb.cu_seqlens_k is None else torch.from_numpy(pb.cu_seqlens_k)
+    index = (torch.from_numpy(pb.cu_seqlens_q), cu_k)
+    table = None if pb.page_table is None else torch.from_numpy(pb.page_table)
+    kw = dict(seqused_k=None if pb.seqused_k is None else torch.from_numpy(pb.seqused_k), page_table=table,
               softmax_scale=pb.scale, causal=True, **descales)  # fmt: skip
     qkv = (_torch(pb.q), _torch(pb.k), _torch(pb.v))
     ref, ref_lse = reference.attention_varlen(
@@ -170,3 +177,35 @@ def test_tiles_past_a_sequence_write_nothing() -> None:
     assert not res.findings, "\n".join(map(str, res.findings))
     written = ~np.isnan(pb.out.astype(np.float32)).all(axis=-1)
     assert written[64:70].all() and not written[:64].any() and not written[70:].any()
+
+
+@pytest.mark.parametrize(
+    "d_qk,p_mode,page_size,table",
+    [
+        (128, "lean", 16, True),
+        (192, "exact", 64, False),
+        (128, "exact", 256, False),
+        (192, "lean", 24, True),  # no power of two: a block's pages start anywhere in it
+    ],
+)
+def test_paged_cache(d_qk, p_mode, page_size, table) -> None:
+    """K / V through the page table (the paged build, cu_seqlens_k NULL, seqused_k the counts): GQA 4:1, one
+    key, an empty sequence, 40 queries over 150 keys (chunked prefill, crossing pages and key blocks), 70 over
+    70 (two query tiles), the pages in random order with spare pages between them."""
+    entry = _entry(d_qk, p_mode, "paged")
+    pb = fp8_batch(entry, [1, 0, 40, 70], [1, 9, 150, 70], 4, 1, np.random.default_rng(), table=table,
+                   page_size=page_size)  # fmt: skip
+    check(entry, pb, run(entry, pb))
+
+
+def test_paged_bad_page_index_is_clamped() -> None:
+    """A table entry past the cache: the kernel clamps it to the last page (zyfa_abi.h), reads nothing outside
+    the cache, and matches the reference over the clamped table. The last sequence is the longest (its table
+    row is the table's end) and its keys end inside a block: the keys past it read the sequence's last key,
+    not table entries past the row (the simulator faults on a read outside the table)."""
+    entry = _entry(128, "lean", "paged")
+    pb = fp8_batch(entry, [3, 30], [20, 100], 2, 1, np.random.default_rng(), page_size=16)
+    pb.page_table[1, 3] = 10_000
+    res = run(entry, pb)
+    pb.page_table = np.clip(pb.page_table, 0, pb.k.shape[0] - 1)
+    check(entry, pb, res)

@@ -213,7 +213,7 @@ def test_rows_are_the_builds(fp8_rows):
     kb = _kernel_build()
     for r in fp8_rows:
         v, res = r["variant"], r["resources"]
-        grid = "batch_tiles" if kb.layout(v) == "varlen" else "tiles"  # packed: one z per sequence
+        grid = "tiles" if kb.layout(v) == "dense" else "batch_tiles"  # packed: one z per sequence
         assert kb.tile_order(v) in ("descending", "global_descending") and kb.grid_mode(v) == grid
         assert res["smem_bytes"] == 2 * 64 * (v["d_qk"] + v["d_v"])  # two K + V buffers of 64 keys
         assert res["registers"] <= 256  # two waves per SIMD
@@ -381,18 +381,24 @@ for table in (False, True):
     kw = dict(causal=True, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], return_attn_probs=True)
     out, lse = zyfa.flash_attn_varlen_func(q8, k8, v8, cu_q, cu_k, max_q, max_k, p_mode=P_MODE, **kw)
     calls.append({"out": out.data_ptr(), "lse": lse.data_ptr(), "table": table})
-page_table = torch.arange(BATCH * 8, dtype=torch.int32).view(BATCH, 8)
-cache = torch.zeros(BATCH * 8, 64, hkv, d_qk).to(torch.float8_e4m3fn)
-try:  # a paged FP8 batch: no gfx950 build serves it
-    zyfa.flash_attn_varlen_func(q8, cache, cache[..., :d_v], cu_q, None, max_q, 400, page_table=page_table,
-                                seqused_k=lens_k.int(), causal=True, q_descale=1.0, k_descale=1.0,
-                                v_descale=1.0)
-    paged = None
+# a paged cache of BATCH * 8 pages of 64 keys, each sequence's pages scattered over it
+page_table = torch.randperm(BATCH * 8, generator=g).view(BATCH, 8).int()
+k_cache, v_cache = (
+    torch.randn(BATCH * 8, 64, hkv, d, generator=g).to(torch.float8_e4m3fn) for d in (d_qk, d_v)
+)
+used = lens_k.int()
+try:
+    out, lse = zyfa.flash_attn_varlen_func(
+        q8, k_cache, v_cache, cu_q, None, max_q, max_k, page_table=page_table, seqused_k=used, causal=True,
+        q_descale=0.5, k_descale=0.25, v_descale=2.0, p_mode=P_MODE, return_attn_probs=True)
+    paged = {"out": out.data_ptr(), "lse": lse.data_ptr(), "k": k_cache.data_ptr(), "v": v_cache.data_ptr(),
+             "k_stride": list(k_cache.stride()), "table": page_table.data_ptr(), "used": used.data_ptr()}
 except Exception as exc:
     paged = {"error": type(exc).__name__, "message": str(exc)}
 named = (("q", q8), ("k", k8), ("v", v8))
-print(json.dumps({"calls": calls, "paged": paged, "max_seqlens": [max_q, max_k], "total": [total_q, total_k],
-                  "ptrs": {n: t.data_ptr() for n, t in named}, "cu": [cu_q.data_ptr(), cu_k.data_ptr()]}))
+print(json.dumps({"calls": calls, "paged": paged, "max_seqlens": [max_q, max_k],
+                  "total": [total_q, total_k], "ptrs": {n: t.data_ptr() for n, t in named},
+                  "cu": [cu_q.data_ptr(), cu_k.data_ptr()]}))
 """
 
 
@@ -401,28 +407,17 @@ def test_fp8_packed_calls_launch_the_gfx950_varlen_kernels(fake_hip, fp8_rows, t
     """flash_attn_varlen_func on FP8 packed tensors launches the mfma_fp8 packed build (p_mode None: lean P):
     its own code object, grid (ceil(max_seqlen_q / 64), heads_q, batch), 128 threads, a 264-byte kernarg
     segment with zyfa_varlen_args at 192; float descales by value, (batch, heads_kv) tensors as the descale
-    table (ZYFA_FLAG_DESCALE_TABLE). A paged FP8 batch, which no gfx950 build serves, raises
-    KernelNotFoundError naming the request before anything launches."""
+    table (ZYFA_FLAG_DESCALE_TABLE). A paged FP8 batch launches the paged build (ZYFA_FLAG_PAGED, the cache's
+    page stride as the k / v batch stride, the page table's sizes)."""
     from zyfa_core import abi
 
     kernels = _kernel_dir(tmp_path / "kernels", fp8_rows)
-    log = tmp_path / "calls.log"
-    env = {key: val for key, val in os.environ.items() if not key.startswith(("ZYFA_", "FAKE_"))}
-    env.update(ZYFA_BACKEND="hip", ZYFA_LIBAMDHIP64=str(fake_hip), FAKE_GPU_LOG=str(log),
-               ZYFA_KERNEL_DIR=str(kernels), ZYFA_NO_CPP="1")  # fmt: skip
-    script = tmp_path / "snippet.py"
-    head = f"STREAM = {STREAM}\nSEED = {batch}\nBATCH = {batch}\nD_QK = {d_qk}\nP_MODE = {p_mode!r}\n"
-    script.write_text(head + textwrap.dedent(FP8_VARLEN_SNIPPET))
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout.strip().splitlines()[-1])
-    calls = [line.split(" ") for line in log.read_text().splitlines()]
-    launches = [dict(kv.split("=", 1) for kv in rest) for c, *rest in calls if c == "hipModuleLaunchKernel"]
+    out, launches = _run_fp8_varlen(tmp_path, fake_hip, kernels, d_qk, p_mode, batch)
     shape = "hd128" if d_qk == 128 else "hd192x128"
-    name = f"fa_fwd_e4m3fn_{shape}_causal{'' if p_mode == 'exact' else '_leanp'}_varlen_gfx950"
-    assert [launch["name"] for launch in launches] == [name, name]
+    name = f"fa_fwd_e4m3fn_{shape}_causal{'' if p_mode == 'exact' else '_leanp'}_%s_gfx950"
+    assert [launch["name"] for launch in launches] == [name % "varlen"] * 2 + [name % "paged"]
     max_q, max_k = out["max_seqlens"]
-    for launch, call in zip(launches, out["calls"], strict=True):
+    for launch, call in zip(launches, out["calls"], strict=False):
         assert launch["grid"] == f"{-(-max_q // 64)},4,{batch}" and launch["block"] == "128,1,1"
         segment = bytes.fromhex(launch["args"])
         assert int(launch["size"]) == len(segment) == abi.ARGS_SIZE + abi.VARLEN_ARGS_SIZE == 264
@@ -444,6 +439,54 @@ def test_fp8_packed_calls_launch_the_gfx950_varlen_kernels(fake_hip, fp8_rows, t
         else:
             assert varlen.descales is None
             assert [args.q_descale, args.k_descale, args.v_descale] == [0.5, 0.25, 2.0]
+    _check_paged_launch(launches[2], out, batch)
+
+
+def test_fp8_paged_without_its_build_is_refused(fake_hip, fp8_rows, tmp_path):
+    """With only the dense and "varlen" FP8 builds installed, a paged FP8 batch raises KernelNotFoundError
+    naming the request (gfx950, layout=paged) and launches nothing; the packed calls still launch."""
+    names = {r["variant"]["name"] for r in fp8_rows if "_paged_" not in r["variant"]["name"]}
+    kernels = _kernel_dir(tmp_path / "kernels", fp8_rows, names)
+    out, launches = _run_fp8_varlen(tmp_path, fake_hip, kernels, 128, None, 2)
+    assert [launch["name"] for launch in launches] == ["fa_fwd_e4m3fn_hd128_causal_leanp_varlen_gfx950"] * 2
     paged = out["paged"]
-    assert paged is not None and paged["error"] == "KernelNotFoundError", paged
-    assert "gfx950" in paged["message"] and "layout=paged" in paged["message"]
+    assert paged.get("error") == "KernelNotFoundError", paged
+    assert "arch=gfx950" in paged["message"] and "layout=paged" in paged["message"]
+
+
+def _run_fp8_varlen(tmp_path: Path, lib: Path, kernels: Path, d_qk: int, p_mode: str | None, batch: int):
+    """Run FP8_VARLEN_SNIPPET against the fake HIP driver; return (its JSON, the launches as dicts)."""
+    log = tmp_path / "calls.log"
+    env = {key: val for key, val in os.environ.items() if not key.startswith(("ZYFA_", "FAKE_"))}
+    env.update(ZYFA_BACKEND="hip", ZYFA_LIBAMDHIP64=str(lib), FAKE_GPU_LOG=str(log),
+               ZYFA_KERNEL_DIR=str(kernels), ZYFA_NO_CPP="1")  # fmt: skip
+    script = tmp_path / "snippet.py"
+    head = f"STREAM = {STREAM}\nSEED = {batch}\nBATCH = {batch}\nD_QK = {d_qk}\nP_MODE = {p_mode!r}\n"
+    script.write_text(head + textwrap.dedent(FP8_VARLEN_SNIPPET))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    calls = [line.split(" ") for line in log.read_text().splitlines()]
+    launches = [dict(kv.split("=", 1) for kv in rest) for c, *rest in calls if c == "hipModuleLaunchKernel"]
+    return out, launches
+
+
+def _check_paged_launch(launch: dict, out: dict, batch: int) -> None:
+    """The paged FP8 launch of FP8_VARLEN_SNIPPET: the cache, its page stride, the table and seqused_k."""
+    from zyfa_core import abi
+
+    paged, (max_q, max_k) = out["paged"], out["max_seqlens"]
+    assert launch["grid"] == f"{-(-max_q // 64)},4,{batch}" and launch["block"] == "128,1,1"
+    segment = bytes.fromhex(launch["args"])
+    args = abi.ZyfaFwdArgs.from_buffer_copy(segment)
+    assert (args.k, args.v, args.out, args.lse) == (paged["k"], paged["v"], paged["out"], paged["lse"])
+    assert [args.k_stride_batch, args.k_stride_seq, args.k_stride_head] == paged["k_stride"][:3]
+    assert args.flags == abi.FLAG_CAUSAL | abi.FLAG_LSE | abi.FLAG_VARLEN | abi.FLAG_PAGED
+    assert (args.seqlen_q, args.seqlen_k) == (max_q, max_k)
+    varlen = abi.ZyfaVarlenArgs.from_buffer_copy(segment, abi.ARGS_SIZE)
+    assert varlen.cu_seqlens_k is None and (varlen.page_table, varlen.seqused_k) == (
+        paged["table"],
+        paged["used"],
+    )
+    sizes = (varlen.page_size, varlen.num_pages, varlen.max_pages, varlen.page_table_stride, varlen.total_k)
+    assert sizes == (64, batch * 8, 8, 8, batch * 8 * 64)

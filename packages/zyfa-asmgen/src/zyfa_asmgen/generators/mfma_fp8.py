@@ -69,6 +69,7 @@ from ..kernel import Kernel, Program
 from ..regs import R, RegFile
 from ..variant import Variant, VariantError
 from .common import KernArgs, buffer_rsrc, f32_hex, s_mad64, s_reciprocals, s_udivmod
+from .mfma_fp8_paged import dma_pieces, paged_advance, paged_bases, paged_request
 from .mfma_fp8_varlen import LAYOUTS, enter_sequence, kernarg_params, table_descales
 
 ARCH = "gfx950"
@@ -395,9 +396,13 @@ class Gen:
         a = self.karg
         t = self.sv("nrec")
         self.k.comment("raw buffer resources; each ends where the tensor's valid rows end")
-        self.rq, self.rk, self.rv = self.sv("rsrc_q", 4, 4), self.sv("rsrc_k", 4, 4), self.sv("rsrc_v", 4, 4)
+        paged = self.layout == "paged"
+        self.rq = self.sv("rsrc_q", 4, 4)
+        if not paged:
+            self.rk, self.rv = self.sv("rsrc_k", 4, 4), self.sv("rsrc_v", 4, 4)
         self.ro, self.rl = self.sv("rsrc_o", 4, 4), self.sv("rsrc_lse", 4, 4)
-        self.kstep, self.vstep = self.sv("kstep"), self.sv("vstep")
+        if not paged:
+            self.kstep, self.vstep = self.sv("kstep"), self.sv("vstep")
         rows_left = self.sv("rows_left")
         self.e(f"s_sub_i32 {rows_left}, {a.reg('seqlen_q')}, {self.roww}")
         self.e(
@@ -410,7 +415,7 @@ class Gen:
                 self.e(f"s_lshl_b32 {t}, {t}, {shift}")
             buffer_rsrc(self.k, rsrc, base, str(t))
             self.s.free(base)
-        for name, rsrc, step in (("k", self.rk, self.kstep), ("v", self.rv, self.vstep)):
+        for name, rsrc, step in () if paged else (("k", self.rk, self.kstep), ("v", self.rv, self.vstep)):
             base = self._base(name, self.kvh, 0, None)
             self.e(f"s_mul_i32 {t}, {a.reg('seqlen_k')}, {a.reg(f'{name}_stride_seq')}")
             buffer_rsrc(self.k, rsrc, base, str(t))
@@ -418,6 +423,8 @@ class Gen:
                 f"s_lshl_b32 {step}, {a.reg(f'{name}_stride_seq')}, 6", f"{name} bytes per block of 64 keys"
             )
             self.s.free(base)
+        if paged:
+            paged_bases(self)
         self.k.comment("lse [b, heads_q, seqlen_q] fp32 from row0")
         base = self.sv("lse_base", 2, 2)
         self.e(f"s_mul_i32 {t}, {self.batch}, {a.reg('heads_q')}")
@@ -456,8 +463,11 @@ class Gen:
         self.e(f"v_lshl_add_u32 {self.k_rd}, {g}, 4, {self.k_rd}")
         self.v_rd = self.vv("v_rd")
         self._v_lane_base(self.v_rd, t)
-        self.k_dma = self._dma_offsets("k", sh.d_qk, a.reg("k_stride_seq"), t)
-        self.v_dma = self._dma_offsets("v", sh.d_v, a.reg("v_stride_seq"), t)
+        if self.layout == "paged":  # each lane's piece of a block; the gather finds its page per block
+            self.k_dma, self.v_dma = dma_pieces(self, "k", sh.d_qk, t), dma_pieces(self, "v", sh.d_v, t)
+        else:
+            self.k_dma = self._dma_offsets("k", sh.d_qk, a.reg("k_stride_seq"), t)
+            self.v_dma = self._dma_offsets("v", sh.d_v, a.reg("v_stride_seq"), t)
         self.k.comment("causal limit per lane: last visible key of the row, less 4 g (the lane's key offset)")
         self.lim = self.vv("limit")
         self.e(f"v_add_u32_e32 {self.lim}, {self.roww}, {col}")
@@ -623,7 +633,10 @@ class Gen:
     # ---- K/V streaming -----------------------------------------------------------------------------
     def request_block(self, lds_off: str) -> None:
         """LDS-DMA of the block the K/V resources point at into the buffer at SGPR `lds_off`; each
-        DMA wave moves its share (1 KiB DMAs i = dma_waves j + w)."""
+        DMA wave moves its share (1 KiB DMAs i = dma_waves j + w). A paged build gathers from the cache."""
+        if self.layout == "paged":
+            paged_request(self, lds_off)
+            return
         base = self.sv("dma_base")
         skip = f".Lno_dma_{self._uid()}"
         if self.sh.waves > self.sh.dma_waves:
@@ -649,6 +662,9 @@ class Gen:
 
     def advance_kv(self) -> None:
         """Point the K/V resources at the next block: base += 64 rows, num_records -= 64 rows."""
+        if self.layout == "paged":
+            paged_advance(self)
+            return
         for rsrc, step in ((self.rk, self.kstep), (self.rv, self.vstep)):
             self.e(f"s_add_u32 {rsrc[0]}, {rsrc[0]}, {step}")
             self.e(f"s_addc_u32 {rsrc[1]}, {rsrc[1]}, 0")
@@ -669,7 +685,9 @@ def build_program(var: Variant, abi: AbiLayout, opts: Options | None = None) -> 
 
 
 _LAYOUT_NOTE = {  # appended to the header's kernarg line
-    "varlen": "\nPacked batch (layout varlen): zyfa_varlen_args follows; workgroup z runs sequence z's view."
+    "varlen": "\nPacked batch (layout varlen): zyfa_varlen_args follows; workgroup z runs sequence z's view.",
+    "paged": "\nPaged K/V (layout paged): zyfa_varlen_args follows; workgroup z runs sequence z's view,"
+    "\nK and V blocks gathered through its page-table row (global_load_lds_dwordx4).",
 }
 
 
