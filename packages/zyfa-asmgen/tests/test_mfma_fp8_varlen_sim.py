@@ -209,3 +209,15 @@ def test_paged_bad_page_index_is_clamped() -> None:
     res = run(entry, pb)
     pb.page_table = np.clip(pb.page_table, 0, pb.k.shape[0] - 1)
     check(entry, pb, res)
+
+
+@pytest.mark.parametrize("waves,layout", [(1, "paged"), (8, "paged"), (8, "varlen")])
+def test_other_wave_counts(waves, layout) -> None:
+    """The generator's other workgroup shapes: one wave (one DMA wave: the gather runs in two groups of
+    pieces) and eight (only the first four waves move K / V), with 192/128 heads, page size 16."""
+    row = _entry(192, "lean", layout)
+    entry = {**row, "name": f"{row['name']}_w{waves}", "tile_m": 32 * waves, "threads": 64 * waves}
+    simulator = sim.Simulator(generate("mfma_fp8", Variant.from_dict(entry), _abi()), entry["name"])
+    pb = fp8_batch(entry, [1, 0, 40, 70], [1, 9, 150, 70], 4, 2, np.random.default_rng(), table=True,
+                   page_size=16 if layout == "paged" else 0)  # fmt: skip
+    check(entry, pb, launch_packed(simulator, entry, _abi(), pb))

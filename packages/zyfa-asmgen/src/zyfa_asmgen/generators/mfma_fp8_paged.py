@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from .mfma_fp8 import Gen
 
 TILE_N = 64  # keys per block (mfma_fp8.TILE_N)
+# Pieces gathered per pass pair: their pages and slots (2 each) and 3 temporaries stay below the 28 scratch
+# registers before the two address pairs (the S^T accumulators hold 32). A block has 8 (d 128) or 10
+# (192/128) pieces per lane with two or more DMA waves, 16 or 20 with one (two groups then).
+GATHER_GROUP = 12
 
 
 def dma_pieces(g: Gen, name: str, width: int, t: R) -> R:
@@ -80,38 +84,43 @@ def paged_advance(g: Gen) -> None:
 def paged_request(g: Gen, lds_off: str) -> None:
     """Gather block key0 .. key0 + 63 of K and V into the LDS buffer at `lds_off` (module docstring)."""
     sh, a = g.sh, g.karg
-    scratch = [r for acc in g.sacc for r in (acc[i] for i in range(16))]  # dead until this block's S
-    jobs = [("k", g.k_dma, 0), ("v", g.v_dma, sh.k_bytes)]
     step = 1024 * sh.dma_waves
+    jobs = [("k", g.k_dma, 0), ("v", g.v_dma, sh.k_bytes)]
     pieces = [(name, dma[i], first + step * i) for name, dma, first in jobs for i in range(dma.count)]
-    pages, slots = scratch[: len(pieces)], scratch[len(pieces) : 2 * len(pieces)]
-    key, quo, t = scratch[2 * len(pieces) : 2 * len(pieces) + 3]
-    pairs = [g.sacc[1].sub(12, 2), g.sacc[1].sub(14, 2)]
-    assert 2 * len(pieces) + 3 <= 28, "the paged gather's scratch must fit the S^T accumulators"
     skip = f".Lno_dma_{g._uid()}"
     if sh.waves > sh.dma_waves:
         g.e(f"s_cmp_lt_u32 {g.wave}, {sh.dma_waves}")
         g.e(f"s_cbranch_scc0 {skip}", "the second wave group moves no K/V")
     last, base = g.sv("pg_last_key"), g.sv("dma_base")
     g.e(f"s_add_i32 {last}, {a.reg('seqlen_k')}, -1", "keys past the sequence read its last one")
+    g.e(f"s_lshl_b32 {base}, {g.wave}, 10")
+    g.e(f"s_add_u32 {base}, {base}, {lds_off}", "buffer + 1 KiB x wave")
+    for at in range(0, len(pieces), GATHER_GROUP):
+        _gather(g, pieces[at : at + GATHER_GROUP], last, base)
+    g.s.free(last)
+    g.s.free(base)
+    if sh.waves > sh.dma_waves:
+        g.k.label(skip)
+
+
+def _gather(g: Gen, pieces: list[tuple[str, R, int]], last: R, base: R) -> None:
+    """The two passes over up to GATHER_GROUP pieces (name, piece register, LDS offset)."""
+    scratch = [r for acc in g.sacc for r in (acc[i] for i in range(16))]  # dead until this block's S
+    n = len(pieces)
+    pages, slots, (key, quo, t) = scratch[:n], scratch[n : 2 * n], scratch[2 * n : 2 * n + 3]
+    pairs = [g.sacc[1].sub(12, 2), g.sacc[1].sub(14, 2)]  # scratch[28:32], after the 2 n + 3 above
     g.k.comment("paged gather, pass 1: each piece's page slot, and its page from the table")
     for (_name, piece, _off), page, slot in zip(pieces, pages, slots, strict=True):
         _page_slot(g, piece, last, key, quo, t, slot)
         g.e(f"v_lshlrev_b32_e32 {quo}, 2, {quo}")
         g.e(f"global_load_dword {page}, {quo}, {g.pg_row}", "page_table[b][key / page_size]")
-    g.s.free(last)
     g.e("s_waitcnt vmcnt(0)", "the page indices")
     g.k.comment("pass 2: address = head + page * page stride + slot * slot stride + column; LDS-DMA")
-    g.e(f"s_lshl_b32 {base}, {g.wave}, 10")
-    g.e(f"s_add_u32 {base}, {base}, {lds_off}", "buffer + 1 KiB x wave")
     for i, ((name, piece, off), page, slot) in enumerate(zip(pieces, pages, slots, strict=True)):
         addr = pairs[i % 2]
         _address(g, name, piece, page, slot, addr, t)
         g.e(f"s_add_u32 m0, {base}, {off}", f"{name.upper()} rows -> LDS")
         g.e(f"global_load_lds_dwordx4 {addr}, off")
-    g.s.free(base)
-    if sh.waves > sh.dma_waves:
-        g.k.label(skip)
 
 
 def _page_slot(g: Gen, piece: R, last: R, key: R, quo: R, t: R, slot: R) -> None:
