@@ -127,13 +127,15 @@ VPREP_SUFFIX = "_vprep"
 # (ZYFA_WS_VARLEN = 1 / 2) with cp.async loads and no V pre-pass, on either grid (persistent: min(SMs,
 # items) CTAs walk the batch's (query tile, head) items); the gfx950 BF16 kernel (ZYFA_VARLEN = 1 / 2), grid
 # "batch_tiles" = (ceil(max_seqlen_q / tile_m), heads_q, batch), a workgroup whose tile starts past its
-# sequence's length exiting at once. The name spells the layout (LAYOUT_SUFFIX).
+# sequence's length exiting at once; the mfma_fp8 generator (both layouts, on "batch_tiles"; no define: it
+# reads the field). The name spells the layout (LAYOUT_SUFFIX).
 LAYOUTS = ("dense", "varlen", "paged")
 LAYOUT_SUFFIX = {"varlen": "_varlen", "paged": "_paged"}
 LAYOUT_DEFINE = {"varlen": 1, "paged": 2}
 VARLEN_SRCS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "sm90/fa_fwd_wgmma.cu": ("ZYFA_WS_VARLEN", ("varlen", "paged"), ("tiles", "persistent")),
     "gfx950/fa_fwd_bf16.hip": ("ZYFA_VARLEN", ("varlen", "paged"), ("batch_tiles",)),
+    "mfma_fp8": ("", ("varlen", "paged"), ("batch_tiles",)),
 }
 ARCH_KINDS = {"sm90a": ("cuda",), "gfx950": ("hip", "asmgen")}
 DTYPES = ("bf16", "e4m3fn")
@@ -393,7 +395,7 @@ def defines(v: dict[str, Any]) -> list[str]:
         values["ZYFA_WS_VPRE"] = 1
     if tile_order(v) in TILE_ORDER_DEFINES:
         values["ZYFA_TILE_DESCENDING"] = TILE_ORDER_DEFINES[tile_order(v)]
-    if layout(v) != "dense":  # only then: the dense builds keep exactly their defines
+    if layout(v) != "dense" and VARLEN_SRCS[v["src"]][0]:  # only then: the dense builds keep their defines
         values[VARLEN_SRCS[v["src"]][0]] = LAYOUT_DEFINE[layout(v)]
     return [f"-D{key}={value}" for key, value in values.items()]
 

@@ -289,7 +289,7 @@ def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
 def test_gfx950_bf16_varlen_layout() -> None:
     """The gfx950 BF16 kernel's packed builds: layout "varlen" / "paged" add -DZYFA_VARLEN=1 / 2 (not the sm90
     define) and _varlen / _paged to the name, on grid "batch_tiles"; the compact "tiles" and persistent grids,
-    "batch_tiles" on a dense row and a paged generator row are refused."""
+    "batch_tiles" on a dense row and a packed generator row on another grid are refused."""
     hip = dict(arch="gfx950", kind="hip", src="gfx950/fa_fwd_bf16.hip", d_qk=128, d_v=128, tile_m=256,
                tile_n=64, threads=512, smem_bytes=0, tile_order="global_descending")  # fmt: skip
     dense = variant(**hip)
@@ -306,12 +306,26 @@ def test_gfx950_bf16_varlen_layout() -> None:
         arch="gfx950", kind="asmgen", src="mfma_fp8", dtype="e4m3fn", p_mode="exact", layout="paged"
     )
     problems = kb.variant_problems(fp8)
-    assert any(
-        "layout 'paged' needs src one of ['sm90/fa_fwd_wgmma.cu', 'gfx950/fa_fwd_bf16.hip']" in p
-        for p in problems
-    )
+    assert any("layout 'paged' of 'mfma_fp8' is built for grid batch_tiles" in p for p in problems), problems
     for grid in ("tiles", "persistent"):
         compact = variant(**hip, layout="varlen", grid=grid)
         assert any("is built for grid batch_tiles" in p for p in kb.variant_problems(compact)), grid
     (problem,) = kb.variant_problems(variant(**hip, grid="batch_tiles"))
     assert "grid 'batch_tiles' is for layouts 'varlen' and 'paged'" in problem
+
+
+def test_gfx950_fp8_varlen_layout() -> None:
+    """The mfma_fp8 generator's packed builds: layouts "varlen" and "paged" on grid "batch_tiles" are accepted
+    and named _varlen / _paged; they add no define (the generator reads the field); other grids are
+    refused."""
+    gen = dict(arch="gfx950", kind="asmgen", src="mfma_fp8", dtype="e4m3fn", p_mode="lean", d_qk=128, d_v=128,
+               tile_m=64, tile_n=64, threads=128, smem_bytes=0, tile_order="global_descending")  # fmt: skip
+    packed = variant(**gen, layout="varlen", grid="batch_tiles")
+    assert packed["name"] == "fa_fwd_e4m3fn_hd128_causal_leanp_varlen_gfx950"
+    assert kb.variant_problems(packed) == []
+    assert kb.defines(packed)[1:] == kb.defines(variant(**gen))[1:]
+    (problem,) = kb.variant_problems(variant(**gen, layout="varlen", grid="tiles"))
+    assert "is built for grid batch_tiles" in problem
+    paged = variant(**gen, layout="paged", grid="batch_tiles")
+    assert paged["name"] == "fa_fwd_e4m3fn_hd128_causal_leanp_paged_gfx950"
+    assert kb.variant_problems(paged) == [] and kb.defines(paged)[1:] == kb.defines(variant(**gen))[1:]

@@ -44,7 +44,7 @@ def test_descriptor_is_computed_from_the_program(entry, abi_header):
     assert d["accum_offset"] % 4 == 0 and d["accum_offset"] >= prog.vgprs
     assert d["next_free_vgpr"] == res.next_free_vgpr == d["accum_offset"] + prog.agprs
     assert d["next_free_sgpr"] == prog.sgprs
-    assert d["kernarg_size"] == abi.size == 192
+    assert d["kernarg_size"] == kernarg_end(abi, var.layout)
     assert d["group_segment_fixed_size"] == 2 * 64 * (var.d_qk + var.d_v)  # two K/V buffers
     assert (
         d["system_sgpr_workgroup_id_x"],
@@ -62,18 +62,29 @@ def test_descriptor_is_computed_from_the_program(entry, abi_header):
     assert prog.sgprs <= 96
     assert f".name:           {var.name}" in text and f".symbol:         {var.name}.kd" in text
     assert ".size:           192" in text and f".max_flat_workgroup_size: {var.threads}" in text
+    if var.layout != "dense":  # zyfa_varlen_args, the second by-value parameter
+        assert ".name:           varlen\n        .offset:         192\n        .size:           72" in text
+
+
+def kernarg_end(abi, layout: str) -> int:
+    """The kernarg segment's size: zyfa_fwd_args (192 bytes), then zyfa_varlen_args for a packed build."""
+    assert abi.size == 192
+    return abi.size if layout == "dense" else abi.varlen_offset() + abi.varlen.size
 
 
 @pytest.mark.parametrize("entry", CASES, ids=lambda e: e["name"])
 def test_kernarg_loads_hit_abi_fields(entry, abi_header):
     abi = parse_abi_header(abi_header)
-    text = generate("mfma_fp8", Variant.from_dict(entry), abi)
+    var = Variant.from_dict(entry)
+    text = generate("mfma_fp8", var, abi)
     loads = re.findall(r"s_load_dword(?:x(\d+))?\s+\S+,\s*s\[0:1\],\s*(0x[0-9a-f]+)", text)
     starts = {f.offset for f in abi.fields}
+    if var.layout != "dense":
+        starts |= {abi.varlen_offset() + f.offset for f in abi.varlen.fields}
     assert loads
     for width, off in loads:
         end = int(off, 16) + 4 * int(width or 1)
-        assert int(off, 16) in starts and end <= abi.size
+        assert int(off, 16) in starts and end <= kernarg_end(abi, var.layout)
 
 
 def test_offsets_follow_the_header(abi_header):
@@ -103,6 +114,7 @@ def test_offsets_follow_the_header(abi_header):
         {"tile_order": "ascending"},
         {"stale_tau": 0.8},  # lean codes could pass 126 and exact P e4m3's 448
         {"stale_tau": -0.25},
+        {"layout": "ragged"},
     ],
 )
 def test_unimplemented_variants_are_refused(change, abi_header):

@@ -213,7 +213,8 @@ def test_rows_are_the_builds(fp8_rows):
     kb = _kernel_build()
     for r in fp8_rows:
         v, res = r["variant"], r["resources"]
-        assert kb.tile_order(v) in ("descending", "global_descending") and kb.grid_mode(v) == "tiles"
+        grid = "tiles" if kb.layout(v) == "dense" else "batch_tiles"  # packed: one z per sequence
+        assert kb.tile_order(v) in ("descending", "global_descending") and kb.grid_mode(v) == grid
         assert res["smem_bytes"] == 2 * 64 * (v["d_qk"] + v["d_v"])  # two K + V buffers of 64 keys
         assert res["registers"] <= 256  # two waves per SIMD
         assert res["spill_bytes"] == 0
@@ -353,3 +354,139 @@ def test_packed_calls_launch_the_gfx950_packed_kernels(fake_hip, tmp_path, page_
         assert pages == (page_size, out["total_k"] // page_size, max_pages, max_pages)
     else:
         assert pages == (0, 0, 0, 0)
+
+
+FP8_VARLEN_SNIPPET = """
+import json
+from types import SimpleNamespace
+import torch
+import zyfa
+from zyfa import _ops_varlen
+
+_ops_varlen._fwd_cpu = _ops_varlen._fwd_core  # CPU tensors play the device's (see SNIPPET)
+torch.cuda.current_device = lambda: 0
+torch.cuda.current_stream = lambda device=None: SimpleNamespace(cuda_stream=STREAM)
+g = torch.Generator().manual_seed(SEED)
+hq, hkv, d_qk, d_v = 4, 2, D_QK, 128
+lens_q = torch.randint(1, 150, (BATCH,), generator=g)
+lens_k = lens_q + torch.randint(0, 40, (BATCH,), generator=g)
+cu_q = torch.cat([torch.zeros(1, dtype=torch.int64), lens_q.cumsum(0)]).int()
+cu_k = torch.cat([torch.zeros(1, dtype=torch.int64), lens_k.cumsum(0)]).int()
+total_q, total_k, max_q, max_k = int(cu_q[-1]), int(cu_k[-1]), int(lens_q.max()), int(lens_k.max())
+q8, k8, v8 = ((torch.randn(n, h, d, generator=g) * 3).to(torch.float8_e4m3fn)
+              for n, h, d in ((total_q, hq, d_qk), (total_k, hkv, d_qk), (total_k, hkv, d_v)))
+calls = []
+for table in (False, True):
+    ds = [torch.rand(BATCH, hkv, generator=g) + 0.5 for _ in range(3)] if table else [0.5, 0.25, 2.0]
+    kw = dict(causal=True, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2], return_attn_probs=True)
+    out, lse = zyfa.flash_attn_varlen_func(q8, k8, v8, cu_q, cu_k, max_q, max_k, p_mode=P_MODE, **kw)
+    calls.append({"out": out.data_ptr(), "lse": lse.data_ptr(), "table": table})
+# a paged cache of BATCH * 8 pages of 64 keys, each sequence's pages scattered over it
+page_table = torch.randperm(BATCH * 8, generator=g).view(BATCH, 8).int()
+k_cache, v_cache = (
+    torch.randn(BATCH * 8, 64, hkv, d, generator=g).to(torch.float8_e4m3fn) for d in (d_qk, d_v)
+)
+used = lens_k.int()
+try:
+    out, lse = zyfa.flash_attn_varlen_func(
+        q8, k_cache, v_cache, cu_q, None, max_q, max_k, page_table=page_table, seqused_k=used, causal=True,
+        q_descale=0.5, k_descale=0.25, v_descale=2.0, p_mode=P_MODE, return_attn_probs=True)
+    paged = {"out": out.data_ptr(), "lse": lse.data_ptr(), "k": k_cache.data_ptr(), "v": v_cache.data_ptr(),
+             "k_stride": list(k_cache.stride()), "table": page_table.data_ptr(), "used": used.data_ptr()}
+except Exception as exc:
+    paged = {"error": type(exc).__name__, "message": str(exc)}
+named = (("q", q8), ("k", k8), ("v", v8))
+print(json.dumps({"calls": calls, "paged": paged, "max_seqlens": [max_q, max_k],
+                  "total": [total_q, total_k], "ptrs": {n: t.data_ptr() for n, t in named},
+                  "cu": [cu_q.data_ptr(), cu_k.data_ptr()]}))
+"""
+
+
+@pytest.mark.parametrize(("d_qk", "p_mode", "batch"), [(128, None, 3), (192, "exact", 5)])
+def test_fp8_packed_calls_launch_the_gfx950_varlen_kernels(fake_hip, fp8_rows, tmp_path, d_qk, p_mode, batch):
+    """flash_attn_varlen_func on FP8 packed tensors launches the mfma_fp8 packed build (p_mode None: lean P):
+    its own code object, grid (ceil(max_seqlen_q / 64), heads_q, batch), 128 threads, a 264-byte kernarg
+    segment with zyfa_varlen_args at 192; float descales by value, (batch, heads_kv) tensors as the descale
+    table (ZYFA_FLAG_DESCALE_TABLE). A paged FP8 batch launches the paged build (ZYFA_FLAG_PAGED, the cache's
+    page stride as the k / v batch stride, the page table's sizes)."""
+    from zyfa_core import abi
+
+    kernels = _kernel_dir(tmp_path / "kernels", fp8_rows)
+    out, launches = _run_fp8_varlen(tmp_path, fake_hip, kernels, d_qk, p_mode, batch)
+    shape = "hd128" if d_qk == 128 else "hd192x128"
+    name = f"fa_fwd_e4m3fn_{shape}_causal{'' if p_mode == 'exact' else '_leanp'}_%s_gfx950"
+    assert [launch["name"] for launch in launches] == [name % "varlen"] * 2 + [name % "paged"]
+    max_q, max_k = out["max_seqlens"]
+    for launch, call in zip(launches, out["calls"], strict=False):
+        assert launch["grid"] == f"{-(-max_q // 64)},4,{batch}" and launch["block"] == "128,1,1"
+        segment = bytes.fromhex(launch["args"])
+        assert int(launch["size"]) == len(segment) == abi.ARGS_SIZE + abi.VARLEN_ARGS_SIZE == 264
+        args = abi.ZyfaFwdArgs.from_buffer_copy(segment)
+        assert (args.q, args.k, args.v) == tuple(out["ptrs"][n] for n in ("q", "k", "v"))
+        assert (args.out, args.lse) == (call["out"], call["lse"])
+        sizes = (args.batch, args.heads_q, args.heads_kv, args.seqlen_q, args.seqlen_k, args.d_qk, args.d_v)
+        assert sizes == (batch, 4, 2, max_q, max_k, d_qk, 128)
+        assert (args.q_stride_batch, args.k_stride_batch, args.v_stride_batch, args.out_stride_batch) == (
+            0,
+        ) * 4
+        table = abi.FLAG_DESCALE_TABLE if call["table"] else 0
+        assert args.flags == abi.FLAG_CAUSAL | abi.FLAG_LSE | abi.FLAG_VARLEN | table
+        varlen = abi.ZyfaVarlenArgs.from_buffer_copy(segment, abi.ARGS_SIZE)
+        assert [varlen.cu_seqlens_q, varlen.cu_seqlens_k] == out["cu"] and varlen.seqused_k is None
+        assert [varlen.total_q, varlen.total_k] == out["total"] and varlen.page_table is None
+        if call["table"]:
+            assert varlen.descales is not None
+        else:
+            assert varlen.descales is None
+            assert [args.q_descale, args.k_descale, args.v_descale] == [0.5, 0.25, 2.0]
+    _check_paged_launch(launches[2], out, batch)
+
+
+def test_fp8_paged_without_its_build_is_refused(fake_hip, fp8_rows, tmp_path):
+    """With only the dense and "varlen" FP8 builds installed, a paged FP8 batch raises KernelNotFoundError
+    naming the request (gfx950, layout=paged) and launches nothing; the packed calls still launch."""
+    names = {r["variant"]["name"] for r in fp8_rows if "_paged_" not in r["variant"]["name"]}
+    kernels = _kernel_dir(tmp_path / "kernels", fp8_rows, names)
+    out, launches = _run_fp8_varlen(tmp_path, fake_hip, kernels, 128, None, 2)
+    assert [launch["name"] for launch in launches] == ["fa_fwd_e4m3fn_hd128_causal_leanp_varlen_gfx950"] * 2
+    paged = out["paged"]
+    assert paged.get("error") == "KernelNotFoundError", paged
+    assert "arch=gfx950" in paged["message"] and "layout=paged" in paged["message"]
+
+
+def _run_fp8_varlen(tmp_path: Path, lib: Path, kernels: Path, d_qk: int, p_mode: str | None, batch: int):
+    """Run FP8_VARLEN_SNIPPET against the fake HIP driver; return (its JSON, the launches as dicts)."""
+    log = tmp_path / "calls.log"
+    env = {key: val for key, val in os.environ.items() if not key.startswith(("ZYFA_", "FAKE_"))}
+    env.update(ZYFA_BACKEND="hip", ZYFA_LIBAMDHIP64=str(lib), FAKE_GPU_LOG=str(log),
+               ZYFA_KERNEL_DIR=str(kernels), ZYFA_NO_CPP="1")  # fmt: skip
+    script = tmp_path / "snippet.py"
+    head = f"STREAM = {STREAM}\nSEED = {batch}\nBATCH = {batch}\nD_QK = {d_qk}\nP_MODE = {p_mode!r}\n"
+    script.write_text(head + textwrap.dedent(FP8_VARLEN_SNIPPET))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    calls = [line.split(" ") for line in log.read_text().splitlines()]
+    launches = [dict(kv.split("=", 1) for kv in rest) for c, *rest in calls if c == "hipModuleLaunchKernel"]
+    return out, launches
+
+
+def _check_paged_launch(launch: dict, out: dict, batch: int) -> None:
+    """The paged FP8 launch of FP8_VARLEN_SNIPPET: the cache, its page stride, the table and seqused_k."""
+    from zyfa_core import abi
+
+    paged, (max_q, max_k) = out["paged"], out["max_seqlens"]
+    assert launch["grid"] == f"{-(-max_q // 64)},4,{batch}" and launch["block"] == "128,1,1"
+    segment = bytes.fromhex(launch["args"])
+    args = abi.ZyfaFwdArgs.from_buffer_copy(segment)
+    assert (args.k, args.v, args.out, args.lse) == (paged["k"], paged["v"], paged["out"], paged["lse"])
+    assert [args.k_stride_batch, args.k_stride_seq, args.k_stride_head] == paged["k_stride"][:3]
+    assert args.flags == abi.FLAG_CAUSAL | abi.FLAG_LSE | abi.FLAG_VARLEN | abi.FLAG_PAGED
+    assert (args.seqlen_q, args.seqlen_k) == (max_q, max_k)
+    varlen = abi.ZyfaVarlenArgs.from_buffer_copy(segment, abi.ARGS_SIZE)
+    assert varlen.cu_seqlens_k is None and (varlen.page_table, varlen.seqused_k) == (
+        paged["table"],
+        paged["used"],
+    )
+    sizes = (varlen.page_size, varlen.num_pages, varlen.max_pages, varlen.page_table_stride, varlen.total_k)
+    assert sizes == (64, batch * 8, 8, 8, batch * 8 * 64)

@@ -40,6 +40,12 @@ class LaunchShape:
     kernarg_align: int = 8
     workgroup_ids: tuple[str, ...] = ("x", "y", "z")
     user_sgprs: int = 2  # s[0:1] = kernarg segment pointer
+    # The by-value parameters as (name, offset, bytes); None: one, "args", of all kernarg_bytes.
+    params: tuple[tuple[str, int, int], ...] | None = None
+
+    def by_value(self) -> tuple[tuple[str, int, int], ...]:
+        """The kernel's by-value parameters in kernarg order."""
+        return self.params or (("args", 0, self.kernarg_bytes),)
 
 
 @dataclass(frozen=True)
@@ -123,10 +129,16 @@ def _metadata(prog: Program, shape: LaunchShape, res: Resources) -> str:
             "amdhsa.kernels:",
             f"  - .agpr_count:     {res.agprs}",
             "    .args:",
-            "      - .name:           args",
-            "        .offset:         0",
-            f"        .size:           {shape.kernarg_bytes}",
-            "        .value_kind:     by_value",
+            *(
+                line
+                for name, offset, size in shape.by_value()
+                for line in (
+                    f"      - .name:           {name}",
+                    f"        .offset:         {offset}",
+                    f"        .size:           {size}",
+                    "        .value_kind:     by_value",
+                )
+            ),
             f"    .group_segment_fixed_size: {res.lds_bytes}",
             f"    .kernarg_segment_align: {shape.kernarg_align}",
             f"    .kernarg_segment_size: {shape.kernarg_bytes}",

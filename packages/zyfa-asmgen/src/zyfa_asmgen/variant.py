@@ -31,6 +31,7 @@ class Variant:
     threads: int
     tile_order: str = "ascending"  # which query tile workgroup x computes (see zyfa_kernel_build.py)
     stale_tau: float = 0.0  # running-max staleness bound, log2 units (docs/numerics.md "Stale running max")
+    layout: str = "dense"  # "varlen": a packed batch, zyfa_varlen_args the second parameter (zyfa_abi.h)
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Variant:
@@ -52,6 +53,7 @@ class Variant:
             threads=int(d["threads"]),
             tile_order=str(d.get("tile_order", "ascending")),
             stale_tau=float(d.get("stale_tau", 0.0)),
+            layout=str(d.get("layout", "dense")),
         )
 
     @staticmethod

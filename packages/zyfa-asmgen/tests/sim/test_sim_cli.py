@@ -33,6 +33,10 @@ SHAPES = {
                                                   "--heads-q", "2", "--heads-kv", "2"],
     "fa_fwd_e4m3fn_hd128_causal_gfx950": ["--seqlen-q", "96", "--heads-q", "1", "--heads-kv", "1"],
     "fa_fwd_e4m3fn_hd128_causal_leanp_gfx950": ["--seqlen-q", "96", "--heads-q", "1", "--heads-kv", "1"],
+    "fa_fwd_e4m3fn_hd128_causal_leanp_varlen_gfx950": ["--seqlen-q", "96", "--seqlen-k", "100", "--batch",
+                                                       "2", "--heads-q", "2", "--heads-kv", "1"],
+    "fa_fwd_e4m3fn_hd192x128_causal_paged_gfx950": ["--seqlen-q", "64", "--seqlen-k", "90", "--batch", "2",
+                                                    "--heads-q", "2", "--heads-kv", "2"],
 }  # fmt: skip
 LAUNCH = ["--launch-shape", "1,4096,4096,8,2"]
 

@@ -91,6 +91,15 @@ def s_reciprocals(k: Kernel, jobs: list[tuple[R, R, R]]) -> None:
             k.emit(text.format(z=z, d=d, v=v), comment)
 
 
+def s_refine_reciprocal(k: Kernel, z: R, d: R, t: R) -> None:
+    """z (from s_reciprocals for d) += one integer Newton step: then mul_hi(n, z) is n / d or at most two
+    below it for every 32-bit n (s_udivmod's corrections). t: a scratch SGPR."""
+    k.emit(f"s_sub_u32 {t}, 0, {d}")
+    k.emit(f"s_mul_i32 {t}, {t}, {z}", "2^32 - d z: how far d z falls short of 2^32")
+    k.emit(f"s_mul_hi_u32 {t}, {z}, {t}")
+    k.emit(f"s_add_u32 {z}, {z}, {t}", "one Newton step")
+
+
 def s_udivmod(k: Kernel, quo: R, rem: R, n: R, d: R, z: R, tmp: R) -> None:
     """quo = n / d, rem = n % d for unsigned 32-bit SGPR values, d >= 1 (wave-uniform), given z from
     s_reciprocals for d (overwritten); quo and rem must not alias n, d or z. tmp: 2 scratch SGPRs.
@@ -98,10 +107,7 @@ def s_udivmod(k: Kernel, quo: R, rem: R, n: R, d: R, z: R, tmp: R) -> None:
     One Newton step in integers brings z within the quotient's last units, and at most two
     corrections make quo and rem exact for every n and d."""
     t, one = tmp[0], tmp[1]
-    k.emit(f"s_sub_u32 {t}, 0, {d}")
-    k.emit(f"s_mul_i32 {t}, {t}, {z}", "2^32 - d z: how far d z falls short of 2^32")
-    k.emit(f"s_mul_hi_u32 {t}, {z}, {t}")
-    k.emit(f"s_add_u32 {z}, {z}, {t}", "one Newton step")
+    s_refine_reciprocal(k, z, d, t)
     k.emit(f"s_mul_hi_u32 {quo}, {n}, {z}", "quo is n / d or at most two below it")
     k.emit(f"s_mul_i32 {t}, {quo}, {d}")
     k.emit(f"s_sub_u32 {rem}, {n}, {t}")

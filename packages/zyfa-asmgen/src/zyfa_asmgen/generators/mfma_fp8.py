@@ -52,6 +52,10 @@ visited. Query tiles are dispatched longest first: by the variant's tile_order, 
 the last tile of its head ("descending"), or the workgroups in dispatch order take the last tile of
 every head and batch first ("global_descending", see Gen._global_tile). Wait states
 come from the simulator's hazard rules over the control flow (`Kernel(sim_hazards=True)`).
+
+Packed batches (the variant's layout "varlen", grid "batch_tiles"): mfma_fp8_varlen turns the workgroup's
+batch index into a sequence of the packed batch and rewrites the kernel arguments into that sequence's dense
+view; the program above then runs unchanged (a dense build emits exactly what it did without the option).
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ from ..kernel import Kernel, Program
 from ..regs import R, RegFile
 from ..variant import Variant, VariantError
 from .common import KernArgs, buffer_rsrc, f32_hex, s_mad64, s_reciprocals, s_udivmod
+from .mfma_fp8_paged import dma_pieces, paged_advance, paged_bases, paged_request
+from .mfma_fp8_varlen import LAYOUTS, enter_sequence, kernarg_params, table_descales
 
 ARCH = "gfx950"
 ROWS_PER_WAVE = 32  # query rows of one wave (the N dimension of every MFMA)
@@ -209,6 +215,8 @@ def _check_variant(var: Variant) -> Shape:
         )
     if var.p_mode not in P_MODES:
         raise VariantError(f"mfma_fp8: p_mode must be one of {P_MODES}, got {var.p_mode!r}")
+    if var.layout not in LAYOUTS:
+        raise VariantError(f"mfma_fp8: layout must be one of {LAYOUTS}, got {var.layout!r}")
     if var.tile_order not in TILE_ORDERS:
         raise VariantError(f"mfma_fp8: tile_order must be one of {TILE_ORDERS}, got {var.tile_order!r}")
     if not 0.0 <= var.stale_tau < MAX_STALE_TAU:
@@ -233,6 +241,7 @@ class Gen:
         self.s = RegFile("s", base=5)  # s[0:1] kernarg pointer, s2..s4 workgroup ids x, y, z
         self.tile_order = var.tile_order
         self.tau = var.stale_tau  # 0: the exact running max
+        self.layout = var.layout  # "varlen": each workgroup runs the dense program on its sequence's view
         # The workgroup's query head and batch: the ids y and z, or (global_descending) computed.
         self.head, self.batch = R("s", 3, 1, "workgroup_id_y"), R("s", 4, 1, "workgroup_id_z")
         self.lds = self.k.lds("kv", 2 * self.sh.buf)
@@ -253,6 +262,7 @@ class Gen:
         k, sh = self.k, self.sh
         self.karg = KernArgs(k, self.abi, self.sv("karg", -(-self.abi.size // 4), 4), "s[0:1]")
         a = self.karg
+        self.lse_rows = a.reg("seqlen_q")  # lse's rows per head: seqlen_q, or total_q of a packed batch
         k.comment("a kernel built for other head dims writes nothing (the launcher checks first)")
         self.e(f"s_cmp_eq_u32 {a.reg('d_qk')}, {sh.d_qk}")
         self.e("s_cbranch_scc0 .Lend")
@@ -260,7 +270,11 @@ class Gen:
         self.e("s_cbranch_scc0 .Lend")
         self._tile_and_blocks()
         self._kv_head()
+        if self.layout != "dense":
+            table_descales(self)
         self._bases()
+        if self.layout != "dense":
+            self.s.free(self.lse_rows)
         self._lane_constants()
         self._scale_constants()
         self._load_q()
@@ -289,6 +303,8 @@ class Gen:
         self.v.free(vt)
         self.e(f"s_lshl_b32 {t[0]}, {self.wave}, 5")
         self.e(f"s_add_u32 {self.roww}, {self.row0}, {t[0]}", "the wave's first row")
+        if self.layout != "dense":
+            enter_sequence(self)
         self.k.comment("row i sees keys j <= i + diag: diag = seqlen_k - seqlen_q (causal) or seqlen_k")
         self.e(f"s_sub_i32 {self.diag}, {sk}, {sq}")
         self.e(f"s_bitcmp1_b32 {a.reg('flags')}, {causal_bit}")
@@ -380,9 +396,13 @@ class Gen:
         a = self.karg
         t = self.sv("nrec")
         self.k.comment("raw buffer resources; each ends where the tensor's valid rows end")
-        self.rq, self.rk, self.rv = self.sv("rsrc_q", 4, 4), self.sv("rsrc_k", 4, 4), self.sv("rsrc_v", 4, 4)
+        paged = self.layout == "paged"
+        self.rq = self.sv("rsrc_q", 4, 4)
+        if not paged:
+            self.rk, self.rv = self.sv("rsrc_k", 4, 4), self.sv("rsrc_v", 4, 4)
         self.ro, self.rl = self.sv("rsrc_o", 4, 4), self.sv("rsrc_lse", 4, 4)
-        self.kstep, self.vstep = self.sv("kstep"), self.sv("vstep")
+        if not paged:
+            self.kstep, self.vstep = self.sv("kstep"), self.sv("vstep")
         rows_left = self.sv("rows_left")
         self.e(f"s_sub_i32 {rows_left}, {a.reg('seqlen_q')}, {self.roww}")
         self.e(
@@ -395,7 +415,7 @@ class Gen:
                 self.e(f"s_lshl_b32 {t}, {t}, {shift}")
             buffer_rsrc(self.k, rsrc, base, str(t))
             self.s.free(base)
-        for name, rsrc, step in (("k", self.rk, self.kstep), ("v", self.rv, self.vstep)):
+        for name, rsrc, step in () if paged else (("k", self.rk, self.kstep), ("v", self.rv, self.vstep)):
             base = self._base(name, self.kvh, 0, None)
             self.e(f"s_mul_i32 {t}, {a.reg('seqlen_k')}, {a.reg(f'{name}_stride_seq')}")
             buffer_rsrc(self.k, rsrc, base, str(t))
@@ -403,11 +423,13 @@ class Gen:
                 f"s_lshl_b32 {step}, {a.reg(f'{name}_stride_seq')}, 6", f"{name} bytes per block of 64 keys"
             )
             self.s.free(base)
+        if paged:
+            paged_bases(self)
         self.k.comment("lse [b, heads_q, seqlen_q] fp32 from row0")
         base = self.sv("lse_base", 2, 2)
         self.e(f"s_mul_i32 {t}, {self.batch}, {a.reg('heads_q')}")
         self.e(f"s_add_u32 {t}, {t}, {self.head}")
-        self.e(f"s_mul_i32 {t}, {t}, {a.reg('seqlen_q')}")
+        self.e(f"s_mul_i32 {t}, {t}, {self.lse_rows}")
         self.e(f"s_add_u32 {t}, {t}, {self.roww}")
         self.e(f"s_mul_hi_u32 {base[1]}, {t}, 4")
         self.e(f"s_mul_i32 {base[0]}, {t}, 4")
@@ -441,8 +463,11 @@ class Gen:
         self.e(f"v_lshl_add_u32 {self.k_rd}, {g}, 4, {self.k_rd}")
         self.v_rd = self.vv("v_rd")
         self._v_lane_base(self.v_rd, t)
-        self.k_dma = self._dma_offsets("k", sh.d_qk, a.reg("k_stride_seq"), t)
-        self.v_dma = self._dma_offsets("v", sh.d_v, a.reg("v_stride_seq"), t)
+        if self.layout == "paged":  # each lane's piece of a block; the gather finds its page per block
+            self.k_dma, self.v_dma = dma_pieces(self, "k", sh.d_qk, t), dma_pieces(self, "v", sh.d_v, t)
+        else:
+            self.k_dma = self._dma_offsets("k", sh.d_qk, a.reg("k_stride_seq"), t)
+            self.v_dma = self._dma_offsets("v", sh.d_v, a.reg("v_stride_seq"), t)
         self.k.comment("causal limit per lane: last visible key of the row, less 4 g (the lane's key offset)")
         self.lim = self.vv("limit")
         self.e(f"v_add_u32_e32 {self.lim}, {self.roww}, {col}")
@@ -608,7 +633,10 @@ class Gen:
     # ---- K/V streaming -----------------------------------------------------------------------------
     def request_block(self, lds_off: str) -> None:
         """LDS-DMA of the block the K/V resources point at into the buffer at SGPR `lds_off`; each
-        DMA wave moves its share (1 KiB DMAs i = dma_waves j + w)."""
+        DMA wave moves its share (1 KiB DMAs i = dma_waves j + w). A paged build gathers from the cache."""
+        if self.layout == "paged":
+            paged_request(self, lds_off)
+            return
         base = self.sv("dma_base")
         skip = f".Lno_dma_{self._uid()}"
         if self.sh.waves > self.sh.dma_waves:
@@ -634,6 +662,9 @@ class Gen:
 
     def advance_kv(self) -> None:
         """Point the K/V resources at the next block: base += 64 rows, num_records -= 64 rows."""
+        if self.layout == "paged":
+            paged_advance(self)
+            return
         for rsrc, step in ((self.rk, self.kstep), (self.rv, self.vstep)):
             self.e(f"s_add_u32 {rsrc[0]}, {rsrc[0]}, {step}")
             self.e(f"s_addc_u32 {rsrc[1]}, {rsrc[1]}, 0")
@@ -653,6 +684,13 @@ def build_program(var: Variant, abi: AbiLayout, opts: Options | None = None) -> 
     return _build(var, abi, opts)[1]
 
 
+_LAYOUT_NOTE = {  # appended to the header's kernarg line
+    "varlen": "\nPacked batch (layout varlen): zyfa_varlen_args follows; workgroup z runs sequence z's view.",
+    "paged": "\nPaged K/V (layout paged): zyfa_varlen_args follows; workgroup z runs sequence z's view,"
+    "\nK and V blocks gathered through its page-table row (global_load_lds_dwordx4).",
+}
+
+
 def _header(var: Variant, prog: Program, sh: Shape) -> str:
     stale = f", stale_tau {var.stale_tau:g}" if var.stale_tau > 0 else ""
     return f"""{var.name}: generated by zyfa_asmgen.generators.mfma_fp8 -- do not edit.
@@ -662,7 +700,8 @@ arch {ARCH}; tile_m {sh.tile_m} query rows x tile_n {TILE_N} keys per block; {sh
 {MFMA} for S^T = K Q^T ({2 * sh.kc} per block) and O^T += V^T P^T ({sh.vc} per block).
 LDS {prog.lds_bytes} bytes (2 buffers of K {sh.k_bytes} + V {sh.v_bytes});
 VGPRs {prog.vgprs}, AGPRs {prog.agprs}, SGPRs {prog.sgprs}.
-Kernarg: zyfa_fwd_args by value, offsets parsed from kernels/abi/zyfa_abi.h."""
+Kernarg: zyfa_fwd_args by value, offsets parsed from kernels/abi/zyfa_abi.h.{_LAYOUT_NOTE.get(var.layout, "")}
+"""
 
 
 def generate_with_operands(
@@ -671,7 +710,8 @@ def generate_with_operands(
     """The assembly file and where its MFMA operands live ({"p": "v[..]", "q": ..., "acc0": ...}),
     for tests that read them in the simulator."""
     g, prog = _build(var, abi, opts)
-    shape = LaunchShape(threads=64 * g.sh.waves, kernarg_bytes=abi.size)
+    params = kernarg_params(abi, var.layout)
+    shape = LaunchShape(threads=64 * g.sh.waves, kernarg_bytes=sum(params[-1][1:]), params=params)
     regs = {"p": str(g.p), "q": str(g.q), **{f"acc{i}": str(r) for i, r in enumerate(g.acc)}}
     return assembly_file(prog, shape, _header(var, prog, g.sh)), regs
 

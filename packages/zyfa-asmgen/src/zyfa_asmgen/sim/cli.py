@@ -412,8 +412,9 @@ def traced_launch(src: KernelSource, layout: AbiLayout, shape: Shape, tiles: lis
     wgs = [workgroup_of(t, h, bi, grid, entry) for bi in range(shape.batch) for h in range(shape.heads_q)
            for t in tiles]  # fmt: skip
     if entry.get("layout", "dense") != "dense":  # a packed build: the batch as sequences of equal lengths
+        tensors = (*inp.raw, inp.out, inp.lse)
         res = launch_uniform(
-            sim, entry, layout, *inp.raw, inp.out, inp.lse, inp.scale, workgroups=wgs, trace=True
+            sim, entry, layout, *tensors, inp.scale, inp.descales, workgroups=wgs, trace=True
         )
         return sim, res, inp
     mem = GlobalMemory()

@@ -8,7 +8,9 @@ cu_seqlens_k[b] .. (seqused_k[b] of them when given); lse is float32 [heads_q, t
 reads k and v from a cache [num_pages, page_size, heads_kv, d] instead: key j of sequence b is slot
 j % page_size of page page_table[b][j / page_size] (batch strides: the page stride). The gfx950 BF16
 kernel's packed builds are launched (ceil(max_seqlen_q / tile_m), heads_q, batch): workgroup (x, head, b)
-computes query tile x of sequence b (under the row's tile_order) or exits when the sequence is shorter.
+computes query tile x of sequence b (under the row's tile_order) or exits when the sequence is shorter; the
+gfx950 FP8 generator's packed builds (mfma_fp8) take the same grid. FP8 batches hold float8_e4m3fn q, k and
+v and per-tensor descales, or a descale table ([3, batch, heads_kv] float32; ZYFA_FLAG_DESCALE_TABLE).
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ BF16 = ml_dtypes.bfloat16
 
 @dataclass
 class PackedBatch:
-    """A packed BF16 batch as the kernel reads it, its outputs poisoned with NaN."""
+    """A packed BF16 (or FP8) batch as the kernel reads it, its outputs poisoned with NaN."""
 
-    q: np.ndarray  # bf16 [total_q, heads_q, d_qk]
+    q: np.ndarray  # bf16 or float8_e4m3fn [total_q, heads_q, d_qk]
     k: np.ndarray  # bf16 [total_k, heads_kv, d_qk], or paged [num_pages, page_size, heads_kv, d_qk]
     v: np.ndarray  # bf16 [total_k, heads_kv, d_v], or paged [num_pages, page_size, heads_kv, d_v]
     out: np.ndarray  # bf16 [total_q, heads_q, d_v], NaN
@@ -41,6 +43,8 @@ class PackedBatch:
     seqused_k: np.ndarray | None  # int32 [batch]: the keys each sequence uses, or None (all of its range)
     scale: float
     page_table: np.ndarray | None = None  # int32 [batch, max_pages] (paged), else None
+    descales: tuple[float, float, float] = (1.0, 1.0, 1.0)  # FP8 q, k, v descales per tensor
+    descale_table: np.ndarray | None = None  # FP8: float32 [3, batch, heads_kv] (q, k, v), else None
 
     @property
     def batch(self) -> int:
@@ -155,7 +159,7 @@ def packed_kernarg_values(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Map the batch's buffers into `mem`; return the field values of zyfa_fwd_args and zyfa_varlen_args.
     `flags` must include ZYFA_FLAG_VARLEN (the caller's ABI header gives its value)."""
-    ptrs = {name: mem.map(getattr(pb, name).view(np.uint16)) for name in ("q", "k", "v", "out")}
+    ptrs = {name: mem.map(_raw(getattr(pb, name))) for name in ("q", "k", "v", "out")}
     ptrs["lse"] = mem.map(pb.lse)
     fwd: dict[str, Any] = dict(ptrs)
     for name in ("q", "k", "v", "out"):
@@ -167,7 +171,8 @@ def packed_kernarg_values(
             fwd[f"{name}_stride_{axis}"] = stride
     fwd.update(batch=pb.batch, heads_q=pb.q.shape[1], heads_kv=pb.k.shape[-2], seqlen_q=pb.max_seqlen_q(),
                seqlen_k=pb.max_seqlen_k(), d_qk=entry["d_qk"], d_v=entry["d_v"], flags=flags,
-               softmax_scale=pb.scale, q_descale=1.0, k_descale=1.0, v_descale=1.0)  # fmt: skip
+               softmax_scale=pb.scale, q_descale=pb.descales[0], k_descale=pb.descales[1],
+               v_descale=pb.descales[2])  # fmt: skip
     varlen: dict[str, Any] = {
         "cu_seqlens_q": mem.map(pb.cu_seqlens_q, readonly=True),
         "cu_seqlens_k": 0 if pb.cu_seqlens_k is None else mem.map(pb.cu_seqlens_k, readonly=True),
@@ -175,6 +180,8 @@ def packed_kernarg_values(
         "total_q": pb.q.shape[0],
         "total_k": pb.total_k(),
     }
+    if pb.descale_table is not None:
+        varlen["descales"] = mem.map(np.ascontiguousarray(pb.descale_table, dtype=np.float32), readonly=True)
     if pb.page_table is not None:
         pages = pb.page_table.shape[1]
         varlen.update(page_table=mem.map(pb.page_table, readonly=True), page_table_stride=pages,
@@ -182,9 +189,17 @@ def packed_kernarg_values(
     return fwd, varlen
 
 
-def packed_flags(layout: AbiLayout, entry: dict[str, Any], lse: bool = True) -> int:
-    """ZYFA_FLAG_VARLEN (and PAGED for a paged kernel), with CAUSAL for a causal kernel and LSE when `lse`."""
+def _raw(t: np.ndarray) -> np.ndarray:
+    """The tensor's bytes as the kernel reads them: 16-bit words (bf16) or bytes (e4m3)."""
+    return t.view(np.uint16 if t.itemsize == 2 else np.uint8)
+
+
+def packed_flags(layout: AbiLayout, entry: dict[str, Any], lse: bool = True, table: bool = False) -> int:
+    """ZYFA_FLAG_VARLEN (and PAGED for a paged kernel), with CAUSAL for a causal kernel, LSE when `lse` and
+    DESCALE_TABLE when `table`."""
     flags = layout.flags["ZYFA_FLAG_VARLEN"]
+    if table:
+        flags |= layout.flags["ZYFA_FLAG_DESCALE_TABLE"]
     if entry.get("layout") == "paged":
         flags |= layout.flags["ZYFA_FLAG_PAGED"]
     if entry["causal"]:
@@ -211,7 +226,7 @@ def launch_packed(
         needs = "a batch with a page table" if entry["layout"] == "paged" else "a batch without a page table"
         raise ValueError(f"{entry['name']} ({entry['layout']}) needs {needs}")
     mem = GlobalMemory()
-    flags = packed_flags(layout, entry) if flags is None else flags
+    flags = packed_flags(layout, entry, table=pb.descale_table is not None) if flags is None else flags
     fwd, varlen = packed_kernarg_values(pb, mem, entry, flags)
     kernarg = pack_kernarg(layout, fwd, varlen)
     grid = packed_grid(entry, pb)
@@ -228,18 +243,22 @@ def launch_uniform(
     out: np.ndarray,
     lse: np.ndarray,
     scale: float,
+    descales: tuple[float, float, float] = (1.0, 1.0, 1.0),
     **launch: Any,
 ):
-    """A dense batch (q [b, sq, hq, d_qk], k / v [b, sk, hkv, d], out [b, sq, hq, d_v], lse float32
-    [b, hq, sq], all contiguous bf16 but lse) run by a packed build as b sequences of sq queries over sk
-    keys each: the packed tensors are views of the dense ones, so out is written in place; lse is copied
-    back from the kernel's [heads_q, total_q]. A paged build reads k and v as a cache of b pages of sk
-    keys, sequence i's table row [i]. `launch` as for launch_packed. Returns the launch result."""
+    """A dense batch (q [b, sq, hq, d_qk], k / v [b, sk, hkv, d] bf16 or e4m3, out [b, sq, hq, d_v] bf16, lse
+    float32 [b, hq, sq], all contiguous) run by a packed build as b sequences of sq queries over sk keys each:
+    the packed tensors are views of the dense ones, so out is written in place; lse is copied back from the
+    kernel's [heads_q, total_q]. A paged build reads k and v as a cache of b pages of sk keys, sequence i's
+    table row [i]. `descales`: FP8 q, k, v descales per tensor. `launch` as for launch_packed. Returns the
+    launch result."""
     b, sq, hq, _ = q.shape
     sk = k.shape[1]
     packed_lse = np.full((hq, b * sq), np.nan, dtype=np.float32)
     rows = [x.reshape(x.shape[0] * x.shape[1], x.shape[2], -1) for x in (q, k, v, out)]  # views: contiguous
-    pb = PackedBatch(*rows, packed_lse, cu_seqlens([sq] * b), cu_seqlens([sk] * b), None, scale)
+    pb = PackedBatch(
+        *rows, packed_lse, cu_seqlens([sq] * b), cu_seqlens([sk] * b), None, scale, descales=descales
+    )
     if entry.get("layout") == "paged":
         pb.k, pb.v, pb.cu_seqlens_k = k, v, None
         pb.seqused_k = np.full(b, sk, dtype=np.int32)
