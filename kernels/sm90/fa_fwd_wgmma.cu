@@ -138,7 +138,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const bool causal_all = (args.flags & ZYFA_FLAG_CAUSAL) != 0u;
   const int64_t diag_all = static_cast<int64_t>(seqlen_k) - seqlen_q;
   const int group_ratio = args.heads_q / args.heads_kv;
-  const bool pair_major = n_pairs > kLptPairs;
+  const bool pair_major = !lpt_across_pairs(n_pairs, args);
   auto item_block = [&](uint32_t item) {
     return persistent_block(item, pair_major, n_qtiles, n_pairs, args, group_ratio, causal_all, diag_all, seqlen_q,
                             seqlen_k);

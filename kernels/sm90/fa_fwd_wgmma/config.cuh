@@ -85,9 +85,12 @@ constexpr bool kMaxTree = !kFp8;
 // BF16: the O rescale by alpha_j is applied between the S_{j+1} issue and the P_j V_j issue (while S_{j+1}
 // occupies the tensor core) instead of right after the P.V wait; same arithmetic, bitwise the same output.
 constexpr bool kRescaleEarly = !kFp8;
-// At most this many (head, batch) pairs: longest-first order across pairs (LPT for the causal tail); more
-// pairs: pair-major order (L2 reuse of one head's K and V at a time).
+// Longest-first order across (head, batch) pairs (LPT for the causal tail) needs at most kLptPairs pairs whose
+// K and V fit in L2 together (kLptL2Bytes, half of an H100's / H200's 50 MB L2); otherwise pair-major order
+// (L2 reuse of one head's K and V at a time). With LPT, the CTAs in flight read every pair's K / V at once:
+// 16 heads at 32K keys (192/128, batch 1) read 6.4 GB from DRAM where pair-major reads 0.5 GB.
 constexpr uint32_t kLptPairs = 16;
+constexpr int64_t kLptL2Bytes = int64_t{24} << 20;
 
 // ---- lean P codes
 constexpr float kLeanCodeBase = 12582912.0f;  // 1.5 * 2^23: the float kLeanCodeBase + c holds lean code c in its low byte

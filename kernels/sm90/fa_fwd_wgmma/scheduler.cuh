@@ -30,10 +30,21 @@ __device__ __forceinline__ void finish_block(Block& b, int group_ratio, bool cau
   b.n_blocks = kv_end > 0 ? static_cast<int>((kv_end + kTileN - 1) / kTileN) : 0;
 }
 
+// Longest-first across the n_pairs (head, batch) pairs, or pair-major (config.cuh, kLptPairs / kLptL2Bytes):
+// LPT only for a few pairs whose distinct K / V heads fit in L2 together.
+__device__ __forceinline__ bool lpt_across_pairs(uint32_t n_pairs, const zyfa_fwd_args& args) {
+  // In 32 bits (a 64-bit product spilled lean 192/128's registers): at most 16 K / V heads of at most 2^18
+  // keys of at most 640 bytes stay below 2^32; longer keys never take LPT.
+  const uint32_t kv_heads = n_pairs * static_cast<uint32_t>(args.heads_kv) / static_cast<uint32_t>(args.heads_q);
+  const uint32_t keys = static_cast<uint32_t>(args.seqlen_k);
+  return n_pairs <= kLptPairs && keys <= (1u << 18) &&
+         kv_heads * keys * static_cast<uint32_t>(kQkRowBytes + kVRowBytes) <= static_cast<uint32_t>(kLptL2Bytes);
+}
+
 // Tile grid (ceil(seqlen_q / 128), heads_q, batch), pairs hb = batch * heads + head (GQA groups adjacent),
-// lin = x + nx (y + ny z). At most kLptPairs pairs: rank r = lin / nhb takes q tile nx - 1 - r of pair
+// lin = x + nx (y + ny z). LPT (lpt_across_pairs): rank r = lin / nhb takes q tile nx - 1 - r of pair
 // lin % nhb, so every pair's longest causal tiles start before any pair's shorter ones (LPT order for the
-// causal tail). More pairs: blockIdx as launched, q tiles reversed inside each head (L2 reuse of one
+// causal tail). Otherwise blockIdx as launched, q tiles reversed inside each head (L2 reuse of one
 // head's K / V). The groups of pairs below are one group (lin < nx * nhb: g0 = 0).
 __device__ __forceinline__ Block tile_block(const zyfa_fwd_args& args) {
   const int seqlen_q = args.seqlen_q;
@@ -52,7 +63,7 @@ __device__ __forceinline__ Block tile_block(const zyfa_fwd_args& args) {
     blk.head = static_cast<int>(hb % ny);
     blk.batch = static_cast<int>(hb / ny);
     blk.q_row0 = static_cast<int>(nx - 1u - rank) * kTileM;
-    if (nhb > kLptPairs) {  // many pairs: launch order, q tiles reversed (L2 reuse)
+    if (!lpt_across_pairs(nhb, args)) {  // launch order, q tiles reversed (L2 reuse)
       blk.head = static_cast<int>(blockIdx.y);
       blk.batch = static_cast<int>(blockIdx.z);
       blk.q_row0 = static_cast<int>(nx - 1u - blockIdx.x) * kTileM;
@@ -65,7 +76,7 @@ __device__ __forceinline__ Block tile_block(const zyfa_fwd_args& args) {
 
 // Persistent CTAs (grid (min(SMs, n_items), 1, 1)): work items from the ABI args only (never from gridDim.y /
 // z), n_items = n_qtiles x n_pairs. Item i -> rank i / n_pairs (0: the longest causal rows, the last q tile)
-// of pair i % n_pairs (hb = batch * heads_q + head), or, pair_major (more than kLptPairs pairs), pair i /
+// of pair i % n_pairs (hb = batch * heads_q + head), or, pair_major (!lpt_across_pairs), pair i /
 // n_qtiles and rank i % n_qtiles (each pair's q tiles longest first, pairs one after another: L2 reuse of
 // one head's K / V at a time). The kernel computes the per-launch values once and walks its items with
 // cta_item (fa_fwd_wgmma.cu).
