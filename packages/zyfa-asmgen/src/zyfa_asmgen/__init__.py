@@ -12,7 +12,7 @@ from .generators import GENERATORS, generate
 from .kernel import Kernel, Program
 from .variant import Variant
 
-__version__ = "0.3.0"
+__version__ = "0.3.1"
 
 __all__ = [
     "GENERATORS",
