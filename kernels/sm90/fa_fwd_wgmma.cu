@@ -138,7 +138,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const bool causal_all = (args.flags & ZYFA_FLAG_CAUSAL) != 0u;
   const int64_t diag_all = static_cast<int64_t>(seqlen_k) - seqlen_q;
   const int group_ratio = args.heads_q / args.heads_kv;
-  const bool pair_major = !lpt_across_pairs(n_pairs, args);
+  // Few pairs stay longest-first even when their K / V overflow L2: pair-major order breaks the boustrophedon
+  // balance of the persistent walk (lean 192/128 at 32K keys, 16 pairs: 0.74x FA3 pair-major, kernels/sm90/NOTES.md).
+  const bool pair_major = n_pairs > kLptPairs;
   auto item_block = [&](uint32_t item) {
     return persistent_block(item, pair_major, n_qtiles, n_pairs, args, group_ratio, causal_all, diag_all, seqlen_q,
                             seqlen_k);

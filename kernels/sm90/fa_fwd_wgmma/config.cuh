@@ -85,10 +85,11 @@ constexpr bool kMaxTree = !kFp8;
 // BF16: the O rescale by alpha_j is applied between the S_{j+1} issue and the P_j V_j issue (while S_{j+1}
 // occupies the tensor core) instead of right after the P.V wait; same arithmetic, bitwise the same output.
 constexpr bool kRescaleEarly = !kFp8;
-// Longest-first order across (head, batch) pairs (LPT for the causal tail) needs at most kLptPairs pairs whose
-// K and V fit in L2 together (kLptL2Bytes, half of an H100's / H200's 50 MB L2); otherwise pair-major order
-// (L2 reuse of one head's K and V at a time). With LPT, the CTAs in flight read every pair's K / V at once:
-// 16 heads at 32K keys (192/128, batch 1) read 6.4 GB from DRAM where pair-major reads 0.5 GB.
+// Longest-first order across (head, batch) pairs (LPT for the causal tail) needs at most kLptPairs pairs; on
+// the tile grid also K and V that fit in L2 together (kLptL2Bytes, half of an H100's / H200's 50 MB L2),
+// otherwise launch order (L2 reuse of one head's K and V at a time): with LPT the CTAs in flight read every
+// pair's K / V at once, and 16 heads at 32K keys (192/128, batch 1) read 6.4 GB from DRAM where FA3 reads
+// 0.5 GB. Persistent CTAs keep LPT there (fa_fwd_wgmma.cu says why).
 constexpr uint32_t kLptPairs = 16;
 constexpr int64_t kLptL2Bytes = int64_t{24} << 20;
 

@@ -30,8 +30,8 @@ __device__ __forceinline__ void finish_block(Block& b, int group_ratio, bool cau
   b.n_blocks = kv_end > 0 ? static_cast<int>((kv_end + kTileN - 1) / kTileN) : 0;
 }
 
-// Longest-first across the n_pairs (head, batch) pairs, or pair-major (config.cuh, kLptPairs / kLptL2Bytes):
-// LPT only for a few pairs whose distinct K / V heads fit in L2 together.
+// The tile grid's order: longest-first across the n_pairs (head, batch) pairs, or launch order (config.cuh,
+// kLptPairs / kLptL2Bytes): LPT only for a few pairs whose distinct K / V heads fit in L2 together.
 __device__ __forceinline__ bool lpt_across_pairs(uint32_t n_pairs, const zyfa_fwd_args& args) {
   // In 32 bits (a 64-bit product spilled lean 192/128's registers): at most 16 K / V heads of at most 2^18
   // keys of at most 640 bytes stay below 2^32; longer keys never take LPT.
@@ -76,7 +76,7 @@ __device__ __forceinline__ Block tile_block(const zyfa_fwd_args& args) {
 
 // Persistent CTAs (grid (min(SMs, n_items), 1, 1)): work items from the ABI args only (never from gridDim.y /
 // z), n_items = n_qtiles x n_pairs. Item i -> rank i / n_pairs (0: the longest causal rows, the last q tile)
-// of pair i % n_pairs (hb = batch * heads_q + head), or, pair_major (!lpt_across_pairs), pair i /
+// of pair i % n_pairs (hb = batch * heads_q + head), or, pair_major (more than kLptPairs pairs), pair i /
 // n_qtiles and rank i % n_qtiles (each pair's q tiles longest first, pairs one after another: L2 reuse of
 // one head's K / V at a time). The kernel computes the per-launch values once and walks its items with
 // cta_item (fa_fwd_wgmma.cu).
