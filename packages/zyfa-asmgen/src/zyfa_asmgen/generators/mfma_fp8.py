@@ -504,25 +504,32 @@ class Gen:
         self.e(f"v_lshl_add_u32 {dst}, {j}, 3, {dst}", "+ 8 h")
         self.e(f"v_add_u32_e32 {dst}, {sh.k_bytes}, {dst}", "V follows K in the buffer")
 
+    def dma_row_col(self, i: int, width: int, t: R) -> tuple[str, str]:
+        """Emit the (row, column) registers (t[1], t[2]) of the block byte this lane fills in its i-th
+        1 KiB LDS-DMA of a block: LDS byte x = 1024 i' + 16 lane holds row x / width, column x % width
+        (row-major, width <= 256). Wave w < dma_waves issues the DMAs i' = dma_waves i + w, so
+        x = 1024 dma_waves i + 16 v0."""
+        x, row, c = t[0], t[1], t[2]
+        self.e(f"v_lshlrev_b32_e32 {x}, 4, v0")
+        if i:
+            self.e(f"v_add_u32_e32 {x}, {1024 * self.sh.dma_waves * i}, {x}")
+        if width & (width - 1) == 0:
+            self.e(f"v_lshrrev_b32_e32 {row}, {width.bit_length() - 1}, {x}")
+        else:  # width = 64 * 3: row = ((x / 64) * 43691) >> 17, exact for x / 64 < 2^16
+            self.e(f"v_lshrrev_b32_e32 {row}, 6, {x}")
+            self.e(f"v_mul_u32_u24_e32 {row}, 0xaaab, {row}")
+            self.e(f"v_lshrrev_b32_e32 {row}, 17, {row}")
+        self.e(f"v_mul_u32_u24_e32 {c}, {width}, {row}")
+        self.e(f"v_sub_u32_e32 {c}, {x}, {c}", "column")
+        return row, c
+
     def _dma_offsets(self, name: str, width: int, stride: R, t: R) -> R:
-        """Global byte offset each lane fetches in each 1 KiB LDS-DMA of a block: LDS byte
-        x = 1024 i + 16 lane holds row x / width, column x % width of the block (row-major).
-        Wave w < dma_waves issues the DMAs i = dma_waves j + w, so x = 1024 dma_waves j + 16 v0."""
+        """Global byte offset each lane fetches in each 1 KiB LDS-DMA of a block (dma_row_col's row and
+        column, row * stride + column)."""
         n = TILE_N * width // 1024 // self.sh.dma_waves
         out = self.vv(f"{name}_dma", n)
-        x, row, c = t[0], t[1], t[2]
         for i in range(n):
-            self.e(f"v_lshlrev_b32_e32 {x}, 4, v0")
-            if i:
-                self.e(f"v_add_u32_e32 {x}, {1024 * self.sh.dma_waves * i}, {x}")
-            if width & (width - 1) == 0:
-                self.e(f"v_lshrrev_b32_e32 {row}, {width.bit_length() - 1}, {x}")
-            else:  # width = 64 * 3: row = ((x / 64) * 43691) >> 17, exact for x / 64 < 2^16
-                self.e(f"v_lshrrev_b32_e32 {row}, 6, {x}")
-                self.e(f"v_mul_u32_u24_e32 {row}, 0xaaab, {row}")
-                self.e(f"v_lshrrev_b32_e32 {row}, 17, {row}")
-            self.e(f"v_mul_u32_u24_e32 {c}, {width}, {row}")
-            self.e(f"v_sub_u32_e32 {c}, {x}, {c}", "column")
+            row, c = self.dma_row_col(i, width, t)
             self.e(f"v_mul_lo_u32 {row}, {stride}, {row}")
             self.e(f"v_add_u32_e32 {out[i]}, {row}, {c}")
         return out

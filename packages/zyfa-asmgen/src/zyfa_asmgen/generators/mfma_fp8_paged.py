@@ -38,19 +38,8 @@ def dma_pieces(g: Gen, name: str, width: int, t: R) -> R:
     x = 1024 dma_waves i + 16 v0 holds row x / width, column x % width; width <= 256)."""
     n = TILE_N * width // 1024 // g.sh.dma_waves
     out = g.vv(f"{name}_piece", n)
-    x, row, c = t[0], t[1], t[2]
     for i in range(n):
-        g.e(f"v_lshlrev_b32_e32 {x}, 4, v0")
-        if i:
-            g.e(f"v_add_u32_e32 {x}, {1024 * g.sh.dma_waves * i}, {x}")
-        if width & (width - 1) == 0:
-            g.e(f"v_lshrrev_b32_e32 {row}, {width.bit_length() - 1}, {x}")
-        else:  # width = 64 * 3: row = ((x / 64) * 43691) >> 17, exact for x / 64 < 2^16
-            g.e(f"v_lshrrev_b32_e32 {row}, 6, {x}")
-            g.e(f"v_mul_u32_u24_e32 {row}, 0xaaab, {row}")
-            g.e(f"v_lshrrev_b32_e32 {row}, 17, {row}")
-        g.e(f"v_mul_u32_u24_e32 {c}, {width}, {row}")
-        g.e(f"v_sub_u32_e32 {c}, {x}, {c}", "column")
+        row, c = g.dma_row_col(i, width, t)
         g.e(f"v_lshl_or_b32 {out[i]}, {row}, 8, {c}", "row * 256 + column")
     return out
 
