@@ -17,7 +17,7 @@ import zyfa.reference as R
 from zyfa_bench.accuracy import errors
 from zyfa_bench.peers.base import Unsupported
 from zyfa_bench.peers.cudnn import CudnnBF16, varlen_call
-from zyfa_bench.serving import ServingStep, build_step, measure
+from zyfa_bench.serving import ServingStep, build_step, measure, packed_batch
 
 pytestmark = pytest.mark.gpu
 
@@ -41,9 +41,8 @@ def test_cudnn_varlen_matches_float64_on_gpu(shape, prefix, page_size, precision
     _need_cudnn()
     step = ServingStep(LENS, prefix, page_size, *SHAPES[shape])
     x = build_step(step, device=torch.device("cuda"), precision=precision, seed=11)
-    args = (x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, x.seqused_k, x.page_table, step.max_seqlens)
     try:
-        prepared = varlen_call(*args, x.descales)
+        prepared = varlen_call(packed_batch(step, x), x.descales)
     except Unsupported as exc:
         pytest.skip(str(exc))
     first = prepared.call().clone()

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from zyfa_bench.flops import attention_flops, packed_flops
-from zyfa_bench.peers.base import Peer, Unsupported
+from zyfa_bench.peers.base import PackedBatch, Peer, Unsupported
 from zyfa_bench.spec import Spec
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "format_table",
     "long_tailed_lengths",
     "measure",
+    "packed_batch",
     "prepare",
     "step_flops",
 ]
@@ -183,30 +184,29 @@ def _zyfa_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     return lambda: zyfa.flash_attn_varlen_func(x.q, x.k, x.v, x.cu_seqlens_q, cu_k, max_q, max_k, **kw)
 
 
-_Packed = tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, "Tensor | None", tuple[int, int]]
-
-
-def _packed(step: ServingStep, x: StepInputs) -> _Packed:
-    """The leading arguments of the FlashAttention peers' `varlen_call`: the tensors and max lengths."""
-    return x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, x.seqused_k, x.page_table, step.max_seqlens
+def packed_batch(step: ServingStep, x: StepInputs) -> PackedBatch:
+    """The step's packed call for the serving peers (`varlen_call` of fa3, fa4 and cudnn)."""
+    return PackedBatch(
+        x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, x.seqused_k, x.page_table, step.max_seqlens
+    )
 
 
 def _fa3_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     from zyfa_bench.peers.fa3 import varlen_call
 
-    return varlen_call(*_packed(step, x), x.descales, step.heads_kv)
+    return varlen_call(packed_batch(step, x), x.descales, step.heads_kv)
 
 
 def _fa4_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     from zyfa_bench.peers.fa4 import varlen_call
 
-    return varlen_call(*_packed(step, x))
+    return varlen_call(packed_batch(step, x))
 
 
 def _cudnn_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     from zyfa_bench.peers.cudnn import varlen_call
 
-    return varlen_call(*_packed(step, x), x.descales).call
+    return varlen_call(packed_batch(step, x), x.descales).call
 
 
 def dense_spec(step: ServingStep) -> Spec:

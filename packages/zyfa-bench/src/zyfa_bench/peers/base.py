@@ -28,6 +28,7 @@ from zyfa_bench.inputs import Inputs
 from zyfa_bench.spec import Spec
 
 __all__ = [
+    "PackedBatch",
     "Peer",
     "Prepared",
     "Unsupported",
@@ -37,6 +38,25 @@ __all__ = [
     "is_rocm",
     "validate_once",
 ]
+
+
+@dataclass(frozen=True)
+class PackedBatch:
+    """One packed causal call as the FlashAttention varlen APIs take it (the serving peers' input).
+
+    q [total_q, heads_q, d_qk]; k, v packed [total_k, heads_kv, d] by cu_seqlens_k, or, with `page_table`
+    ([batch, pages] int32), a paged cache [num_pages, page_size, heads_kv, d] holding seqused_k keys per
+    sequence; max_seqlens = (max_seqlen_q, max_seqlen_k).
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+    cu_seqlens_q: Tensor
+    cu_seqlens_k: Tensor
+    seqused_k: Tensor
+    page_table: Tensor | None
+    max_seqlens: tuple[int, int]
 
 
 class Unsupported(RuntimeError):

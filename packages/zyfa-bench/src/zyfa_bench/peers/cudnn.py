@@ -43,7 +43,15 @@ import torch
 from torch import Tensor
 
 from zyfa_bench.inputs import Inputs
-from zyfa_bench.peers.base import Peer, Prepared, Unsupported, cuda_capability, import_status, validate_once
+from zyfa_bench.peers.base import (
+    PackedBatch,
+    Peer,
+    Prepared,
+    Unsupported,
+    cuda_capability,
+    import_status,
+    validate_once,
+)
 from zyfa_bench.spec import Spec
 
 __all__ = ["CudnnBF16", "CudnnFP8", "varlen_call"]
@@ -364,26 +372,23 @@ def _sdpa_inputs(
 
 
 def varlen_call(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor,
-    seqused_k: Tensor,
-    page_table: Tensor | None,
-    max_seqlens: tuple[int, int],
-    descales: tuple[float, float, float] | None,
-    softmax_scale: float | None = None,
+    batch: PackedBatch, descales: tuple[float, float, float] | None, softmax_scale: float | None = None
 ) -> Prepared:
-    """cuDNN's causal SDPA on a packed step, built and validated once (module docstring).
+    """cuDNN's causal SDPA on a packed step (`PackedBatch`), built and validated once (module docstring).
 
-    q [total_q, heads_q, d_qk]; k, v packed [total_k, heads_kv, d] by cu_seqlens_k, or with `page_table`
-    ([batch, pages] int32) a paged cache [num_pages, page_size, heads_kv, d] holding seqused_k keys per
-    sequence.  BF16, or e4m3fn with per-tensor `descales` (q, k, v): the output is then e4m3fn.  Returns
-    the timed call (its result: the packed output [total_q, heads_q, d_v]) and the float32 conversion.
-    Raises `Unsupported` for what this cuDNN cannot run, with the reason.
+    BF16, or e4m3fn with per-tensor `descales` (q, k, v): the output is then e4m3fn.  Returns the timed
+    call (its result: the packed output [total_q, heads_q, d_v]) and the float32 conversion.  Raises
+    `Unsupported` for what this cuDNN cannot run, with the reason.
     """
     import cudnn
+
+    q, k, v, page_table = batch.q, batch.k, batch.v, batch.page_table
+    cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlens = (
+        batch.cu_seqlens_q,
+        batch.cu_seqlens_k,
+        batch.seqused_k,
+        batch.max_seqlens,
+    )
 
     len_q = seq_lens(cu_seqlens_q)
     len_kv = seq_lens(cu_seqlens_k) if page_table is None else seqused_k.to(torch.int32).reshape(-1, 1, 1, 1)

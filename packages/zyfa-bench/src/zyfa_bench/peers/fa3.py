@@ -31,10 +31,17 @@ import importlib.metadata
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
 
 from zyfa_bench.inputs import Inputs
-from zyfa_bench.peers.base import Peer, Prepared, bshd_float, cuda_capability, import_status, validate_once
+from zyfa_bench.peers.base import (
+    PackedBatch,
+    Peer,
+    Prepared,
+    bshd_float,
+    cuda_capability,
+    import_status,
+    validate_once,
+)
 from zyfa_bench.spec import Spec
 
 __all__ = ["FA3BF16", "FA3FP8", "fa3_head_dims_supported", "varlen_call"]
@@ -131,37 +138,31 @@ class FA3FP8(_FA3):
 
 
 def varlen_call(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor,
-    seqused_k: Tensor,
-    page_table: Tensor | None,
-    max_seqlens: tuple[int, int],
-    descales: tuple[float, float, float] | None,
-    heads_kv: int,
+    batch: PackedBatch, descales: tuple[float, float, float] | None, heads_kv: int
 ) -> Callable[[], object]:
-    """FA3's causal packed call on q [total_q, heads_q, d]: `flash_attn_varlen_func` over packed k, v, or
-    `flash_attn_with_kvcache` over a paged cache (page_table, cache_seqlens = seqused_k, cu_seqlens_q). FP8
-    per-tensor descales are broadcast to float32 (batch, heads_kv), FA3's shape, here (not timed)."""
+    """FA3's causal packed call: `flash_attn_varlen_func` over packed k, v, or `flash_attn_with_kvcache`
+    over a paged cache (page_table, cache_seqlens = seqused_k, cu_seqlens_q). FP8 per-tensor descales are
+    broadcast to float32 (batch, heads_kv), FA3's shape, here (not timed)."""
     import fa3_fwd_interface as fa3
 
+    b = batch
     kw: dict[str, object] = {"causal": True}
     if descales is not None:
-        shape = (cu_seqlens_q.shape[0] - 1, heads_kv)
-        dq, dk, dv = (torch.full(shape, d, dtype=torch.float32, device=q.device) for d in descales)
+        shape = (b.cu_seqlens_q.shape[0] - 1, heads_kv)
+        dq, dk, dv = (torch.full(shape, d, dtype=torch.float32, device=b.q.device) for d in descales)
         kw.update(q_descale=dq, k_descale=dk, v_descale=dv)
-    max_q, max_k = max_seqlens
-    if page_table is None:
-        return lambda: fa3.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_q, max_k, **kw)
+    max_q, max_k = b.max_seqlens
+    if b.page_table is None:
+        return lambda: fa3.flash_attn_varlen_func(
+            b.q, b.k, b.v, b.cu_seqlens_q, b.cu_seqlens_k, max_q, max_k, **kw
+        )
     return lambda: fa3.flash_attn_with_kvcache(
-        q,
-        k,
-        v,
-        cache_seqlens=seqused_k,
-        page_table=page_table,
-        cu_seqlens_q=cu_seqlens_q,
+        b.q,
+        b.k,
+        b.v,
+        cache_seqlens=b.seqused_k,
+        page_table=b.page_table,
+        cu_seqlens_q=b.cu_seqlens_q,
         max_seqlen_q=max_q,
         **kw,
     )

@@ -23,10 +23,17 @@ import importlib.metadata
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
 
 from zyfa_bench.inputs import Inputs
-from zyfa_bench.peers.base import Peer, Prepared, bshd_float, cuda_capability, import_status, validate_once
+from zyfa_bench.peers.base import (
+    PackedBatch,
+    Peer,
+    Prepared,
+    bshd_float,
+    cuda_capability,
+    import_status,
+    validate_once,
+)
 from zyfa_bench.spec import Spec
 
 __all__ = ["FA4BF16", "fa4_head_dims_supported", "varlen_call"]
@@ -91,26 +98,25 @@ class FA4BF16(Peer):
         return validate_once(prepared, q.device)
 
 
-def varlen_call(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cu_seqlens_q: Tensor,
-    cu_seqlens_k: Tensor,
-    seqused_k: Tensor,
-    page_table: Tensor | None,
-    max_seqlens: tuple[int, int],
-) -> Callable[[], object]:
-    """FA4's causal packed call on BF16 q [total_q, heads_q, d]: cu_seqlens over packed k, v, or the page
-    table with seqused_k over a paged cache."""
+def varlen_call(batch: PackedBatch) -> Callable[[], object]:
+    """FA4's causal packed call on BF16: cu_seqlens over packed k, v, or the page table with seqused_k over
+    a paged cache."""
     from flash_attn.cute import flash_attn_varlen_func
 
-    max_q, max_k = max_seqlens
+    b = batch
+    max_q, max_k = b.max_seqlens
     keys: dict[str, object] = (
-        {"cu_seqlens_k": cu_seqlens_k}
-        if page_table is None
-        else {"seqused_k": seqused_k, "page_table": page_table}
+        {"cu_seqlens_k": b.cu_seqlens_k}
+        if b.page_table is None
+        else {"seqused_k": b.seqused_k, "page_table": b.page_table}
     )
     return lambda: flash_attn_varlen_func(
-        q, k, v, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_q, max_seqlen_k=max_k, causal=True, **keys
+        b.q,
+        b.k,
+        b.v,
+        cu_seqlens_q=b.cu_seqlens_q,
+        max_seqlen_q=max_q,
+        max_seqlen_k=max_k,
+        causal=True,
+        **keys,
     )
