@@ -17,7 +17,7 @@ import zyfa.reference as R
 from zyfa_bench.accuracy import errors
 from zyfa_bench.peers import cudnn as cudnn_peer
 from zyfa_bench.peers.base import Unsupported
-from zyfa_bench.serving import ServingStep, build_step, measure, packed_batch
+from zyfa_bench.serving import ServingStep, build_step, measure
 
 CPU = torch.device("cpu")
 # Lengths with a single-token prompt, one longer than a page, and page-unaligned ends.
@@ -46,7 +46,7 @@ def _run(monkeypatch, step, precision, seed=0, backend=91000, capability=None):
     # the GPU the peer sees is the test's choice (None: none), never the machine's
     monkeypatch.setattr(cudnn_peer, "cuda_capability", lambda: capability)
     x = build_step(step, device=CPU, precision=precision, seed=seed)
-    prepared = cudnn_peer.varlen_call(packed_batch(step, x), x.descales)
+    prepared = cudnn_peer.varlen_call(x, x.descales)
     cu_k = None if x.page_table is not None else x.cu_seqlens_k
     dq, dk, dv = x.descales or (1.0, 1.0, 1.0)
     ref, _ = R.attention_varlen_dense_f64(

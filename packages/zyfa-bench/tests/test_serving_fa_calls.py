@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from zyfa_bench.peers import fa3, fa4
-from zyfa_bench.serving import ServingStep, build_step, packed_batch
+from zyfa_bench.serving import ServingStep, build_step
 
 CPU = torch.device("cpu")
 
@@ -44,8 +44,8 @@ def test_fa3_varlen_call_hands_over_the_step(monkeypatch, prefix, precision):
     monkeypatch.setitem(sys.modules, "fa3_fwd_interface", mod)
     step = _step(prefix)
     x = build_step(step, device=CPU, precision=precision, seed=random.randrange(2**31))
-    batch = packed_batch(step, x)
-    call = fa3.varlen_call(batch, x.descales, step.heads_kv)
+
+    call = fa3.varlen_call(x, x.descales, step.heads_kv)
     assert calls == []  # nothing runs until the timed call
     assert call() == ("varlen" if prefix == 0 else "kvcache")
     ((name, args, kw),) = calls
@@ -75,7 +75,7 @@ def test_fa4_varlen_call_hands_over_the_step(monkeypatch, prefix):
     monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
     step = _step(prefix)
     x = build_step(step, device=CPU, precision="bf16", seed=random.randrange(2**31))
-    call = fa4.varlen_call(packed_batch(step, x))
+    call = fa4.varlen_call(x)
     assert call() == "varlen"
     ((_, args, kw),) = calls
     max_q, max_k = step.max_seqlens

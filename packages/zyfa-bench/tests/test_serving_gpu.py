@@ -17,7 +17,7 @@ import zyfa.reference as R
 from zyfa_bench.accuracy import errors
 from zyfa_bench.peers.base import Unsupported
 from zyfa_bench.peers.cudnn import CudnnBF16, varlen_call
-from zyfa_bench.serving import ServingStep, build_step, measure, packed_batch
+from zyfa_bench.serving import ServingStep, build_step, measure
 
 pytestmark = pytest.mark.gpu
 
@@ -42,7 +42,7 @@ def test_cudnn_varlen_matches_float64_on_gpu(shape, prefix, page_size, precision
     step = ServingStep(LENS, prefix, page_size, *SHAPES[shape])
     x = build_step(step, device=torch.device("cuda"), precision=precision, seed=11)
     try:
-        prepared = varlen_call(packed_batch(step, x), x.descales)
+        prepared = varlen_call(x, x.descales)
     except Unsupported as exc:
         pytest.skip(str(exc))
     first = prepared.call().clone()

@@ -44,7 +44,6 @@ __all__ = [
     "format_table",
     "long_tailed_lengths",
     "measure",
-    "packed_batch",
     "prepare",
     "step_flops",
 ]
@@ -97,18 +96,12 @@ def step_flops(step: ServingStep) -> float:
     return packed_flops(list(step.lens), step.lens_k, step.heads_q, step.d_qk, step.d_v, True)
 
 
-@dataclass
-class StepInputs:
-    """The tensors of one step: packed q, and packed k / v or a paged cache with its table."""
+@dataclass(frozen=True)
+class StepInputs(PackedBatch):
+    """The tensors of one step (a `PackedBatch`: packed q, and packed k / v or a paged cache with its
+    table) and, FP8, the per-tensor descales (q, k, v)."""
 
-    q: Tensor
-    k: Tensor
-    v: Tensor
-    cu_seqlens_q: Tensor
-    cu_seqlens_k: Tensor
-    seqused_k: Tensor
-    page_table: Tensor | None
-    descales: tuple[float, float, float] | None
+    descales: tuple[float, float, float] | None = None
 
 
 def _offsets(lens: list[int], device: torch.device) -> Tensor:
@@ -166,9 +159,13 @@ def build_step(step: ServingStep, *, device: torch.device, precision: str, seed:
     cu_q = _offsets(list(step.lens), device)
     seqused = torch.tensor(step.lens_k, dtype=torch.int32, device=device)
     if step.prefix == 0:
-        return StepInputs(q, k, v, cu_q, _offsets(step.lens_k, device), seqused, None, descales)
+        return StepInputs(
+            q, k, v, cu_q, _offsets(step.lens_k, device), seqused, None, step.max_seqlens, descales
+        )
     k_cache, v_cache, table = _paged(step, k, v, g)
-    return StepInputs(q, k_cache, v_cache, cu_q, _offsets(step.lens_k, device), seqused, table, descales)
+    return StepInputs(
+        q, k_cache, v_cache, cu_q, _offsets(step.lens_k, device), seqused, table, step.max_seqlens, descales
+    )
 
 
 def _zyfa_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
@@ -184,29 +181,22 @@ def _zyfa_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     return lambda: zyfa.flash_attn_varlen_func(x.q, x.k, x.v, x.cu_seqlens_q, cu_k, max_q, max_k, **kw)
 
 
-def packed_batch(step: ServingStep, x: StepInputs) -> PackedBatch:
-    """The step's packed call for the serving peers (`varlen_call` of fa3, fa4 and cudnn)."""
-    return PackedBatch(
-        x.q, x.k, x.v, x.cu_seqlens_q, x.cu_seqlens_k, x.seqused_k, x.page_table, step.max_seqlens
-    )
-
-
 def _fa3_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     from zyfa_bench.peers.fa3 import varlen_call
 
-    return varlen_call(packed_batch(step, x), x.descales, step.heads_kv)
+    return varlen_call(x, x.descales, step.heads_kv)
 
 
 def _fa4_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     from zyfa_bench.peers.fa4 import varlen_call
 
-    return varlen_call(packed_batch(step, x))
+    return varlen_call(x)
 
 
 def _cudnn_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
     from zyfa_bench.peers.cudnn import varlen_call
 
-    return varlen_call(packed_batch(step, x), x.descales).call
+    return varlen_call(x, x.descales).call
 
 
 def dense_spec(step: ServingStep) -> Spec:
