@@ -308,20 +308,8 @@ def test_packed_calls_launch_the_gfx950_packed_kernels(fake_hip, tmp_path, page_
 
     names = ["fa_fwd_bf16_hd128_causal_varlen_gfx950", "fa_fwd_bf16_hd128_causal_paged_gfx950"]
     kernels = _packed_kernel_dir(tmp_path / "kernels", names)
-    log = tmp_path / "calls.log"
-    env = {key: val for key, val in os.environ.items() if not key.startswith(("ZYFA_", "FAKE_"))}
-    env.update(ZYFA_BACKEND="hip", ZYFA_LIBAMDHIP64=str(fake_hip), FAKE_GPU_LOG=str(log),
-               ZYFA_KERNEL_DIR=str(kernels), ZYFA_NO_CPP="1")  # fmt: skip
-    script = tmp_path / "snippet.py"
     head = f"STREAM = {STREAM}\nSEED = {seed}\nBATCH = {batch}\nPAGE_SIZE = {page_size}\n"
-    script.write_text(head + textwrap.dedent(VARLEN_SNIPPET))
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout.strip().splitlines()[-1])
-    calls = [line.split(" ") for line in log.read_text().splitlines()]
-    launches = [
-        dict(kv.split("=", 1) for kv in rest) for call, *rest in calls if call == "hipModuleLaunchKernel"
-    ]
+    out, launches = _run_snippet(tmp_path, fake_hip, kernels, head + textwrap.dedent(VARLEN_SNIPPET))
     (launch,) = launches
     assert launch["name"] == names[1 if page_size else 0]
     max_q, max_k = out["max_seqlens"]
@@ -456,13 +444,19 @@ def test_fp8_paged_without_its_build_is_refused(fake_hip, fp8_rows, tmp_path):
 
 def _run_fp8_varlen(tmp_path: Path, lib: Path, kernels: Path, d_qk: int, p_mode: str | None, batch: int):
     """Run FP8_VARLEN_SNIPPET against the fake HIP driver; return (its JSON, the launches as dicts)."""
+    head = f"STREAM = {STREAM}\nSEED = {batch}\nBATCH = {batch}\nD_QK = {d_qk}\nP_MODE = {p_mode!r}\n"
+    return _run_snippet(tmp_path, lib, kernels, head + textwrap.dedent(FP8_VARLEN_SNIPPET))
+
+
+def _run_snippet(tmp_path: Path, lib: Path, kernels: Path, program: str):
+    """Run a snippet against the fake HIP driver `lib` and the kernels in `kernels`; return (the JSON of its
+    last output line, its hipModuleLaunchKernel calls as dicts)."""
     log = tmp_path / "calls.log"
     env = {key: val for key, val in os.environ.items() if not key.startswith(("ZYFA_", "FAKE_"))}
     env.update(ZYFA_BACKEND="hip", ZYFA_LIBAMDHIP64=str(lib), FAKE_GPU_LOG=str(log),
                ZYFA_KERNEL_DIR=str(kernels), ZYFA_NO_CPP="1")  # fmt: skip
     script = tmp_path / "snippet.py"
-    head = f"STREAM = {STREAM}\nSEED = {batch}\nBATCH = {batch}\nD_QK = {d_qk}\nP_MODE = {p_mode!r}\n"
-    script.write_text(head + textwrap.dedent(FP8_VARLEN_SNIPPET))
+    script.write_text(program)
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
