@@ -33,8 +33,8 @@ __device__ __forceinline__ void finish_block(Block& b, int group_ratio, bool cau
 // The tile grid's order: longest-first across the n_pairs (head, batch) pairs, or launch order (config.cuh,
 // kLptPairs / kLptL2Bytes): LPT only for a few pairs whose distinct K / V heads fit in L2 together.
 __device__ __forceinline__ bool lpt_across_pairs(uint32_t n_pairs, const zyfa_fwd_args& args) {
-  // In 32 bits (a 64-bit product spilled lean 192/128's registers): at most 16 K / V heads of at most 2^18
-  // keys of at most 640 bytes stay below 2^32; longer keys never take LPT.
+  // 32-bit arithmetic: at most 16 K / V heads of at most 2^18 keys of at most 640 bytes stay below 2^32;
+  // longer keys never take LPT.
   const uint32_t kv_heads = n_pairs * static_cast<uint32_t>(args.heads_kv) / static_cast<uint32_t>(args.heads_q);
   const uint32_t keys = static_cast<uint32_t>(args.seqlen_k);
   return n_pairs <= kLptPairs && keys <= (1u << 18) &&
