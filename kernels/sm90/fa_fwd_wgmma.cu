@@ -72,11 +72,11 @@
 #include "sm90/wgmma.h"
 
 #if ZYFA_WS_VARLEN
-// The names the rest of the kernel reads for one work item of a packed batch (varlen.cuh, varlen_item): the
+// The names the rest of the kernel reads for one work item of a packed batch (varlen.cuh, VarlenItem): the
 // sequence's dense view `args`, its counts, the block and the sequence. `none` runs when the item has no tile
-// (the same in every warp that computes the item).
-#define ZYFA_VARLEN_ITEM(lin, none)                                  \
-  const VarlenItem vl_item = varlen_item(packed, varlen, (lin));     \
+// (the same in every warp that computes or takes the item).
+#define ZYFA_VARLEN_ITEM(item_expr, none)                            \
+  const VarlenItem vl_item = (item_expr);                            \
   if (vl_item.blk.batch < 0) none;                                   \
   const zyfa_fwd_args& args = vl_item.args;                          \
   [[maybe_unused]] const Sequence& seq = vl_item.seq;                \
@@ -99,7 +99,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #if ZYFA_WS_VARLEN && !ZYFA_WS_PERSISTENT
   // Tile grid: one work item per CTA, item blockIdx.x + gridDim.x * blockIdx.y (varlen.cuh). A block with no
   // tile exits here, uniformly, before any barrier exists. (Persistent: each item in the loops below.)
-  ZYFA_VARLEN_ITEM(blockIdx.x + gridDim.x * blockIdx.y, return);
+  ZYFA_VARLEN_ITEM(varlen_item(packed, varlen, blockIdx.x + gridDim.x * blockIdx.y), return);
 #endif
   // Arrivals that complete a full barrier's phase: the 128 producer threads, or the one TMA thread
   // (e4m3 V: always the 128 threads of the transpose).
@@ -128,8 +128,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
 #if ZYFA_WS_PERSISTENT
 #if ZYFA_WS_VARLEN
-  // Items 0 .. n_items - 1 (varlen.cuh), walked in the dense schedule's order (scheduler.cuh, cta_item).
+  // Items 0 .. n_items - 1 (varlen.cuh), walked in the dense schedule's order (scheduler.cuh, cta_item); their
+  // tiles mapped by the producer's first warp, one item ahead, and taken by every warp (ItemSlots).
   const uint32_t n_items = varlen_items(packed, varlen);
+  const ItemSlots items{bars + 8u * (2 + 4 * kStages)};
 #else
   // The per-launch values of the persistent schedule (scheduler.cuh: persistent_block, cta_item).
   const uint32_t n_qtiles = seqlen_q > 0 ? static_cast<uint32_t>((seqlen_q + kTileM - 1) / kTileM) : 0u;
@@ -157,6 +159,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #if ZYFA_WS_PERSISTENT
     mbar_init(bar_q_empty, 8);
 #endif
+#if ZYFA_WS_PERSISTENT && ZYFA_WS_VARLEN
+    items.init();
+#endif
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_full_k(s), full_arrivals);  // one arrival per producer thread (TMA: its one thread)
       mbar_init(bar_full_v(s), v_full_arrivals);
@@ -181,6 +186,13 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     // TMA (bf16): one thread issues every load; the others would only poll. e4m3 keeps all 128 for V.
     if (tma_on && !kFp8 && tid != 0) return;
 #if ZYFA_WS_PERSISTENT
+#if ZYFA_WS_VARLEN
+    // The producer's first warp maps item k while item k - 1 loads (its loads issued, before the wait for Q).
+    auto publish_item = [&](uint32_t k) {
+      const uint32_t next = cta_item(k);
+      if (tid < 32 && next < n_items) items.publish(k, varlen_item_tile(packed, varlen, next));
+    };
+#endif
     int kv_base = 0;       // K / V blocks loaded by this CTA before this item (ring position)
     uint32_t q_loads = 0;  // Q tiles loaded before this item (Q full / empty phases)
 #pragma unroll 1
@@ -189,7 +201,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     if (item >= n_items) break;
 #if ZYFA_WS_VARLEN
     // Items grow with k_item and ranks with items: after the first item with no tile, none of this CTA's has one.
-    ZYFA_VARLEN_ITEM(item, break);
+    if (k_item == 0) publish_item(0);
+    ZYFA_VARLEN_ITEM(varlen_item_of(packed, varlen, items.take(k_item), item), break);
 #else
     const Block blk = item_block(item);
 #endif
@@ -338,6 +351,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       }
     }
 #if ZYFA_WS_PERSISTENT
+#if ZYFA_WS_VARLEN
+    publish_item(k_item + 1);  // the next item's map, while this one's last loads land
+#endif
     kv_base += blk.n_blocks;
     }  // item loop
 #endif
@@ -360,7 +376,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   const uint32_t item = cta_item(k_item);
   if (item >= n_items) break;
 #if ZYFA_WS_VARLEN
-  ZYFA_VARLEN_ITEM(item, break);  // the producer's item sequence, and its end
+  ZYFA_VARLEN_ITEM(varlen_item_of(packed, varlen, items.take(k_item), item), break);  // the producer's items
 #else
   const Block blk = item_block(item);
 #endif

@@ -141,7 +141,10 @@ constexpr int kKStageBytes = kQkRegions * kTileN * 128;
 // is only partly used).
 constexpr int kVtRegions = (kTileN + 127) / 128;
 constexpr int kVStageBytes = kPv16 ? kDV * kTileN * 2 : kVtRows * 128 * kVtRegions;
-constexpr int kBarrierBytes = 128;  // Q full, Q empty (persistent) and 4 mbarriers per stage, 8 B each
+// Q full, Q empty (persistent) and 4 mbarriers per stage, 8 B each; persistent packed builds add the item
+// slots after them (varlen.cuh, ItemSlots: 4 mbarriers and 2 x 8 B).
+constexpr int kItemSlotBytes = kVarlen && kPersistent ? 4 * 8 + 2 * 8 : 0;
+constexpr int kBarrierBytes = kItemSlotBytes != 0 ? 256 : 128;
 constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (kTileN keys x 128 B) that cp.async fills one block
 // ahead of the transpose.
@@ -191,7 +194,8 @@ static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384, "setmaxnre
 static_assert(kSmemBytes == ZYFA_SMEM_BYTES,
               "ZYFA_SMEM_BYTES (variants.bzl smem_bytes) must equal this kernel's shared-memory layout");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory layout exceeds the sm_90 per-block limit");
-static_assert((2 + 4 * kStages) * 8 <= kBarrierBytes, "mbarriers do not fit their area");
+static_assert((2 + 4 * kStages) * 8 + kItemSlotBytes <= kBarrierBytes,
+              "mbarriers do not fit their area");
 static_assert(kVStageBytes % 1024 == 0 && kKStageBytes % 1024 == 0, "stages must keep 1024-byte alignment");
 
 }  // namespace zyfa_sm90_ws

@@ -116,20 +116,15 @@ struct VarlenItem {
   Block blk;
 };
 
-// Item lin: rank lin / heads_q (varlen_tile's longest-first order) and head lin % heads_q, so the heads of
-// one tile are adjacent items (GQA heads that share K / V rows read them while they are in L2). Every warp
-// that calls it computes the same item (warp reductions: the 32 lanes must be active; no shared memory, no
-// barrier), so a block's exit or a persistent loop's end on batch < 0 is uniform.
-__device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
-                                                  uint32_t lin) {
+// The item of tile `tile` (varlen_tile's answer for rank lin / heads_q) and head lin % heads_q: the sequence's
+// view and the block. A few independent loads of the sequence's counts; no warp reduction.
+__device__ __forceinline__ VarlenItem varlen_item_of(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
+                                                     VarlenTile tile, uint32_t lin) {
   VarlenItem it;
-  const uint32_t heads = static_cast<uint32_t>(packed.heads_q);
-  const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
-  const VarlenTile tile = varlen_tile<kTileM>(lanes, packed_q(packed, vl), lin / heads);
   it.blk.batch = tile.batch;  // its view's batch strides are 0
   if (tile.batch < 0) return it;
   const int ratio = packed.heads_q / packed.heads_kv;
-  it.blk.head = static_cast<int>(lin % heads);
+  it.blk.head = static_cast<int>(lin % static_cast<uint32_t>(packed.heads_q));
   it.blk.q_row0 = tile.q_tile * kTileM;
   it.seq = sequence_of(packed, vl, tile.batch);
   it.args = sequence_args(packed, vl, it.seq, tile.batch, it.blk.head / ratio);
@@ -137,6 +132,66 @@ __device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, c
                static_cast<int64_t>(it.args.seqlen_k) - it.args.seqlen_q, it.args.seqlen_q, it.args.seqlen_k);
   return it;
 }
+
+// The tile of item lin: rank lin / heads_q in varlen_tile's longest-first order, so the heads of one tile are
+// adjacent items (GQA heads that share K / V rows read them while they are in L2). Every lane of the calling
+// warp must be active (warp reductions; no shared memory, no barrier), and all get the same tile.
+__device__ __forceinline__ VarlenTile varlen_item_tile(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
+                                                       uint32_t lin) {
+  const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
+  return varlen_tile<kTileM>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q));
+}
+
+// Item lin, mapped by the calling warp (varlen_item_tile). Every warp that calls it computes the same item, so
+// a block's exit on batch < 0 is uniform.
+__device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
+                                                  uint32_t lin) {
+  return varlen_item_of(packed, vl, varlen_item_tile(packed, vl, lin), lin);
+}
+
+// Persistent packed builds: the tiles of a CTA's items, mapped once per item by the producer's first warp and
+// handed to every warp of the CTA through two shared-memory slots, so no other warp walks cu_seqlens_q (a
+// consumer would do it between one item's epilogue and the next one's first S). Slot k % 2 holds item k's
+// tile; its full mbarrier (one arrival: the mapping warp's lane 0) publishes it, its empty one (one arrival
+// per warp of the CTA, kThreads / 32) frees it once every warp has read it. The two phases of each barrier
+// alternate as the CTA's items go: item k is use k / 2 of its slot.
+struct ItemSlots {
+  uint32_t bars;  // full[2], empty[2] (8 B each), then the slots (2 x 8 B: batch, q_tile); kItemSlotBytes
+
+  __device__ __forceinline__ uint32_t full(uint32_t k) const { return bars + 8u * (k & 1u); }
+  __device__ __forceinline__ uint32_t empty(uint32_t k) const { return bars + 16u + 8u * (k & 1u); }
+  __device__ __forceinline__ uint32_t slot(uint32_t k) const { return bars + 32u + 8u * (k & 1u); }
+
+  // By one thread, before the CTA's first barrier sync.
+  __device__ __forceinline__ void init() const {
+    mbar_init(full(0), 1);
+    mbar_init(full(1), 1);
+    mbar_init(empty(0), kThreads / 32);
+    mbar_init(empty(1), kThreads / 32);
+  }
+
+  // Item k's tile, by the mapping warp. Waits until every warp has read item k - 2's.
+  __device__ __forceinline__ void publish(uint32_t k, VarlenTile tile) const {
+    if ((threadIdx.x & 31u) == 0u) {
+      mbar_wait(empty(k), ((k >> 1) & 1u) ^ 1u);
+      st_shared_u32(slot(k), static_cast<uint32_t>(tile.batch));
+      st_shared_u32(slot(k) + 4u, static_cast<uint32_t>(tile.q_tile));
+      mbar_arrive(full(k));  // release: the stores above are visible to every thread that sees the phase
+    }
+    __syncwarp();
+  }
+
+  // Item k's tile, by every lane of every warp of the CTA.
+  __device__ __forceinline__ VarlenTile take(uint32_t k) const {
+    mbar_wait(full(k), (k >> 1) & 1u);
+    VarlenTile tile;
+    tile.batch = static_cast<int>(ld_shared_u32(slot(k)));
+    tile.q_tile = static_cast<int>(ld_shared_u32(slot(k) + 4u));
+    __syncwarp();
+    if ((threadIdx.x & 31u) == 0u) mbar_arrive(empty(k));
+    return tile;
+  }
+};
 
 // The item bound of a launch: ZYFA_VARLEN_TILES x heads_q, the launcher's count (at most 2^31 - 1, which it
 // checks). Items past it are never computed, whatever cu_seqlens_q holds.

@@ -26,8 +26,10 @@
 
 #if defined(__CUDACC__)
 #define ZYFA_HD __host__ __device__ __forceinline__
+#define ZYFA_ROLLED _Pragma("unroll 1")
 #else
 #define ZYFA_HD inline
+#define ZYFA_ROLLED
 #endif
 
 namespace zyfa_sm90_ws {
@@ -85,6 +87,7 @@ ZYFA_HD int q_tiles_of(const PackedQ& p, int b) {
 template <int kTile, class Lanes>
 ZYFA_HD int64_t tiles_from(const Lanes& lanes, const PackedQ& p, int t) {
   int64_t total = 0;
+  ZYFA_ROLLED  // one warp reduction per 32 sequences; unrolled, the producer's loads spill its registers
   for (int b0 = 0; b0 < p.batch; b0 += 32) {
     total += lanes.sum([&](int lane) {
       const int b = b0 + lane;
@@ -99,6 +102,7 @@ ZYFA_HD int64_t tiles_from(const Lanes& lanes, const PackedQ& p, int t) {
 // The j-th (from 0) sequence, in batch order, with a tile of index t (n_b > t); -1 when there are <= j.
 template <int kTile, class Lanes>
 ZYFA_HD int nth_sequence_with_tile(const Lanes& lanes, const PackedQ& p, int t, int64_t j) {
+  ZYFA_ROLLED
   for (int b0 = 0; b0 < p.batch; b0 += 32) {
     uint32_t has = lanes.ballot([&](int lane) {
       const int b = b0 + lane;

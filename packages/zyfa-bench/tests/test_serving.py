@@ -4,13 +4,14 @@ and the rows (zyfa's calls run the reference; FlashAttention-3 is a skipped row 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
 
 from zyfa_bench.cli import main
 from zyfa_bench.flops import attention_flops, packed_flops
-from zyfa_bench.serving import ServingStep, build_step, dense_spec, long_tailed_lengths, measure, prepare
+from zyfa_bench.serving import BASELINE, ServingStep, build_step, dense_spec, long_tailed_lengths, measure, prepare
 from zyfa_bench.spec import Spec
 
 
@@ -88,6 +89,37 @@ def test_measure_rows_on_cpu():
         prepare("nope", step, build_step(step, device=torch.device("cpu"), precision="bf16", seed=0))
 
 
+def test_baseline_kernels_time_zyfa_varlen_on_the_other_build(tmp_path, monkeypatch):
+    """Each zyfa-varlen call of the baseline row runs with $ZYFA_KERNEL_DIR at the baseline build, the row
+    right after zyfa-varlen's; the plain row runs without it, and the environment is restored."""
+    import zyfa
+
+    base = tmp_path / "before"
+    base.mkdir()
+    (base / "manifest.json").write_text("{}")
+    monkeypatch.delenv("ZYFA_KERNEL_DIR", raising=False)
+    seen: list[str | None] = []
+    real = zyfa.flash_attn_varlen_func
+
+    def spy(*args, **kwargs):
+        seen.append(os.environ.get("ZYFA_KERNEL_DIR"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(zyfa, "flash_attn_varlen_func", spy)
+    step = ServingStep((3, 9), 0, 16, 2, 1, 128, 128)
+    rows = measure(
+        step, ["zyfa-varlen", "zyfa-dense"], device=torch.device("cpu"), precision="bf16", warmup=1, repeats=2,
+        baseline_kernels=str(base),
+    )  # fmt: skip
+    assert [row["impl"] for row in rows] == ["zyfa-varlen", BASELINE, "zyfa-dense"]
+    assert all(row["status"] == "ok" for row in rows) and rows[1]["kernels"] == str(base.resolve())
+    n_plain = seen.count(None)
+    assert n_plain > 0 and seen == [None] * n_plain + [str(base.resolve())] * (len(seen) - n_plain) != [None] * n_plain
+    assert "ZYFA_KERNEL_DIR" not in os.environ
+    with pytest.raises(ValueError, match="holds no manifest.json"):
+        measure(step, ["zyfa-varlen"], device=torch.device("cpu"), precision="bf16", baseline_kernels=str(tmp_path))
+
+
 def test_serving_command_writes_rows(tmp_path, capsys):
     out = tmp_path / "s.json"
     rc = main(
@@ -132,6 +164,7 @@ def test_serving_command_writes_rows(tmp_path, capsys):
         ("--precision", "fp16", "argument --precision"),
         ("--impl", "zyfa-nope", "argument --impl"),
         ("--repeats", "0", "argument --repeats"),
+        ("--baseline-kernels", "/nonexistent", "holds no manifest.json"),
     ],
 )
 def test_serving_command_refuses_bad_options_up_front(capsys, option, value, message):

@@ -275,6 +275,14 @@ def _serving_parser(sub: Any) -> None:
     s.add_argument(
         "--repeats", type=T.positive_int, default=20, help="timed calls per row (default: %(default)s)"
     )
+    s.add_argument(
+        "--baseline-kernels",
+        type=T.kernel_dir,
+        default=None,
+        metavar="DIR",
+        help="also time zyfa-varlen on the kernel build in DIR (a manifest.json and its code objects), as "
+        "zyfa-varlen-baseline right after it: a before/after comparison in one run",
+    )
     s.add_argument("--device", type=T.device, default=_default_device(), help="default: %(default)s")
     s.add_argument(
         "--json",
@@ -309,6 +317,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
                     precision=precision,
                     seed=args.seed,
                     repeats=args.repeats,
+                    baseline_kernels=args.baseline_kernels,
                 ):
                     writer.add(row)
     print(format_table(writer.rows))

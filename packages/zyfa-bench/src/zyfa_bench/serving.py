@@ -17,6 +17,8 @@ The implementations compared on the same step, each timed with `zyfa_bench.timin
 - "cudnn-varlen": cuDNN's SDPA (nvidia-cudnn-frontend) in THD form: ragged offsets and sequence lengths
   built from cu_seqlens, the page table as its paged K/V tables (`zyfa_bench.peers.cudnn.varlen_call`); FP8
   output from FP8 (its only FP8 contract on Hopper), and FP8 over a prefix needs sm100 (a skipped row);
+- "zyfa-varlen-baseline" (with `baseline_kernels`): "zyfa-varlen" on another kernel build's code objects, the
+  "before" of a kernel change timed in the same run;
 - "zyfa-dense": `zyfa.flash_attn_func` on a dense batch of the same prompts count with every prompt at the
   mean length (and the prefix copied into each), the same token count: the dense speed the packed call is
   measured against.
@@ -28,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -37,6 +40,7 @@ from zyfa_bench.peers.base import PackedBatch, Peer, Unsupported
 from zyfa_bench.spec import Spec
 
 __all__ = [
+    "BASELINE",
     "IMPLEMENTATIONS",
     "ServingStep",
     "StepInputs",
@@ -278,6 +282,27 @@ _PEERS: dict[str, Callable[[], Peer]] = {"fa3-varlen": _fa3, "fa4-varlen": _fa4,
 _NOTES = {("cudnn-varlen", "fp8"): "FP8 output: cuDNN gives BF16 output from FP8 on sm100 only"}
 
 
+def _on_kernels(directory: str, call: Callable[[], object]) -> Callable[[], object]:
+    """`call` with $ZYFA_KERNEL_DIR = `directory` (the baseline build), restored after each call."""
+    from zyfa_bench.peers.zyfa import kernel_dir
+
+    def on_baseline() -> object:
+        with kernel_dir(directory):
+            return call()
+
+    return on_baseline
+
+
+def _with_baseline(impls: list[str], baseline_kernels: str | None) -> list[str]:
+    """`impls`, with "zyfa-varlen-baseline" right after "zyfa-varlen" when a baseline build is given."""
+    if baseline_kernels is None:
+        return list(impls)
+    return [name for impl in impls for name in ((impl, BASELINE) if impl == "zyfa-varlen" else (impl,))]
+
+
+BASELINE = "zyfa-varlen-baseline"
+
+
 def measure(
     step: ServingStep,
     impls: list[str],
@@ -287,20 +312,32 @@ def measure(
     seed: int = 0,
     warmup: int = 3,
     repeats: int = 20,
+    baseline_kernels: str | None = None,
 ) -> list[dict[str, object]]:
-    """One row per implementation: ms (median), TFLOP/s, or the reason it was skipped or failed."""
+    """One row per implementation: ms (median), TFLOP/s, or the reason it was skipped or failed. With
+    `baseline_kernels` (a kernel build's directory, its manifest.json checked first), "zyfa-varlen" is also
+    timed on that build as "zyfa-varlen-baseline", right after it."""
     from zyfa_bench.timing import time_calls
 
+    if baseline_kernels is not None:
+        baseline_kernels = str(Path(baseline_kernels).resolve())
+        if not (Path(baseline_kernels) / "manifest.json").is_file():
+            raise ValueError(f"--baseline-kernels {baseline_kernels} holds no manifest.json")
     inputs = build_step(step, device=device, precision=precision, seed=seed)
     rows: list[dict[str, object]] = []
-    for impl in impls:
+    for impl in _with_baseline(impls, baseline_kernels):
         row: dict[str, object] = {"impl": impl, "precision": precision, "step": step.as_dict()}
         why = _available(impl, device, precision)
         if why:
             rows.append({**row, "status": "skipped", "reason": why})
             continue
         try:
-            call, flops = prepare(impl, step, inputs)
+            if impl == BASELINE and baseline_kernels is not None:
+                call, flops = prepare("zyfa-varlen", step, inputs)
+                call = _on_kernels(baseline_kernels, call)
+                row["kernels"] = baseline_kernels
+            else:
+                call, flops = prepare(impl, step, inputs)
             timing = time_calls([call], device=device, warmup=warmup, repeats=repeats)
         except Unsupported as exc:  # a documented limit of the peer on this step: not a failure
             rows.append({**row, "status": "skipped", "reason": str(exc)})
@@ -318,7 +355,7 @@ def measure(
 def format_table(rows: list[dict[str, object]]) -> str:
     """A plain-text table: one line per row (prompts, tokens, prefix, shape, precision, impl, ms, TFLOP/s)."""
     lines = [
-        f"{'impl':12} {'prec':5} {'shape':14} {'prompts':>7} {'tokens':>7} {'prefix':>6} {'ms':>9} "
+        f"{'impl':20} {'prec':5} {'shape':14} {'prompts':>7} {'tokens':>7} {'prefix':>6} {'ms':>9} "
         f"{'TFLOP/s':>8}"
     ]
     for row in rows:
@@ -326,7 +363,7 @@ def format_table(rows: list[dict[str, object]]) -> str:
         assert isinstance(step, dict)
         shape = f"{step['heads_q']}/{step['heads_kv']} d{step['d_qk']}/{step['d_v']}"
         head = (
-            f"{row['impl']!s:12} {row['precision']!s:5} {shape:14} {step['prompts']:>7} {step['tokens']:>7}"
+            f"{row['impl']!s:20} {row['precision']!s:5} {shape:14} {step['prompts']:>7} {step['tokens']:>7}"
         )
         head += f" {step['prefix']:>6}"
         if row["status"] != "ok":

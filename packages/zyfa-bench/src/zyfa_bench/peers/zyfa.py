@@ -92,7 +92,7 @@ class ZyfaFP8(_Zyfa):
 
 
 @contextlib.contextmanager
-def _kernel_dir(path: str) -> Iterator[None]:
+def kernel_dir(path: str) -> Iterator[None]:
     """$ZYFA_KERNEL_DIR = path inside the block (zyfa keys its kernel caches by it), restored after."""
     saved = os.environ.get(KERNEL_DIR_ENV)
     os.environ[KERNEL_DIR_ENV] = path
@@ -131,12 +131,12 @@ class ZyfaBaseline(Peer):
         return self.inner.supports(spec, device)
 
     def _prepare(self, inputs: Inputs) -> Prepared:
-        with _kernel_dir(self.kernel_dir):
+        with kernel_dir(self.kernel_dir):
             prepared = self.inner._prepare(inputs)
         call = prepared.call
 
         def on_baseline() -> object:
-            with _kernel_dir(self.kernel_dir):
+            with kernel_dir(self.kernel_dir):
                 return call()
 
         return Prepared(on_baseline, prepared.result, prepared.notes)
