@@ -142,9 +142,10 @@ constexpr int kKStageBytes = kQkRegions * kTileN * 128;
 constexpr int kVtRegions = (kTileN + 127) / 128;
 constexpr int kVStageBytes = kPv16 ? kDV * kTileN * 2 : kVtRows * 128 * kVtRegions;
 // Q full, Q empty (persistent) and 4 mbarriers per stage, 8 B each; persistent packed builds add the item
-// slots after them (varlen.cuh, ItemSlots: 4 mbarriers and 2 x 8 B).
+// slots after them (varlen.cuh, ItemSlots: 4 mbarriers and 2 x 8 B). Packed builds keep the same layout on
+// either grid, so a row's smem_bytes fits both.
 constexpr int kItemSlotBytes = kVarlen && kPersistent ? 4 * 8 + 2 * 8 : 0;
-constexpr int kBarrierBytes = kItemSlotBytes != 0 ? 256 : 128;
+constexpr int kBarrierBytes = kVarlen ? 256 : 128;
 constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (kTileN keys x 128 B) that cp.async fills one block
 // ahead of the transpose.
