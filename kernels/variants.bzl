@@ -145,7 +145,7 @@ VARIANTS = [
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 184576, "tag": "",
-     "grid": "persistent", "layout": "paged"},
+     "grid": "tiles", "layout": "paged"},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_varlen_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231680, "tag": "",
@@ -153,7 +153,7 @@ VARIANTS = [
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231680, "tag": "",
-     "grid": "persistent", "layout": "paged"},
+     "grid": "tiles", "layout": "paged"},
     # ---- NVIDIA Hopper (sm_90a): simple mma.sync kernels, tag "simple": the first correct kernels, kept as a
     # cross-check and a fallback (select with tag="simple").
     {"name": "fa_fwd_bf16_hd128_causal_simple_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,

@@ -23,6 +23,9 @@
 #include "sm90/fa_fwd_wgmma/page_div.h"
 #include "sm90/fa_fwd_wgmma/ptx.cuh"
 #include "sm90/fa_fwd_wgmma/scheduler.cuh"
+#if ZYFA_WS_PERSISTENT
+#define ZYFA_MAP_LOOP _Pragma("unroll 1")
+#endif
 #include "sm90/fa_fwd_wgmma/varlen_tiles.h"
 
 namespace zyfa_sm90_ws {

@@ -26,10 +26,13 @@
 
 #if defined(__CUDACC__)
 #define ZYFA_HD __host__ __device__ __forceinline__
-#define ZYFA_ROLLED _Pragma("unroll 1")
 #else
 #define ZYFA_HD inline
-#define ZYFA_ROLLED
+#endif
+// The batch loops' pragma: empty here; a persistent build sets it to _Pragma("unroll 1") before including this
+// header (varlen.cuh): there one producer warp maps the items within 56 registers, which unrolled loads overflow.
+#ifndef ZYFA_MAP_LOOP
+#define ZYFA_MAP_LOOP
 #endif
 
 namespace zyfa_sm90_ws {
@@ -87,7 +90,7 @@ ZYFA_HD int q_tiles_of(const PackedQ& p, int b) {
 template <int kTile, class Lanes>
 ZYFA_HD int64_t tiles_from(const Lanes& lanes, const PackedQ& p, int t) {
   int64_t total = 0;
-  ZYFA_ROLLED  // one warp reduction per 32 sequences; unrolled, the producer's loads spill its registers
+  ZYFA_MAP_LOOP
   for (int b0 = 0; b0 < p.batch; b0 += 32) {
     total += lanes.sum([&](int lane) {
       const int b = b0 + lane;
@@ -102,7 +105,7 @@ ZYFA_HD int64_t tiles_from(const Lanes& lanes, const PackedQ& p, int t) {
 // The j-th (from 0) sequence, in batch order, with a tile of index t (n_b > t); -1 when there are <= j.
 template <int kTile, class Lanes>
 ZYFA_HD int nth_sequence_with_tile(const Lanes& lanes, const PackedQ& p, int t, int64_t j) {
-  ZYFA_ROLLED
+  ZYFA_MAP_LOOP
   for (int b0 = 0; b0 < p.batch; b0 += 32) {
     uint32_t has = lanes.ballot([&](int lane) {
       const int b = b0 + lane;
