@@ -11,7 +11,15 @@ import torch
 
 from zyfa_bench.cli import main
 from zyfa_bench.flops import attention_flops, packed_flops
-from zyfa_bench.serving import BASELINE, ServingStep, build_step, dense_spec, long_tailed_lengths, measure, prepare
+from zyfa_bench.serving import (
+    BASELINE,
+    ServingStep,
+    build_step,
+    dense_spec,
+    long_tailed_lengths,
+    measure,
+    prepare,
+)
 from zyfa_bench.spec import Spec
 
 
@@ -107,17 +115,17 @@ def test_baseline_kernels_time_zyfa_varlen_on_the_other_build(tmp_path, monkeypa
 
     monkeypatch.setattr(zyfa, "flash_attn_varlen_func", spy)
     step = ServingStep((3, 9), 0, 16, 2, 1, 128, 128)
-    rows = measure(
-        step, ["zyfa-varlen", "zyfa-dense"], device=torch.device("cpu"), precision="bf16", warmup=1, repeats=2,
-        baseline_kernels=str(base),
-    )  # fmt: skip
+    cpu = torch.device("cpu")
+    impls = ["zyfa-varlen", "zyfa-dense"]
+    rows = measure(step, impls, device=cpu, precision="bf16", warmup=1, repeats=2, baseline_kernels=str(base))
     assert [row["impl"] for row in rows] == ["zyfa-varlen", BASELINE, "zyfa-dense"]
     assert all(row["status"] == "ok" for row in rows) and rows[1]["kernels"] == str(base.resolve())
     n_plain = seen.count(None)
-    assert n_plain > 0 and seen == [None] * n_plain + [str(base.resolve())] * (len(seen) - n_plain) != [None] * n_plain
+    n_base = len(seen) - n_plain
+    assert n_plain > 0 and n_base > 0 and seen == [None] * n_plain + [str(base.resolve())] * n_base
     assert "ZYFA_KERNEL_DIR" not in os.environ
     with pytest.raises(ValueError, match="holds no manifest.json"):
-        measure(step, ["zyfa-varlen"], device=torch.device("cpu"), precision="bf16", baseline_kernels=str(tmp_path))
+        measure(step, ["zyfa-varlen"], device=cpu, precision="bf16", baseline_kernels=str(tmp_path))
 
 
 def test_serving_command_writes_rows(tmp_path, capsys):
