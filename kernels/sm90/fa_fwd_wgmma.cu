@@ -190,7 +190,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     // The producer's first warp maps item k while item k - 1 loads (its loads issued, before the wait for Q).
     auto publish_item = [&](uint32_t k) {
       const uint32_t next = cta_item(k);
-      if (tid < 32 && next < n_items) items.publish(k, varlen_item_tile(packed, varlen, next));
+      if (tid < 32 && next < n_items) items.publish(k, items.map(packed, varlen, next));
     };
 #endif
     int kv_base = 0;       // K / V blocks loaded by this CTA before this item (ring position)

@@ -142,9 +142,9 @@ constexpr int kKStageBytes = kQkRegions * kTileN * 128;
 constexpr int kVtRegions = (kTileN + 127) / 128;
 constexpr int kVStageBytes = kPv16 ? kDV * kTileN * 2 : kVtRows * 128 * kVtRegions;
 // Q full, Q empty (persistent) and 4 mbarriers per stage, 8 B each; persistent packed builds add the item
-// slots after them (varlen.cuh, ItemSlots: 4 mbarriers and 2 x 8 B). Packed builds keep the same layout on
-// either grid, so a row's smem_bytes fits both.
-constexpr int kItemSlotBytes = kVarlen && kPersistent ? 4 * 8 + 2 * 8 : 0;
+// slots after them (varlen.cuh, ItemSlots: 4 mbarriers, 2 x 8 B of slots, 24 B of walk position). Packed
+// builds keep the same layout on either grid, so a row's smem_bytes fits both.
+constexpr int kItemSlotBytes = kVarlen && kPersistent ? 4 * 8 + 2 * 8 + 24 : 0;
 constexpr int kBarrierBytes = kVarlen ? 256 : 128;
 constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (kTileN keys x 128 B) that cp.async fills one block

@@ -4,8 +4,8 @@
 // lin % heads_q, for lin below the compact bound ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, 128) x
 // heads_q; varlen_item maps an item to a sequence (its batch index) and a q tile of it (varlen_tiles.h:
 // ranks longest first), or to nothing past the last tile. A persistent build (grid "persistent", launched
-// (min(SMs, items), 1, 1)) walks its items as the dense persistent kernel does (scheduler.cuh, cta_item);
-// a tile-grid build (grid "tiles", launched (bound, heads_q, 1)) computes item blockIdx.x + gridDim.x *
+// (min(SMs, items), 1, 1)) walks its items as the dense persistent kernel does (scheduler.cuh, cta_item),
+// the producer's first warp mapping each and handing it to the other warps (ItemSlots); a tile-grid build (grid "tiles", launched (bound, heads_q, 1)) computes item blockIdx.x + gridDim.x *
 // blockIdx.y and exits at once when it has none. Either way the item then runs on the sequence's own
 // zyfa_fwd_args (sequence_args): q, out (and packed k, v) moved to the sequence's first row, seqlen_q /
 // seqlen_k its counts, its descales from the descale table: the dense kernel's code, unchanged.
@@ -136,20 +136,15 @@ __device__ __forceinline__ VarlenItem varlen_item_of(const zyfa_fwd_args& packed
   return it;
 }
 
-// The tile of item lin: rank lin / heads_q in varlen_tile's longest-first order, so the heads of one tile are
-// adjacent items (GQA heads that share K / V rows read them while they are in L2). Every lane of the calling
-// warp must be active (warp reductions; no shared memory, no barrier), and all get the same tile.
-__device__ __forceinline__ VarlenTile varlen_item_tile(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
-                                                       uint32_t lin) {
-  const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
-  return varlen_tile<kTileM>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q));
-}
-
-// Item lin, mapped by the calling warp (varlen_item_tile). Every warp that calls it computes the same item, so
-// a block's exit on batch < 0 is uniform.
+// Item lin: rank lin / heads_q in varlen_tile's longest-first order and head lin % heads_q, so the heads of one
+// tile are adjacent items (GQA heads that share K / V rows read them while they are in L2), mapped by the
+// calling warp (all 32 lanes active: warp reductions, no shared memory, no barrier). Every warp that calls it
+// computes the same item, so a block's exit on batch < 0 is uniform. (Persistent builds: ItemSlots.)
 __device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
                                                   uint32_t lin) {
-  return varlen_item_of(packed, vl, varlen_item_tile(packed, vl, lin), lin);
+  const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
+  const VarlenTile tile = varlen_tile<kTileM>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q));
+  return varlen_item_of(packed, vl, tile, lin);
 }
 
 // Persistent packed builds: the tiles of a CTA's items, mapped once per item by the producer's first warp and
@@ -157,13 +152,17 @@ __device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, c
 // consumer would do it between one item's epilogue and the next one's first S). Slot k % 2 holds item k's
 // tile; its full mbarrier (one arrival: the mapping warp's lane 0) publishes it, its empty one (one arrival
 // per warp of the CTA, kThreads / 32) frees it once every warp has read it. The two phases of each barrier
-// alternate as the CTA's items go: item k is use k / 2 of its slot.
+// alternate as the CTA's items go: item k is use k / 2 of its slot. The mapping warp walks its ranks with
+// varlen_tile_walk, its position (TileIndex) kept in shared memory between items.
 struct ItemSlots {
-  uint32_t bars;  // full[2], empty[2] (8 B each), then the slots (2 x 8 B: batch, q_tile); kItemSlotBytes
+  // kItemSlotBytes from `bars`: full[2], empty[2] (8 B each), the slots (2 x 8 B: batch, q_tile), then the
+  // walk's position (t at +48, from_next at +56, from_t at +64).
+  uint32_t bars;
 
   __device__ __forceinline__ uint32_t full(uint32_t k) const { return bars + 8u * (k & 1u); }
   __device__ __forceinline__ uint32_t empty(uint32_t k) const { return bars + 16u + 8u * (k & 1u); }
   __device__ __forceinline__ uint32_t slot(uint32_t k) const { return bars + 32u + 8u * (k & 1u); }
+  __device__ __forceinline__ uint32_t walk_at() const { return bars + 48u; }
 
   // By one thread, before the CTA's first barrier sync.
   __device__ __forceinline__ void init() const {
@@ -171,6 +170,34 @@ struct ItemSlots {
     mbar_init(full(1), 1);
     mbar_init(empty(0), kThreads / 32);
     mbar_init(empty(1), kThreads / 32);
+    st_shared_u32(walk_at(), static_cast<uint32_t>(-1));  // TileIndex t = -1: the walk has not started
+  }
+
+  // The tile of item lin, the CTA's next item (items only grow), by the mapping warp (all 32 lanes).
+  __device__ __forceinline__ VarlenTile map(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
+                                           uint32_t lin) const {
+    const auto ld64 = [](uint32_t a) {
+      return static_cast<int64_t>((static_cast<uint64_t>(ld_shared_u32(a + 4u)) << 32) | ld_shared_u32(a));
+    };
+    const auto st64 = [](uint32_t a, int64_t v) {
+      st_shared_u32(a, static_cast<uint32_t>(v));
+      st_shared_u32(a + 4u, static_cast<uint32_t>(static_cast<uint64_t>(v) >> 32));
+    };
+    TileIndex at;
+    at.t = static_cast<int>(ld_shared_u32(walk_at()));
+    at.from_next = ld64(walk_at() + 8u);
+    at.from_t = ld64(walk_at() + 16u);
+    const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
+    const VarlenTile tile =
+        varlen_tile_walk<kTileM>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q), at);
+    __syncwarp();  // every lane has read the position before lane 0 rewrites it
+    if ((threadIdx.x & 31u) == 0u) {
+      st_shared_u32(walk_at(), static_cast<uint32_t>(at.t));
+      st64(walk_at() + 8u, at.from_next);
+      st64(walk_at() + 16u, at.from_t);
+    }
+    __syncwarp();
+    return tile;
   }
 
   // Item k's tile, by the mapping warp. Waits until every warp has read item k - 2's.

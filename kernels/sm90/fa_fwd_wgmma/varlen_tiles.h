@@ -16,7 +16,8 @@
 //
 // A warp computes the map with no shared memory: one pass over the batch, 32 sequences per step, gives
 // tiles_from(t) = sum_b max(n_b - t, 0) (the tiles with index >= t); rank r lies in index t where
-// tiles_from(t + 1) <= r < tiles_from(t), found by bisection over t in [0, T); then one ballot pass picks
+// tiles_from(t + 1) <= r < tiles_from(t), found by bisection over t in [0, T) (or, along a persistent CTA's
+// rising ranks, by stepping down from the last rank's t: varlen_tile_walk); then one ballot pass picks
 // the (r - tiles_from(t + 1))-th sequence with n_b > t. The per-lane steps are written once, over a Lanes
 // type: the warp's lanes on the device (WarpLanes, varlen.cuh), a loop over 32 lanes in the host test
 // (kernels/tools/tests/test_varlen_tiles.py), so the test runs this code, not a model of it.
@@ -127,32 +128,81 @@ struct VarlenTile {
   int q_tile;
 };
 
-// The tile of rank `rank` in the longest-first order above. Every rank < sum_b n_b gets a distinct
-// (b, t) with t < n_b; every other rank gets batch -1.
+// Where a rank lies in the order: tile index t with tiles_from(t + 1) = from_next <= rank < from_t =
+// tiles_from(t). t = -1: nowhere yet (a walk's start, TileWalk).
+struct TileIndex {
+  int t;
+  int64_t from_next;
+  int64_t from_t;
+};
+
+// The tile index of `rank` by bisection over t in [0, T): about log2(T) + 1 passes over the batch. t = -1
+// when rank >= sum_b n_b (no tile).
 template <int kTile, class Lanes>
-ZYFA_HD VarlenTile varlen_tile(const Lanes& lanes, const PackedQ& p, uint32_t rank) {
-  VarlenTile none;
-  none.batch = -1;
-  none.q_tile = 0;
-  if (p.max_len_q <= 0 || static_cast<int64_t>(rank) >= tiles_from<kTile>(lanes, p, 0)) return none;
-  // Invariant: tiles_from(lo) > rank >= tiles_from(hi) = below_hi; n_b <= ceil(max_len_q / kTile) for all b.
+ZYFA_HD TileIndex locate_rank(const Lanes& lanes, const PackedQ& p, uint32_t rank) {
+  TileIndex at;
+  at.t = -1;
+  at.from_next = at.from_t = 0;
+  if (p.max_len_q <= 0) return at;
+  const int64_t all = tiles_from<kTile>(lanes, p, 0);
+  if (static_cast<int64_t>(rank) >= all) return at;
+  // Invariant: tiles_from(lo) = from_lo > rank >= tiles_from(hi) = below_hi; n_b <= ceil(max_len_q / kTile).
   int lo = 0;
   int hi = static_cast<int>((static_cast<int64_t>(p.max_len_q) + kTile - 1) / kTile);
-  int64_t below_hi = 0;
+  int64_t from_lo = all, below_hi = 0;
   while (hi - lo > 1) {
     const int mid = lo + (hi - lo) / 2;
     const int64_t from_mid = tiles_from<kTile>(lanes, p, mid);
     if (from_mid > static_cast<int64_t>(rank)) {
       lo = mid;
+      from_lo = from_mid;
     } else {
       hi = mid;
       below_hi = from_mid;
     }
   }
+  at.t = lo;
+  at.from_next = below_hi;
+  at.from_t = from_lo;
+  return at;
+}
+
+// The tile of rank `rank` at its index `at` (at.t >= 0): the (rank - from_next)-th sequence with a tile t.
+template <int kTile, class Lanes>
+ZYFA_HD VarlenTile tile_at(const Lanes& lanes, const PackedQ& p, uint32_t rank, const TileIndex& at) {
   VarlenTile tile;
-  tile.q_tile = lo;
-  tile.batch = nth_sequence_with_tile<kTile>(lanes, p, lo, static_cast<int64_t>(rank) - below_hi);
+  tile.q_tile = at.t;
+  tile.batch = nth_sequence_with_tile<kTile>(lanes, p, at.t, static_cast<int64_t>(rank) - at.from_next);
   return tile;
+}
+
+// The tile of rank `rank` in the longest-first order above. Every rank < sum_b n_b gets a distinct
+// (b, t) with t < n_b; every other rank gets batch -1.
+template <int kTile, class Lanes>
+ZYFA_HD VarlenTile varlen_tile(const Lanes& lanes, const PackedQ& p, uint32_t rank) {
+  const TileIndex at = locate_rank<kTile>(lanes, p, rank);
+  if (at.t < 0) return VarlenTile{-1, 0};
+  return tile_at<kTile>(lanes, p, rank, at);
+}
+
+// varlen_tile for the non-decreasing ranks of one persistent CTA's walk, `at` carried from one call to the
+// next (start: t = -1): the index of a rank is the last one's or below it, so after the first call's
+// bisection a call steps t down one pass per index crossed (usually none) and then picks the sequence (one
+// pass): about two passes per item instead of log2(T) + 2. A rank below the last one bisects again.
+template <int kTile, class Lanes>
+ZYFA_HD VarlenTile varlen_tile_walk(const Lanes& lanes, const PackedQ& p, uint32_t rank, TileIndex& at) {
+  if (at.t < 0 || static_cast<int64_t>(rank) < at.from_next) at = locate_rank<kTile>(lanes, p, rank);
+  if (at.t < 0) return VarlenTile{-1, 0};
+  while (static_cast<int64_t>(rank) >= at.from_t) {
+    if (at.t == 0) {  // rank >= tiles_from(0): past the last tile
+      at.t = -1;
+      return VarlenTile{-1, 0};
+    }
+    --at.t;
+    at.from_next = at.from_t;
+    at.from_t = tiles_from<kTile>(lanes, p, at.t);
+  }
+  return tile_at<kTile>(lanes, p, rank, at);
 }
 
 }  // namespace zyfa_sm90_ws

@@ -4,7 +4,8 @@ On fresh random packed batches (empty, 1-row, tile-multiple and clamped sequence
 every rank below the launcher's bound (ZYFA_VARLEN_TILES, abi/zyfa_abi.h) is checked: each (sequence,
 tile) that exists is given to exactly one rank, no rank gets anything else, the ranks with a tile are a
 prefix (a persistent CTA's walk stops at its first item without one), and the tile index never rises with
-the rank (longest causal tiles first)."""
+the rank (longest causal tiles first); a persistent CTA's incremental walk over rising ranks
+(varlen_tile_walk) gives every rank the tile varlen_tile gives it."""
 
 from __future__ import annotations
 
@@ -100,6 +101,20 @@ static int check_case(std::mt19937_64& rng, int c) {
     ++given;
   }
   if (given != expected) return fail("a tile was given to no rank", c, -1);
+  // A persistent CTA's walk (varlen_tile_walk): non-decreasing ranks, steps of 0 to a few tiles' worth,
+  // sometimes past the last tile, each answered as varlen_tile answers it.
+  for (int walk = 0; walk < 4; ++walk) {
+    TileIndex at{-1, 0, 0};
+    int64_t rank = static_cast<int64_t>(rng() % 3);
+    while (rank < bound + 3) {
+      const VarlenTile want = varlen_tile<kTile>(HostLanes{}, p, static_cast<uint32_t>(rank));
+      const VarlenTile got = varlen_tile_walk<kTile>(HostLanes{}, p, static_cast<uint32_t>(rank), at);
+      if (got.batch != want.batch || (want.batch >= 0 && got.q_tile != want.q_tile)) {
+        return fail("the walk's tile differs from varlen_tile's", c, rank);
+      }
+      rank += static_cast<int64_t>(rng() % (walk + 1 < 4 ? 3 * (walk + 1) : 3 * kTile));
+    }
+  }
   return 0;
 }
 
@@ -136,6 +151,24 @@ def test_every_tile_once_longest_first(tiles_exe: Path) -> None:
     seed = random.SystemRandom().randrange(2**63)
     done = subprocess.run([str(tiles_exe), str(seed), "400"], capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "ok 400 cases", f"seed {seed}: {done.stdout}"
+
+
+def test_the_check_catches_a_walk_that_skips_a_step(tmp_path: Path) -> None:
+    """A walk that moves at most one tile index per call is caught as soon as ranks jump further."""
+    header = (REPO / "kernels/sm90/fa_fwd_wgmma/varlen_tiles.h").read_text()
+    step = "  while (static_cast<int64_t>(rank) >= at.from_t) {"
+    broken = header.replace(step, step.replace("while", "if"))
+    assert broken != header
+    (tmp_path / "sm90/fa_fwd_wgmma").mkdir(parents=True)
+    (tmp_path / "sm90/fa_fwd_wgmma/varlen_tiles.h").write_text(broken)
+    (tmp_path / "abi").mkdir()
+    (tmp_path / "abi/zyfa_abi.h").write_text((REPO / "kernels/abi/zyfa_abi.h").read_text())
+    (tmp_path / "main.cpp").write_text(PROGRAM)
+    exe = tmp_path / "broken"
+    flags = [f for f in compiler() if not f.startswith("-I")]
+    subprocess.run([*flags, f"-I{tmp_path}", str(tmp_path / "main.cpp"), "-o", str(exe)], check=True)
+    done = subprocess.run([str(exe), "3", "200"], capture_output=True, text=True)
+    assert done.returncode != 0 and "the walk's tile differs" in done.stdout
 
 
 def test_the_check_catches_a_wrong_bound(tiles_exe: Path, tmp_path: Path) -> None:
