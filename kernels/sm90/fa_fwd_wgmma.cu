@@ -249,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     if (blk.n_blocks > 0) {
 #if ZYFA_WS_PERSISTENT
       // Q of the previous item is free once every consumer warp's last S wgmma has completed.
-      mbar_wait_producer(bar_q_empty, (q_loads & 1u) ^ 1u);
+      mbar_wait(bar_q_empty, (q_loads & 1u) ^ 1u);
       ++q_loads;
 #endif
 #if ZYFA_WS_TMA
@@ -280,11 +280,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     for (int j = 0; j < blk.n_blocks; ++j) {
       const int s = (j + kv_base) % kStages;
       const uint32_t parity = (((j + kv_base) / kStages) & 1) ^ 1;
-      if (!kFp8 || !tma_on) mbar_wait_producer(bar_empty_k(s), parity);  // e4m3 TMA: only the issuing thread waits
+      if (!kFp8 || !tma_on) mbar_wait(bar_empty_k(s), parity);  // e4m3 TMA: only the issuing thread waits
 #if ZYFA_WS_TMA
       if (tma_on) {
         if (!kFp8 || t == 0) {
-          if constexpr (kFp8) mbar_wait_producer(bar_empty_k(s), parity);
+          if constexpr (kFp8) mbar_wait(bar_empty_k(s), parity);
           mbar_arrive_expect_tx(bar_full_k(s), kKStageBytes);
 #pragma unroll
           for (int r = 0; r < kQkRegions; ++r)
@@ -292,7 +292,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
                         blk.batch, bar_full_k(s));
         }
         if constexpr (!kFp8) {
-          mbar_wait_producer(bar_empty_v(s), parity);
+          mbar_wait(bar_empty_v(s), parity);
           mbar_arrive_expect_tx(bar_full_v(s), kVStageBytes);
 #pragma unroll
           for (int r = 0; r < kVChunks / 8; ++r)
@@ -324,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         cp_async_commit();
         cp_async_wait_group<2>();     // V_j staging has landed (this thread's copies)
         named_bar_sync(3, 128);       // ... and every producer thread's
-        mbar_wait_producer(bar_empty_v(s), parity);
+        mbar_wait(bar_empty_v(s), parity);
         if constexpr (kPvF16) {
           convert_staging(v_s + s * kVStageBytes, stg + (j & 1) * kTileN * 128, t);
         } else {
@@ -334,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         mbar_arrive(bar_full_v(s));
         named_bar_sync(3, 128);       // staging buffer j & 1 is free for V_{j+2}
       } else {
-        mbar_wait_producer(bar_empty_v(s), parity);
+        mbar_wait(bar_empty_v(s), parity);
         if constexpr (kVPre) {  // Vt rows are d, a tile's chunks the 16-key groups: K's load, K's layout
           load_tile<kDV, kTileN / 16>(v_s + s * kVStageBytes, v_base + j * kTileN, vt_row_bytes(seqlen_k), 0, kDV,
                                       vec_ok, t);

@@ -172,9 +172,6 @@ constexpr bool kFp8Tma = kFp8 && kTma;
 constexpr int kProducerRegs = kFp8Tma ? 80 : kVStaged ? 72 : 56;
 constexpr int kConsumerRegs = kFp8Tma ? 208 : kVStaged ? 216 : 224;
 
-// The producer sleeps on its empty barriers (ptx.cuh, mbar_wait_producer) in the BF16 and packed builds.
-constexpr bool kProducerSleeps = kVarlen || !kFp8;
-
 constexpr WgmmaType kQkType = kFp8 ? WgmmaType::kE4m3 : WgmmaType::kBf16;
 constexpr WgmmaType kPvType = kPvF16 ? WgmmaType::kF16 : (kFp8 ? WgmmaType::kE4m3 : WgmmaType::kBf16);
 

@@ -32,24 +32,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
-// mbar_wait for the producer on its empty barriers (kProducerSleeps builds): try_wait with a suspend-time
-// hint, so a waiting warp sleeps until the phase completes (or the hint's time passes) instead of polling
-// try_wait and taking issue slots from the consumer warps of its scheduler; otherwise mbar_wait.
-__device__ __forceinline__ void mbar_wait_producer(uint32_t bar, uint32_t parity) {
-  if constexpr (!kProducerSleeps) {
-    mbar_wait(bar, parity);
-  } else {
-    uint32_t ok = 0;
-    while (ok == 0u) {
-      asm volatile(
-          "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
-          : "=r"(ok)
-          : "r"(bar), "r"(parity), "n"(1000000)
-          : "memory");
-    }
-  }
-}
-
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
