@@ -173,30 +173,34 @@ struct ItemSlots {
     st_shared_u32(walk_at(), static_cast<uint32_t>(-1));  // TileIndex t = -1: the walk has not started
   }
 
-  // The tile of item lin, the CTA's next item (items only grow), by the mapping warp (all 32 lanes).
+  // The tile of item lin, the CTA's next item (items only grow), by the mapping warp (all 32 lanes). Lane 0
+  // alone reads and writes the walk's position (the warp gets it by shuffles), so every shared-memory access
+  // is ordered by that thread's program order.
   __device__ __forceinline__ VarlenTile map(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
                                            uint32_t lin) const {
-    const auto ld64 = [](uint32_t a) {
-      return static_cast<int64_t>((static_cast<uint64_t>(ld_shared_u32(a + 4u)) << 32) | ld_shared_u32(a));
-    };
-    const auto st64 = [](uint32_t a, int64_t v) {
-      st_shared_u32(a, static_cast<uint32_t>(v));
-      st_shared_u32(a + 4u, static_cast<uint32_t>(static_cast<uint64_t>(v) >> 32));
-    };
+    const bool lane0 = (threadIdx.x & 31u) == 0u;
+    uint32_t w[5] = {0u, 0u, 0u, 0u, 0u};  // t, from_next (lo, hi), from_t (lo, hi)
+    if (lane0) {
+#pragma unroll
+      for (int i = 0; i < 5; ++i) w[i] = ld_shared_u32(walk_at() + (i == 0 ? 0u : 4u + 4u * i));
+    }
+#pragma unroll
+    for (int i = 0; i < 5; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], 0);
     TileIndex at;
-    at.t = static_cast<int>(ld_shared_u32(walk_at()));
-    at.from_next = ld64(walk_at() + 8u);
-    at.from_t = ld64(walk_at() + 16u);
+    at.t = static_cast<int>(w[0]);
+    at.from_next = static_cast<int64_t>((static_cast<uint64_t>(w[2]) << 32) | w[1]);
+    at.from_t = static_cast<int64_t>((static_cast<uint64_t>(w[4]) << 32) | w[3]);
     const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
     const VarlenTile tile =
         varlen_tile_walk<kTileM>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q), at);
-    __syncwarp();  // every lane has read the position before lane 0 rewrites it
-    if ((threadIdx.x & 31u) == 0u) {
+    if (lane0) {
+      const uint64_t next = static_cast<uint64_t>(at.from_next), from = static_cast<uint64_t>(at.from_t);
       st_shared_u32(walk_at(), static_cast<uint32_t>(at.t));
-      st64(walk_at() + 8u, at.from_next);
-      st64(walk_at() + 16u, at.from_t);
+      st_shared_u32(walk_at() + 8u, static_cast<uint32_t>(next));
+      st_shared_u32(walk_at() + 12u, static_cast<uint32_t>(next >> 32));
+      st_shared_u32(walk_at() + 16u, static_cast<uint32_t>(from));
+      st_shared_u32(walk_at() + 20u, static_cast<uint32_t>(from >> 32));
     }
-    __syncwarp();
     return tile;
   }
 
@@ -211,14 +215,19 @@ struct ItemSlots {
     __syncwarp();
   }
 
-  // Item k's tile, by every lane of every warp of the CTA.
+  // Item k's tile, by every warp of the CTA: lane 0 waits for it, reads it and frees the slot (its reads and
+  // its arrival in program order), the warp gets it by shuffles.
   __device__ __forceinline__ VarlenTile take(uint32_t k) const {
-    mbar_wait(full(k), (k >> 1) & 1u);
+    uint32_t batch = 0u, q_tile = 0u;
+    if ((threadIdx.x & 31u) == 0u) {
+      mbar_wait(full(k), (k >> 1) & 1u);
+      batch = ld_shared_u32(slot(k));
+      q_tile = ld_shared_u32(slot(k) + 4u);
+      mbar_arrive(empty(k));
+    }
     VarlenTile tile;
-    tile.batch = static_cast<int>(ld_shared_u32(slot(k)));
-    tile.q_tile = static_cast<int>(ld_shared_u32(slot(k) + 4u));
-    __syncwarp();
-    if ((threadIdx.x & 31u) == 0u) mbar_arrive(empty(k));
+    tile.batch = static_cast<int>(__shfl_sync(0xffffffffu, batch, 0));
+    tile.q_tile = static_cast<int>(__shfl_sync(0xffffffffu, q_tile, 0));
     return tile;
   }
 };
