@@ -57,7 +57,7 @@ from zyfa_core.manifest import (
     select,
 )
 
-__version__ = "0.3.2"
+__version__ = "0.3.3"
 
 __all__ = [
     "ABI_VERSION",
