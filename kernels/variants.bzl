@@ -117,11 +117,12 @@ VARIANTS = [
     # ---- NVIDIA Hopper (sm_90a): packed batches of a serving step (layout "varlen": cu_seqlens; "paged": K / V
     # through a page table), the default kernels' numerics with cp.async loads (the TMA maps describe dense
     # tensors). Packed rows run on the persistent grid (min(SMs, items) CTAs walk the batch's (query tile, head)
-    # items, longest first, as the dense persistent kernels do): against FA3 varlen 0.76-0.85x where the tile
-    # grid gave 0.68-0.77x. Paged rows keep grid "tiles" (one CTA per item, the same output bits): BF16 d128
-    # with a 4K prefix measured 186.5 TFLOP/s on it (H100) against 170.7 persistent (H200; kernels/sm90/NOTES.md).
-    # FP8 in the default lean P mode. smem_bytes as the dense rows; lean d128 without
-    # the V pre-pass stages V (+32 KiB) like lean 192/128.
+    # items, longest first, as the dense persistent kernels do; the producer's first warp maps each item and
+    # hands it to the other warps): against FA3 varlen 0.74-0.95x on the serving step, where the tile grid gave
+    # 0.68-0.77x. Paged rows keep grid "tiles" (one CTA per item, the same output bits): FP8 paged on the
+    # persistent grid measured 0.93x / 0.97x of it (d128, 192/128), and the BF16 paged builds spill there
+    # (kernels/sm90/NOTES.md, "Packed batches"). FP8 in the default lean P mode. smem_bytes as the dense rows
+    # plus 128 B of barriers and item slots; lean d128 without the V pre-pass stages V (+32 KiB) like lean 192/128.
     {"name": "fa_fwd_bf16_hd128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197888, "tag": "", "stale_tau": 8.0,
