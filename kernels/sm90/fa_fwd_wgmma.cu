@@ -14,8 +14,8 @@
  *   mma.cuh        S = Q K^T and O += P V as wgmma groups, the FP8 row sums
  *   softmax.cuh    the online softmax of one block and the packing of P
  *   epilogue.cuh   the normalised O stores (staged through shared memory, or from registers)
- *   varlen.cuh     packed batches (ZYFA_WS_VARLEN): one q tile of one sequence per CTA (varlen_tiles.h), the
- *                  paged K / V gather
+ *   varlen.cuh     packed batches (ZYFA_WS_VARLEN): each item's sequence and q tile (varlen_tiles.h), the
+ *                  items' hand-over from the producer's first warp (ItemSlots), the paged K / V gather
  * This file is the kernel: barrier setup, then the producer warpgroup and the two consumer warpgroups.
  *
  * Block structure (FA3-class; 384 threads, tile_m = 128):
@@ -50,7 +50,7 @@
  *     V[s]  bf16 / f16: kTileN key rows x 256 B (MN-major B of O = P V, wgmma transpose flag);
  *           e4m3: Vt kDV rows (+ 8 rows of ones for lean d128) x kTileN key bytes (K-major B)
  *     the ones region (lean 192/128), the two e4m3 V staging buffers (none with the pre-pass),
- *     mbarriers (128 B), the epilogue's O staging, plus 1024 B of slack to align the base at run time.
+ *     mbarriers (128 B; packed builds 256 B, with the item slots), the epilogue's O staging, plus 1024 B of slack to align the base at run time.
  * No atomics: deterministic.
  */
 #include <cuda_bf16.h>
