@@ -282,15 +282,7 @@ _PEERS: dict[str, Callable[[], Peer]] = {"fa3-varlen": _fa3, "fa4-varlen": _fa4,
 _NOTES = {("cudnn-varlen", "fp8"): "FP8 output: cuDNN gives BF16 output from FP8 on sm100 only"}
 
 
-def _on_kernels(directory: str, call: Callable[[], object]) -> Callable[[], object]:
-    """`call` with $ZYFA_KERNEL_DIR = `directory` (the baseline build), restored after each call."""
-    from zyfa_bench.peers.zyfa import kernel_dir
-
-    def on_baseline() -> object:
-        with kernel_dir(directory):
-            return call()
-
-    return on_baseline
+BASELINE = "zyfa-varlen-baseline"
 
 
 def _with_baseline(impls: list[str], baseline_kernels: str | None) -> list[str]:
@@ -298,9 +290,6 @@ def _with_baseline(impls: list[str], baseline_kernels: str | None) -> list[str]:
     if baseline_kernels is None:
         return list(impls)
     return [name for impl in impls for name in ((impl, BASELINE) if impl == "zyfa-varlen" else (impl,))]
-
-
-BASELINE = "zyfa-varlen-baseline"
 
 
 def measure(
@@ -317,6 +306,7 @@ def measure(
     """One row per implementation: ms (median), TFLOP/s, or the reason it was skipped or failed. With
     `baseline_kernels` (a kernel build's directory, its manifest.json checked first), "zyfa-varlen" is also
     timed on that build as "zyfa-varlen-baseline", right after it."""
+    from zyfa_bench.peers.zyfa import on_kernels
     from zyfa_bench.timing import time_calls
 
     if baseline_kernels is not None:
@@ -334,7 +324,7 @@ def measure(
         try:
             if impl == BASELINE and baseline_kernels is not None:
                 call, flops = prepare("zyfa-varlen", step, inputs)
-                call = _on_kernels(baseline_kernels, call)
+                call = on_kernels(baseline_kernels, call)
                 row["kernels"] = baseline_kernels
             else:
                 call, flops = prepare(impl, step, inputs)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -105,6 +105,16 @@ def kernel_dir(path: str) -> Iterator[None]:
             os.environ[KERNEL_DIR_ENV] = saved
 
 
+def on_kernels(directory: str, call: Callable[[], object]) -> Callable[[], object]:
+    """`call`, run with $ZYFA_KERNEL_DIR = `directory` (another kernel build), restored after each call."""
+
+    def on_build() -> object:
+        with kernel_dir(directory):
+            return call()
+
+    return on_build
+
+
 class ZyfaBaseline(Peer):
     """A ZYFA implementation on another kernel build: `inner`'s call with $ZYFA_KERNEL_DIR = `kernel_dir`.
 
@@ -133,10 +143,4 @@ class ZyfaBaseline(Peer):
     def _prepare(self, inputs: Inputs) -> Prepared:
         with kernel_dir(self.kernel_dir):
             prepared = self.inner._prepare(inputs)
-        call = prepared.call
-
-        def on_baseline() -> object:
-            with kernel_dir(self.kernel_dir):
-                return call()
-
-        return Prepared(on_baseline, prepared.result, prepared.notes)
+        return Prepared(on_kernels(self.kernel_dir, prepared.call), prepared.result, prepared.notes)
