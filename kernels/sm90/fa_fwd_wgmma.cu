@@ -201,7 +201,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     if (item >= n_items) break;
 #if ZYFA_WS_VARLEN
     // Items grow with k_item and ranks with items: after the first item with no tile, none of this CTA's has one.
-    if (k_item == 0) publish_item(0);
+    if (k_item == 0) publish_item(0);  // here, not before the loop: a second copy there spills the producer
     ZYFA_VARLEN_ITEM(varlen_item_of(packed, varlen, items.take(k_item), item), break);
 #else
     const Block blk = item_block(item);

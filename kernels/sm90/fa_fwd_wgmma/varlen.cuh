@@ -5,8 +5,9 @@
 // heads_q; varlen_item maps an item to a sequence (its batch index) and a q tile of it (varlen_tiles.h:
 // ranks longest first), or to nothing past the last tile. A persistent build (grid "persistent", launched
 // (min(SMs, items), 1, 1)) walks its items as the dense persistent kernel does (scheduler.cuh, cta_item),
-// the producer's first warp mapping each and handing it to the other warps (ItemSlots); a tile-grid build (grid "tiles", launched (bound, heads_q, 1)) computes item blockIdx.x + gridDim.x *
-// blockIdx.y and exits at once when it has none. Either way the item then runs on the sequence's own
+// the producer's first warp mapping each and handing it to the other warps (ItemSlots); a tile-grid build
+// (grid "tiles", launched (bound, heads_q, 1)) computes item blockIdx.x + gridDim.x * blockIdx.y and exits
+// at once when it has none. Either way the item then runs on the sequence's own
 // zyfa_fwd_args (sequence_args): q, out (and packed k, v) moved to the sequence's first row, seqlen_q /
 // seqlen_k its counts, its descales from the descale table: the dense kernel's code, unchanged.
 // A paged build ("paged", 2) reads K and V rows through the page table (load_tile_paged,
@@ -163,6 +164,8 @@ struct ItemSlots {
   __device__ __forceinline__ uint32_t empty(uint32_t k) const { return bars + 16u + 8u * (k & 1u); }
   __device__ __forceinline__ uint32_t slot(uint32_t k) const { return bars + 32u + 8u * (k & 1u); }
   __device__ __forceinline__ uint32_t walk_at() const { return bars + 48u; }
+  // Word i of the walk's position: t, then the low and high halves of from_next and from_t.
+  __device__ __forceinline__ uint32_t walk_word(int i) const { return walk_at() + (i == 0 ? 0u : 4u + 4u * i); }
 
   // By one thread, before the CTA's first barrier sync.
   __device__ __forceinline__ void init() const {
@@ -170,7 +173,7 @@ struct ItemSlots {
     mbar_init(full(1), 1);
     mbar_init(empty(0), kThreads / 32);
     mbar_init(empty(1), kThreads / 32);
-    st_shared_u32(walk_at(), static_cast<uint32_t>(-1));  // TileIndex t = -1: the walk has not started
+    st_shared_u32(walk_word(0), static_cast<uint32_t>(-1));  // TileIndex t = -1: the walk has not started
   }
 
   // The tile of item lin, the CTA's next item (items only grow), by the mapping warp (all 32 lanes). Lane 0
@@ -182,7 +185,7 @@ struct ItemSlots {
     uint32_t w[5] = {0u, 0u, 0u, 0u, 0u};  // t, from_next (lo, hi), from_t (lo, hi)
     if (lane0) {
 #pragma unroll
-      for (int i = 0; i < 5; ++i) w[i] = ld_shared_u32(walk_at() + (i == 0 ? 0u : 4u + 4u * i));
+      for (int i = 0; i < 5; ++i) w[i] = ld_shared_u32(walk_word(i));
     }
 #pragma unroll
     for (int i = 0; i < 5; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], 0);
@@ -195,11 +198,11 @@ struct ItemSlots {
         varlen_tile_walk<kTileM>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q), at);
     if (lane0) {
       const uint64_t next = static_cast<uint64_t>(at.from_next), from = static_cast<uint64_t>(at.from_t);
-      st_shared_u32(walk_at(), static_cast<uint32_t>(at.t));
-      st_shared_u32(walk_at() + 8u, static_cast<uint32_t>(next));
-      st_shared_u32(walk_at() + 12u, static_cast<uint32_t>(next >> 32));
-      st_shared_u32(walk_at() + 16u, static_cast<uint32_t>(from));
-      st_shared_u32(walk_at() + 20u, static_cast<uint32_t>(from >> 32));
+      const uint32_t out[5] = {static_cast<uint32_t>(at.t), static_cast<uint32_t>(next),
+                               static_cast<uint32_t>(next >> 32), static_cast<uint32_t>(from),
+                               static_cast<uint32_t>(from >> 32)};
+#pragma unroll
+      for (int i = 0; i < 5; ++i) st_shared_u32(walk_word(i), out[i]);
     }
     return tile;
   }
