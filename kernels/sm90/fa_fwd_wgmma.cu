@@ -50,7 +50,8 @@
  *     V[s]  bf16 / f16: kTileN key rows x 256 B (MN-major B of O = P V, wgmma transpose flag);
  *           e4m3: Vt kDV rows (+ 8 rows of ones for lean d128) x kTileN key bytes (K-major B)
  *     the ones region (lean 192/128), the two e4m3 V staging buffers (none with the pre-pass),
- *     mbarriers (128 B; packed builds 256 B, with the item slots), the epilogue's O staging, plus 1024 B of slack to align the base at run time.
+ *     mbarriers (128 B; packed builds 256 B, with the item slots), the epilogue's O staging, plus 1024 B of
+ *     slack to align the base at run time.
  * No atomics: deterministic.
  */
 #include <cuda_bf16.h>

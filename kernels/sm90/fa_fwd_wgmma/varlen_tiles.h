@@ -30,8 +30,9 @@
 #else
 #define ZYFA_HD inline
 #endif
-// The batch loops' pragma: empty here; a persistent build sets it to _Pragma("unroll 1") before including this
-// header (varlen.cuh): there one producer warp maps the items within 56 registers, which unrolled loads overflow.
+// The batch loops' pragma: empty here; a persistent build sets it to _Pragma("unroll 1") before including
+// this header (varlen.cuh): there one producer warp maps the items within 56 registers, which unrolled
+// loads overflow.
 #ifndef ZYFA_MAP_LOOP
 #define ZYFA_MAP_LOOP
 #endif
@@ -129,7 +130,7 @@ struct VarlenTile {
 };
 
 // Where a rank lies in the order: tile index t with tiles_from(t + 1) = from_next <= rank < from_t =
-// tiles_from(t). t = -1: nowhere yet (a walk's start, TileWalk).
+// tiles_from(t). t = -1: nowhere yet (the start of a varlen_tile_walk).
 struct TileIndex {
   int t;
   int64_t from_next;
