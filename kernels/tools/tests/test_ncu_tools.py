@@ -32,8 +32,10 @@ def _raw(path: Path, name: str, metrics: dict[str, float]) -> None:
 
 def test_side_by_side_reads_and_ranks(tmp_path: Path) -> None:
     rng = random.Random()
-    time_a, time_b = rng.uniform(1e6, 9e6), rng.uniform(1e6, 9e6)  # nanoseconds, with thousands separators
-    wait, long_sb = rng.uniform(1.0, 3.0), rng.uniform(0.1, 0.9)
+    # Values as the export writes them (three decimals), so the expected cells round the same numbers the tool
+    # reads. Times in nanoseconds, with thousands separators.
+    time_a, time_b = round(rng.uniform(1e6, 9e6), 3), round(rng.uniform(1e6, 9e6), 3)
+    wait, long_sb = round(rng.uniform(1.0, 3.0), 3), round(rng.uniform(0.1, 0.9), 3)
     _raw(tmp_path / "a.raw.csv", "kernel_a", {"gpu__time_duration.sum": time_a, STALL.format("wait"): wait,
                                                STALL.format("long_scoreboard"): long_sb})  # fmt: skip
     _raw(tmp_path / "b.raw.csv", "kernel_b", {"gpu__time_duration.sum": time_b, STALL.format("wait"): 0.01})
