@@ -386,7 +386,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   constexpr uint32_t ring_ph = 0;
   constexpr uint32_t q_phase = 0;
 #endif
-  const int n = blk.n_blocks;
+  const int n = item_uniform(blk.n_blocks);
   const int64_t wg_row0 = static_cast<int64_t>(blk.q_row0) + 64 * cw;  // first row of this warpgroup
   const int64_t row_a = wg_row0 + 16 * warp + g;                        // this thread's rows: row_a, row_a + 8
 
@@ -399,8 +399,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     row_lim[r] = static_cast<int>(max(lim, static_cast<int64_t>(-1)));
   }
 
-  const float qk_scale = kFp8 ? args.softmax_scale * args.q_descale * args.k_descale * kLog2e
-                              : args.softmax_scale * kLog2e;
+  const float qk_scale = item_uniform(kFp8 ? args.softmax_scale * args.q_descale * args.k_descale * kLog2e
+                                           : args.softmax_scale * kLog2e);  // the softmax branches on its sign
   const float lean_a = 8.0f * qk_scale;
   const float v_descale = kFp8 ? args.v_descale : 1.0f;
 

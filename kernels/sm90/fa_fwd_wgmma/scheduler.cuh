@@ -10,6 +10,20 @@
 
 namespace zyfa_sm90_ws {
 
+// A value of the item, which every lane of the warp computed from the same words: in a packed build those
+// come from loads (cu_seqlens, descale tables), and only a shuffle from one lane tells the compiler they are
+// equal, which keeps what the main loop derives from them (the K / V ring stage, the wgmma descriptors, the
+// branches) in uniform registers as in the dense kernels. Dense items come from kernel parameters and the
+// block index: uniform already. Every lane of the warp must be active.
+template <class T>
+__device__ __forceinline__ T item_uniform(T x) {
+#if ZYFA_WS_VARLEN
+  return __shfl_sync(0xffffffffu, x, 0);
+#else
+  return x;
+#endif
+}
+
 // Everything one consumer warpgroup needs to know about its block.
 struct Block {
   int head, kv_head, batch, q_row0, n_blocks;
