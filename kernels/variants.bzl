@@ -58,6 +58,10 @@ Fields:
               built with -DZYFA_TILE_DESCENDING=1); "global_descending" = the workgroups in dispatch order
               (x fastest) compute the last query tile of every head and batch first, then the one before it,
               and so on (src gfx950/fa_fwd_bf16.hip, -DZYFA_TILE_DESCENDING=2). The launch grid is the same.
+              Packed rows of src sm90/fa_fwd_wgmma.cu: "ascending" = tile-major items (every sequence's last
+              query tile first, then the one before it, ...), "sequence_major" = a sequence's tiles on
+              consecutive items, longest first, the sequences by tile count, descending (-DZYFA_WS_SEQ_MAJOR=1,
+              kernels/sm90/fa_fwd_wgmma/varlen_tiles.h).
 """
 
 VARIANTS = [
@@ -131,10 +135,13 @@ VARIANTS = [
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197888, "tag": "", "stale_tau": 8.0,
      "grid": "tiles", "layout": "paged"},
+    # tile_order "sequence_major" on BF16 192/128 only (16 K / V heads of 320 elements: the step's K / V is
+    # 2.5x d128's): 463.0 against 421.3 TFLOP/s tile-major; FP8 d128 632.6 against 672.7, FP8 192/128 635.7
+    # against 659.1, BF16 d128 478.6 against 481.6 (kernels/sm90/NOTES.md, "Packed batches").
     {"name": "fa_fwd_bf16_hd192x128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230656, "tag": "", "stale_tau": 8.0,
-     "grid": "persistent", "layout": "varlen"},
+     "grid": "persistent", "layout": "varlen", "tile_order": "sequence_major"},
     {"name": "fa_fwd_bf16_hd192x128_causal_paged_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230656, "tag": "", "stale_tau": 8.0,

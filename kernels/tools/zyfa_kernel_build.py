@@ -87,11 +87,16 @@ OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
 # "global_descending" = the workgroups in dispatch order (x fastest) take the last query tile of every head
 # and batch first, then the one before it, and so on (-DZYFA_TILE_DESCENDING=2): the longest tiles of the
 # whole launch start first, not only those of each head (the mfma_fp8 generator reads the field itself).
-TILE_ORDERS = ("ascending", "descending", "global_descending")
+# "sequence_major" (packed rows of sm90/fa_fwd_wgmma.cu, -DZYFA_WS_SEQ_MAJOR=1): the items take a packed
+# batch's sequences by tile count, descending, each sequence's tiles on consecutive items, longest first
+# (kernels/sm90/fa_fwd_wgmma/varlen_tiles.h); "ascending" there is tile-major (every sequence's last tile
+# first, then the one before it).
+TILE_ORDERS = ("ascending", "descending", "global_descending", "sequence_major")
 TILE_ORDER_DEFINES = {"descending": 1, "global_descending": 2}
 DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip", "mfma_fp8")
 GLOBAL_DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip", "mfma_fp8")
 ALWAYS_DESCENDING_SRCS = ("mfma_fp8",)
+SEQUENCE_MAJOR_SRCS = ("sm90/fa_fwd_wgmma.cu",)
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
 # which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself). A
 # packed build's "tiles" is the compact (ZYFA_VARLEN_TILES bound, heads_q, 1); "batch_tiles" (packed layouts
@@ -261,6 +266,8 @@ def tile_order_problems(v: dict[str, Any]) -> list[str]:
         return [
             f"{label}: tile_order 'global_descending' needs grid 'tiles' and src in {GLOBAL_DESCENDING_SRCS}"
         ]
+    if order == "sequence_major" and (v["src"] not in SEQUENCE_MAJOR_SRCS or layout(v) == "dense"):
+        return [f"{label}: tile_order 'sequence_major' needs a packed layout and src in {SEQUENCE_MAJOR_SRCS}"]
     if order == "ascending" and v["src"] in ALWAYS_DESCENDING_SRCS:
         return [
             f"{label}: src {v['src']!r} runs the last query tile first: "
@@ -395,6 +402,8 @@ def defines(v: dict[str, Any]) -> list[str]:
         values["ZYFA_WS_VPRE"] = 1
     if tile_order(v) in TILE_ORDER_DEFINES:
         values["ZYFA_TILE_DESCENDING"] = TILE_ORDER_DEFINES[tile_order(v)]
+    if tile_order(v) == "sequence_major":
+        values["ZYFA_WS_SEQ_MAJOR"] = 1
     if layout(v) != "dense" and VARLEN_SRCS[v["src"]][0]:  # only then: the dense builds keep their defines
         values[VARLEN_SRCS[v["src"]][0]] = LAYOUT_DEFINE[layout(v)]
     return [f"-D{key}={value}" for key, value in values.items()]

@@ -4,7 +4,8 @@
 // -D macros: ZYFA_KERNEL_NAME, ZYFA_DTYPE_E4M3, ZYFA_D_QK, ZYFA_D_V, ZYFA_TILE_M, ZYFA_TILE_N, ZYFA_THREADS,
 // ZYFA_SMEM_BYTES, ZYFA_LEAN_P, and only where the entry asks for them ZYFA_WS_PV_F16 (p_mode "f16"),
 // ZYFA_WS_PERSISTENT (grid "persistent"), ZYFA_WS_TMA (loads "tma"), ZYFA_WS_STALE_TAU (stale_tau > 0) and
-// ZYFA_WS_VPRE (v_prep) and ZYFA_WS_VARLEN (layout "varlen" 1, "paged" 2). Everything else below is a constexpr derived from them: the per-variant choices
+// ZYFA_WS_VPRE (v_prep), ZYFA_WS_VARLEN (layout "varlen" 1, "paged" 2) and ZYFA_WS_SEQ_MAJOR (tile_order
+// "sequence_major"). Everything else below is a constexpr derived from them: the per-variant choices
 // (softmax form, row-max method, row-sum method, ring depth, register split) are the ones measured fastest
 // for that variant (kernels/sm90/NOTES.md, "What was tried", lists what was measured against them).
 #pragma once
@@ -37,6 +38,9 @@
 #ifndef ZYFA_WS_VARLEN
 #define ZYFA_WS_VARLEN 0
 #endif
+#ifndef ZYFA_WS_SEQ_MAJOR
+#define ZYFA_WS_SEQ_MAJOR 0
+#endif
 
 namespace zyfa_sm90_ws {
 
@@ -62,6 +66,8 @@ constexpr bool kVPre = kFp8 && ZYFA_WS_VPRE != 0;
 // "paged" (2) gathers K / V rows through the page table.
 constexpr bool kVarlen = ZYFA_WS_VARLEN != 0;
 constexpr bool kPaged = ZYFA_WS_VARLEN == 2;
+// The packed items' order (varlen_tiles.h): sequence-major, or tile-major (every sequence's last tile first).
+constexpr bool kSeqMajor = ZYFA_WS_SEQ_MAJOR != 0;
 // e4m3 V (without the pre-pass) goes global -> two staging buffers (cp.async, one block ahead) -> Vt.
 constexpr bool kVStaged = kFp8 && !kVPre;
 // FP8 with P.V in f16 (p_mode "f16"): P rounded to f16, V converted e4m3 -> f16 by the producer, P.V an
@@ -184,6 +190,7 @@ static_assert(!kPvF16 || !kLeanP, "P.V in f16: exact P");
 static_assert(!kVPre || (!kPvF16 && kTileN % 64 == 0), "ZYFA_WS_VPRE: exact or lean e4m3, tile_n a multiple of 64");
 static_assert(!kLSumOnes || !kVPre || kTileN <= 128, "lean P's ones rows with the pre-pass: one Vt region");
 static_assert(ZYFA_WS_VARLEN >= 0 && ZYFA_WS_VARLEN <= 2, "ZYFA_WS_VARLEN: 0 dense, 1 varlen, 2 paged");
+static_assert(!kSeqMajor || kVarlen, "ZYFA_WS_SEQ_MAJOR orders a packed batch's items");
 static_assert(!kVarlen || (!kTma && !kVPre),
               "ZYFA_WS_VARLEN: cp.async loads and no V pre-pass (zyfa_varlen_args is parameter 2)");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");

@@ -137,14 +137,14 @@ __device__ __forceinline__ VarlenItem varlen_item_of(const zyfa_fwd_args& packed
   return it;
 }
 
-// Item lin: rank lin / heads_q in varlen_tile's longest-first order and head lin % heads_q, so the heads of one
+// Item lin: rank lin / heads_q in varlen_tile's order and head lin % heads_q, so the heads of one
 // tile are adjacent items (GQA heads that share K / V rows read them while they are in L2), mapped by the
 // calling warp (all 32 lanes active: warp reductions, no shared memory, no barrier). Every warp that calls it
 // computes the same item, so a block's exit on batch < 0 is uniform. (Persistent builds: ItemSlots.)
 __device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
                                                   uint32_t lin) {
   const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
-  const VarlenTile tile = varlen_tile<kTileM>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q));
+  const VarlenTile tile = varlen_tile<kTileM, kSeqMajor>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q));
   return varlen_item_of(packed, vl, tile, lin);
 }
 
@@ -195,7 +195,7 @@ struct ItemSlots {
     at.from_t = static_cast<int64_t>((static_cast<uint64_t>(w[4]) << 32) | w[3]);
     const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
     const VarlenTile tile =
-        varlen_tile_walk<kTileM>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q), at);
+        varlen_tile_walk<kTileM, kSeqMajor>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q), at);
     if (lane0) {
       const uint64_t next = static_cast<uint64_t>(at.from_next), from = static_cast<uint64_t>(at.from_t);
       const uint32_t out[5] = {static_cast<uint32_t>(at.t), static_cast<uint32_t>(next),

@@ -7,20 +7,29 @@
 // The ranks that get a tile are exactly 0 .. sum_b n_b - 1, a prefix: a persistent CTA, whose items (and
 // so ranks) only grow, stops at its first item without one.
 //
-// Order: rank r (0 = the first item) walks the tiles by tile index t, descending: every
-// sequence's tile t = T - 1 first (T = the largest n_b), then tile T - 2 of every sequence that has one,
-// ..., tile 0 last; inside one t, sequences in batch order. Causal masking is bottom-right, so tile t of a
-// sequence sees (t + 1) * tile_m + len_k - len_q keys at most: with no cached prefix, cost grows with t
-// alone, and this is the longest-first order of the dense kernels (scheduler.cuh) over the whole packed
-// batch, a prefix only shifting each sequence's costs. The tiles of one t are dealt out before the next.
+// Two orders, a build's choice (kSeqMajor below; the manifest row's tile_order). Both give the costliest
+// items first: causal masking is bottom-right, so tile t of a sequence sees (t + 1) * tile_m + len_k - len_q
+// keys at most, and with no cached prefix its cost grows with t alone.
+// - Tile-major ("ascending", the default): rank r walks the tiles by tile index t, descending: every
+//   sequence's tile t = T - 1 first (T = the largest n_b), then tile T - 2 of every sequence that has one,
+//   ..., tile 0 last; inside one t, sequences in batch order. This is the longest-first order of the dense
+//   kernels (scheduler.cuh) over the whole packed batch, a prefix only shifting each sequence's costs.
+// - Sequence-major ("sequence_major"): sequences by tile count n_b, descending (batch order among equal
+//   counts), each sequence's tiles on consecutive ranks, longest first. The tiles that run together read one
+//   sequence's K / V, which stays in L2 across its tiles; tile-major deals every sequence's tile t out
+//   before tile t - 1, so a sequence's K / V is read again for each of its tiles once the batch's K / V
+//   outgrows L2. It pays where K / V is large (BF16 192/128 with 16 K / V heads) and loses where the
+//   kernel is short of load balance rather than bandwidth (kernels/sm90/NOTES.md has the figures).
 //
-// A warp computes the map with no shared memory: one pass over the batch, 32 sequences per step, gives
-// tiles_from(t) = sum_b max(n_b - t, 0) (the tiles with index >= t); rank r lies in index t where
-// tiles_from(t + 1) <= r < tiles_from(t), found by bisection over t in [0, T) (or, along a persistent CTA's
-// rising ranks, by stepping down from the last rank's t: varlen_tile_walk); then one ballot pass picks
-// the (r - tiles_from(t + 1))-th sequence with n_b > t. The per-lane steps are written once, over a Lanes
-// type: the warp's lanes on the device (WarpLanes, varlen.cuh), a loop over 32 lanes in the host test
-// (kernels/tools/tests/test_varlen_tiles.py), so the test runs this code, not a model of it.
+// A warp computes the map with no shared memory. Ranks fall into classes t = T - 1 .. 0, in that order:
+// tile-major, class t holds every sequence's tile t (the sequences with n_b > t); sequence-major, every tile
+// of the sequences with n_b = t + 1. One pass over the batch, 32 sequences per step, gives tiles_from(t),
+// the ranks of the classes >= t; rank r lies in class t where tiles_from(t + 1) <= r < tiles_from(t),
+// found by bisection over t in [0, T) (or, along a persistent CTA's rising ranks, by stepping down from the
+// last rank's class: varlen_tile_walk); then one ballot pass picks the sequence (tile_at). The per-lane
+// steps are written once, over a Lanes type: the warp's lanes on the device (WarpLanes, varlen.cuh), a loop
+// over 32 lanes in the host test (kernels/tools/tests/test_varlen_tiles.py), so the test runs this code,
+// not a model of it.
 #pragma once
 
 #include <stdint.h>
@@ -87,9 +96,10 @@ ZYFA_HD int q_tiles_of(const PackedQ& p, int b) {
   return (q_rows_of(p, b).len + kTile - 1) / kTile;
 }
 
-// sum_b max(n_b - t, 0): the tiles with index >= t over the batch. Each lane adds its sequence of every
-// 32; a lane's share of one step is at most 32 * n_b < 2^31 (n_b <= 2^31 / kTile).
-template <int kTile, class Lanes>
+// The ranks of the classes >= t: tile-major sum_b max(n_b - t, 0), sequence-major sum_b n_b [n_b > t]. Each
+// lane adds its sequence of every 32; a lane's share of one step is at most 32 * n_b < 2^31
+// (n_b <= 2^31 / kTile).
+template <int kTile, bool kSeqMajor, class Lanes>
 ZYFA_HD int64_t tiles_from(const Lanes& lanes, const PackedQ& p, int t) {
   int64_t total = 0;
   ZYFA_MAP_LOOP
@@ -97,21 +107,31 @@ ZYFA_HD int64_t tiles_from(const Lanes& lanes, const PackedQ& p, int t) {
     total += lanes.sum([&](int lane) {
       const int b = b0 + lane;
       if (b >= p.batch) return 0;
-      const int above = q_tiles_of<kTile>(p, b) - t;
-      return above > 0 ? above : 0;
+      if constexpr (kSeqMajor) {
+        const int n = q_tiles_of<kTile>(p, b);
+        return n > t ? n : 0;
+      } else {
+        const int above = q_tiles_of<kTile>(p, b) - t;
+        return above > 0 ? above : 0;
+      }
     });
   }
   return total;
 }
 
-// The j-th (from 0) sequence, in batch order, with a tile of index t (n_b > t); -1 when there are <= j.
-template <int kTile, class Lanes>
+// The j-th (from 0) sequence, in batch order, of class t (tile-major n_b > t, sequence-major n_b = t + 1); -1
+// when there are <= j.
+template <int kTile, bool kSeqMajor, class Lanes>
 ZYFA_HD int nth_sequence_with_tile(const Lanes& lanes, const PackedQ& p, int t, int64_t j) {
   ZYFA_MAP_LOOP
   for (int b0 = 0; b0 < p.batch; b0 += 32) {
     uint32_t has = lanes.ballot([&](int lane) {
       const int b = b0 + lane;
-      return b < p.batch && q_tiles_of<kTile>(p, b) > t;
+      if constexpr (kSeqMajor) {
+        return b < p.batch && q_tiles_of<kTile>(p, b) == t + 1;
+      } else {
+        return b < p.batch && q_tiles_of<kTile>(p, b) > t;
+      }
     });
     const int count = popcount32(has);
     if (j < count) {
@@ -129,7 +149,7 @@ struct VarlenTile {
   int q_tile;
 };
 
-// Where a rank lies in the order: tile index t with tiles_from(t + 1) = from_next <= rank < from_t =
+// Where a rank lies in the order: class t with tiles_from(t + 1) = from_next <= rank < from_t =
 // tiles_from(t). t = -1: nowhere yet (the start of a varlen_tile_walk).
 struct TileIndex {
   int t;
@@ -137,15 +157,15 @@ struct TileIndex {
   int64_t from_t;
 };
 
-// The tile index of `rank` by bisection over t in [0, T): about log2(T) + 1 passes over the batch. t = -1
+// The class of `rank` by bisection over t in [0, T): about log2(T) + 1 passes over the batch. t = -1
 // when rank >= sum_b n_b (no tile).
-template <int kTile, class Lanes>
+template <int kTile, bool kSeqMajor, class Lanes>
 ZYFA_HD TileIndex locate_rank(const Lanes& lanes, const PackedQ& p, uint32_t rank) {
   TileIndex at;
   at.t = -1;
   at.from_next = at.from_t = 0;
   if (p.max_len_q <= 0) return at;
-  const int64_t all = tiles_from<kTile>(lanes, p, 0);
+  const int64_t all = tiles_from<kTile, kSeqMajor>(lanes, p, 0);
   if (static_cast<int64_t>(rank) >= all) return at;
   // Invariant: tiles_from(lo) = from_lo > rank >= tiles_from(hi) = below_hi; n_b <= ceil(max_len_q / kTile).
   int lo = 0;
@@ -153,7 +173,7 @@ ZYFA_HD TileIndex locate_rank(const Lanes& lanes, const PackedQ& p, uint32_t ran
   int64_t from_lo = all, below_hi = 0;
   while (hi - lo > 1) {
     const int mid = lo + (hi - lo) / 2;
-    const int64_t from_mid = tiles_from<kTile>(lanes, p, mid);
+    const int64_t from_mid = tiles_from<kTile, kSeqMajor>(lanes, p, mid);
     if (from_mid > static_cast<int64_t>(rank)) {
       lo = mid;
       from_lo = from_mid;
@@ -168,31 +188,41 @@ ZYFA_HD TileIndex locate_rank(const Lanes& lanes, const PackedQ& p, uint32_t ran
   return at;
 }
 
-// The tile of rank `rank` at its index `at` (at.t >= 0): the (rank - from_next)-th sequence with a tile t.
-template <int kTile, class Lanes>
+// The tile of rank `rank` in its class `at` (at.t >= 0), o = rank - from_next ranks into it: tile-major, tile t
+// of the o-th sequence of the class; sequence-major, each sequence of the class takes t + 1 consecutive
+// ranks, its tiles longest first.
+template <int kTile, bool kSeqMajor, class Lanes>
 ZYFA_HD VarlenTile tile_at(const Lanes& lanes, const PackedQ& p, uint32_t rank, const TileIndex& at) {
   VarlenTile tile;
-  tile.q_tile = at.t;
-  tile.batch = nth_sequence_with_tile<kTile>(lanes, p, at.t, static_cast<int64_t>(rank) - at.from_next);
+  if constexpr (kSeqMajor) {
+    const int64_t v = at.t + 1;
+    const int64_t o = static_cast<int64_t>(rank) - at.from_next;
+    const int64_t j = o / v;
+    tile.q_tile = static_cast<int>(v - 1 - (o - j * v));
+    tile.batch = nth_sequence_with_tile<kTile, kSeqMajor>(lanes, p, at.t, j);
+  } else {
+    tile.q_tile = at.t;
+    tile.batch = nth_sequence_with_tile<kTile, kSeqMajor>(lanes, p, at.t, static_cast<int64_t>(rank) - at.from_next);
+  }
   return tile;
 }
 
-// The tile of rank `rank` in the longest-first order above. Every rank < sum_b n_b gets a distinct
+// The tile of rank `rank` in the order above. Every rank < sum_b n_b gets a distinct
 // (b, t) with t < n_b; every other rank gets batch -1.
-template <int kTile, class Lanes>
+template <int kTile, bool kSeqMajor, class Lanes>
 ZYFA_HD VarlenTile varlen_tile(const Lanes& lanes, const PackedQ& p, uint32_t rank) {
-  const TileIndex at = locate_rank<kTile>(lanes, p, rank);
+  const TileIndex at = locate_rank<kTile, kSeqMajor>(lanes, p, rank);
   if (at.t < 0) return VarlenTile{-1, 0};
-  return tile_at<kTile>(lanes, p, rank, at);
+  return tile_at<kTile, kSeqMajor>(lanes, p, rank, at);
 }
 
 // varlen_tile for the non-decreasing ranks of one persistent CTA's walk, `at` carried from one call to the
-// next (start: t = -1): the index of a rank is the last one's or below it, so after the first call's
-// bisection a call steps t down one pass per index crossed (usually none) and then picks the sequence (one
+// next (start: t = -1): the class of a rank is the last one's or below it, so after the first call's
+// bisection a call steps t down one pass per class crossed (usually none) and then picks the sequence (one
 // pass): about two passes per item instead of log2(T) + 2. A rank below the last one bisects again.
-template <int kTile, class Lanes>
+template <int kTile, bool kSeqMajor, class Lanes>
 ZYFA_HD VarlenTile varlen_tile_walk(const Lanes& lanes, const PackedQ& p, uint32_t rank, TileIndex& at) {
-  if (at.t < 0 || static_cast<int64_t>(rank) < at.from_next) at = locate_rank<kTile>(lanes, p, rank);
+  if (at.t < 0 || static_cast<int64_t>(rank) < at.from_next) at = locate_rank<kTile, kSeqMajor>(lanes, p, rank);
   if (at.t < 0) return VarlenTile{-1, 0};
   while (static_cast<int64_t>(rank) >= at.from_t) {
     if (at.t == 0) {  // rank >= tiles_from(0): past the last tile
@@ -201,9 +231,9 @@ ZYFA_HD VarlenTile varlen_tile_walk(const Lanes& lanes, const PackedQ& p, uint32
     }
     --at.t;
     at.from_next = at.from_t;
-    at.from_t = tiles_from<kTile>(lanes, p, at.t);
+    at.from_t = tiles_from<kTile, kSeqMajor>(lanes, p, at.t);
   }
-  return tile_at<kTile>(lanes, p, rank, at);
+  return tile_at<kTile, kSeqMajor>(lanes, p, rank, at);
 }
 
 }  // namespace zyfa_sm90_ws

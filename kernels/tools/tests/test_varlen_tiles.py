@@ -3,9 +3,11 @@ compiled with the host C++ compiler: the header's own code runs, its warp steps 
 On fresh random packed batches (empty, 1-row, tile-multiple and clamped sequences, batches above 32),
 every rank below the launcher's bound (ZYFA_VARLEN_TILES, abi/zyfa_abi.h) is checked: each (sequence,
 tile) that exists is given to exactly one rank, no rank gets anything else, the ranks with a tile are a
-prefix (a persistent CTA's walk stops at its first item without one), and the tile index never rises with
-the rank (longest causal tiles first); a persistent CTA's incremental walk over rising ranks
-(varlen_tile_walk) gives every rank the tile varlen_tile gives it."""
+prefix (a persistent CTA's walk stops at its first item without one), and the ranks follow the build's
+order: tile-major, the tile index never rises with the rank (longest causal tiles first); sequence-major, a
+sequence's tiles take consecutive ranks from its last tile down and the sequences come by tile count,
+descending. In both orders a persistent CTA's incremental walk over rising ranks (varlen_tile_walk) gives
+every rank the tile varlen_tile gives it."""
 
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ static int fail(const char* what, int c, long long rank) {
 }
 
 // One random packed batch: lengths drawn from a mix of 0, 1, tile multiples and a long tail.
-template <int kTile>
+template <int kTile, bool kSeqMajor>
 static int check_case(std::mt19937_64& rng, int c) {
   const int batch = 1 + static_cast<int>(rng() % 100);
   std::vector<int32_t> cu(batch + 1, 0);
@@ -82,10 +84,10 @@ static int check_case(std::mt19937_64& rng, int c) {
   }
   const int64_t bound = ZYFA_VARLEN_TILES(total_q, batch, max_len, kTile);
   if (expected > bound) return fail("the grid bound is below the tile count", c, -1);
-  int last_tile = 1 << 30;
+  VarlenTile last{-1, 1 << 30};
   int64_t given = 0;
   for (int64_t rank = 0; rank < bound; ++rank) {
-    const VarlenTile t = varlen_tile<kTile>(HostLanes{}, p, static_cast<uint32_t>(rank));
+    const VarlenTile t = varlen_tile<kTile, kSeqMajor>(HostLanes{}, p, static_cast<uint32_t>(rank));
     if (t.batch < 0) {
       if (rank < expected) return fail("a rank below the tile count got no tile", c, rank);
       continue;
@@ -96,8 +98,19 @@ static int check_case(std::mt19937_64& rng, int c) {
       return fail("tile past its sequence's end", c, rank);
     }
     if (seen[t.batch][t.q_tile]++ != 0) return fail("tile given twice", c, rank);
-    if (t.q_tile > last_tile) return fail("tile index rose with the rank", c, rank);
-    last_tile = t.q_tile;
+    if (!kSeqMajor && t.q_tile > last.q_tile) return fail("tile index rose with the rank", c, rank);
+    if (kSeqMajor && last.batch >= 0 && last.q_tile > 0 && (t.batch != last.batch || t.q_tile != last.q_tile - 1)) {
+      return fail("a sequence's tiles are not consecutive and descending", c, rank);
+    }
+    if (kSeqMajor && t.batch != last.batch) {
+      if (t.q_tile + 1 != static_cast<int>(seen[t.batch].size())) {
+        return fail("a sequence began below its last tile", c, rank);
+      }
+      if (last.batch >= 0 && seen[t.batch].size() > seen[last.batch].size()) {
+        return fail("a sequence with more tiles came later", c, rank);
+      }
+    }
+    last = t;
     ++given;
   }
   if (given != expected) return fail("a tile was given to no rank", c, -1);
@@ -107,8 +120,8 @@ static int check_case(std::mt19937_64& rng, int c) {
     TileIndex at{-1, 0, 0};
     int64_t rank = static_cast<int64_t>(rng() % 3);
     while (rank < bound + 3) {
-      const VarlenTile want = varlen_tile<kTile>(HostLanes{}, p, static_cast<uint32_t>(rank));
-      const VarlenTile got = varlen_tile_walk<kTile>(HostLanes{}, p, static_cast<uint32_t>(rank), at);
+      const VarlenTile want = varlen_tile<kTile, kSeqMajor>(HostLanes{}, p, static_cast<uint32_t>(rank));
+      const VarlenTile got = varlen_tile_walk<kTile, kSeqMajor>(HostLanes{}, p, static_cast<uint32_t>(rank), at);
       if (got.batch != want.batch || (want.batch >= 0 && got.q_tile != want.q_tile)) {
         return fail("the walk's tile differs from varlen_tile's", c, rank);
       }
@@ -123,7 +136,14 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(std::strtoull(argv[1], nullptr, 10));
   const int cases = std::atoi(argv[2]);
   int bad = 0;
-  for (int c = 0; c < cases && bad == 0; ++c) bad = c % 2 ? check_case<128>(rng, c) : check_case<64>(rng, c);
+  for (int c = 0; c < cases && bad == 0; ++c) {  // both orders on tile sizes 64 and 128
+    switch (c % 4) {
+      case 0: bad = check_case<64, false>(rng, c); break;
+      case 1: bad = check_case<128, false>(rng, c); break;
+      case 2: bad = check_case<64, true>(rng, c); break;
+      default: bad = check_case<128, true>(rng, c); break;
+    }
+  }
   if (bad == 0) std::printf("ok %d cases\n", cases);
   return bad;
 }
