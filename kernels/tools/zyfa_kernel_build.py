@@ -267,7 +267,7 @@ def tile_order_problems(v: dict[str, Any]) -> list[str]:
             f"{label}: tile_order 'global_descending' needs grid 'tiles' and src in {GLOBAL_DESCENDING_SRCS}"
         ]
     if order == "sequence_major" and (v["src"] not in SEQUENCE_MAJOR_SRCS or layout(v) == "dense"):
-        return [f"{label}: tile_order 'sequence_major' needs a packed layout and src in {SEQUENCE_MAJOR_SRCS}"]
+        return [f"{label}: tile_order 'sequence_major' needs a packed layout and src {SEQUENCE_MAJOR_SRCS}"]
     if order == "ascending" and v["src"] in ALWAYS_DESCENDING_SRCS:
         return [
             f"{label}: src {v['src']!r} runs the last query tile first: "

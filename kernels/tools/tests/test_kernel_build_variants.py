@@ -100,6 +100,7 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"tile_order": "global_descending"}, "tile_order 'global_descending' needs grid 'tiles' and src in"),
         ({"tile_order": 1}, "tile_order = 1 has the wrong type"),
         ({"tile_order": "descending"}, "tile_order 'descending' needs grid 'tiles' and src in"),
+        ({"tile_order": "sequence_major"}, "tile_order 'sequence_major' needs a packed layout and src"),
     ],
 )
 def test_bad_variants_are_named(change: dict, needle: str) -> None:
@@ -329,3 +330,15 @@ def test_gfx950_fp8_varlen_layout() -> None:
     paged = variant(**gen, layout="paged", grid="batch_tiles")
     assert paged["name"] == "fa_fwd_e4m3fn_hd128_causal_leanp_paged_gfx950"
     assert kb.variant_problems(paged) == [] and kb.defines(paged)[1:] == kb.defines(variant(**gen))[1:]
+
+
+def test_sequence_major_tile_order_sets_its_define() -> None:
+    """tile_order "sequence_major" is valid on a packed row of the sm90 wgmma kernel and adds
+    -DZYFA_WS_SEQ_MAJOR=1; the same row tile-major ("ascending") has no such define; a dense row is
+    refused."""
+    packed = variant(src="sm90/fa_fwd_wgmma.cu", grid="persistent", layout="varlen")
+    seq = dict(packed, tile_order="sequence_major")
+    assert kb.variant_problems(seq) == [] and "-DZYFA_WS_SEQ_MAJOR=1" in kb.defines(seq)
+    assert not any("SEQ_MAJOR" in d for d in kb.defines(packed))
+    dense = variant(src="sm90/fa_fwd_wgmma.cu", tile_order="sequence_major")
+    assert any("'sequence_major' needs a packed layout" in p for p in kb.variant_problems(dense))

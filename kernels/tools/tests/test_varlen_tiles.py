@@ -99,7 +99,8 @@ static int check_case(std::mt19937_64& rng, int c) {
     }
     if (seen[t.batch][t.q_tile]++ != 0) return fail("tile given twice", c, rank);
     if (!kSeqMajor && t.q_tile > last.q_tile) return fail("tile index rose with the rank", c, rank);
-    if (kSeqMajor && last.batch >= 0 && last.q_tile > 0 && (t.batch != last.batch || t.q_tile != last.q_tile - 1)) {
+    const bool next_of_last = t.batch == last.batch && t.q_tile == last.q_tile - 1;
+    if (kSeqMajor && last.batch >= 0 && last.q_tile > 0 && !next_of_last) {
       return fail("a sequence's tiles are not consecutive and descending", c, rank);
     }
     if (kSeqMajor && t.batch != last.batch) {
@@ -120,8 +121,9 @@ static int check_case(std::mt19937_64& rng, int c) {
     TileIndex at{-1, 0, 0};
     int64_t rank = static_cast<int64_t>(rng() % 3);
     while (rank < bound + 3) {
-      const VarlenTile want = varlen_tile<kTile, kSeqMajor>(HostLanes{}, p, static_cast<uint32_t>(rank));
-      const VarlenTile got = varlen_tile_walk<kTile, kSeqMajor>(HostLanes{}, p, static_cast<uint32_t>(rank), at);
+      const uint32_t r = static_cast<uint32_t>(rank);
+      const VarlenTile want = varlen_tile<kTile, kSeqMajor>(HostLanes{}, p, r);
+      const VarlenTile got = varlen_tile_walk<kTile, kSeqMajor>(HostLanes{}, p, r, at);
       if (got.batch != want.batch || (want.batch >= 0 && got.q_tile != want.q_tile)) {
         return fail("the walk's tile differs from varlen_tile's", c, rank);
       }
