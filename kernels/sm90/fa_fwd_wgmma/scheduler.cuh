@@ -12,12 +12,14 @@ namespace zyfa_sm90_ws {
 
 // A value of the item, which every lane of the warp computed from the same words: in a packed build those
 // come from loads (cu_seqlens, descale tables), and only a shuffle from one lane tells the compiler they are
-// equal, which keeps what the main loop derives from them (the K / V ring stage, the wgmma descriptors, the
-// branches) in uniform registers as in the dense kernels. Dense items come from kernel parameters and the
-// block index: uniform already. Every lane of the warp must be active.
+// equal, which keeps what the main loop derives from them (the K / V ring stage carried from item to item,
+// the wgmma descriptors, the branches) in uniform registers as in the dense kernels. Dense items come from
+// kernel parameters and the block index: uniform already; a packed build with one item per CTA (grid
+// "tiles") starts its ring at stage 0, and the shuffle changes nothing there but the schedule. Every lane
+// of the warp must be active.
 template <class T>
 __device__ __forceinline__ T item_uniform(T x) {
-#if ZYFA_WS_VARLEN
+#if ZYFA_WS_VARLEN && ZYFA_WS_PERSISTENT
   return __shfl_sync(0xffffffffu, x, 0);
 #else
   return x;
