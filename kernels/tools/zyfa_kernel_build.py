@@ -7,6 +7,7 @@ checks and the same manifest rows whichever way it is built. Standard library on
     zyfa_kernel_build.py compile NAME --out X.cubin|X.hsaco --meta X.meta.json [--asm X.s]
     zyfa_kernel_build.py manifest --out manifest.json A.meta.json B.meta.json ...
     zyfa_kernel_build.py build-all --out DIR [--jobs N] [--arch ARCH] [--skip-all REASON]
+    zyfa_kernel_build.py overlay --base DIR --over DIR --out DIR   # a candidate build over an installed one
     zyfa_kernel_build.py toolchains          # what is found here, and what each kind of kernel needs
 
 Kinds: "cuda" (nvcc -> .cubin), "hip" (clang -x hip -> .s -> .hsaco) and "asmgen"
@@ -27,6 +28,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -570,6 +572,36 @@ def merge_manifest(metas: Iterable[dict[str, Any]], abi: int, code_dir: Path | N
     return {"abi_version": abi, "toolchains": toolchains, "kernels": kernels, "skipped": skipped}
 
 
+def overlay(base: Path, over: Path, out: Path) -> dict[str, Any]:
+    """A kernel directory at `out`: `base`'s code objects and manifest rows, the rows that `over`'s manifest
+    names (and their code objects) in place of base's rows of the same names. What `ZYFA_KERNEL_DIR` needs to
+    run a candidate build of a few variants beside an installed one.
+
+    Raises:
+        BuildError: another ABI version, a row of `over` that `base` does not have, a missing code object.
+    """
+    manifests = [json.loads((d / "manifest.json").read_text(encoding="utf-8")) for d in (base, over)]
+    abis = [m["abi_version"] for m in manifests]
+    if abis[0] != abis[1]:
+        raise BuildError(f"{over} is ABI {abis[1]}, {base} is ABI {abis[0]}")
+    replace = {row["name"]: row for row in manifests[1]["kernels"]}
+    if unknown := sorted(set(replace) - {row["name"] for row in manifests[0]["kernels"]}):
+        raise BuildError(f"{over} has kernels that {base} lacks: {unknown}")
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for row in manifests[0]["kernels"]:
+        source = over if row["name"] in replace else base
+        row = replace.get(row["name"], row)
+        if not (source / row["file"]).is_file():
+            raise BuildError(f"{row['name']}: code object {source / row['file']} is missing")
+        shutil.copyfile(source / row["file"], out / row["file"])
+        rows.append(row)
+    manifest = {**manifests[0], "kernels": rows}
+    manifest["toolchains"] = {**manifests[0]["toolchains"], **manifests[1]["toolchains"]}
+    write_json(out / "manifest.json", manifest)
+    return manifest
+
+
 def build_one(v: dict[str, Any], root: Path, cache: ToolchainCache, out_dir: Path) -> dict[str, Any]:
     """build-all's step: the variant's meta, skipped (with the reason) when its toolchain is absent."""
     try:
@@ -671,6 +703,12 @@ def cmd_manifest(args: argparse.Namespace) -> None:
     write_json(out, merge_manifest(metas, abi_version(args.root)))
 
 
+def cmd_overlay(args: argparse.Namespace) -> None:
+    """`overlay`: a kernel directory of --base with --over's kernels in place of the same-named ones."""
+    manifest = overlay(Path(args.base), Path(args.over), Path(args.out))
+    print(f"wrote {Path(args.out) / 'manifest.json'}: {len(manifest['kernels'])} kernels")
+
+
 def cmd_build_all(args: argparse.Namespace) -> None:
     """`build-all`: everything the present toolchains allow, into --out (what the pip build runs)."""
     manifest = build_all(args.root, Path(args.out), args.jobs, args.arch, args.skip_all)
@@ -712,6 +750,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True)
     p.add_argument("metas", nargs="*")
     p.set_defaults(func=cmd_manifest)
+    p = sub.add_parser("overlay", help="a kernel directory: --base with --over's kernels replacing its own")
+    p.add_argument("--base", required=True, help="kernel directory (manifest.json and code objects)")
+    p.add_argument("--over", required=True, help="kernel directory whose kernels replace base's")
+    p.add_argument("--out", required=True, help="directory to write")
+    p.set_defaults(func=cmd_overlay)
     p = sub.add_parser("build-all", help="build every variant the present toolchains allow")
     p.add_argument("--out", required=True, help="directory for code objects and manifest.json")
     p.add_argument(

@@ -302,6 +302,38 @@ def test_merge_manifest_checks() -> None:
         kb.merge_manifest([{"kernel": row}], 1, Path("/nonexistent"))
 
 
+def _kernel_dir(path: Path, abi: int, rows: dict[str, bytes]) -> Path:
+    """A kernel directory: one code object per name (its bytes given) and a manifest listing them."""
+    path.mkdir()
+    kernels = []
+    for name, code in rows.items():
+        (path / f"{name}.cubin").write_bytes(code)
+        row = {"name": name, "file": f"{name}.cubin", "abi_version": abi, "toolchain": {"nvcc": "13.0"}}
+        kernels.append(row)
+    manifest = {"abi_version": abi, "toolchains": {"nvcc": "13.0"}, "kernels": kernels, "skipped": []}
+    kb.write_json(path / "manifest.json", manifest)
+    return path
+
+
+def test_overlay_replaces_the_named_kernels_and_keeps_the_rest(tmp_path: Path) -> None:
+    """overlay: base's rows and code objects, over's in place of the same names, in base's order; an unknown
+    name, another ABI or a missing code object is refused by name."""
+    base = _kernel_dir(tmp_path / "base", 4, {"a": b"base-a", "b": b"base-b", "c": b"base-c"})
+    over = _kernel_dir(tmp_path / "over", 4, {"b": b"over-b"})
+    out = tmp_path / "out"
+    assert kb.main(["overlay", "--base", str(base), "--over", str(over), "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [row["name"] for row in manifest["kernels"]] == ["a", "b", "c"]
+    assert [(out / f"{n}.cubin").read_bytes() for n in "abc"] == [b"base-a", b"over-b", b"base-c"]
+    with pytest.raises(BuildError, match=r"has kernels that .* lacks: \['d'\]"):
+        kb.overlay(base, _kernel_dir(tmp_path / "unknown", 4, {"d": b""}), tmp_path / "o2")
+    with pytest.raises(BuildError, match="is ABI 5, .* is ABI 4"):
+        kb.overlay(base, _kernel_dir(tmp_path / "abi5", 5, {"b": b""}), tmp_path / "o3")
+    (over / "b.cubin").unlink()
+    with pytest.raises(BuildError, match="b: code object .*b.cubin is missing"):
+        kb.overlay(base, over, tmp_path / "o4")
+
+
 def test_cuda_compile_names_the_v_prep_entry_and_refuses_its_spills(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
