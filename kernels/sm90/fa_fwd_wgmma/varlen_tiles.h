@@ -193,17 +193,15 @@ ZYFA_HD TileIndex locate_rank(const Lanes& lanes, const PackedQ& p, uint32_t ran
 // ranks, its tiles longest first.
 template <int kTile, bool kSeqMajor, class Lanes>
 ZYFA_HD VarlenTile tile_at(const Lanes& lanes, const PackedQ& p, uint32_t rank, const TileIndex& at) {
+  int64_t j = static_cast<int64_t>(rank) - at.from_next;  // the rank's place in its class
   VarlenTile tile;
-  if constexpr (kSeqMajor) {
-    const int64_t v = at.t + 1;
-    const int64_t o = static_cast<int64_t>(rank) - at.from_next;
-    const int64_t j = o / v;
+  tile.q_tile = at.t;
+  if constexpr (kSeqMajor) {  // each sequence of the class takes v = t + 1 consecutive ranks
+    const int64_t v = at.t + 1, o = j;
+    j = o / v;
     tile.q_tile = static_cast<int>(v - 1 - (o - j * v));
-    tile.batch = nth_sequence_with_tile<kTile, kSeqMajor>(lanes, p, at.t, j);
-  } else {
-    tile.q_tile = at.t;
-    tile.batch = nth_sequence_with_tile<kTile, kSeqMajor>(lanes, p, at.t, static_cast<int64_t>(rank) - at.from_next);
   }
+  tile.batch = nth_sequence_with_tile<kTile, kSeqMajor>(lanes, p, at.t, j);
   return tile;
 }
 
