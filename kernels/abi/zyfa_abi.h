@@ -37,8 +37,10 @@ typedef __UINT64_TYPE__ uint64_t;
  * lcm(tile_n, 128); 16-byte aligned), then the kernel with the same args but v = vt (v's strides unread).
  * zyfa_fwd_args unchanged. 4: packed variable-length batches and paged K/V (2026-12-06): flags
  * ZYFA_FLAG_VARLEN / _PAGED / _DESCALE_TABLE and zyfa_varlen_args, the second parameter of kernels whose
- * manifest row has "layout" "varlen" or "paged" (zyfa_fwd_args unchanged: dense kernels take what they took). */
-#define ZYFA_ABI_VERSION 4
+ * manifest row has "layout" "varlen" or "paged" (zyfa_fwd_args unchanged: dense kernels take what they took).
+ * 5: zyfa_varlen_args.item_counter (2026-12-06), the work counter of packed kernels whose manifest row has
+ * "grid" "dynamic"; the struct grows from 72 to 80 bytes. */
+#define ZYFA_ABI_VERSION 5
 
 #define ZYFA_FLAG_CAUSAL 0x1u /* apply the causal mask */
 #define ZYFA_FLAG_LSE 0x2u    /* write log-sum-exp to `lse` */
@@ -174,9 +176,14 @@ _Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
  * "tiles" row, one item per block. The kernel maps items onto the tiles it finds in cu_seqlens_q; items
  * past the last tile are not computed. A "batch_tiles" row (packed layouts only) instead takes the dense
  * grid of the bounds, (ceil(seqlen_q / tile_m), heads_q, batch): block (x, y, z) computes query tile x of
- * head y of sequence z and exits when that tile starts past the sequence's queries.
+ * head y of sequence z and exits when that tile starts past the sequence's queries. A "dynamic" row
+ * launches the persistent grid, but its blocks claim items from a counter instead of a fixed stride: block
+ * x takes item x first, then gridDim.x + atomicAdd(item_counter, 1) each time it needs one, so the items
+ * still go out in rank order while a block that finishes early takes more. Launchers point item_counter at
+ * 4 bytes of the launch's workspace (the last 16 bytes of it, after any pre-transposed V) and clear it on
+ * the launch's stream right before the kernel; the kernel leaves it at the number of claims made.
  * Kernel parameters: zyfa_fwd_args, then this struct; in a HIP kernarg segment at offset 192 (8-byte
- * aligned), 264 bytes in all. */
+ * aligned), 272 bytes in all. */
 #define ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, tile_m)                                       \
   ((int64_t)(total_q) / (tile_m) + (int64_t)(batch) <                                                 \
            (int64_t)(batch) * (((int64_t)(max_seqlen_q) + (tile_m) - 1) / (tile_m))                   \
@@ -196,12 +203,13 @@ typedef struct zyfa_varlen_args {
   int32_t total_q;             /* 60  rows of q and out */
   int32_t total_k;             /* 64  rows of packed k and v, or num_pages * page_size */
   uint32_t reserved;           /* 68  zero */
-} zyfa_varlen_args;            /* 72 bytes */
+  uint32_t *item_counter;      /* 72  grid "dynamic": one uint32, zero at launch (below); else NULL */
+} zyfa_varlen_args;            /* 80 bytes */
 
 #ifdef __cplusplus
-static_assert(sizeof(zyfa_varlen_args) == 72, "zyfa_varlen_args must be 72 bytes");
+static_assert(sizeof(zyfa_varlen_args) == 80, "zyfa_varlen_args must be 80 bytes");
 #else
-_Static_assert(sizeof(zyfa_varlen_args) == 72, "zyfa_varlen_args must be 72 bytes");
+_Static_assert(sizeof(zyfa_varlen_args) == 80, "zyfa_varlen_args must be 80 bytes");
 #endif
 
 #endif /* ZYFA_ABI_H */

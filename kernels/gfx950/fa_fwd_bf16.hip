@@ -12,7 +12,7 @@
 // variant's tile_order) maps workgroups to query tiles, longest rows first (see below). ZYFA_STALE_TAU:
 // the stale running max of docs/numerics.md (the O rescale is skipped while no row of a wave raises its
 // max by more than tau).
-// ZYFA_VARLEN = 1 / 2: the packed builds (layout "varlen" / "paged", ABI 4): a second parameter,
+// ZYFA_VARLEN = 1 / 2: the packed builds (layout "varlen" / "paged", ABI 5): a second parameter,
 // zyfa_varlen_args, grid (ceil(max_seqlen_q / 256), hq, sequences); each workgroup runs this code on its
 // sequence's view (gfx950/varlen.h), a paged build loading K and V rows through the page table.
 //

@@ -1,4 +1,4 @@
-// fa_fwd_bf16.hip's packed builds (kernels/abi/zyfa_abi.h, ABI 4): one sequence of a packed batch seen as a
+// fa_fwd_bf16.hip's packed builds (kernels/abi/zyfa_abi.h, ABI 5): one sequence of a packed batch seen as a
 // dense batch of one. ZYFA_VARLEN = 1: packed k and v; 2: k and v in a paged cache, key j of a sequence in
 // slot j % page_size of page page_table[b][j / page_size] (PagedStream loads its rows).
 //

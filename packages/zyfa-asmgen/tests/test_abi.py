@@ -93,16 +93,16 @@ def test_unknown_type_and_missing_struct():
 
 def test_varlen_struct_offsets_match_header_comments(abi_header):
     """zyfa_varlen_args (the second parameter of packed-batch kernels): natural alignment, the offsets its
-    comments state, 72 bytes, placed right after zyfa_fwd_args (192 is a multiple of its alignment 8)."""
+    comments state, 80 bytes, placed right after zyfa_fwd_args (192 is a multiple of its alignment 8)."""
     text = abi_header.read_text()
     body = text[text.index("typedef struct zyfa_varlen_args") : text.index("} zyfa_varlen_args;")]
     stated = [(m.group(1), int(m.group(2))) for m in re.finditer(r"(\w+);\s*/\*\s*(\d+)", body)]
     varlen = parse_abi_header(abi_header).varlen
     assert varlen is not None
     assert [(f.name, f.offset) for f in varlen.fields] == stated
-    assert len(stated) == 12
-    assert (varlen.size, varlen.align) == (72, 8)
-    assert varlen.fields[0].kind == "ptr" and varlen.fields[5].kind == "i64"
+    assert len(stated) == 13
+    assert (varlen.size, varlen.align) == (80, 8)
+    assert [varlen.fields[i].kind for i in (0, 5, 12)] == ["ptr", "i64", "ptr"]
     assert parse_abi_header(abi_header).varlen_offset() == 192
 
 

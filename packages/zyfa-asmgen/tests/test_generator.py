@@ -63,7 +63,7 @@ def test_descriptor_is_computed_from_the_program(entry, abi_header):
     assert f".name:           {var.name}" in text and f".symbol:         {var.name}.kd" in text
     assert ".size:           192" in text and f".max_flat_workgroup_size: {var.threads}" in text
     if var.layout != "dense":  # zyfa_varlen_args, the second by-value parameter
-        assert ".name:           varlen\n        .offset:         192\n        .size:           72" in text
+        assert ".name:           varlen\n        .offset:         192\n        .size:           80" in text
 
 
 def kernarg_end(abi, layout: str) -> int:

@@ -97,6 +97,7 @@ struct CudaApi {
                              unsigned, CUstream, void **, void **);
   CUresult (*cuGetErrorName)(CUresult, const char **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
+  CUresult (*cuMemsetD32Async)(std::uint64_t, unsigned, size_t, CUstream);
   // Optional (CUDA 12.4+): lets us check the kernel's parameter sizes against the ABI bytes.
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *);
   // Optional (CUDA 12.0+): needed only to launch TMA kernels, so an older driver still runs the rest.
@@ -256,6 +257,7 @@ bool try_cuda(State &s) {
   resolve(h, "cuLaunchKernel", c.cuLaunchKernel, missing);
   resolve(h, "cuGetErrorName", c.cuGetErrorName, missing);
   resolve(h, "cuGetErrorString", c.cuGetErrorString, missing);
+  resolve(h, "cuMemsetD32Async", c.cuMemsetD32Async, missing);
   c.cuFuncGetParamInfo = reinterpret_cast<decltype(c.cuFuncGetParamInfo)>(dlsym(h, "cuFuncGetParamInfo"));
   c.cuTensorMapEncodeTiled = reinterpret_cast<decltype(c.cuTensorMapEncodeTiled)>(dlsym(h, "cuTensorMapEncodeTiled"));
   if (!missing.empty()) {
@@ -553,6 +555,15 @@ void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[
         s.hip.hipModuleLaunchKernel(k.function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
                                     static_cast<hipStream_t>(stream), nullptr, extra),
         k.name, "hipModuleLaunchKernel");
+}
+
+void clear_u32(const Kernel &k, std::uint64_t address, size_t count, void *stream) {
+  State &s = state();
+  if (s.backend != Backend::cuda) {
+    fail(k.name, "clear_u32", 0, "", "a work counter is cleared on CUDA only (no HIP kernel takes grid dynamic)");
+  }
+  DeviceScope scope(s, k.device, k.name);
+  check(s, s.cu.cuMemsetD32Async(address, 0u, count, static_cast<CUstream>(stream)), k.name, "cuMemsetD32Async");
 }
 
 namespace {

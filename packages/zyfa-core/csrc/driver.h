@@ -87,6 +87,10 @@ void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[
                   const void *args, size_t size, const void *second = nullptr, size_t second_size = 0,
                   size_t second_align = 1);
 
+// Sets `count` 32-bit words at device address `address` to 0 on `stream` (cuMemsetD32Async, in stream order
+// before the next launch), on `k`'s device; CUDA only. Throws DriverFailure.
+void clear_u32(const Kernel &k, std::uint64_t address, size_t count, void *stream);
+
 // cuTensorMapEncodeTiled of a rank-4 tensor (zyfa_abi.h's zyfa_tma_maps): map_out 128 bytes, 64-byte
 // aligned; strides in bytes; 128-byte swizzle, 256-byte L2 promotion, zero fill. `kernel` names errors.
 void encode_map(void *map_out, int data_type, const void *address, const std::uint64_t dims[4],

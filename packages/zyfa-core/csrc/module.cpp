@@ -216,13 +216,16 @@ PlanSpec make_spec(const std::string &name, const std::string &dtype, int d_qk, 
     throw ArgumentError(name + ": layout must be 'dense', 'varlen' or 'paged'");
   }
   if (dtype != "bf16" && dtype != "e4m3fn") throw ArgumentError(name + ": dtype must be 'bf16' or 'e4m3fn'");
-  if (grid != "tiles" && grid != "persistent" && grid != "batch_tiles") {
-    throw ArgumentError(name + ": grid must be 'tiles', 'persistent' or 'batch_tiles'");
+  if (grid != "tiles" && grid != "persistent" && grid != "batch_tiles" && grid != "dynamic") {
+    throw ArgumentError(name + ": grid must be 'tiles', 'persistent', 'batch_tiles' or 'dynamic'");
   }
   if (loads != "cp.async" && loads != "tma") throw ArgumentError(name + ": loads must be 'cp.async' or 'tma'");
   PlanSpec s;
   s.name = name, s.v_prep = v_prep, s.fp8 = dtype == "e4m3fn", s.causal = causal;
-  s.grid = grid == "persistent" ? Grid::persistent : grid == "batch_tiles" ? Grid::batch_tiles : Grid::tiles;
+  s.grid = grid == "persistent" ? Grid::persistent
+           : grid == "batch_tiles" ? Grid::batch_tiles
+           : grid == "dynamic"     ? Grid::dynamic
+                                   : Grid::tiles;
   s.tma = loads == "tma";
   s.layout = layout == "dense" ? Layout::dense : layout == "varlen" ? Layout::varlen : Layout::paged;
   s.d_qk = d_qk, s.d_v = d_v, s.tile_m = tile_m, s.tile_n = tile_n, s.threads = threads, s.smem = smem;

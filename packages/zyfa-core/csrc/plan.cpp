@@ -98,7 +98,7 @@ void check_sizes(const PlanSpec &spec, const zyfa_fwd_args &a) {
     refuse(spec.name + " is built for d_qk=" + std::to_string(spec.d_qk) + ", d_v=" + std::to_string(spec.d_v) +
            "; args have d_qk=" + std::to_string(a.d_qk) + ", d_v=" + std::to_string(a.d_v));
   }
-  if (spec.grid != Grid::persistent && (a.heads_q > GRID_YZ_MAX || a.batch > GRID_YZ_MAX)) {
+  if (!walks_items(spec.grid) && (a.heads_q > GRID_YZ_MAX || a.batch > GRID_YZ_MAX)) {
     refuse(spec.name + ": heads_q = " + std::to_string(a.heads_q) + " and batch = " + std::to_string(a.batch) +
            " must each be <= " + std::to_string(GRID_YZ_MAX) + " (grid y/z limit)");
   }
@@ -220,6 +220,10 @@ void check_varlen_fields(const PlanSpec &spec, const zyfa_fwd_args &a, const zyf
     refuse(spec.name + ": varlen.page_size, num_pages and max_pages must be 0 without FLAG_PAGED");
   }
   if (v.reserved != 0) refuse(spec.name + ": varlen.reserved must be 0, got " + std::to_string(v.reserved));
+  if (v.item_counter != nullptr) {
+    refuse(spec.name + ": varlen.item_counter must be NULL, got " + hex(address(v.item_counter)) +
+           " (the launcher points a dynamic-grid kernel's at its workspace)");
+  }
   const std::int64_t items = packed_tiles(spec, a, v) * a.heads_q;
   if (items > MAX_WORK_ITEMS) {
     refuse(spec.name + ": " + std::to_string(items) + " work items (query tiles bound x heads_q) exceed " +
@@ -243,6 +247,10 @@ void check_spec(const PlanSpec &spec) {
   if (spec.layout == Layout::dense && spec.grid == Grid::batch_tiles) {
     refuse(spec.name + ": grid batch_tiles is for packed (varlen / paged) kernels; a dense kernel takes grid tiles, "
            "the same grid");
+  }
+  if (spec.layout == Layout::dense && spec.grid == Grid::dynamic) {
+    refuse(spec.name + ": grid dynamic is for packed (varlen / paged) kernels (it claims their items from "
+           "zyfa_varlen_args.item_counter); a dense kernel takes grid tiles or persistent");
   }
   if (spec.layout != Layout::dense && (spec.tma || !spec.v_prep.empty())) {
     refuse(spec.name + ": a " + layout_name(spec.layout) + " kernel loads with cp.async and has no V pre-pass "
@@ -268,6 +276,7 @@ std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a
     }
     const std::int64_t bound = packed_tiles(spec, a, *varlen);
     if (spec.grid == Grid::tiles) return {static_cast<unsigned>(bound), static_cast<unsigned>(a.heads_q), 1};
+    // persistent or dynamic
     const auto items = static_cast<unsigned __int128>(bound) * static_cast<std::uint64_t>(a.heads_q);
     return persistent_grid(spec, items, multiprocessors);
   }
@@ -278,18 +287,23 @@ std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a
 }
 
 std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a) {
-  if (spec.v_prep.empty()) return 0;
-  const std::int64_t row = ZYFA_VT_ROW_BYTES(a.seqlen_k, spec.tile_n);
-  return static_cast<std::uint64_t>(a.batch) * static_cast<std::uint64_t>(a.heads_kv) *
-         static_cast<std::uint64_t>(a.d_v) * static_cast<std::uint64_t>(row);
+  std::uint64_t bytes = 0;
+  if (!spec.v_prep.empty()) {
+    const std::int64_t row = ZYFA_VT_ROW_BYTES(a.seqlen_k, spec.tile_n);
+    bytes = static_cast<std::uint64_t>(a.batch) * static_cast<std::uint64_t>(a.heads_kv) *
+            static_cast<std::uint64_t>(a.d_v) * static_cast<std::uint64_t>(row);
+  }
+  return spec.grid == Grid::dynamic ? bytes + ITEM_COUNTER_BYTES : bytes;
 }
 
 void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, std::uint64_t workspace) {
-  if (spec.v_prep.empty()) return;
+  const std::uint64_t bytes = workspace_bytes(spec, a);
+  if (bytes == 0) return;
   if (workspace == 0) {
-    refuse(spec.name + " reads V pre-transposed: pass workspace=<device pointer to " +
-           std::to_string(workspace_bytes(spec, a)) + " bytes> (spec.workspace_bytes(batch, heads_kv, seqlen_k)); "
-           "got 0");
+    refuse(spec.name + (spec.v_prep.empty() ? " claims its items from a counter in the workspace"
+                                            : " reads V pre-transposed") +
+           ": pass workspace=<device pointer to " + std::to_string(bytes) +
+           " bytes> (spec.workspace_bytes(batch, heads_kv, seqlen_k)); got 0");
   }
   if (workspace % VECTOR_BYTES) {
     refuse(spec.name + ": workspace = " + hex(workspace) + " is not " + std::to_string(VECTOR_BYTES) +
@@ -345,7 +359,7 @@ LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path) 
   const size_t params = spec.tma || spec.layout != Layout::dense ? 2 : 1;
   plan.kernel = load_kernel(device, path, spec.name, static_cast<int>(spec.smem), params);
   if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0, 2);
-  if (spec.grid == Grid::persistent) {
+  if (walks_items(spec.grid)) {
     plan.multiprocessors = device_properties(device).multiprocessors;
     persistent_grid(spec, 1, plan.multiprocessors);  // refuses a device that reports no count
   }
@@ -371,7 +385,13 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
     a.v = vt;
   }
   if (varlen != nullptr) {  // check_args: a varlen / paged kernel, which loads with cp.async
-    launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a), varlen, sizeof(*varlen),
+    zyfa_varlen_args v = *varlen;
+    if (spec.grid == Grid::dynamic) {  // its item counter: the workspace's last bytes, zero at launch
+      const std::uint64_t counter = workspace + workspace_bytes(spec, a) - ITEM_COUNTER_BYTES;
+      clear_u32(plan.kernel, counter, 1, stream);
+      v.item_counter = reinterpret_cast<std::uint32_t *>(static_cast<std::uintptr_t>(counter));
+    }
+    launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a), &v, sizeof(v),
                  alignof(zyfa_varlen_args));
     return;
   }

@@ -21,8 +21,16 @@ enum class Layout { dense, varlen, paged };
 
 // A manifest row's "grid" (zyfa_abi.h, launch_grid below): tiles = one block per query tile (for a packed
 // kernel, per tile of the bound on all sequences' tiles); persistent = min(multiprocessors, items) blocks
-// walking the items; batch_tiles (packed kernels only) = one block per query tile of each sequence.
-enum class Grid { tiles, persistent, batch_tiles };
+// walking the items; batch_tiles (packed kernels only) = one block per query tile of each sequence; dynamic
+// (packed kernels only) = the persistent grid, its blocks claiming items from a counter in the workspace
+// (zyfa_varlen_args.item_counter, ABI 5).
+enum class Grid { tiles, persistent, batch_tiles, dynamic };
+
+// The grids of min(multiprocessors, items) blocks that walk their items.
+inline bool walks_items(Grid grid) { return grid == Grid::persistent || grid == Grid::dynamic; }
+
+// The bytes a dynamic-grid launch keeps its item counter in: the last of the workspace.
+constexpr std::uint64_t ITEM_COUNTER_BYTES = 16;
 
 // What a manifest row (zyfa_core.KernelSpec) says the launch needs.
 struct PlanSpec {
@@ -48,16 +56,18 @@ void check_args(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_
 // The grid: (ceil(seqlen_q / tile_m), heads_q, batch), or for a persistent kernel (min(multiprocessors,
 // items), 1, 1), items = query tiles x heads_q x batch. A packed (varlen / paged) kernel has the query-tile
 // bound ZYFA_VARLEN_TILES(varlen->total_q, batch, seqlen_q, tile_m) for its tiles: grid (bound, heads_q, 1),
-// or persistent (min(multiprocessors, bound x heads_q), 1, 1); with grid batch_tiles it takes the dense
+// or persistent / dynamic (min(multiprocessors, bound x heads_q), 1, 1); with grid batch_tiles it takes the dense
 // (ceil(seqlen_q / tile_m), heads_q, batch), seqlen_q being max_seqlen_q. Throws ArgumentError for a
 // persistent kernel and multiprocessors <= 0, and for a packed kernel without `varlen`.
 std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
                                     long long multiprocessors);
 
-// The V pre-pass's workspace bytes (batch x heads_kv x d_v rows of ZYFA_VT_ROW_BYTES), 0 without a pass.
+// The workspace bytes of one launch: the V pre-pass's (batch x heads_kv x d_v rows of ZYFA_VT_ROW_BYTES),
+// then, grid dynamic, ITEM_COUNTER_BYTES for the item counter; 0 for a kernel that needs neither.
 std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a);
 
-// Throws ArgumentError unless `workspace` is a 16-byte aligned device pointer (any value without a pass).
+// Throws ArgumentError unless `workspace` is a 16-byte aligned device pointer (any value when
+// workspace_bytes is 0).
 void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, std::uint64_t workspace);
 
 // One TMA map's geometry: zyfa_abi.h's comment above zyfa_tma_maps.
@@ -89,7 +99,8 @@ LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path);
 
 // Checks `a`, `varlen` and `workspace`, then launches on `stream`: the V pre-pass first (into `workspace`, which
 // the kernel then reads as v), then the kernel, with its second parameter: the TMA maps for a "tma" kernel,
-// `varlen` for a varlen / paged kernel.
+// `varlen` for a varlen / paged kernel (grid dynamic: its item_counter pointed at the workspace's last bytes,
+// cleared on `stream` first).
 void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen_args *varlen, void *stream,
             std::uint64_t workspace);
 

@@ -17,8 +17,9 @@
 extern "C" {
 #endif
 
-/* 3: zyfa_check_varlen, the int32 / float32 dtype codes, and zyfa_plan_launch's `varlen` argument. */
-#define ZYFA_CORE_API_VERSION 3
+/* 3: zyfa_check_varlen, the int32 / float32 dtype codes, and zyfa_plan_launch's `varlen` argument.
+ * 4: zyfa_varlen_args of ABI 5 (item_counter; 80 bytes), which zyfa_plan_launch takes. */
+#define ZYFA_CORE_API_VERSION 4
 
 /* Exported even though the extension is built with -fvisibility=hidden: callers find these with dlsym. */
 #define ZYFA_CORE_EXPORT __attribute__((visibility("default")))

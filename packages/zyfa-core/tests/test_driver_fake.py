@@ -328,7 +328,7 @@ def test_native_plan_launch_cuda(run_with_fake, cuda_dir: Path, d_qk: int) -> No
     """The C API passes the same bytes, grid, block, smem and stream as `launch` does."""
     out, calls = run_with_fake("cuda", args_snippet(d_qk=d_qk) + native(), cuda_dir)
     assert out["rc"] == 0 and out["rc_need"] == 0 and out["need"] == 0, out["message"]
-    assert out["api"] == out["module_api"] == 3 and out["sizeof"] == 1360
+    assert out["api"] == out["module_api"] == 4 and out["sizeof"] == 1360
     (launch,) = calls_named(calls, "cuLaunchKernel")
     assert launch["name"] == out["name"] and launch["args"] == out["args"]
     assert launch["grid"] == ",".join(map(str, out["grid"])) and launch["block"] == "128,1,1"

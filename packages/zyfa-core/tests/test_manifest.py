@@ -186,7 +186,7 @@ def test_grid_is_read_and_defaults_to_tiles(tmp_path: Path, manifest_tools) -> N
     assert "grid" not in rows[2]
     m = zyfa_core.Manifest.load(manifest_tools.write(tmp_path, rows))
     assert [s.grid for s in m.kernels] == ["persistent", "tiles", "tiles"]
-    assert mf.GRID_MODES == ("tiles", "persistent", "batch_tiles")
+    assert mf.GRID_MODES == ("tiles", "persistent", "batch_tiles", "dynamic")
 
 
 @pytest.mark.parametrize("grid", ["ring", "", None, 1, "Persistent"])
@@ -196,7 +196,7 @@ def test_unknown_grid_is_rejected_naming_kernel_and_modes(
     manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0], grid=grid)])
     with pytest.raises(ManifestError) as info:
         zyfa_core.Manifest.load(tmp_path)
-    modes = "('tiles', 'persistent', 'batch_tiles')"
+    modes = "('tiles', 'persistent', 'batch_tiles', 'dynamic')"
     assert f"kernel {SM90[0]!r}: grid {grid!r} is not one of {modes}" in str(info.value)
 
 

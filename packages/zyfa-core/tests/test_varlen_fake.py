@@ -1,6 +1,7 @@
 """Packed (varlen) and paged launches without a GPU: the plan's checks of zyfa_varlen_args and what reaches
 the (fake) CUDA driver through `zyfa_core.launch` and the C API: the same args bytes as a dense call, and
-the 72 bytes of zyfa_varlen_args as the kernel's second parameter (ABI 4)."""
+the 80 bytes of zyfa_varlen_args as the kernel's second parameter (ABI 4, 5: a grid "dynamic" kernel's item
+counter)."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def varlen_args(paged: bool = False, **overrides: Any) -> zyfa_core.ZyfaVarlenAr
 
 
 def test_varlen_struct_layout() -> None:
-    assert ctypes.sizeof(zyfa_core.ZyfaVarlenArgs) == zyfa_core.VARLEN_ARGS_SIZE == 72
+    assert ctypes.sizeof(zyfa_core.ZyfaVarlenArgs) == zyfa_core.VARLEN_ARGS_SIZE == 80
     offsets = {
         name: getattr(zyfa_core.ZyfaVarlenArgs, name).offset for name in zyfa_core.abi.VARLEN_FIELD_NAMES
     }
@@ -102,6 +103,7 @@ def test_varlen_struct_layout() -> None:
         "total_q": 60,
         "total_k": 64,
         "reserved": 68,
+        "item_counter": 72,
     }
     with pytest.raises(ValueError, match=r"zyfa_varlen_args.page_size = 4294967296 does not fit"):
         zyfa_core.make_varlen_args(page_size=2**32)
@@ -171,6 +173,7 @@ def test_good_packed_args_pass(kernel_dir: Path) -> None:
             "FLAG_DESCALE_TABLE applies to FP8 kernels only",
         ),
         (VARLEN, {}, {"reserved": 1}, "varlen.reserved must be 0"),
+        (VARLEN, {}, {"item_counter": 0x7F0000400400}, "item_counter must be NULL, got 0x7f0000400400"),
         (PAGED, {}, {"page_table": 0}, "varlen.page_table is a null pointer"),
         (PAGED, {}, {"max_pages": 20}, "page_table_stride >= max_pages"),
         (PAGED, {}, {"total_k": 600}, "must be num_pages x page_size = 640"),
@@ -334,6 +337,90 @@ def test_persistent_packed_kernel_refuses_32_bit_overflow(persistent_dir: Path) 
         zyfa_core.check_args(spec, args, varlen_args(total_q=2**31 - 1))
 
 
+# ------------------------------------------------------------------- dynamic packed kernels
+
+WORKSPACE = 0x7F0000900000
+
+
+@pytest.fixture
+def dynamic_dir(tmp_path: Path, manifest_tools) -> Path:
+    """VARLEN as the sm90a manifest ships the 192/128 packed rows: grid "dynamic"."""
+    rows = [manifest_tools.row(VARLEN, layout="varlen", grid="dynamic")]
+    image = f"FAKECUBIN {VARLEN}\n".encode()
+    return manifest_tools.write(tmp_path / "dynamic", rows, files={rows[0]["file"]: image})
+
+
+DYNAMIC_LAUNCH = """
+import zyfa_core
+spec = zyfa_core.Manifest.load(KERNEL_DIR).get({kernel!r})
+args = zyfa_core.ZyfaFwdArgs.from_buffer_copy(bytes.fromhex({args!r}))
+varlen = zyfa_core.ZyfaVarlenArgs.from_buffer_copy(bytes.fromhex({varlen!r}))
+try:
+    zyfa_core.launch(spec, args, stream=0x5000, device=0, varlen=varlen, workspace={workspace})
+except (ValueError, zyfa_core.ZyfaDriverError) as exc:
+    print(json.dumps({{"error": str(exc)}}))
+    raise SystemExit
+grid = zyfa_core.launch_grid(spec, args, 132, varlen)
+print(json.dumps({{"bytes": spec.workspace_bytes(3, 2, 300), "grid": grid}}))
+"""
+
+
+def calls_starting(calls: list[str], name: str) -> list[tuple[int, dict[str, str]]]:
+    """(position, fields) of each logged call to `name`."""
+    return [
+        (i, dict(pair.split("=", 1) for pair in c.split(" ")[1:]))
+        for i, c in enumerate(calls)
+        if c.startswith(name + " ")
+    ]
+
+
+def test_dynamic_launch_clears_its_counter_then_points_the_kernel_at_it(
+    run_with_fake, dynamic_dir: Path
+) -> None:
+    """The counter is the workspace's last 16 bytes: cleared on the launch's stream, then the kernel's
+    item_counter; the grid is the persistent one."""
+    args, varlen = packed_args(), varlen_args()
+    snippet = DYNAMIC_LAUNCH.format(
+        kernel=VARLEN, args=bytes(args).hex(), varlen=bytes(varlen).hex(), workspace=WORKSPACE
+    )
+    out, calls = run_with_fake("cuda", snippet, dynamic_dir)
+    assert out["bytes"] == 16 and out["grid"] == [40, 1, 1]  # 5 tiles bound x 8 heads
+    ((at_memset, memset),) = calls_starting(calls, "cuMemsetD32Async")
+    ((at_launch, launch),) = calls_starting(calls, "cuLaunchKernel")
+    assert at_memset < at_launch
+    assert memset == {"dst": hex(WORKSPACE), "value": "0", "count": "1", "stream": "0x5000"}
+    expected = zyfa_core.ZyfaVarlenArgs.from_buffer_copy(bytes(varlen))
+    expected.item_counter = WORKSPACE
+    assert launch["second"] == bytes(expected).hex() and launch["grid"] == "40,1,1"
+
+
+@pytest.mark.parametrize(
+    ("workspace", "env", "message"),
+    [
+        (0, {}, f"{VARLEN} claims its items from a counter in the workspace: pass workspace=<device pointer"),
+        (WORKSPACE + 8, {}, "is not 16-byte aligned"),
+        (WORKSPACE, {"FAKE_MEMSET_ERROR": "1"}, "cuMemsetD32Async"),
+    ],
+)
+def test_dynamic_launch_without_its_counter_is_refused(
+    run_with_fake, dynamic_dir: Path, workspace: int, env: dict, message: str
+) -> None:
+    snippet = DYNAMIC_LAUNCH.format(
+        kernel=VARLEN, args=bytes(packed_args()).hex(), varlen=bytes(varlen_args()).hex(), workspace=workspace
+    )
+    out, calls = run_with_fake("cuda", snippet, dynamic_dir, **env)
+    assert message in out["error"] and not calls_starting(calls, "cuLaunchKernel")
+
+
+def test_dynamic_is_for_packed_rows_only(tmp_path: Path, manifest_tools) -> None:
+    directory = manifest_tools.write(tmp_path / "dense", [manifest_tools.row(DENSE, grid="dynamic")])
+    with pytest.raises(zyfa_core.ManifestError, match='grid "dynamic" is for packed layouts'):
+        zyfa_core.Manifest.load(directory)
+    plan = dict(name="k", dtype="bf16", d_qk=128, d_v=128, causal=True, tile_m=64, tile_n=64, threads=64)
+    with pytest.raises(ValueError, match="grid dynamic is for packed"):
+        zyfa_core.launcher._driver().Plan(**plan, smem=0, grid="dynamic", loads="cp.async", v_prep="")
+
+
 # ------------------------------------------------------------------- gfx950 packed kernels (HIP)
 
 GFX950_VARLEN = "fa_fwd_bf16_hd128_causal_varlen_gfx950"
@@ -358,7 +445,7 @@ def gfx950_dir(tmp_path: Path, manifest_tools) -> Path:
 def test_gfx950_packed_launch_is_one_kernarg_segment(
     run_with_fake, gfx950_dir: Path, kernel: str, seqlen_q: int, batch: int
 ) -> None:
-    """HIP takes one kernarg segment: zyfa_fwd_args at 0, zyfa_varlen_args at 192 (its 8-byte alignment), 264
+    """HIP takes one kernarg segment: zyfa_fwd_args at 0, zyfa_varlen_args at 192 (its 8-byte alignment), 272
     bytes; the grid is (ceil(max_seqlen_q / tile_m), heads_q, batch), whatever total_q is."""
     paged = kernel == GFX950_PAGED
     args = packed_args(paged=paged, seqlen_q=seqlen_q, batch=batch)
@@ -368,7 +455,7 @@ def test_gfx950_packed_launch_is_one_kernarg_segment(
     (launch,) = [c for c in calls if c.startswith("hipModuleLaunchKernel ")]
     fields = dict(pair.split("=", 1) for pair in launch.split(" ")[1:])
     segment = bytes.fromhex(fields["args"])
-    assert fields["name"] == kernel and int(fields["size"]) == len(segment) == 264
+    assert fields["name"] == kernel and int(fields["size"]) == len(segment) == 272
     assert segment[:192] == bytes(args) and segment[192:] == bytes(varlen)
     decoded = zyfa_core.ZyfaVarlenArgs.from_buffer_copy(segment, 192)
     total_k = 640 if paged else 520
@@ -399,5 +486,5 @@ def test_batch_tiles_is_for_packed_rows_only(tmp_path: Path, manifest_tools) -> 
     driver = zyfa_core.launcher._driver()
     with pytest.raises(ValueError, match="grid batch_tiles is for packed"):
         driver.Plan(**plan, grid="batch_tiles", loads="cp.async", v_prep="")
-    with pytest.raises(ValueError, match="grid must be 'tiles', 'persistent' or 'batch_tiles'"):
+    with pytest.raises(ValueError, match="grid must be 'tiles', 'persistent', 'batch_tiles' or 'dynamic'"):
         driver.Plan(**plan, grid="ragged", loads="cp.async", v_prep="", layout="varlen")

@@ -316,7 +316,7 @@ def test_packed_calls_launch_the_gfx950_packed_kernels(fake_hip, tmp_path, page_
     assert launch["grid"] == f"{-(-max_q // 256)},4,{batch}" and launch["block"] == "512,1,1"
     assert int(launch["stream"], 16) == STREAM and launch["device"] == "0"
     segment = bytes.fromhex(launch["args"])
-    assert int(launch["size"]) == len(segment) == abi.ARGS_SIZE + abi.VARLEN_ARGS_SIZE == 264
+    assert int(launch["size"]) == len(segment) == abi.ARGS_SIZE + abi.VARLEN_ARGS_SIZE == 272
     args = abi.ZyfaFwdArgs.from_buffer_copy(segment)
     tensors = out["tensors"]
     for name in ("q", "k", "v", "out"):
@@ -393,7 +393,7 @@ print(json.dumps({"calls": calls, "paged": paged, "max_seqlens": [max_q, max_k],
 @pytest.mark.parametrize(("d_qk", "p_mode", "batch"), [(128, None, 3), (192, "exact", 5)])
 def test_fp8_packed_calls_launch_the_gfx950_varlen_kernels(fake_hip, fp8_rows, tmp_path, d_qk, p_mode, batch):
     """flash_attn_varlen_func on FP8 packed tensors launches the mfma_fp8 packed build (p_mode None: lean P):
-    its own code object, grid (ceil(max_seqlen_q / 64), heads_q, batch), 128 threads, a 264-byte kernarg
+    its own code object, grid (ceil(max_seqlen_q / 64), heads_q, batch), 128 threads, a 272-byte kernarg
     segment with zyfa_varlen_args at 192; float descales by value, (batch, heads_kv) tensors as the descale
     table (ZYFA_FLAG_DESCALE_TABLE). A paged FP8 batch launches the paged build (ZYFA_FLAG_PAGED, the cache's
     page stride as the k / v batch stride, the page table's sizes)."""
@@ -408,7 +408,7 @@ def test_fp8_packed_calls_launch_the_gfx950_varlen_kernels(fake_hip, fp8_rows, t
     for launch, call in zip(launches, out["calls"], strict=False):
         assert launch["grid"] == f"{-(-max_q // 64)},4,{batch}" and launch["block"] == "128,1,1"
         segment = bytes.fromhex(launch["args"])
-        assert int(launch["size"]) == len(segment) == abi.ARGS_SIZE + abi.VARLEN_ARGS_SIZE == 264
+        assert int(launch["size"]) == len(segment) == abi.ARGS_SIZE + abi.VARLEN_ARGS_SIZE == 272
         args = abi.ZyfaFwdArgs.from_buffer_copy(segment)
         assert (args.q, args.k, args.v) == tuple(out["ptrs"][n] for n in ("q", "k", "v"))
         assert (args.out, args.lse) == (call["out"], call["lse"])

@@ -151,7 +151,7 @@ class _MockArgs(ctypes.Structure):
 
 
 class _MockVarlenArgs(ctypes.Structure):
-    """zyfa_varlen_args (kernels/abi/zyfa_abi.h, ABI 4), typed."""
+    """zyfa_varlen_args (kernels/abi/zyfa_abi.h, ABI 5), typed."""
 
     _fields_ = [
         *[
@@ -161,14 +161,17 @@ class _MockVarlenArgs(ctypes.Structure):
         ("page_table_stride", ctypes.c_int64),
         *[(n, ctypes.c_int32) for n in ("page_size", "num_pages", "max_pages", "total_q", "total_k")],
         ("reserved", ctypes.c_uint32),
+        ("item_counter", ctypes.c_void_p),
     ]
 
 
 class _MockCore:
     """Stand-ins of zyfa_core.{abi, manifest, launcher}: record calls, run the reference as the 'kernel'."""
 
-    def __init__(self, tile_n: int = 32, backend: str | None = "cuda") -> None:
+    def __init__(self, tile_n: int = 32, backend: str | None = "cuda", grid: str = "tiles") -> None:
         self.selects: list[tuple] = []
+        self.workspaces: list[int | None] = []
+        self.grid = grid
         self.layouts: list[str] = []
         self.launches: list[tuple] = []
         self.varlens: list[_MockVarlenArgs] = []
@@ -211,7 +214,8 @@ class _MockCore:
         real_empty = torch.empty
 
         def empty(*size, **kw):  # poison what the op allocates, and remember it by address
-            t = real_empty(*size, **kw).fill_(math.nan)
+            t = real_empty(*size, **kw)
+            t.fill_(math.nan if t.is_floating_point() else 0xA5)
             self.outputs[t.data_ptr()] = t
             return t
 
@@ -226,11 +230,14 @@ class _MockCore:
             tile_n=self.tile_n,
             p_mode=p_mode or ("exact" if dtype == "e4m3fn" else None),
             v_prep="",
+            grid=self.grid,
+            workspace_bytes=lambda batch, heads_kv, seqlen_k: 16 if self.grid == "dynamic" else 0,
         )
 
-    def launch(self, spec, args, *, stream, device, varlen=None):
+    def launch(self, spec, args, *, stream, device, varlen=None, workspace=None):
         """Run the reference on the tensors behind the pointers and write the outputs, like a kernel."""
         self.launches.append((spec, args, stream, device))
+        self.workspaces.append(workspace)
         if varlen is not None:
             self.varlens.append(varlen)
             self._launch_varlen(spec, args)
@@ -490,3 +497,28 @@ def test_dispatch_varlen_fills_both_structs(core, monkeypatch, paged):
         assert varlen.page_table_stride == table.shape[1]
     want, want_lse = R.attention_varlen(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, block_n=core.tile_n)
     assert torch.equal(out, want) and torch.equal(lse, want_lse)
+    assert core.workspaces == [None]  # a persistent or tile grid needs none
+
+
+@pytest.mark.parametrize("grid", ["dynamic", "persistent"])
+def test_dispatch_varlen_gives_a_dynamic_kernel_its_counter_workspace(monkeypatch, grid):
+    """A grid "dynamic" kernel gets workspace_bytes of device memory from the op (zyfa_core clears it and
+    points the kernel's item counter at it); other grids get none."""
+    from zyfa_varlen_testutil import call_packed, make_packed
+
+    from zyfa import _ops_varlen
+
+    mock = _MockCore(grid=grid)
+    mock.install(monkeypatch)
+    monkeypatch.setattr(_ops_varlen, "_fwd_cpu", _ops_varlen._fwd_core)
+    p = make_packed([7, 30], [7, 50], 4, 2, seed=5)
+    mock.inputs = (p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, None, None)
+    out = call_packed(p, p.k, p.v, causal=True)
+    (workspace,) = mock.workspaces
+    if grid == "dynamic":
+        buffer = mock.outputs[workspace]
+        assert buffer.dtype == torch.uint8 and buffer.numel() == 16 and buffer.device == p.q.device
+    else:
+        assert workspace is None
+    want, _ = R.attention_varlen(p.q, p.k, p.v, p.cu_seqlens_q, p.cu_seqlens_k, block_n=mock.tile_n)
+    assert torch.equal(out, want)

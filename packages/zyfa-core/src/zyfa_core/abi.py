@@ -9,9 +9,10 @@ Tensor layout (flash-attn's): q [batch, seqlen_q, heads_q, d_qk], k [batch, seql
 v [batch, seqlen_k, heads_kv, d_v], out bf16 [batch, seqlen_q, heads_q, d_v]; strides in ELEMENTS;
 lse float32 [batch, heads_q, seqlen_q] contiguous when flags has FLAG_LSE.
 
-Kernels whose manifest row has "layout" "varlen" or "paged" take `ZyfaVarlenArgs` (72 bytes: the packed
-batch's cu_seqlens, seqused_k, page table and descale table pointers, and sizes) as their second parameter,
-and args.flags has FLAG_VARLEN (FLAG_PAGED, FLAG_DESCALE_TABLE): see zyfa_abi.h for the field meanings.
+Kernels whose manifest row has "layout" "varlen" or "paged" take `ZyfaVarlenArgs` (80 bytes: the packed
+batch's cu_seqlens, seqused_k, page table and descale table pointers, sizes, and the item counter that the
+launcher sets for a grid "dynamic" kernel) as their second parameter, and args.flags has FLAG_VARLEN
+(FLAG_PAGED, FLAG_DESCALE_TABLE): see zyfa_abi.h for the field meanings.
 
 Kernels whose manifest row says "loads": "tma" take a second parameter, `zyfa_tma_maps` (448 bytes:
 three CUtensorMaps for q, k, v and a valid flag); the launch plan (`zyfa_core.launcher.tma_maps_bytes`)
@@ -49,7 +50,7 @@ __all__ = [
 # 4: packed batches: FLAG_VARLEN / FLAG_PAGED / FLAG_DESCALE_TABLE and zyfa_varlen_args, the second
 # parameter of "varlen" / "paged" kernels (zyfa_fwd_args unchanged).
 # Bump together with ZYFA_ABI_VERSION in zyfa_abi.h.
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 FLAG_CAUSAL = 0x1
 """Apply the bottom-right aligned causal mask (ZYFA_FLAG_CAUSAL)."""
@@ -179,7 +180,7 @@ def make_fwd_args(**fields: Any) -> ZyfaFwdArgs:
 # ------------------------------------------------------------------------------------------------
 # zyfa_varlen_args: the second parameter of "varlen" / "paged" kernels
 
-VARLEN_ARGS_SIZE = 72
+VARLEN_ARGS_SIZE = 80
 """sizeof(zyfa_varlen_args) in bytes."""
 
 _VARLEN_FIELDS: list[tuple[str, Any]] = [
@@ -195,6 +196,7 @@ _VARLEN_FIELDS: list[tuple[str, Any]] = [
     ("total_q", ctypes.c_int32),
     ("total_k", ctypes.c_int32),
     ("reserved", ctypes.c_uint32),
+    ("item_counter", ctypes.c_void_p),  # NULL: the launcher sets a grid "dynamic" kernel's (ABI 5)
 ]
 
 VARLEN_FIELD_NAMES: tuple[str, ...] = tuple(name for name, _ in _VARLEN_FIELDS)
@@ -203,7 +205,7 @@ _VARLEN_TYPES: dict[str, Any] = dict(_VARLEN_FIELDS)
 
 
 class ZyfaVarlenArgs(ctypes.Structure):
-    """`zyfa_varlen_args`: a packed batch's index pointers and sizes (72 bytes), checked on assignment."""
+    """`zyfa_varlen_args`: a packed batch's index pointers and sizes (80 bytes), checked on assignment."""
 
     _fields_ = _VARLEN_FIELDS
 

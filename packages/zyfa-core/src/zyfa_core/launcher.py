@@ -220,14 +220,16 @@ def launch_grid(
     1, 1); each (query tile, head) item finds its sequence and tile in cu_seqlens_q on the device, and
     items past the last tile are not computed. "batch_tiles" (packed kernels only): the "tiles" grid of the
     bounds, (ceil(max_seqlen_q / tile_m), heads_q, batch); block (x, y, z) takes query tile x of sequence z
-    and exits when the sequence is shorter.
+    and exits when the sequence is shorter. "dynamic" (packed kernels only): the "persistent" grid, its
+    blocks claiming items from the launch's item counter instead of taking every grid-th.
 
     Raises:
-        ValueError: a persistent spec and `multiprocessors` missing or not positive; a packed "tiles" or
-            "persistent" spec without `varlen`.
+        ValueError: a persistent or dynamic spec and `multiprocessors` missing or not positive; a packed
+            "tiles", "persistent" or "dynamic" spec without `varlen`.
     """
     plan = _plan(spec)
-    count = _check_multiprocessors(spec, multiprocessors) if spec.grid == "persistent" else 0
+    walks = spec.grid in ("persistent", "dynamic")
+    count = _check_multiprocessors(spec, multiprocessors) if walks else 0
     return tuple(plan.grid(_args_bytes(args), count, _varlen_bytes(varlen)))
 
 
@@ -401,7 +403,9 @@ def launch(
     aligned; the caller allocates it and keeps it alive until the launch has run on `stream`): that entry
     runs first on `stream`, writing the pre-transposed V there, then the kernel with args.v = workspace;
     other specs ignore `workspace`. A packed call (args.flags has FLAG_VARLEN) passes its `varlen` struct, the
-    second parameter of a "varlen" / "paged" kernel. The code object is loaded once per (device, file).
+    second parameter of a "varlen" / "paged" kernel, with item_counter NULL: a grid "dynamic" spec's
+    `workspace_bytes` end with its item counter, which the launch points item_counter at and clears on
+    `stream` (cuMemsetD32Async) right before the kernel. The code object is loaded once per (device, file).
     `stream` is the raw CUstream / hipStream_t value as an int (torch:
     `torch.cuda.current_stream(device).cuda_stream`), 0 for the default stream; it must belong to
     `device`. The GIL is released during the driver calls.
@@ -418,12 +422,13 @@ def launch(
     packed = _varlen_bytes(varlen)
     plan = _plan(spec)
     plan.check(data, packed)
-    if spec.v_prep:
+    needs_workspace = bool(spec.v_prep) or spec.grid == "dynamic"
+    if needs_workspace:
         if isinstance(workspace, bool) or not isinstance(workspace, int) or not 0 <= workspace < 2**64:
             workspace = 0  # refused below, with the bytes it needs
         plan.check_workspace(data, workspace)
     _check_handles(device, stream)
-    _loaded(spec, device).launch(data, stream, workspace if spec.v_prep else 0, packed)
+    _loaded(spec, device).launch(data, stream, workspace if needs_workspace else 0, packed)
 
 
 def native_plan(spec: KernelSpec, device: int) -> int:

@@ -71,13 +71,17 @@ def preferred_p_modes(arch: str) -> tuple[str, ...]:
     return P_MODE_PREFERENCE.get(arch, P_MODES)
 
 
-GRID_MODES = ("tiles", "persistent", "batch_tiles")
+GRID_MODES = ("tiles", "persistent", "batch_tiles", "dynamic")
 """Launch grids (`zyfa_core.launch_grid`): "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch);
 "persistent" = (min(SMs, work items), 1, 1), the kernel walking its items. A row without "grid" (a
 manifest older than the field) is "tiles". A packed ("varlen" / "paged" layout) kernel counts its query
 tiles by a bound on those of all sequences: "tiles" = (bound, heads_q, 1), "persistent" = (min(SMs, bound
 * heads_q), 1, 1); or, "batch_tiles" (packed layouts only), one block per query tile of each sequence:
-(ceil(max_seqlen_q / tile_m), heads_q, batch), a block past its sequence's length exiting."""
+(ceil(max_seqlen_q / tile_m), heads_q, batch), a block past its sequence's length exiting; or "dynamic"
+(packed layouts only), the persistent grid whose blocks claim their items from a counter in the launch's
+workspace (ABI 5: zyfa_varlen_args.item_counter; `KernelSpec.workspace_bytes`)."""
+ITEM_COUNTER_BYTES = 16
+"""The last bytes of a grid "dynamic" launch's workspace, which hold its item counter."""
 LOAD_MODES = ("cp.async", "tma")
 """How a kernel loads q/k/v: "cp.async" takes the one zyfa_fwd_args parameter; "tma" (sm90a) takes a
 second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.launcher.tma_maps_bytes`). A row without
@@ -192,8 +196,10 @@ class KernelSpec:
 
     def workspace_bytes(self, batch: int, heads_kv: int, seqlen_k: int) -> int:
         """Device workspace one launch needs: the pre-transposed V, batch x heads_kv x d_v rows of
-        `vt_row_bytes` (e4m3: 1 byte per element); 0 for a kernel without a V pre-pass."""
-        return batch * heads_kv * self.d_v * self.vt_row_bytes(seqlen_k) if self.v_prep else 0
+        `vt_row_bytes` (e4m3: 1 byte per element), then, grid "dynamic", ITEM_COUNTER_BYTES for the item
+        counter that the launcher clears before the kernel; 0 for a kernel that needs neither."""
+        vt = batch * heads_kv * self.d_v * self.vt_row_bytes(seqlen_k) if self.v_prep else 0
+        return vt + (ITEM_COUNTER_BYTES if self.grid == "dynamic" else 0)
 
     def v_prep_grid(self, batch: int, heads_kv: int, seqlen_k: int) -> tuple[int, int, int]:
         """Launch grid of the V pre-pass: one block of VPREP_THREADS per 128 keys of each (kv head, batch)."""
@@ -402,8 +408,8 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
     layout = row.get("layout", "dense")
     if layout not in LAYOUTS:
         raise _row_error(where, name, f"layout {layout!r} is not one of {LAYOUTS}")
-    if layout == "dense" and grid == "batch_tiles":
-        raise _row_error(where, name, 'grid "batch_tiles" is for packed layouts; dense kernels take "tiles"')
+    if layout == "dense" and grid in ("batch_tiles", "dynamic"):
+        raise _row_error(where, name, f'grid "{grid}" is for packed layouts; dense kernels take "tiles"')
     if layout != "dense" and (loads != "cp.async" or v_prep):
         raise _row_error(where, name, f"a {layout} kernel loads with cp.async and has no V pre-pass")
     return KernelSpec(

@@ -7,9 +7,10 @@
  * FAKE_CC_MAJOR/FAKE_CC_MINOR (9/0), FAKE_INIT_ERROR, FAKE_LAUNCH_ERROR, FAKE_PARAM_SIZE (192),
  * FAKE_PARAM_COUNT (1, or 2 for a kernel whose name contains "tma": the args and the zyfa_tma_maps,
  * "_varlen" or "_paged": the args and zyfa_varlen_args, or ends in "_vprep": the args and the V pre-pass's
- * workspace pointer), FAKE_PARAM_SIZE2 (448, the second parameter's size, at offset 192; 72 for a varlen
+ * workspace pointer), FAKE_PARAM_SIZE2 (448, the second parameter's size, at offset 192; 80 for a varlen
  * kernel, 8 for "_vprep"), FAKE_NO_PARAM_INFO (hide
- * cuFuncGetParamInfo's result), FAKE_TMA_ERROR (cuTensorMapEncodeTiled returns this error).
+ * cuFuncGetParamInfo's result), FAKE_TMA_ERROR (cuTensorMapEncodeTiled returns this error),
+ * FAKE_MEMSET_ERROR (cuMemsetD32Async returns this error).
  * Built with -DFAKE_WITHOUT_TENSOR_MAP it lacks cuTensorMapEncodeTiled, as drivers before CUDA 12 do
  * (an env switch cannot hide a symbol from dlsym).
  */
@@ -134,7 +135,7 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
   f->param_count = (size_t)env_int("FAKE_PARAM_COUNT", strstr(name, "tma") || vprep || varlen ? 2 : 1);
   if (f->param_count > 3) f->param_count = 3;
   f->param_size[0] = (size_t)env_int("FAKE_PARAM_SIZE", 192);
-  f->param_size[1] = (size_t)env_int("FAKE_PARAM_SIZE2", vprep ? 8 : varlen ? 72 : 448);
+  f->param_size[1] = (size_t)env_int("FAKE_PARAM_SIZE2", vprep ? 8 : varlen ? 80 : 448);
   f->param_size[2] = 8;
   /* As nvcc lays them out: the 64-byte aligned maps right after the 192-byte args. */
   f->param_offset[0] = 0;
@@ -183,6 +184,17 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
   log_line("cuLaunchKernel name=%s ctx=%#zx grid=%u,%u,%u block=%u,%u,%u smem=%u stream=%#zx args=%s%s%s", f->name,
            (size_t)g_current, gx, gy, gz, bx, by, bz, smem, (size_t)stream, hex[0],
            f->param_count > 1 ? " second=" : "", hex[1]);
+  return SUCCESS;
+}
+
+/* Logs the call (a launcher clears a dynamic-grid kernel's item counter before the launch); FAKE_MEMSET_ERROR
+ * makes it fail with that error. */
+CUresult cuMemsetD32Async(unsigned long long dst, unsigned value, size_t count, void *stream) {
+  if (!g_current) return INVALID_CONTEXT;
+  int e = env_int("FAKE_MEMSET_ERROR", 0);
+  if (e) return e;
+  if (dst % 4) return INVALID_VALUE;
+  log_line("cuMemsetD32Async dst=%#llx value=%u count=%zu stream=%#zx", dst, value, count, (size_t)stream);
   return SUCCESS;
 }
 

@@ -46,7 +46,7 @@ __all__ = [
     "fwd_tensor_descales",
     "hot_path",
     "select_kernel",
-    "v_prep_workspace",
+    "launch_workspace",
 ]
 
 CPU_BLOCK_N = 64
@@ -329,7 +329,7 @@ def _fwd_core(q: Tensor, k: Tensor, v: Tensor, opts: _Options) -> tuple[Tensor, 
     out, lse = _new_outputs(q, *_out_shapes(q, k, v, opts.return_lse))
     lse_arg = lse if opts.return_lse else None
     args = _fill_args(core.abi, q, k, v, out, lse_arg, opts.softmax_scale, opts.causal, opts.descales)
-    workspace = v_prep_workspace(spec, q, k)
+    workspace = launch_workspace(spec, q.shape[0], k.shape[2], k.shape[1], q.device)
     _launch(core, spec, args, q.device, workspace=workspace.data_ptr() if workspace is not None else None)
     return out, lse
 
@@ -342,14 +342,14 @@ def _launch(core: SimpleNamespace, spec: object, args: object, device: torch.dev
     core.launcher.launch(spec, args, stream=stream, device=_device_index(device), **given)
 
 
-def v_prep_workspace(spec: object, q: Tensor, k: Tensor) -> Tensor | None:
-    """The workspace of a kernel with a V pre-pass (ABI 3: it reads V pre-transposed from there, written by
-    its pass first), from torch's caching allocator, which keeps it for this stream's work after the tensor
-    goes out of scope; None for other kernels."""
-    if not spec.v_prep:  # type: ignore[attr-defined]
-        return None
-    nbytes = spec.workspace_bytes(q.shape[0], k.shape[2], k.shape[1])  # type: ignore[attr-defined]
-    return torch.empty(nbytes, dtype=torch.uint8, device=q.device)
+def launch_workspace(
+    spec: object, batch: int, heads_kv: int, seqlen_k: int, device: torch.device
+) -> Tensor | None:
+    """The device workspace one launch of `spec` needs (zyfa_core's `KernelSpec.workspace_bytes`: a V
+    pre-pass's pre-transposed V, a grid "dynamic" kernel's item counter), from torch's caching allocator,
+    which keeps it for this stream's work after the tensor goes out of scope; None when it needs none."""
+    nbytes = spec.workspace_bytes(batch, heads_kv, seqlen_k)  # type: ignore[attr-defined]
+    return torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
 
 
 def _kernel_strides(x: Tensor) -> tuple[int, int, int]:

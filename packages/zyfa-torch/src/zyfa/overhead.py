@@ -126,7 +126,7 @@ def _launch_only(
     args = _ops._fill_args(core.abi, q, k, v, out, None, scale, True, descales)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     index = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    workspace = _ops.v_prep_workspace(spec, q, k)  # allocated once, like the output
+    workspace = _ops.launch_workspace(spec, q.shape[0], k.shape[2], k.shape[1], q.device)  # once, like out
     extra = {"workspace": workspace.data_ptr()} if workspace is not None else {}
 
     # args hold only addresses: the default argument keeps out and the workspace alive with the callable.

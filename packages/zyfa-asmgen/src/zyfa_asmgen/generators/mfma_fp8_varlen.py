@@ -1,6 +1,6 @@
 """mfma_fp8's packed builds (layouts "varlen", "paged"): a sequence of a packed batch as a dense batch of one.
 
-kernels/abi/zyfa_abi.h (ABI 4) passes zyfa_varlen_args after zyfa_fwd_args, at the kernarg offset the header
+kernels/abi/zyfa_abi.h (ABI 5) passes zyfa_varlen_args after zyfa_fwd_args, at the kernarg offset the header
 implies (192). The grid is "batch_tiles", (ceil(max_seqlen_q / tile_m), heads_q, batch): the workgroup's query
 tile and head come from the dense tile order over the launch's bounds, and its batch index is its sequence b.
 

@@ -1,4 +1,4 @@
-"""Packed variable-length batches in the simulator (kernels/abi/zyfa_abi.h, ABI 4).
+"""Packed variable-length batches in the simulator (kernels/abi/zyfa_abi.h, ABI 5).
 
 A kernel whose row has "layout" "varlen" takes two parameters: zyfa_fwd_args, whose q, k, v and out are
 packed [total, heads, d] tensors (batch strides 0, seqlen_q / seqlen_k the largest counts of the batch),
