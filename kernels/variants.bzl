@@ -29,7 +29,10 @@ Fields:
                             sm90/fa_fwd_wgmma.cu, which the build then compiles with -DZYFA_WS_PERSISTENT=1.
               A packed (layout "varlen" / "paged") row's "tiles" grid is (ZYFA_VARLEN_TILES, heads_q, 1);
               "batch_tiles" (packed layouts only) = (ceil(max_seqlen_q / tile_m), heads_q, batch), one
-              block per query tile of each sequence (src gfx950/fa_fwd_bf16.hip).
+              block per query tile of each sequence (src gfx950/fa_fwd_bf16.hip); "dynamic" (packed
+              layouts, src sm90/fa_fwd_wgmma.cu, -DZYFA_WS_DYNAMIC=1) = the persistent grid whose block x
+              takes item x, then the next unclaimed one from zyfa_varlen_args.item_counter (ABI 5), which
+              launchers keep in the last 16 bytes of the launch's workspace and clear before the kernel.
   loads       optional, written to the manifest row ("cp.async" when absent): "tma" = Q / K / V tiles by
               TMA from one producer thread (src sm90/fa_fwd_wgmma.cu, bf16 only; built with
               -DZYFA_WS_TMA=1): the kernel takes zyfa_tma_maps (kernels/abi/zyfa_abi.h) as a second
@@ -135,13 +138,15 @@ VARIANTS = [
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197888, "tag": "", "stale_tau": 8.0,
      "grid": "tiles", "layout": "paged"},
-    # tile_order "sequence_major" on BF16 192/128 only (16 K / V heads of 320 elements: the step's K / V is
-    # 2.5x d128's): 463.0 against 421.3 TFLOP/s tile-major; FP8 d128 632.6 against 672.7, FP8 192/128 635.7
-    # against 659.1, BF16 d128 478.6 against 481.6 (kernels/sm90/NOTES.md, "Packed batches").
+    # 192/128 (16 K / V heads of 320 elements: the step's K / V is 2.5x d128's): grid "dynamic" with
+    # tile_order "sequence_major" (a sequence's tiles on consecutive items keep its K / V in L2; claimed items
+    # keep the CTAs balanced): 518.0 and 684.0 TFLOP/s (BF16, FP8) against 477.1 and 666.0 for the persistent
+    # grid's builds; at d128 it gave 526.7 against 517.5 (BF16) and 649.6 against 666.8 (FP8), so the d128
+    # rows keep the persistent grid and tile-major order (kernels/sm90/NOTES.md, "Packed batches").
     {"name": "fa_fwd_bf16_hd192x128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230656, "tag": "", "stale_tau": 8.0,
-     "grid": "persistent", "layout": "varlen", "tile_order": "sequence_major"},
+     "grid": "dynamic", "layout": "varlen", "tile_order": "sequence_major"},
     {"name": "fa_fwd_bf16_hd192x128_causal_paged_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230656, "tag": "", "stale_tau": 8.0,
@@ -157,7 +162,7 @@ VARIANTS = [
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_varlen_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231680, "tag": "",
-     "grid": "persistent", "layout": "varlen"},
+     "grid": "dynamic", "layout": "varlen", "tile_order": "sequence_major"},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231680, "tag": "",

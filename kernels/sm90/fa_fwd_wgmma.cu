@@ -72,6 +72,16 @@
 #include "sm90/warp_ptx.h"
 #include "sm90/wgmma.h"
 
+// A persistent CTA's k-th item: every gridDim.x-th (cta_item), the walk ending at the first past n_items; a
+// dynamic build's items come from its slots (ItemSlots::take sets `item`), its end with the first tile-less.
+#if ZYFA_WS_DYNAMIC
+#define ZYFA_ITEM_OF_CTA(k) uint32_t item = 0u
+#else
+#define ZYFA_ITEM_OF_CTA(k)            \
+  uint32_t item = cta_item(k);         \
+  if (item >= n_items) break
+#endif
+
 #if ZYFA_WS_VARLEN
 // The names the rest of the kernel reads for one work item of a packed batch (varlen.cuh, VarlenItem): the
 // sequence's dense view `args`, its counts, the block and the sequence. `none` runs when the item has no tile
@@ -190,20 +200,27 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #if ZYFA_WS_VARLEN
     // The producer's first warp maps item k while item k - 1 loads (its loads issued, before the wait for Q).
     auto publish_item = [&](uint32_t k) {
+#if ZYFA_WS_DYNAMIC
+      if (tid >= 32) return;
+      const uint32_t next = items.claim(k, varlen.item_counter);
+      if (next < n_items) items.publish(k, items.map(packed, varlen, next), next);
+      else items.publish(k, VarlenTile{-1, 0}, next);  // the end: every warp of the CTA stops here
+#else
       const uint32_t next = cta_item(k);
-      if (tid < 32 && next < n_items) items.publish(k, items.map(packed, varlen, next));
+      if (tid < 32 && next < n_items) items.publish(k, items.map(packed, varlen, next), next);
+#endif
     };
 #endif
     int kv_base = 0;       // K / V blocks loaded by this CTA before this item (ring position)
     uint32_t q_loads = 0;  // Q tiles loaded before this item (Q full / empty phases)
 #pragma unroll 1
     for (uint32_t k_item = 0;; ++k_item) {
-    const uint32_t item = cta_item(k_item);
-    if (item >= n_items) break;
+    ZYFA_ITEM_OF_CTA(k_item);
 #if ZYFA_WS_VARLEN
     // Items grow with k_item and ranks with items: after the first item with no tile, none of this CTA's has one.
     if (k_item == 0) publish_item(0);  // here, not before the loop: a second copy there spills the producer
-    ZYFA_VARLEN_ITEM(varlen_item_of(packed, varlen, items.take(k_item), item), break);
+    const VarlenTile tile = items.take(k_item, item);
+    ZYFA_VARLEN_ITEM(varlen_item_of(packed, varlen, tile, item), break);
 #else
     const Block blk = item_block(item);
 #endif
@@ -374,10 +391,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   uint32_t q_phase = 0;   // Q full-barrier parity of this item's Q
 #pragma unroll 1
   for (uint32_t k_item = 0;; ++k_item) {
-  const uint32_t item = cta_item(k_item);
-  if (item >= n_items) break;
+  ZYFA_ITEM_OF_CTA(k_item);
 #if ZYFA_WS_VARLEN
-  ZYFA_VARLEN_ITEM(varlen_item_of(packed, varlen, items.take(k_item), item), break);  // the producer's items
+  const VarlenTile tile = items.take(k_item, item);  // the producer's items
+  ZYFA_VARLEN_ITEM(varlen_item_of(packed, varlen, tile, item), break);
 #else
   const Block blk = item_block(item);
 #endif

@@ -102,8 +102,11 @@ SEQUENCE_MAJOR_SRCS = ("sm90/fa_fwd_wgmma.cu",)
 # Launch grids: "tiles" = (ceil(seqlen_q / tile_m), heads_q, batch); "persistent" = (min(SMs, items), 1, 1),
 # which only the sm90 wgmma kernel's ZYFA_WS_PERSISTENT build understands (it walks the items itself). A
 # packed build's "tiles" is the compact (ZYFA_VARLEN_TILES bound, heads_q, 1); "batch_tiles" (packed layouts
-# only, VARLEN_SRCS) = (ceil(max_seqlen_q / tile_m), heads_q, batch), one block per tile of each sequence.
-GRID_MODES = ("tiles", "persistent", "batch_tiles")
+# only, VARLEN_SRCS) = (ceil(max_seqlen_q / tile_m), heads_q, batch), one block per tile of each sequence;
+# "dynamic" (packed layouts of the sm90 wgmma kernel, -DZYFA_WS_PERSISTENT=1 -DZYFA_WS_DYNAMIC=1) = the
+# persistent grid whose blocks claim their items from zyfa_varlen_args.item_counter (ABI 5).
+GRID_MODES = ("tiles", "persistent", "batch_tiles", "dynamic")
+PERSISTENT_GRIDS = ("persistent", "dynamic")
 PERSISTENT_SRC = "sm90/fa_fwd_wgmma.cu"
 # Global -> shared loads: "cp.async" (one kernel parameter, zyfa_fwd_args) or "tma" (the sm90 wgmma
 # kernel's ZYFA_WS_TMA build, BF16 only: a second parameter, zyfa_tma_maps, that launchers encode).
@@ -140,7 +143,7 @@ LAYOUTS = ("dense", "varlen", "paged")
 LAYOUT_SUFFIX = {"varlen": "_varlen", "paged": "_paged"}
 LAYOUT_DEFINE = {"varlen": 1, "paged": 2}
 VARLEN_SRCS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "sm90/fa_fwd_wgmma.cu": ("ZYFA_WS_VARLEN", ("varlen", "paged"), ("tiles", "persistent")),
+    "sm90/fa_fwd_wgmma.cu": ("ZYFA_WS_VARLEN", ("varlen", "paged"), ("tiles", "persistent", "dynamic")),
     "gfx950/fa_fwd_bf16.hip": ("ZYFA_VARLEN", ("varlen", "paged"), ("batch_tiles",)),
     "mfma_fp8": ("", ("varlen", "paged"), ("batch_tiles",)),
 }
@@ -225,10 +228,12 @@ def grid_problems(v: dict[str, Any]) -> list[str]:
     label, grid = v["name"], grid_mode(v)
     if grid not in GRID_MODES:
         return [f"{label}: grid {grid!r} is not one of {GRID_MODES}"]
-    if grid == "persistent" and v["src"] != PERSISTENT_SRC:
+    if grid in PERSISTENT_GRIDS and v["src"] != PERSISTENT_SRC:
         # Any other kernel maps blockIdx.y/z to head and batch: on an (SMs, 1, 1) grid it would compute
         # only the first SMs' tiles of head 0, batch 0.
-        return [f"{label}: grid 'persistent' needs src {PERSISTENT_SRC!r} (built with ZYFA_WS_PERSISTENT=1)"]
+        return [f"{label}: grid {grid!r} needs src {PERSISTENT_SRC!r} (built with ZYFA_WS_PERSISTENT=1)"]
+    if grid == "dynamic" and layout(v) == "dense":
+        return [f"{label}: grid 'dynamic' is for layouts 'varlen' and 'paged' (it claims packed items)"]
     if grid == "batch_tiles" and layout(v) == "dense":
         return [
             f"{label}: grid 'batch_tiles' is for layouts 'varlen' and 'paged'; dense kernels take 'tiles'"
@@ -393,9 +398,11 @@ def defines(v: dict[str, Any]) -> list[str]:
     }
     if v["p_mode"] == "f16":  # only then, so the other builds keep exactly their defines
         values["ZYFA_WS_PV_F16"] = 1
-    if grid_mode(v) == "persistent":
+    if grid_mode(v) in PERSISTENT_GRIDS:
         # Only then: the tile-grid builds keep exactly the defines (and PTX) they had before the field.
         values["ZYFA_WS_PERSISTENT"] = 1
+    if grid_mode(v) == "dynamic":
+        values["ZYFA_WS_DYNAMIC"] = 1
     if loads_mode(v) == "tma":
         values["ZYFA_WS_TMA"] = 1
     if stale_tau(v) > 0.0 and STALE_SRCS[v["src"]]:

@@ -4,8 +4,8 @@
 // -D macros: ZYFA_KERNEL_NAME, ZYFA_DTYPE_E4M3, ZYFA_D_QK, ZYFA_D_V, ZYFA_TILE_M, ZYFA_TILE_N, ZYFA_THREADS,
 // ZYFA_SMEM_BYTES, ZYFA_LEAN_P, and only where the entry asks for them ZYFA_WS_PV_F16 (p_mode "f16"),
 // ZYFA_WS_PERSISTENT (grid "persistent"), ZYFA_WS_TMA (loads "tma"), ZYFA_WS_STALE_TAU (stale_tau > 0) and
-// ZYFA_WS_VPRE (v_prep), ZYFA_WS_VARLEN (layout "varlen" 1, "paged" 2) and ZYFA_WS_SEQ_MAJOR (tile_order
-// "sequence_major"). Everything else below is a constexpr derived from them: the per-variant choices
+// ZYFA_WS_VPRE (v_prep), ZYFA_WS_VARLEN (layout "varlen" 1, "paged" 2), ZYFA_WS_SEQ_MAJOR (tile_order
+// "sequence_major") and ZYFA_WS_DYNAMIC (grid "dynamic", with ZYFA_WS_PERSISTENT). Everything else below is a constexpr derived from them: the per-variant choices
 // (softmax form, row-max method, row-sum method, ring depth, register split) are the ones measured fastest
 // for that variant (kernels/sm90/NOTES.md, "What was tried", lists what was measured against them).
 #pragma once
@@ -41,6 +41,9 @@
 #ifndef ZYFA_WS_SEQ_MAJOR
 #define ZYFA_WS_SEQ_MAJOR 0
 #endif
+#ifndef ZYFA_WS_DYNAMIC
+#define ZYFA_WS_DYNAMIC 0
+#endif
 
 namespace zyfa_sm90_ws {
 
@@ -68,6 +71,9 @@ constexpr bool kVarlen = ZYFA_WS_VARLEN != 0;
 constexpr bool kPaged = ZYFA_WS_VARLEN == 2;
 // The packed items' order (varlen_tiles.h): sequence-major, or tile-major (every sequence's last tile first).
 constexpr bool kSeqMajor = ZYFA_WS_SEQ_MAJOR != 0;
+// Persistent packed builds whose CTAs claim items from the launch's counter (zyfa_varlen_args.item_counter,
+// ABI 5) one item ahead, in rank order, instead of taking every gridDim.x-th (varlen.cuh, ItemSlots::claim).
+constexpr bool kDynamic = ZYFA_WS_DYNAMIC != 0;
 // e4m3 V (without the pre-pass) goes global -> two staging buffers (cp.async, one block ahead) -> Vt.
 constexpr bool kVStaged = kFp8 && !kVPre;
 // FP8 with P.V in f16 (p_mode "f16"): P rounded to f16, V converted e4m3 -> f16 by the producer, P.V an
@@ -148,9 +154,10 @@ constexpr int kKStageBytes = kQkRegions * kTileN * 128;
 constexpr int kVtRegions = (kTileN + 127) / 128;
 constexpr int kVStageBytes = kPv16 ? kDV * kTileN * 2 : kVtRows * 128 * kVtRegions;
 // Q full, Q empty (persistent) and 4 mbarriers per stage, 8 B each; persistent packed builds add the item
-// slots after them (varlen.cuh, ItemSlots: 4 mbarriers, 2 x 8 B of slots, 24 B of walk position). Packed
-// builds keep the same layout on either grid, so a row's smem_bytes fits both.
-constexpr int kItemSlotBytes = kVarlen && kPersistent ? 4 * 8 + 2 * 8 + 24 : 0;
+// slots after them (varlen.cuh, ItemSlots: 4 mbarriers, 2 slots of kItemSlotStride bytes, 24 B of walk
+// position). Packed builds keep the same layout on either grid, so a row's smem_bytes fits both.
+constexpr int kItemSlotStride = kDynamic ? 16 : 8;  // batch, q_tile (, the item: dynamic)
+constexpr int kItemSlotBytes = kVarlen && kPersistent ? 4 * 8 + 2 * kItemSlotStride + 24 : 0;
 constexpr int kBarrierBytes = kVarlen ? 256 : 128;
 constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (kTileN keys x 128 B) that cp.async fills one block
@@ -191,6 +198,7 @@ static_assert(!kVPre || (!kPvF16 && kTileN % 64 == 0), "ZYFA_WS_VPRE: exact or l
 static_assert(!kLSumOnes || !kVPre || kTileN <= 128, "lean P's ones rows with the pre-pass: one Vt region");
 static_assert(ZYFA_WS_VARLEN >= 0 && ZYFA_WS_VARLEN <= 2, "ZYFA_WS_VARLEN: 0 dense, 1 varlen, 2 paged");
 static_assert(!kSeqMajor || kVarlen, "ZYFA_WS_SEQ_MAJOR orders a packed batch's items");
+static_assert(!kDynamic || (kVarlen && kPersistent), "ZYFA_WS_DYNAMIC claims a persistent packed build's items");
 static_assert(!kVarlen || (!kTma && !kVPre),
               "ZYFA_WS_VARLEN: cp.async loads and no V pre-pass (zyfa_varlen_args is parameter 2)");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");

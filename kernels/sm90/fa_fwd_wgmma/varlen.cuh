@@ -154,16 +154,18 @@ __device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, c
 // tile; its full mbarrier (one arrival: the mapping warp's lane 0) publishes it, its empty one (one arrival
 // per warp of the CTA, kThreads / 32) frees it once every warp has read it. The two phases of each barrier
 // alternate as the CTA's items go: item k is use k / 2 of its slot. The mapping warp walks its ranks with
-// varlen_tile_walk, its position (TileIndex) kept in shared memory between items.
+// varlen_tile_walk, its position (TileIndex) kept in shared memory between items. A dynamic build (kDynamic)
+// claims each item on the launch's counter (claim) and passes the item itself in its slot too: no other
+// warp can compute it.
 struct ItemSlots {
-  // kItemSlotBytes from `bars`: full[2], empty[2] (8 B each), the slots (2 x 8 B: batch, q_tile), then the
-  // walk's position (t at +48, from_next at +56, from_t at +64).
+  // kItemSlotBytes from `bars`: full[2], empty[2] (8 B each), the slots (2 x kItemSlotStride B: batch, q_tile,
+  // dynamic builds the item), then the walk's position (t, from_next, from_t).
   uint32_t bars;
 
   __device__ __forceinline__ uint32_t full(uint32_t k) const { return bars + 8u * (k & 1u); }
   __device__ __forceinline__ uint32_t empty(uint32_t k) const { return bars + 16u + 8u * (k & 1u); }
-  __device__ __forceinline__ uint32_t slot(uint32_t k) const { return bars + 32u + 8u * (k & 1u); }
-  __device__ __forceinline__ uint32_t walk_at() const { return bars + 48u; }
+  __device__ __forceinline__ uint32_t slot(uint32_t k) const { return bars + 32u + kItemSlotStride * (k & 1u); }
+  __device__ __forceinline__ uint32_t walk_at() const { return bars + 32u + 2u * kItemSlotStride; }
   // Word i of the walk's position: t, then the low and high halves of from_next and from_t.
   __device__ __forceinline__ uint32_t walk_word(int i) const { return walk_at() + (i == 0 ? 0u : 4u + 4u * i); }
 
@@ -207,30 +209,48 @@ struct ItemSlots {
     return tile;
   }
 
-  // Item k's tile, by the mapping warp. Waits until every warp has read item k - 2's.
-  __device__ __forceinline__ void publish(uint32_t k, VarlenTile tile) const {
+  // Dynamic builds: the CTA's k-th item, by the mapping warp (all 32 lanes). Block x takes item x first, then
+  // gridDim.x + the next count of the launch's counter (zero at launch: the launcher clears it), which gives
+  // every item below n_items to exactly one CTA, in rank order; a CTA stops at its first claim >= n_items
+  // (or without a tile). Its claims only grow, as varlen_tile_walk needs.
+  __device__ __forceinline__ uint32_t claim(uint32_t k, uint32_t* counter) const {
+    uint32_t item = blockIdx.x;
+    if (k != 0u) {
+      uint32_t got = 0u;
+      if ((threadIdx.x & 31u) == 0u) got = atomicAdd(counter, 1u);
+      item = gridDim.x + __shfl_sync(0xffffffffu, got, 0);
+    }
+    return item;
+  }
+
+  // Item k's tile, by the mapping warp (with the item itself in dynamic builds). Waits until every warp has
+  // read item k - 2's.
+  __device__ __forceinline__ void publish(uint32_t k, VarlenTile tile, [[maybe_unused]] uint32_t item) const {
     if ((threadIdx.x & 31u) == 0u) {
       mbar_wait(empty(k), ((k >> 1) & 1u) ^ 1u);
       st_shared_u32(slot(k), static_cast<uint32_t>(tile.batch));
       st_shared_u32(slot(k) + 4u, static_cast<uint32_t>(tile.q_tile));
+      if constexpr (kDynamic) st_shared_u32(slot(k) + 8u, item);
       mbar_arrive(full(k));  // release: the stores above are visible to every thread that sees the phase
     }
     __syncwarp();
   }
 
   // Item k's tile, by every warp of the CTA: lane 0 waits for it, reads it and frees the slot (its reads and
-  // its arrival in program order), the warp gets it by shuffles.
-  __device__ __forceinline__ VarlenTile take(uint32_t k) const {
-    uint32_t batch = 0u, q_tile = 0u;
+  // its arrival in program order), the warp gets it by shuffles; a dynamic build's item comes to `item`.
+  __device__ __forceinline__ VarlenTile take(uint32_t k, [[maybe_unused]] uint32_t& item) const {
+    uint32_t batch = 0u, q_tile = 0u, claimed = 0u;
     if ((threadIdx.x & 31u) == 0u) {
       mbar_wait(full(k), (k >> 1) & 1u);
       batch = ld_shared_u32(slot(k));
       q_tile = ld_shared_u32(slot(k) + 4u);
+      if constexpr (kDynamic) claimed = ld_shared_u32(slot(k) + 8u);
       mbar_arrive(empty(k));
     }
     VarlenTile tile;
     tile.batch = static_cast<int>(__shfl_sync(0xffffffffu, batch, 0));
     tile.q_tile = static_cast<int>(__shfl_sync(0xffffffffu, q_tile, 0));
+    if constexpr (kDynamic) item = __shfl_sync(0xffffffffu, claimed, 0);
     return tile;
   }
 };

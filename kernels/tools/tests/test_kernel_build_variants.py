@@ -83,7 +83,7 @@ def test_random_valid_variants_have_no_problems() -> None:
         ({"dtype": "e4m3fnuz", "p_mode": "exact"}, "dtype 'e4m3fnuz' is not one of"),
         ({"threads": 0}, "threads = 0 must be positive"),
         ({"extra": 1}, "unknown field(s) ['extra']"),
-        ({"grid": "ring"}, "grid 'ring' is not one of ('tiles', 'persistent', 'batch_tiles')"),
+        ({"grid": "ring"}, "grid 'ring' is not one of ('tiles', 'persistent', 'batch_tiles', 'dynamic')"),
         ({"grid": None}, "grid = None has the wrong type"),
         ({"grid": "persistent"}, "grid 'persistent' needs src 'sm90/fa_fwd_wgmma.cu'"),
         ({"loads": "bulk"}, "loads 'bulk' is not one of ('cp.async', 'tma')"),
@@ -342,3 +342,20 @@ def test_sequence_major_tile_order_sets_its_define() -> None:
     assert not any("SEQ_MAJOR" in d for d in kb.defines(packed))
     dense = variant(src="sm90/fa_fwd_wgmma.cu", tile_order="sequence_major")
     assert any("'sequence_major' needs a packed layout" in p for p in kb.variant_problems(dense))
+
+
+def test_dynamic_grid_defines_persistent_and_dynamic() -> None:
+    """grid "dynamic" on a packed row of the sm90 wgmma kernel builds the persistent kernel plus
+    -DZYFA_WS_DYNAMIC=1 (everything else as the persistent build); a dense row, another source and the
+    gfx950 packed builds are refused."""
+    persistent = variant(src="sm90/fa_fwd_wgmma.cu", grid="persistent", layout="varlen")
+    dynamic = dict(persistent, grid="dynamic")
+    assert kb.variant_problems(dynamic) == []
+    flags = kb.defines(persistent)
+    at = flags.index("-DZYFA_WS_PERSISTENT=1") + 1
+    assert kb.defines(dynamic) == [*flags[:at], "-DZYFA_WS_DYNAMIC=1", *flags[at:]]
+    assert not any("DYNAMIC" in d for d in kb.defines(persistent))
+    dense = variant(src="sm90/fa_fwd_wgmma.cu", grid="dynamic")
+    assert any("grid 'dynamic' is for layouts 'varlen' and 'paged'" in p for p in kb.variant_problems(dense))
+    simple = variant(src="sm90/fa_fwd_simple.cu", tag="simple", grid="dynamic", layout="varlen")
+    assert any("grid 'dynamic' needs src 'sm90/fa_fwd_wgmma.cu'" in p for p in kb.variant_problems(simple))

@@ -127,12 +127,15 @@ def test_kernel_matches_the_reference(case, precision, paged):
 # tiles x 16 heads = 1248 work items, ~10 per CTA of a persistent grid on 132 SMs, so each CTA carries its
 # K / V ring, Q barrier and ping-pong state across items of different sequences.
 MANY_ITEMS = (long_tailed_lengths(48, 6144, seed=11), 96, 16, 2, 128)
+# The same step at 192/128 (8 heads: 720 items), whose packed rows claim their items (grid "dynamic").
+MANY_ITEMS_192 = (MANY_ITEMS[0], 96, 8, 8, 192)
 
 
+@pytest.mark.parametrize("many", [MANY_ITEMS, MANY_ITEMS_192], ids=["d128", "d192"])
 @pytest.mark.parametrize("paged", [False, True], ids=["varlen", "paged"])
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
-def test_many_items_per_persistent_cta(precision, paged):
-    lens, prefix, hq, hkv, d = MANY_ITEMS
+def test_many_items_per_persistent_cta(precision, paged, many):
+    lens, prefix, hq, hkv, d = many
     items = sum(-(-n // 128) for n in lens) * hq
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert items >= 4 * sms, f"{items} work items do not give each of {sms} persistent CTAs several"
@@ -195,22 +198,24 @@ def _tile_grid_kernels(directory: Path, names: list[str]) -> Path:
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 def test_persistent_grid_gives_the_tile_grids_bits(precision, tmp_path, monkeypatch):
-    """The shipped persistent packed kernels against the same rows built for the tile grid: every tile is
-    computed the same way whichever CTA takes it, so out and lse agree bit for bit (each layout shipped
-    persistent; a step of many items per CTA, and CASES[0]'s empty and one-row sequences)."""
-    lens, prefix, hq, hkv, d = MANY_ITEMS
-    batches = [(lens, [prefix + n for n in lens], hq, hkv, d), CASES[0]]
+    """The shipped persistent and dynamic packed kernels against the same rows built for the tile grid:
+    every tile is computed the same way whichever CTA takes it, so out and lse agree bit for bit (each
+    layout shipped on such a grid; steps of many items per CTA at both head shapes, and CASES[0]'s and
+    CASES[1]'s empty and one-row sequences)."""
+    steps = (MANY_ITEMS, MANY_ITEMS_192)
+    batches = [(lens, [prefix + n for n in lens], hq, hkv, d) for lens, prefix, hq, hkv, d in steps]
+    batches += [CASES[0], CASES[1]]
     runs, names, results = [], set(), []
     for batch, paged in [(batch, paged) for batch in batches for paged in (False, True)]:
         gpu, _, descales, p = _inputs(batch, precision, paged)
         spec = _spec(gpu["q"], gpu["k"], gpu["v"], "paged" if paged else "varlen")
-        if spec.grid != "persistent":  # a layout shipped on the tile grid has nothing to compare
+        if spec.grid not in ("persistent", "dynamic"):  # shipped on the tile grid: nothing to compare
             continue
         runs.append((batch, paged))
         names.add(spec.name)
         results.append(_call(gpu, p, descales, precision, return_attn_probs=True))
     if not runs:
-        pytest.skip(f"no packed {precision} kernel of this build takes grid 'persistent'")
+        pytest.skip(f"no packed {precision} kernel of this build takes grid 'persistent' or 'dynamic'")
     monkeypatch.setenv("ZYFA_KERNEL_DIR", str(_tile_grid_kernels(tmp_path, sorted(names))))
     for (batch, paged), (out, lse) in zip(runs, results, strict=True):
         gpu, _, descales, p = _inputs(batch, precision, paged)
@@ -273,6 +278,37 @@ def test_serving_step_bitwise_repeatable_and_graph_capturable():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, zyfa.flash_attn_varlen_func(*args, **kw))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_dynamic_grid_repeatable_and_graph_capturable(precision):
+    """A grid "dynamic" kernel (its CTAs claim items from a counter that each launch clears first): 10 calls
+    give the same bits, and a CUDA graph that captured the clear and the kernel gives them on every replay,
+    also after new values are copied into the static inputs (a counter left from the last replay would
+    leave items uncomputed)."""
+    batch = (MANY_ITEMS_192[0], [96 + n for n in MANY_ITEMS_192[0]], *MANY_ITEMS_192[2:])
+    gpu, _, descales, p = _inputs(batch, precision, False)
+    if _spec(gpu["q"], gpu["k"], gpu["v"], "varlen").grid != "dynamic":
+        pytest.skip(f"the packed {precision} 192/128 kernel of this build does not take grid 'dynamic'")
+    first = _call(gpu, p, descales, precision)
+    for _ in range(10):
+        assert torch.equal(_call(gpu, p, descales, precision), first)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        _call(gpu, p, descales, precision)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = _call(gpu, p, descales, precision)
+    for replay in range(3):
+        if replay == 2:
+            raw = gpu["q"].view(torch.uint8)  # bytes: flip exists for every dtype
+            raw.copy_(raw.flip(0))
+        captured.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, _call(gpu, p, descales, precision)), f"replay {replay}"
 
 
 def test_one_sequence_matches_the_dense_kernel():
