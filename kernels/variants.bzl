@@ -125,7 +125,7 @@ VARIANTS = [
     # through a page table), the default kernels' numerics with cp.async loads (the TMA maps describe dense
     # tensors). Packed rows run on the persistent grid (min(SMs, items) CTAs walk the batch's (query tile, head)
     # items, longest first, as the dense persistent kernels do; the producer's first warp maps each item and
-    # hands it to the other warps): against FA3 varlen 0.80-0.95x on the serving step, where the tile grid gave
+    # hands it to the other warps): against FA3 varlen 0.86-0.96x on the serving step, where the tile grid gave
     # 0.68-0.77x. Paged rows keep grid "tiles" (one CTA per item, the same output bits): FP8 paged on the
     # persistent grid measured 0.93x / 0.97x of it (d128, 192/128), and the BF16 paged builds spill there
     # (kernels/sm90/NOTES.md, "Packed batches"). FP8 in the default lean P mode. smem_bytes as the dense rows
