@@ -180,8 +180,9 @@ _Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
  * launches the persistent grid, but its blocks claim items from a counter instead of a fixed stride: block
  * x takes item x first, then gridDim.x + atomicAdd(item_counter, 1) each time it needs one, so the items
  * still go out in rank order while a block that finishes early takes more. Launchers point item_counter at
- * 4 bytes of the launch's workspace (the last 16 bytes of it, after any pre-transposed V) and clear it on
- * the launch's stream right before the kernel; the kernel leaves it at the number of claims made.
+ * the first 4 of the last ZYFA_ITEM_COUNTER_BYTES (below) of the launch's workspace, after any
+ * pre-transposed V, and clear them on the launch's stream right before the kernel; the kernel leaves them
+ * at the number of claims made.
  * Kernel parameters: zyfa_fwd_args, then this struct; in a HIP kernarg segment at offset 192 (8-byte
  * aligned), 272 bytes in all. */
 #define ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, tile_m)                                       \
@@ -189,6 +190,9 @@ _Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
            (int64_t)(batch) * (((int64_t)(max_seqlen_q) + (tile_m) - 1) / (tile_m))                   \
        ? (int64_t)(total_q) / (tile_m) + (int64_t)(batch)                                             \
        : (int64_t)(batch) * (((int64_t)(max_seqlen_q) + (tile_m) - 1) / (tile_m)))
+
+/* ABI 5: the bytes at the end of a grid "dynamic" launch's workspace that hold its item counter (above). */
+#define ZYFA_ITEM_COUNTER_BYTES 16
 
 typedef struct zyfa_varlen_args {
   const int32_t *cu_seqlens_q; /*  0  [batch + 1] */

@@ -293,7 +293,7 @@ std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a) {
     bytes = static_cast<std::uint64_t>(a.batch) * static_cast<std::uint64_t>(a.heads_kv) *
             static_cast<std::uint64_t>(a.d_v) * static_cast<std::uint64_t>(row);
   }
-  return spec.grid == Grid::dynamic ? bytes + ITEM_COUNTER_BYTES : bytes;
+  return spec.grid == Grid::dynamic ? bytes + ZYFA_ITEM_COUNTER_BYTES : bytes;
 }
 
 void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, std::uint64_t workspace) {
@@ -387,7 +387,7 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
   if (varlen != nullptr) {  // check_args: a varlen / paged kernel, which loads with cp.async
     zyfa_varlen_args v = *varlen;
     if (spec.grid == Grid::dynamic) {  // its item counter: the workspace's last bytes, zero at launch
-      const std::uint64_t counter = workspace + workspace_bytes(spec, a) - ITEM_COUNTER_BYTES;
+      const std::uint64_t counter = workspace + workspace_bytes(spec, a) - ZYFA_ITEM_COUNTER_BYTES;
       clear_u32(plan.kernel, counter, 1, stream);
       v.item_counter = reinterpret_cast<std::uint32_t *>(static_cast<std::uintptr_t>(counter));
     }

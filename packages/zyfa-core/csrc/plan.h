@@ -29,9 +29,6 @@ enum class Grid { tiles, persistent, batch_tiles, dynamic };
 // The grids of min(multiprocessors, items) blocks that walk their items.
 inline bool walks_items(Grid grid) { return grid == Grid::persistent || grid == Grid::dynamic; }
 
-// The bytes a dynamic-grid launch keeps its item counter in: the last of the workspace.
-constexpr std::uint64_t ITEM_COUNTER_BYTES = 16;
-
 // What a manifest row (zyfa_core.KernelSpec) says the launch needs.
 struct PlanSpec {
   std::string name;
@@ -63,7 +60,7 @@ std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a
                                     long long multiprocessors);
 
 // The workspace bytes of one launch: the V pre-pass's (batch x heads_kv x d_v rows of ZYFA_VT_ROW_BYTES),
-// then, grid dynamic, ITEM_COUNTER_BYTES for the item counter; 0 for a kernel that needs neither.
+// then, grid dynamic, ZYFA_ITEM_COUNTER_BYTES for the item counter; 0 for a kernel that needs neither.
 std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a);
 
 // Throws ArgumentError unless `workspace` is a 16-byte aligned device pointer (any value when

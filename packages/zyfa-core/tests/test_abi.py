@@ -125,6 +125,7 @@ int main(int argc, char **argv) {
   printf("\"varlen_size\": %zu, \"varlen\": {", sizeof(zyfa_varlen_args));
 @VARLEN@
   printf("}, ");
+  printf("\"item_counter_bytes\": %d, ", (int)ZYFA_ITEM_COUNTER_BYTES);
   printf("\"vprep\": [%d, %d", (int)ZYFA_VPREP_KEYS, (int)ZYFA_VPREP_THREADS);
   for (int i = 0; i < (int)(sizeof vt_rows / sizeof vt_rows[0]); ++i) {
     printf(", %lld", (long long)ZYFA_VT_ROW_BYTES(vt_rows[i][0], vt_rows[i][1]));
@@ -436,3 +437,10 @@ def test_v_prep_constants_and_row_padding_match(compiled) -> None:
     assert (keys, threads) == (mf.VPREP_KEYS, mf.VPREP_THREADS)
     assert rows == [mf.vt_row_bytes(s, t) for s, t in VT_ROW_SAMPLES]
     assert rows == [128, 128, 128, 256, 16512, 384, 384, 768, 128]
+
+
+def test_item_counter_bytes_match(compiled) -> None:
+    """ABI 5: the bytes at the end of a grid "dynamic" launch's workspace that the launch plan clears and
+    points item_counter at are the ones zyfa_core's workspace_bytes adds."""
+    _, exe = compiled
+    assert layout(exe)["item_counter_bytes"] == mf.ITEM_COUNTER_BYTES == 16

@@ -422,13 +422,11 @@ def launch(
     packed = _varlen_bytes(varlen)
     plan = _plan(spec)
     plan.check(data, packed)
-    needs_workspace = bool(spec.v_prep) or spec.grid == "dynamic"
-    if needs_workspace:
-        if isinstance(workspace, bool) or not isinstance(workspace, int) or not 0 <= workspace < 2**64:
-            workspace = 0  # refused below, with the bytes it needs
-        plan.check_workspace(data, workspace)
+    if isinstance(workspace, bool) or not isinstance(workspace, int) or not 0 <= workspace < 2**64:
+        workspace = 0  # refused by the plan where the spec needs one (its workspace_bytes), with the bytes
+    plan.check_workspace(data, workspace)
     _check_handles(device, stream)
-    _loaded(spec, device).launch(data, stream, workspace if needs_workspace else 0, packed)
+    _loaded(spec, device).launch(data, stream, workspace, packed)
 
 
 def native_plan(spec: KernelSpec, device: int) -> int:

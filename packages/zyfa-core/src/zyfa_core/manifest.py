@@ -81,7 +81,8 @@ tiles by a bound on those of all sequences: "tiles" = (bound, heads_q, 1), "pers
 (packed layouts only), the persistent grid whose blocks claim their items from a counter in the launch's
 workspace (ABI 5: zyfa_varlen_args.item_counter; `KernelSpec.workspace_bytes`)."""
 ITEM_COUNTER_BYTES = 16
-"""The last bytes of a grid "dynamic" launch's workspace, which hold its item counter."""
+"""The last bytes of a grid "dynamic" launch's workspace, which hold its item counter (ZYFA_ITEM_COUNTER_BYTES
+in kernels/abi/zyfa_abi.h, ABI 5; tests/test_abi.py checks the two agree)."""
 LOAD_MODES = ("cp.async", "tma")
 """How a kernel loads q/k/v: "cp.async" takes the one zyfa_fwd_args parameter; "tma" (sm90a) takes a
 second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.launcher.tma_maps_bytes`). A row without
