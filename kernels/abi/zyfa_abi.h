@@ -39,8 +39,10 @@ typedef __UINT64_TYPE__ uint64_t;
  * ZYFA_FLAG_VARLEN / _PAGED / _DESCALE_TABLE and zyfa_varlen_args, the second parameter of kernels whose
  * manifest row has "layout" "varlen" or "paged" (zyfa_fwd_args unchanged: dense kernels take what they took).
  * 5: zyfa_varlen_args.item_counter (2026-12-06), the work counter of packed kernels whose manifest row has
- * "grid" "dynamic"; the struct grows from 72 to 80 bytes. */
-#define ZYFA_ABI_VERSION 5
+ * "grid" "dynamic"; the struct grows from 72 to 80 bytes. 6: a "varlen" kernel whose row says "loads": "tma"
+ * takes zyfa_tma_maps as a THIRD parameter, after zyfa_varlen_args, its maps over the packed tensors (below);
+ * no struct changes. */
+#define ZYFA_ABI_VERSION 6
 
 #define ZYFA_FLAG_CAUSAL 0x1u /* apply the causal mask */
 #define ZYFA_FLAG_LSE 0x2u    /* write log-sum-exp to `lse` */
@@ -120,13 +122,16 @@ ZYFA_ABI_ASSERT(ZYFA_ABI_AT(lse, 32) && ZYFA_ABI_AT(q_stride_batch, 40) &&
 #undef ZYFA_ABI_AT
 #undef ZYFA_ABI_ASSERT
 
-/* TMA tensor maps: the SECOND parameter of kernels whose manifest row says "loads": "tma" (sm90a), right
- * after zyfa_fwd_args (parameter offset 192, 64-byte aligned; 640 parameter bytes in all). Each map is
- * a CUtensorMap that the launcher encodes on the host with cuTensorMapEncodeTiled over the 4-d tensor
+/* TMA tensor maps: the LAST parameter of kernels whose manifest row says "loads": "tma" (sm90a): the second
+ * of a dense kernel, right after zyfa_fwd_args (parameter offset 192, 64-byte aligned; 640 parameter bytes
+ * in all), the third of a "varlen" kernel, after zyfa_varlen_args (offset 320; 768 bytes in all). Each map
+ * is a CUtensorMap that the launcher encodes on the host with cuTensorMapEncodeTiled over the 4-d tensor
  * (d, seq, head, batch) of q, k or v:
  *   dims    {d (d_qk for q and k, d_v for v), seqlen (seqlen_q for q, seqlen_k for k and v), heads
- *            (heads_q for q, heads_kv for k and v), batch}
- *   strides {stride_seq, stride_head, stride_batch} x element size, in bytes
+ *            (heads_q for q, heads_kv for k and v), batch}; a packed batch is one sequence of all its rows:
+ *            seqlen total_q for q and total_k for k and v, batch 1
+ *   strides {stride_seq, stride_head, stride_batch} x element size, in bytes (packed: the batch stride is
+ *            the tensor's rows x stride_seq, never stepped over)
  *   box     {64 elements (128 bytes of bf16), rows, 1, 1}, rows = the manifest's tile_m for q and
  *            tile_n for k and v; element strides all 1
  *   bf16 element type, no interleave, 128-byte swizzle, L2 promotion 256 B, out-of-bounds fill zeros.
@@ -151,7 +156,7 @@ _Static_assert(sizeof(zyfa_tma_maps) == 448, "zyfa_tma_maps must be 448 bytes");
 #endif
 
 /* Packed variable-length batches (ABI 4): the second parameter of kernels whose manifest row has "layout"
- * "varlen" or "paged" (such kernels load with cp.async, so no TMA maps take that place); args.flags then
+ * "varlen" or "paged" (a "varlen" kernel with "loads" "tma" takes the maps third, ABI 6); args.flags then
  * has ZYFA_FLAG_VARLEN. Dense kernels take no such parameter. In zyfa_fwd_args of such a call:
  *   batch     the number of sequences; seqlen_q / seqlen_k their bounds (max_seqlen_q / max_seqlen_k), which
  *             every count is clamped to (the grid: below)

@@ -30,7 +30,8 @@
  *   items. Either way the longest causal tiles start first, and the output bits do not depend on the order.
  * Loads: Q / K (BF16 also V) by TMA (cp.async.bulk.tensor, 128-byte swizzle, completing on the full
  *   mbarriers with expect_tx) from one producer thread in "tma" variants (ZYFA_WS_TMA: the kernel takes
- *   zyfa_tma_maps, encoded by the launcher, as a second parameter; maps.valid == 0 keeps the cp.async path);
+ *   zyfa_tma_maps, encoded by the launcher, as its last parameter; maps.valid == 0 keeps the cp.async path;
+ *   packed builds load V with cp.async, kTmaV);
  *   otherwise 128 producer threads copy by 16-byte cp.async (zero-fill past seqlen) straight into the
  *   swizzled layout and signal the full mbarrier with cp.async.mbarrier.arrive.noinc. Strides or base
  *   pointers that are not 16-byte aligned take a byte-load path (uniform per launch). e4m3 V is always
@@ -95,9 +96,15 @@
   const int seqlen_k = args.seqlen_k;                                \
   const Block& blk = vl_item.blk
 
+#if ZYFA_WS_TMA
+extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(
+    const zyfa_fwd_args packed, const zyfa_varlen_args varlen, const __grid_constant__ zyfa_tma_maps maps) {
+  const bool tma_on = maps.valid != 0;
+#else
 extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1)
     ZYFA_KERNEL_NAME(const zyfa_fwd_args packed, const zyfa_varlen_args varlen) {
   constexpr bool tma_on = false;
+#endif
 #elif ZYFA_WS_TMA
 extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1)
     ZYFA_KERNEL_NAME(const zyfa_fwd_args args, const __grid_constant__ zyfa_tma_maps maps) {
@@ -115,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   // Arrivals that complete a full barrier's phase: the 128 producer threads, or the one TMA thread
   // (e4m3 V: always the 128 threads of the transpose).
   const uint32_t full_arrivals = tma_on ? 1u : 128u;
-  const uint32_t v_full_arrivals = (tma_on && !kFp8) ? 1u : 128u;
+  const uint32_t v_full_arrivals = (tma_on && kTmaV) ? 1u : 128u;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = kRawSmemBase ? smem_u32(smem_raw) : (smem_u32(smem_raw) + 1023u) & ~1023u;
   if constexpr (kRawSmemBase) {
@@ -194,8 +201,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   if (wg == 0) {
     // ================================ producer warpgroup ================================
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    // TMA (bf16): one thread issues every load; the others would only poll. e4m3 keeps all 128 for V.
-    if (tma_on && !kFp8 && tid != 0) return;
+    // TMA with V (kTmaV): one thread issues every load; the others would only poll. Otherwise all 128 load V.
+    if (tma_on && kTmaV && tid != 0) return;
 #if ZYFA_WS_PERSISTENT
 #if ZYFA_WS_VARLEN
     // The producer's first warp maps item k while item k - 1 loads (its loads issued, before the wait for Q).
@@ -256,6 +263,16 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
           reinterpret_cast<uintptr_t>(args.v)) & 15u) == 0u &&
         (((args.q_stride_batch | args.q_stride_seq | args.q_stride_head | args.k_stride_batch | args.k_stride_seq |
            args.k_stride_head | args.v_stride_batch | args.v_stride_seq | args.v_stride_head) * kESize) & 15) == 0;
+#if ZYFA_WS_TMA
+    // TMA coordinates: a packed batch's maps span all its rows (batch 1), a sequence starts at its first row.
+#if ZYFA_WS_VARLEN
+    const int tma_q_row0 = static_cast<int>(seq.q_start), tma_k_row0 = static_cast<int>(seq.k_start);
+    constexpr int tma_batch = 0;
+#else
+    constexpr int tma_q_row0 = 0, tma_k_row0 = 0;
+    const int tma_batch = blk.batch;
+#endif
+#endif
     auto signal = [&](uint32_t bar) {
       if (vec_ok) {
         cp_async_arrive_noinc(bar);
@@ -272,11 +289,12 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
 #if ZYFA_WS_TMA
       if (tma_on) {
-        if (!kFp8 || t == 0) {  // bf16: thread 0 is the only producer thread left
+        if (kTmaV || t == 0) {  // kTmaV: thread 0 is the only producer thread left
           mbar_arrive_expect_tx(bar_q, kQBytes);
 #pragma unroll
           for (int r = 0; r < kQkRegions; ++r)
-            tma_load_4d(q_s + r * kTileM * 128, &maps.q, kBoxElems * r, blk.q_row0, blk.head, blk.batch, bar_q);
+            tma_load_4d(q_s + r * kTileM * 128, &maps.q, kBoxElems * r, tma_q_row0 + blk.q_row0, blk.head, tma_batch,
+                        bar_q);
         }
       } else
 #endif
@@ -298,24 +316,24 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     for (int j = 0; j < blk.n_blocks; ++j) {
       const int s = (j + kv_base) % kStages;
       const uint32_t parity = (((j + kv_base) / kStages) & 1) ^ 1;
-      if (!kFp8 || !tma_on) mbar_wait(bar_empty_k(s), parity);  // e4m3 TMA: only the issuing thread waits
+      if (kTmaV || !tma_on) mbar_wait(bar_empty_k(s), parity);  // TMA of Q / K only: the issuing thread waits
 #if ZYFA_WS_TMA
       if (tma_on) {
-        if (!kFp8 || t == 0) {
-          if constexpr (kFp8) mbar_wait(bar_empty_k(s), parity);
+        if (kTmaV || t == 0) {
+          if constexpr (!kTmaV) mbar_wait(bar_empty_k(s), parity);
           mbar_arrive_expect_tx(bar_full_k(s), kKStageBytes);
 #pragma unroll
           for (int r = 0; r < kQkRegions; ++r)
-            tma_load_4d(k_s + s * kKStageBytes + r * kTileN * 128, &maps.k, kBoxElems * r, j * kTileN, blk.kv_head,
-                        blk.batch, bar_full_k(s));
+            tma_load_4d(k_s + s * kKStageBytes + r * kTileN * 128, &maps.k, kBoxElems * r, tma_k_row0 + j * kTileN,
+                        blk.kv_head, tma_batch, bar_full_k(s));
         }
-        if constexpr (!kFp8) {
+        if constexpr (kTmaV) {
           mbar_wait(bar_empty_v(s), parity);
           mbar_arrive_expect_tx(bar_full_v(s), kVStageBytes);
 #pragma unroll
           for (int r = 0; r < kVChunks / 8; ++r)
-            tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r, j * kTileN, blk.kv_head,
-                        blk.batch, bar_full_v(s));
+            tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r, tma_k_row0 + j * kTileN,
+                        blk.kv_head, tma_batch, bar_full_v(s));
           continue;
         }
       } else

@@ -109,7 +109,7 @@ GRID_MODES = ("tiles", "persistent", "batch_tiles", "dynamic")
 PERSISTENT_GRIDS = ("persistent", "dynamic")
 PERSISTENT_SRC = "sm90/fa_fwd_wgmma.cu"
 # Global -> shared loads: "cp.async" (one kernel parameter, zyfa_fwd_args) or "tma" (the sm90 wgmma
-# kernel's ZYFA_WS_TMA build, BF16 only: a second parameter, zyfa_tma_maps, that launchers encode).
+# kernel's ZYFA_WS_TMA build: a last parameter, zyfa_tma_maps, that launchers encode).
 LOADS_MODES = ("cp.async", "tma")
 # Stale running max (docs/numerics.md): a row keeps m unless a block raises it by more than stale_tau
 # (log2 units). The sources that implement it, with the define that carries tau ("": the mfma_fp8
@@ -134,8 +134,9 @@ VPREP_SUFFIX = "_vprep"
 # Packed batches (kernels/abi/zyfa_abi.h, ABI 4): "varlen" (packed k, v) and "paged" (k, v through a page
 # table) builds take zyfa_varlen_args as a second parameter. The sources that have them (VARLEN_SRCS: the
 # define that carries LAYOUT_DEFINE, the layouts built, the grids allowed): the sm90 wgmma kernel
-# (ZYFA_WS_VARLEN = 1 / 2) with cp.async loads and no V pre-pass, on either grid (persistent: min(SMs,
-# items) CTAs walk the batch's (query tile, head) items); the gfx950 BF16 kernel (ZYFA_VARLEN = 1 / 2), grid
+# (ZYFA_WS_VARLEN = 1 / 2) with no V pre-pass, on either grid (persistent: min(SMs, items) CTAs walk the
+# batch's (query tile, head) items), its BF16 varlen build also with loads "tma" (Q / K by TMA over the packed
+# tensors, zyfa_tma_maps as a third parameter; V stays on cp.async); the gfx950 BF16 kernel (ZYFA_VARLEN = 1 / 2), grid
 # "batch_tiles" = (ceil(max_seqlen_q / tile_m), heads_q, batch), a workgroup whose tile starts past its
 # sequence's length exiting at once; the mfma_fp8 generator (both layouts, on "batch_tiles"; no define: it
 # reads the field). The name spells the layout (LAYOUT_SUFFIX).
@@ -313,8 +314,10 @@ def layout_problems(v: dict[str, Any]) -> list[str]:
     if kind == "dense":
         return []
     srcs = [src for src, (_, kinds, _) in VARLEN_SRCS.items() if kind in kinds]
-    if v["src"] not in srcs or loads_mode(v) != "cp.async" or v.get("v_prep"):
-        return [f"{label}: layout {kind!r} needs src one of {srcs}, loads 'cp.async' and no v_prep"]
+    if v["src"] not in srcs or v.get("v_prep"):
+        return [f"{label}: layout {kind!r} needs src one of {srcs} and no v_prep"]
+    if loads_mode(v) == "tma" and (kind != "varlen" or v["dtype"] != "bf16"):
+        return [f"{label}: loads 'tma' on a packed batch is built for layout 'varlen' and dtype 'bf16' only"]
     grids = VARLEN_SRCS[v["src"]][2]
     if grid_mode(v) not in grids:
         return [f"{label}: layout {kind!r} of {v['src']!r} is built for grid {' or '.join(grids)}"]
@@ -532,7 +535,7 @@ def manifest_row(
     """The manifest row of variant `v` built into `out` (resource fields and source hash given)."""
     row = {key: v[key] for key in VARIANT_FIELDS if key != "src"}
     row["grid"] = grid_mode(v)  # always written, so a launcher never guesses
-    row["loads"] = loads_mode(v)  # "tma": the kernel takes zyfa_tma_maps as a second parameter
+    row["loads"] = loads_mode(v)  # "tma": the kernel takes zyfa_tma_maps as its last parameter
     row["stale_tau"] = stale_tau(v)  # the reference needs it to reproduce the kernel's running max
     row["v_prep"] = v_prep_entry(v)  # "": none; else the entry a launcher runs first (ABI 3)
     row["tile_order"] = tile_order(v)  # which query tile blockIdx.x computes (the simulator maps it)

@@ -53,7 +53,7 @@ constexpr bool kLeanP = ZYFA_LEAN_P != 0;
 // Persistent CTAs (grid (SMs, 1, 1)): each CTA walks a static list of (q tile, head, batch) items
 // (scheduler.cuh); otherwise one CTA per q tile on the grid (ceil(seqlen_q / 128), heads_q, batch).
 constexpr bool kPersistent = ZYFA_WS_PERSISTENT != 0;
-// Q / K (and BF16 V) by TMA from one producer thread; the kernel then takes zyfa_tma_maps as a second
+// Q / K (and V: kTmaV) by TMA from one producer thread; the kernel then takes zyfa_tma_maps as its last
 // parameter (maps.valid == 0, i.e. unaligned pointers or strides, keeps the cp.async path).
 [[maybe_unused]] constexpr bool kTma = ZYFA_WS_TMA != 0;
 // Stale running max (docs/numerics.md "Stale running max"): a row keeps its max m unless a block raises it
@@ -68,6 +68,11 @@ constexpr bool kVPre = kFp8 && ZYFA_WS_VPRE != 0;
 // computes (query tile, head) items of the batch's sequences, persistent (with kPersistent) or one per CTA;
 // "paged" (2) gathers K / V rows through the page table.
 constexpr bool kVarlen = ZYFA_WS_VARLEN != 0;
+// V by TMA too: BF16 dense builds. A packed build's V keeps cp.async, whose zero fill past a sequence's last
+// key keeps a masked key's P = 0 from meeting the next sequence's V row (0 x inf would poison the output);
+// its Q / K tiles may read the next sequence's rows, which the softmax masks by selection (K) or the epilogue
+// never stores (Q). e4m3 V is transposed (Vt), which no TMA box gives.
+[[maybe_unused]] constexpr bool kTmaV = kTma && !kFp8 && !kVarlen;
 constexpr bool kPaged = ZYFA_WS_VARLEN == 2;
 // The packed items' order (varlen_tiles.h): sequence-major, or tile-major (every sequence's last tile first).
 constexpr bool kSeqMajor = ZYFA_WS_SEQ_MAJOR != 0;
@@ -199,8 +204,8 @@ static_assert(!kLSumOnes || !kVPre || kTileN <= 128, "lean P's ones rows with th
 static_assert(ZYFA_WS_VARLEN >= 0 && ZYFA_WS_VARLEN <= 2, "ZYFA_WS_VARLEN: 0 dense, 1 varlen, 2 paged");
 static_assert(!kSeqMajor || kVarlen, "ZYFA_WS_SEQ_MAJOR orders a packed batch's items");
 static_assert(!kDynamic || (kVarlen && kPersistent), "ZYFA_WS_DYNAMIC claims a persistent packed build's items");
-static_assert(!kVarlen || (!kTma && !kVPre),
-              "ZYFA_WS_VARLEN: cp.async loads and no V pre-pass (zyfa_varlen_args is parameter 2)");
+static_assert(!kVarlen || ((!kTma || (!kFp8 && !kPaged)) && !kVPre),
+              "ZYFA_WS_VARLEN: no V pre-pass; TMA (maps as parameter 3) on bf16 varlen only");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");
 // S is one m64nN wgmma accumulator; a P.V k-step is 16 bf16 / 32 e4m3 keys.
 static_assert(kTileN == 128 || kTileN == 192, "ZYFA_TILE_N: 128 or 192");

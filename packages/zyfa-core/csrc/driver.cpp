@@ -4,11 +4,11 @@
 // dlopens the CUDA driver (libcuda.so.1) or the HIP runtime (libamdhip64.so) and resolves the dozen entry
 // points it needs; their types and constants are declared below. A launch hands the argument bytes to the
 // driver as the kernel's parameters:
-//   CUDA: kernelParams = {&bytes} (the driver copies as many bytes as the kernel's parameter has), or
-//         {&bytes, &second} for a kernel with a second parameter (TMA maps, the V pre-pass's workspace);
-//   HIP:  extra = {BUFFER_POINTER, bytes, BUFFER_SIZE, &size, END}: the bytes are the kernarg segment, so a
-//         second parameter is copied after the first at its offset (the first's size rounded up to the
-//         second's alignment), as the kernel's kernarg layout has it.
+//   the parameters (zyfa_fwd_args, then zyfa_varlen_args, zyfa_tma_maps or the V pre-pass's workspace pointer,
+//   as the kernel takes them) are copied into one block, each at the end of the one before rounded up to its
+//   alignment, as the kernel's parameter layout has it;
+//   CUDA: kernelParams = pointers into that block (the driver copies as many bytes as each parameter has);
+//   HIP:  extra = {BUFFER_POINTER, block, BUFFER_SIZE, &size, END}: the block is the kernarg segment.
 // Every failure throws DriverFailure naming the kernel, the driver call, and the driver's error name and text.
 //
 // Environment: ZYFA_BACKEND=cuda|hip restricts which driver is tried; ZYFA_LIBCUDA / ZYFA_LIBAMDHIP64
@@ -476,81 +476,71 @@ void set_max_dynamic_smem(Kernel &k, int bytes) {
 
 namespace {
 
-std::string parameters_text(size_t count, size_t first, size_t second) {
-  if (count == 1) return "one parameter of " + std::to_string(first) + " bytes";
-  return "two parameters of " + std::to_string(first) + " and " + std::to_string(second) + " bytes";
-}
-
-// Throws the "ABI mismatch" DriverFailure unless the launch's parameters (args, and `second` when
-// second_size is not 0) match what cuFuncGetParamInfo reported; no check when that is unknown.
-void check_parameters(const Kernel &k, size_t size, size_t second_size) {
-  if (k.param_count == 0) return;
-  const size_t count = second_size == 0 ? 1 : 2;
-  if (count == k.param_count && size == k.param_size && (count == 1 || second_size == k.second_param_size)) return;
-  fail(k.name, "launch", 0, "",
-       "the kernel takes " + parameters_text(k.param_count, k.param_size, k.second_param_size) +
-           " but the launch passes " + parameters_text(count, size, second_size) +
-           " (ABI mismatch between the code object and zyfa_core, or a manifest 'loads' that is wrong)");
-}
-
-// The HIP kernarg segment of a two-parameter launch: `args` at 0, `second` at `offset`, zero padding between.
-// Returns the segment's size; `out` holds MAX_ARGS_BYTES.
-size_t kernarg_segment(const Kernel &k, unsigned char *out, const void *args, size_t size, const void *second,
-                       size_t second_size, size_t offset) {
-  if (offset + second_size > MAX_ARGS_BYTES) {
-    fail(k.name, "launch", 0, "", "kernarg segment of " + std::to_string(offset + second_size) +
-                                      " bytes exceeds " + std::to_string(MAX_ARGS_BYTES));
+std::string parameters_text(const std::vector<size_t> &sizes) {
+  static const char *const counts[] = {"no", "one", "two", "three"};
+  std::string text = std::string(counts[std::min<size_t>(sizes.size(), 3)]) +
+                     (sizes.size() == 1 ? " parameter of " : " parameters of ");
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == sizes.size() ? " and " : ", ") + std::to_string(sizes[i]);
   }
-  std::memset(out, 0, offset);
-  std::memcpy(out, args, size);
-  std::memcpy(out + offset, second, second_size);
-  return offset + second_size;
+  return text + " bytes";
+}
+
+// Throws the "ABI mismatch" DriverFailure unless the launch's parameter sizes match what cuFuncGetParamInfo
+// reported; no check when that is unknown.
+void check_parameters(const Kernel &k, const std::vector<size_t> &sizes) {
+  if (k.param_sizes.empty() || sizes == k.param_sizes) return;
+  fail(k.name, "launch", 0, "",
+       "the kernel takes " + parameters_text(k.param_sizes) + " but the launch passes " + parameters_text(sizes) +
+           " (ABI mismatch between the code object and zyfa_core, or a manifest 'loads' that is wrong)");
 }
 
 }  // namespace
 
-// The launch itself, for the launch plan (plan.cpp). `args` (and `second`, the TMA maps, zyfa_varlen_args or the
-// V pre-pass's workspace pointer, when second_size is not 0) must stay readable until the driver returns (it copies the
-// parameter bytes during the call). Throws DriverFailure for a parameter mismatch with the kernel's declared
-// parameters or a failing driver call.
-
-void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
-                  const void *args, size_t size, const void *second, size_t second_size, size_t second_align) {
+// The launch itself, for the launch plan (plan.cpp). Throws DriverFailure for a parameter mismatch with the
+// kernel's declared parameters or a failing driver call.
+void launch_params(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
+                   const std::vector<KernelParam> &params) {
   State &s = state();  // a Kernel exists only once a backend has loaded; no need for the probe lock
-  if (second_size > MAX_ARGS_BYTES || size > MAX_ARGS_BYTES) {
-    fail(k.name, "launch", 0, "", "parameters of " + std::to_string(size) + " and " + std::to_string(second_size) +
-                                      " bytes: each must be at most " + std::to_string(MAX_ARGS_BYTES));
+  if (params.size() == 0 || params.size() > MAX_PARAMS) {
+    fail(k.name, "launch", 0, "", std::to_string(params.size()) + " parameters: a kernel takes 1 to " +
+                                      std::to_string(MAX_PARAMS));
   }
-  if (second_align == 0 || second_align > TENSOR_MAP_ALIGN || (second_align & (second_align - 1)) != 0) {
-    fail(k.name, "launch", 0, "", "second parameter alignment " + std::to_string(second_align) +
-                                      " is not a power of two up to " + std::to_string(TENSOR_MAP_ALIGN));
-  }
-  check_parameters(k, size, second_size);
-  // One buffer serves both backends: CUDA's second parameter (the TMA maps are a 64-byte aligned
-  // __grid_constant__ struct, so the host copy is aligned the same), or HIP's whole kernarg segment.
+  // The parameter block, laid out as the kernel's: one buffer serves both backends (CUDA's parameters point
+  // into it, so a 64-byte aligned __grid_constant__ zyfa_tma_maps has an aligned host copy; HIP takes it
+  // whole as the kernarg segment).
   alignas(TENSOR_MAP_ALIGN) unsigned char buffer[MAX_ARGS_BYTES];
+  void *pointers[MAX_PARAMS] = {};
+  std::vector<size_t> sizes;
+  size_t end = 0;
+  for (const KernelParam &p : params) {
+    if (p.align == 0 || p.align > TENSOR_MAP_ALIGN || (p.align & (p.align - 1)) != 0) {
+      fail(k.name, "launch", 0, "", "parameter alignment " + std::to_string(p.align) +
+                                        " is not a power of two up to " + std::to_string(TENSOR_MAP_ALIGN));
+    }
+    const size_t offset = (end + p.align - 1) / p.align * p.align;
+    if (p.size > MAX_ARGS_BYTES || offset + p.size > MAX_ARGS_BYTES) {
+      fail(k.name, "launch", 0, "", "kernel parameters of " + std::to_string(offset + p.size) +
+                                        " bytes or more exceed " + std::to_string(MAX_ARGS_BYTES));
+    }
+    std::memset(buffer + end, 0, offset - end);
+    std::memcpy(buffer + offset, p.bytes, p.size);
+    pointers[sizes.size()] = buffer + offset;
+    sizes.push_back(p.size);
+    end = offset + p.size;
+  }
+  check_parameters(k, sizes);
   DeviceScope scope(s, k.device, k.name);
   if (s.backend == Backend::cuda) {
-    if (second_size != 0 && reinterpret_cast<std::uintptr_t>(second) % TENSOR_MAP_ALIGN != 0) {
-      std::memcpy(buffer, second, second_size);
-      second = buffer;
-    }
-    void *params[] = {const_cast<void *>(args), const_cast<void *>(second)};
     check(s,
           s.cu.cuLaunchKernel(k.function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
-                              static_cast<CUstream>(stream), params, nullptr),
+                              static_cast<CUstream>(stream), pointers, nullptr),
           k.name, "cuLaunchKernel");
     return;
   }
-  const void *segment = args;
-  size_t segment_size = size;
-  if (second_size != 0) {
-    const size_t offset = (size + second_align - 1) / second_align * second_align;
-    segment_size = kernarg_segment(k, buffer, args, size, second, second_size, offset);
-    segment = buffer;
-  }
-  void *extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void *>(segment), HIP_LAUNCH_PARAM_BUFFER_SIZE,
-                   &segment_size, HIP_LAUNCH_PARAM_END};
+  size_t segment_size = end;
+  void *extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, buffer, HIP_LAUNCH_PARAM_BUFFER_SIZE, &segment_size,
+                   HIP_LAUNCH_PARAM_END};
   check(s,
         s.hip.hipModuleLaunchKernel(k.function, grid[0], grid[1], grid[2], block[0], block[1], block[2], smem,
                                     static_cast<hipStream_t>(stream), nullptr, extra),
@@ -568,24 +558,20 @@ void clear_u32(const Kernel &k, std::uint64_t address, size_t count, void *strea
 
 namespace {
 
-// Reads the sizes of the kernel's `expected` parameters (1, or 2 for TMA, packed-batch and V pre-pass kernels) into
-// `k`; param_count stays 0 ("unknown") without cuFuncGetParamInfo. Only indices below `expected` are
-// queried: a query past the last parameter is a failing driver call, which compute-sanitizer reports as
-// an error on every load. A kernel with fewer parameters than expected gets its true count, and the launch
-// refuses it as an ABI mismatch; an extra parameter cannot be seen this way (the manifest's SHA-256 of the
-// code object guards against a kernel built from other sources).
+// Reads the sizes of the kernel's first `expected` parameters into `k.param_sizes`, which stays empty
+// ("unknown") without cuFuncGetParamInfo. Only indices below `expected` are queried: a query past the last
+// parameter is a failing driver call, which compute-sanitizer reports as an error on every load. A kernel with
+// fewer parameters than expected gets its true count, and the launch refuses it as an ABI mismatch; an extra
+// parameter cannot be seen this way (the manifest's SHA-256 of the code object guards against a kernel built
+// from other sources).
 void cuda_param_info(State &s, Kernel &k, size_t expected) {
   if (!s.cu.cuFuncGetParamInfo) return;
-  size_t offset = 0, size = 0;
-  // Any failure of the first query (old driver, unsupported module) just means "unknown"; the launch works.
-  if (s.cu.cuFuncGetParamInfo(k.function, 0, &offset, &size) != 0) return;
-  k.param_count = 1;
-  k.param_size = size;
-  if (expected < 2) return;
-  size_t offset1 = 0, size1 = 0;
-  if (s.cu.cuFuncGetParamInfo(k.function, 1, &offset1, &size1) != 0) return;
-  k.param_count = 2;
-  k.second_param_size = size1;
+  for (size_t i = 0; i < expected; ++i) {
+    size_t offset = 0, size = 0;
+    // A failing first query (old driver, unsupported module) just means "unknown"; the launch works.
+    if (s.cu.cuFuncGetParamInfo(k.function, i, &offset, &size) != 0) return;
+    k.param_sizes.push_back(size);
+  }
 }
 
 }  // namespace

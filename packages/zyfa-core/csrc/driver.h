@@ -36,6 +36,7 @@ struct ArgumentError : std::exception {
 constexpr size_t TENSOR_MAP_BYTES = 128;  // sizeof(CUtensorMap)
 constexpr size_t TENSOR_MAP_ALIGN = 64;   // CUtensorMap is 64-byte aligned
 constexpr size_t MAX_ARGS_BYTES = 4096;   // CUDA's classic kernel-parameter limit
+constexpr size_t MAX_PARAMS = 3;          // zyfa_fwd_args, zyfa_varlen_args, zyfa_tma_maps
 
 // cuTensorMapEncodeTiled element types (CUtensorMapDataType).
 constexpr int TENSOR_MAP_U8 = 0;
@@ -59,11 +60,9 @@ struct Kernel {
   std::string path;
   int device = 0;
   void *function = nullptr;
-  // CUDA with cuFuncGetParamInfo: how many of the expected parameters the kernel has (1 or 2) and their
-  // sizes; else 0 (unknown).
-  size_t param_count = 0;
-  size_t param_size = 0;         // the first parameter (zyfa_fwd_args)
-  size_t second_param_size = 0;  // the second (zyfa_tma_maps, or the V pre-pass's workspace pointer)
+  // CUDA with cuFuncGetParamInfo: the sizes of the kernel's parameters, as many of the expected ones as it
+  // has (zyfa_fwd_args first); else empty (unknown).
+  std::vector<size_t> param_sizes;
   int max_dynamic_smem = 0;
 };
 
@@ -73,19 +72,25 @@ int device_count();
 DeviceProperties device_properties(int device);
 
 // Loads `name` from the code object at `path` on `device`; raises its dynamic shared memory limit to
-// `dynamic_smem` on CUDA when above 48 KiB. `params` is the number of parameters the launch will pass (1, or
-// 2 for TMA, packed-batch and V pre-pass kernels); on CUDA their sizes are read for the launch's ABI check.
+// `dynamic_smem` on CUDA when above 48 KiB. `params` is the number of parameters the launch will pass (1 to
+// MAX_PARAMS: kernels/abi/zyfa_abi.h lists each kernel's); on CUDA their sizes are read for the launch's ABI check.
 Kernel load_kernel(int device, const std::string &path, const std::string &name, int dynamic_smem, size_t params);
 void set_max_dynamic_smem(Kernel &k, int bytes);
 
-// Launches `k` with `args` (size bytes) as its first parameter and, when second_size is not 0, `second` as
-// its second, whose type has alignment `second_align` (a power of two up to TENSOR_MAP_ALIGN). CUDA takes
-// them as two kernel parameters; HIP as one kernarg segment, args at 0 and `second` at size rounded up to
-// second_align (the kernel's parameter offset, e.g. zyfa_varlen_args at 192). Both must stay readable until
-// the call returns (the driver copies them).
-void launch_bytes(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
-                  const void *args, size_t size, const void *second = nullptr, size_t second_size = 0,
-                  size_t second_align = 1);
+// One kernel parameter: the host bytes of its value, its size, and its type's alignment (a power of two up to
+// TENSOR_MAP_ALIGN).
+struct KernelParam {
+  const void *bytes;
+  size_t size;
+  size_t align;
+};
+
+// Launches `k` with `params` (1 to MAX_PARAMS, in the kernel's order). They are laid out as the kernel's
+// parameter block has them: each at the end of the one before rounded up to its alignment (zyfa_varlen_args at
+// 192, zyfa_tma_maps at the next multiple of 64). CUDA takes pointers into that block, HIP the block itself as
+// the kernarg segment. The bytes must stay readable until the call returns (the driver copies them).
+void launch_params(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
+                   const std::vector<KernelParam> &params);
 
 // Sets `count` 32-bit words at device address `address` to 0 on `stream` (cuMemsetD32Async, in stream order
 // before the next launch), on `k`'s device; CUDA only. Throws DriverFailure.

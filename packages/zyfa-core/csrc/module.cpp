@@ -186,10 +186,11 @@ py::bytes encode_tensor_map(const std::string &element, std::uint64_t address, c
 
 // Plan.tma_maps: the maps encoded by the driver, or by `encode` (a Python callable, as
 // encode_tensor_map's signature) when given.
-py::bytes tma_maps(const PlanSpec &spec, const py::bytes &args, const py::object &encode) {
+py::bytes tma_maps(const PlanSpec &spec, const py::bytes &args, const py::object &encode, const py::object &varlen) {
   const zyfa_fwd_args a = args_from(args);
+  const VarlenBytes v = varlen_from(varlen);
   alignas(64) zyfa_tma_maps maps;
-  fill_tma_maps(spec, a, maps, [&](void *map_out, int data_type, const MapGeometry &g) {
+  fill_tma_maps(spec, a, v.get(), maps, [&](void *map_out, int data_type, const MapGeometry &g) {
     if (encode.is_none()) {
       py::gil_scoped_release no_gil;
       encode_map(map_out, data_type, g.address, g.dims, g.strides, g.box, spec.name);
@@ -275,13 +276,14 @@ PYBIND11_MODULE(_driver, m) {
       .def("check_workspace", [](const PlanSpec &s, const py::bytes &args, std::uint64_t workspace) {
              check_workspace(s, args_from(args), workspace);
            }, py::arg("args"), py::arg("workspace"))
-      .def("tma_usable", [](const PlanSpec &s, const py::bytes &args) {
+      .def("tma_usable", [](const PlanSpec &s, const py::bytes &args, const py::object &varlen) {
              std::array<MapGeometry, 3> g;
-             return tma_geometry(s, args_from(args), g);
-           }, py::arg("args"))
-      .def("tma_maps", &tma_maps, py::arg("args"), py::arg("encode") = py::none(),
+             return tma_geometry(s, args_from(args), varlen_from(varlen).get(), g);
+           }, py::arg("args"), py::arg("varlen") = py::none())
+      .def("tma_maps", &tma_maps, py::arg("args"), py::arg("encode") = py::none(), py::arg("varlen") = py::none(),
            "The zyfa_tma_maps bytes (448): encoded by the driver, or by encode(element, address, dims, strides, "
-           "box) -> 128 bytes when given; all zero when q/k/v cannot be described by maps.");
+           "box) -> 128 bytes when given; all zero when q/k/v cannot be described by maps. varlen: the "
+           "zyfa_varlen_args bytes of a packed call (maps over its total rows).");
 
   py::class_<LoadedPlan>(m, "LoadedPlan", "A plan with its kernels loaded on one device (kept for the process).")
       .def_property_readonly("name", [](const LoadedPlan &p) { return p.spec.name; })
@@ -292,9 +294,9 @@ PYBIND11_MODULE(_driver, m) {
       .def_property_readonly(
           "kernel_params",
           [](const LoadedPlan &p) {
-            return py::make_tuple(p.kernel.param_count, p.kernel.param_size, p.kernel.second_param_size);
+            return py::tuple(py::cast(p.kernel.param_sizes));
           },
-          "The kernel's declared parameters (count, first bytes, second bytes); zeros where the driver cannot tell.")
+          "The byte sizes of the kernel's declared parameters, in order; empty where the driver cannot tell.")
       .def("launch", [](const LoadedPlan &p, const py::bytes &args, std::uintptr_t stream, std::uint64_t workspace,
                         const py::object &varlen) {
              const zyfa_fwd_args a = args_from(args);
@@ -302,7 +304,7 @@ PYBIND11_MODULE(_driver, m) {
              py::gil_scoped_release no_gil;
              launch(p, a, v.get(), reinterpret_cast<void *>(stream), workspace);
            }, py::arg("args"), py::arg("stream"), py::arg("workspace") = 0, py::arg("varlen") = py::none(),
-           "Check and launch (V pre-pass, TMA maps or zyfa_varlen_args, kernel) on `stream`; the GIL is released.");
+           "Check and launch (V pre-pass, kernel with zyfa_varlen_args and / or TMA maps) on `stream`; the GIL is released.");
 
   m.def("load_plan", [](const PlanSpec &spec, int device, const std::string &path) {
           py::gil_scoped_release no_gil;

@@ -252,9 +252,13 @@ void check_spec(const PlanSpec &spec) {
     refuse(spec.name + ": grid dynamic is for packed (varlen / paged) kernels (it claims their items from "
            "zyfa_varlen_args.item_counter); a dense kernel takes grid tiles or persistent");
   }
-  if (spec.layout != Layout::dense && (spec.tma || !spec.v_prep.empty())) {
-    refuse(spec.name + ": a " + layout_name(spec.layout) + " kernel loads with cp.async and has no V pre-pass "
-           "(its second parameter is zyfa_varlen_args)");
+  if (spec.layout == Layout::paged && spec.tma) {
+    refuse(spec.name + ": a paged kernel gathers K / V rows through the page table with cp.async; loads 'tma' "
+           "is for dense and varlen kernels");
+  }
+  if (spec.layout != Layout::dense && !spec.v_prep.empty()) {
+    refuse(spec.name + ": a " + layout_name(spec.layout) + " kernel has no V pre-pass (v_prep is for dense "
+           "kernels)");
   }
 }
 
@@ -311,21 +315,27 @@ void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, std::uint64_t
   }
 }
 
-bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, std::array<MapGeometry, 3> &out) {
+bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
+                  std::array<MapGeometry, 3> &out) {
   const std::int64_t elem = spec.fp8 ? 1 : 2;
   struct Operand {
     const void *p;
     std::int64_t stride_seq, stride_head, stride_batch;
     std::int32_t d, seqlen, heads, rows;
   };
+  // A packed batch is one sequence of all its rows (batch 1): the kernel adds a sequence's first row to its
+  // row coordinates, and a sequence's tile may read the next sequence's rows, which it masks or never stores.
+  const std::int32_t rows_q = varlen ? varlen->total_q : a.seqlen_q, rows_k = varlen ? varlen->total_k : a.seqlen_k;
+  const std::int64_t batch = varlen ? 1 : a.batch;
   const Operand operands[3] = {
-      {a.q, a.q_stride_seq, a.q_stride_head, a.q_stride_batch, a.d_qk, a.seqlen_q, a.heads_q, spec.tile_m},
-      {a.k, a.k_stride_seq, a.k_stride_head, a.k_stride_batch, a.d_qk, a.seqlen_k, a.heads_kv, spec.tile_n},
-      {a.v, a.v_stride_seq, a.v_stride_head, a.v_stride_batch, a.d_v, a.seqlen_k, a.heads_kv, spec.tile_n},
+      {a.q, a.q_stride_seq, a.q_stride_head, a.q_stride_batch, a.d_qk, rows_q, a.heads_q, spec.tile_m},
+      {a.k, a.k_stride_seq, a.k_stride_head, a.k_stride_batch, a.d_qk, rows_k, a.heads_kv, spec.tile_n},
+      {a.v, a.v_stride_seq, a.v_stride_head, a.v_stride_batch, a.d_v, rows_k, a.heads_kv, spec.tile_n},
   };
   for (int i = 0; i < 3; ++i) {
     const Operand &t = operands[i];
-    const std::int64_t strides[3] = {t.stride_seq, t.stride_head, t.stride_batch};
+    // A packed batch's one "batch" is never stepped over: its stride is the tensor's rows, a valid value.
+    const std::int64_t strides[3] = {t.stride_seq, t.stride_head, varlen ? t.stride_seq * t.seqlen : t.stride_batch};
     if (address(t.p) % TMA_ALIGN) return false;
     MapGeometry &g = out[i];
     for (int s = 0; s < 3; ++s) {
@@ -333,7 +343,7 @@ bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, std::array<MapGe
       g.strides[s] = static_cast<std::uint64_t>(strides[s] * elem);
     }
     g.address = t.p;
-    const std::int64_t dims[4] = {t.d, t.seqlen, t.heads, a.batch};
+    const std::int64_t dims[4] = {t.d, t.seqlen, t.heads, batch};
     for (int d = 0; d < 4; ++d) g.dims[d] = static_cast<std::uint64_t>(dims[d]);
     g.box[0] = TMA_BOX_BYTES / static_cast<std::uint32_t>(elem);
     g.box[1] = static_cast<std::uint32_t>(t.rows);
@@ -342,10 +352,11 @@ bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, std::array<MapGe
   return true;
 }
 
-void fill_tma_maps(const PlanSpec &spec, const zyfa_fwd_args &a, zyfa_tma_maps &maps, const MapEncoder &encode) {
+void fill_tma_maps(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen, zyfa_tma_maps &maps,
+                   const MapEncoder &encode) {
   std::memset(&maps, 0, sizeof(maps));
   std::array<MapGeometry, 3> geometry;
-  if (!tma_geometry(spec, a, geometry)) return;
+  if (!tma_geometry(spec, a, varlen, geometry)) return;
   zyfa_tensor_map *out[3] = {&maps.q, &maps.k, &maps.v};
   for (int i = 0; i < 3; ++i) encode(out[i], spec.fp8 ? TENSOR_MAP_U8 : TENSOR_MAP_BF16, geometry[i]);
   maps.valid = 1;
@@ -355,8 +366,8 @@ LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path) 
   check_spec(spec);
   LoadedPlan plan;
   plan.spec = spec;
-  // TMA kernels take the maps, packed-batch kernels zyfa_varlen_args, as their second parameter.
-  const size_t params = spec.tma || spec.layout != Layout::dense ? 2 : 1;
+  // zyfa_fwd_args, then zyfa_varlen_args (packed batches), then zyfa_tma_maps ("tma" kernels).
+  const size_t params = 1 + (spec.layout != Layout::dense ? 1 : 0) + (spec.tma ? 1 : 0);
   plan.kernel = load_kernel(device, path, spec.name, static_cast<int>(spec.smem), params);
   if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0, 2);
   if (walks_items(spec.grid)) {
@@ -380,31 +391,29 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
                                    static_cast<unsigned>(a.batch)};
     const unsigned prep_block[3] = {ZYFA_VPREP_THREADS, 1, 1};
     const void *vt = reinterpret_cast<const void *>(static_cast<std::uintptr_t>(workspace));
-    launch_bytes(plan.prep, prep_grid, prep_block, 0, stream, &a, sizeof(a), &vt, sizeof(vt),
-                 alignof(const void *));
+    launch_params(plan.prep, prep_grid, prep_block, 0, stream,
+                  {{&a, sizeof(a), alignof(zyfa_fwd_args)}, {&vt, sizeof(vt), alignof(const void *)}});
     a.v = vt;
   }
-  if (varlen != nullptr) {  // check_args: a varlen / paged kernel, which loads with cp.async
-    zyfa_varlen_args v = *varlen;
+  zyfa_varlen_args v{};
+  if (varlen != nullptr) {  // check_args: a varlen / paged kernel
+    v = *varlen;
     if (spec.grid == Grid::dynamic) {  // its item counter: the workspace's last bytes, zero at launch
       const std::uint64_t counter = workspace + workspace_bytes(spec, a) - ZYFA_ITEM_COUNTER_BYTES;
       clear_u32(plan.kernel, counter, 1, stream);
       v.item_counter = reinterpret_cast<std::uint32_t *>(static_cast<std::uintptr_t>(counter));
     }
-    launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a), &v, sizeof(v),
-                 alignof(zyfa_varlen_args));
-    return;
-  }
-  if (!spec.tma) {
-    launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a));
-    return;
   }
   alignas(64) zyfa_tma_maps maps;
-  fill_tma_maps(spec, a, maps, [&](void *map_out, int data_type, const MapGeometry &g) {
-    encode_map(map_out, data_type, g.address, g.dims, g.strides, g.box, spec.name);
-  });
-  launch_bytes(plan.kernel, grid.data(), block, spec.smem, stream, &a, sizeof(a), &maps, sizeof(maps),
-               alignof(zyfa_tma_maps));
+  if (spec.tma) {
+    fill_tma_maps(spec, a, varlen, maps, [&](void *map_out, int data_type, const MapGeometry &g) {
+      encode_map(map_out, data_type, g.address, g.dims, g.strides, g.box, spec.name);
+    });
+  }
+  std::vector<KernelParam> params = {{&a, sizeof(a), alignof(zyfa_fwd_args)}};
+  if (varlen != nullptr) params.push_back({&v, sizeof(v), alignof(zyfa_varlen_args)});
+  if (spec.tma) params.push_back({&maps, sizeof(maps), alignof(zyfa_tma_maps)});
+  launch_params(plan.kernel, grid.data(), block, spec.smem, stream, params);
 }
 
 }  // namespace zyfa_core

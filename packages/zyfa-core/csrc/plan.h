@@ -77,12 +77,15 @@ struct MapGeometry {
 using MapEncoder = std::function<void(void *map_out, int data_type, const MapGeometry &g)>;
 
 // Whether q, k and v can be described by tensor maps (pointers and strides in bytes multiples of 16,
-// strides below 2^40 bytes); the three geometries go to `out`.
-bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, std::array<MapGeometry, 3> &out);
+// strides below 2^40 bytes); the three geometries go to `out`. A packed batch (`varlen` not null) is described
+// as one sequence of its total_q / total_k rows.
+bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
+                  std::array<MapGeometry, 3> &out);
 
 // The zyfa_tma_maps bytes: the three maps from `encode` and valid = 1, or all zero (valid = 0: the kernel
 // loads with cp.async) when tma_geometry says no.
-void fill_tma_maps(const PlanSpec &spec, const zyfa_fwd_args &a, zyfa_tma_maps &maps, const MapEncoder &encode);
+void fill_tma_maps(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen, zyfa_tma_maps &maps,
+                   const MapEncoder &encode);
 
 // A plan with its kernels loaded on one device.
 struct LoadedPlan {
@@ -95,9 +98,9 @@ struct LoadedPlan {
 LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path);
 
 // Checks `a`, `varlen` and `workspace`, then launches on `stream`: the V pre-pass first (into `workspace`, which
-// the kernel then reads as v), then the kernel, with its second parameter: the TMA maps for a "tma" kernel,
-// `varlen` for a varlen / paged kernel (grid dynamic: its item_counter pointed at the workspace's last bytes,
-// cleared on `stream` first).
+// the kernel then reads as v), then the kernel with its parameters: zyfa_fwd_args, then `varlen` for a varlen /
+// paged kernel (grid dynamic: its item_counter pointed at the workspace's last bytes, cleared on `stream` first),
+// then the TMA maps for a "tma" kernel.
 void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen_args *varlen, void *stream,
             std::uint64_t workspace);
 

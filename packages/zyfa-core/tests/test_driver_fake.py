@@ -570,7 +570,7 @@ def test_tma_launch_encodes_q_k_v_and_passes_the_maps_second(run_with_fake, tma_
     assert launch["name"] == SM90_TMA and launch["args"] == out["args"]
     assert launch["second"] == expected_maps(out["q"], out["k"], out["v"])
     assert launch["block"] == "384,1,1" and launch["grid"] == "3,6,3"
-    assert out["params"] == [2, 192, 448]
+    assert out["params"] == [192, 448]
 
 
 def test_tma_launch_with_an_unaligned_stride_passes_valid_0(run_with_fake, tma_dir: Path) -> None:
@@ -587,7 +587,7 @@ def test_plain_kernel_passes_one_parameter(run_with_fake, tma_dir: Path) -> None
     out, calls = run_with_fake("cuda", tma_args(SM90_BF16) + TMA_LAUNCH, tma_dir)
     (launch,) = calls_named(calls, "cuLaunchKernel")
     assert launch["args"] == out["args"] and "second" not in launch
-    assert calls_named(calls, "cuTensorMapEncodeTiled") == [] and out["params"] == [1, 192, 0]
+    assert calls_named(calls, "cuTensorMapEncodeTiled") == [] and out["params"] == [192]
 
 
 @pytest.mark.parametrize(

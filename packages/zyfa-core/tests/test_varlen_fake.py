@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import random
 from pathlib import Path
 from typing import Any
 
@@ -488,3 +489,59 @@ def test_batch_tiles_is_for_packed_rows_only(tmp_path: Path, manifest_tools) -> 
         driver.Plan(**plan, grid="batch_tiles", loads="cp.async", v_prep="")
     with pytest.raises(ValueError, match="grid must be 'tiles', 'persistent', 'batch_tiles' or 'dynamic'"):
         driver.Plan(**plan, grid="ragged", loads="cp.async", v_prep="", layout="varlen")
+
+
+# ------------------------------------------------------------------- packed kernels with TMA maps
+
+VARLEN_TMA = "fa_fwd_bf16_hd128_causal_tma_varlen_sm90a"  # fake_cuda.c: 3 parameters (192 + 80 + 448)
+
+
+@pytest.fixture
+def tma_varlen_dir(tmp_path: Path, manifest_tools) -> Path:
+    rows = [
+        manifest_tools.row(
+            VARLEN_TMA, layout="varlen", grid="persistent", loads="tma", threads=384, tile_m=128, tile_n=128
+        )
+    ]
+    image = f"FAKECUBIN {VARLEN_TMA}\n".encode()
+    return manifest_tools.write(tmp_path / "tma_varlen", rows, files={row["file"]: image for row in rows})
+
+
+def encodes(calls: list[str]) -> list[dict[str, str]]:
+    return [dict(pair.split("=", 1) for pair in c.split(" ")[1:]) for c in calls if c.startswith("cuTensorMapEncodeTiled ")]
+
+
+def test_varlen_tma_launch_passes_args_varlen_and_maps_over_the_packed_rows(
+    run_with_fake, tma_varlen_dir: Path
+) -> None:
+    """A "varlen" kernel with loads "tma" takes zyfa_tma_maps third (ABI 6), after zyfa_varlen_args. The maps
+    describe each packed tensor as one sequence of its total rows (batch 1), so a sequence's tile is addressed
+    from its first row; the batch stride is the tensor's rows x the seq stride."""
+    rng = random.Random()
+    total_q, total_k = rng.randint(1, 5000), rng.randint(1, 5000)
+    args, varlen = packed_args(), varlen_args(total_q=total_q, total_k=total_k)
+    snippet = PERSISTENT_LAUNCH.format(kernel=VARLEN_TMA, args=bytes(args).hex(), varlen=bytes(varlen).hex())
+    _, calls = run_with_fake("cuda", snippet, tma_varlen_dir)
+    hq, hkv, d, elem = 8, 2, 128, 2
+    expected = [
+        (args.q, total_q, hq, hq * d, 128),
+        (args.k, total_k, hkv, hkv * d, 128),
+        (args.v, total_k, hkv, hkv * d, 128),
+    ]
+    got = [(int(e["address"], 16), e["dims"], e["strides"], e["box"]) for e in encodes(calls)]
+    assert got == [
+        (address, f"{d},{rows},{heads},1", f"{seq * elem},{d * elem},{rows * seq * elem}", f"64,{box},1,1")
+        for address, rows, heads, seq, box in expected
+    ]
+    (launch,) = [c for c in calls if c.startswith("cuLaunchKernel ")]
+    fields = dict(pair.split("=", 1) for pair in launch.split(" ")[1:])
+    assert fields["args"] == bytes(args).hex() and fields["second"] == bytes(varlen).hex()
+    maps = b"".join((address + i).to_bytes(8, "little") for address, *_ in expected for i in range(16))
+    assert fields["third"] == (maps + (1).to_bytes(4, "little") + bytes(60)).hex()
+
+
+def test_tma_is_refused_on_paged_rows(tmp_path: Path, manifest_tools) -> None:
+    rows = [manifest_tools.row(PAGED, layout="paged", loads="tma")]
+    kernels = manifest_tools.write(tmp_path / "paged_tma", rows, files={rows[0]["file"]: b"FAKECUBIN\n"})
+    with pytest.raises(zyfa_core.ManifestError, match="a paged kernel gathers K / V through the page table"):
+        zyfa_core.Manifest.load(kernels)

@@ -14,9 +14,10 @@ batch's cu_seqlens, seqused_k, page table and descale table pointers, sizes, and
 launcher sets for a grid "dynamic" kernel) as their second parameter, and args.flags has FLAG_VARLEN
 (FLAG_PAGED, FLAG_DESCALE_TABLE): see zyfa_abi.h for the field meanings.
 
-Kernels whose manifest row says "loads": "tma" take a second parameter, `zyfa_tma_maps` (448 bytes:
-three CUtensorMaps for q, k, v and a valid flag); the launch plan (`zyfa_core.launcher.tma_maps_bytes`)
-builds it as the header specifies.
+Kernels whose manifest row says "loads": "tma" take `zyfa_tma_maps` (448 bytes: three CUtensorMaps for
+q, k, v and a valid flag) as their last parameter: the second of a dense kernel, the third of a "varlen"
+one (ABI 6, after `ZyfaVarlenArgs`, its maps over the packed tensors); the launch plan
+(`zyfa_core.launcher.tma_maps_bytes`) builds it as the header specifies.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ __all__ = [
 # 4: packed batches: FLAG_VARLEN / FLAG_PAGED / FLAG_DESCALE_TABLE and zyfa_varlen_args, the second
 # parameter of "varlen" / "paged" kernels (zyfa_fwd_args unchanged).
 # Bump together with ZYFA_ABI_VERSION in zyfa_abi.h.
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 FLAG_CAUSAL = 0x1
 """Apply the bottom-right aligned causal mask (ZYFA_FLAG_CAUSAL)."""

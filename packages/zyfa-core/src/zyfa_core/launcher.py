@@ -320,21 +320,28 @@ def check_p_mode(fp8: bool, p_mode: str | None) -> None:
     _extension().check_p_mode(fp8, p_mode)
 
 
-def tma_maps_bytes(spec: KernelSpec, args: ZyfaFwdArgs, encode: TensorMapEncoder | None = None) -> bytes:
+def tma_maps_bytes(
+    spec: KernelSpec,
+    args: ZyfaFwdArgs,
+    encode: TensorMapEncoder | None = None,
+    varlen: ZyfaVarlenArgs | None = None,
+) -> bytes:
     """The `zyfa_tma_maps` bytes (448) a launch of "tma" kernel `spec` passes for `args`.
 
     When q, k and v can be described by tensor maps (every pointer and the nine q/k/v strides in bytes
     multiples of 16, strides below 2**40 bytes): maps q, k, v over the 4-d tensors (d, seqlen, heads,
     batch) with byte strides (seq, head, batch) and box (128 bytes of elements, tile_m rows for q /
-    tile_n for k and v, 1, 1), and valid = 1. Otherwise all 448 bytes are zero (valid = 0, and nothing
-    is encoded): the kernel falls back to its cp.async loads. `encode(element, address, dims, strides,
-    box) -> 128 bytes` encodes a map; None uses the driver's cuTensorMapEncodeTiled.
+    tile_n for k and v, 1, 1), and valid = 1. A packed call (`varlen` given) is mapped as one sequence:
+    seqlen total_q for q and total_k for k and v, batch 1 (its batch stride the tensor's rows x the seq
+    stride). Otherwise all 448 bytes are zero (valid = 0, and nothing is encoded): the kernel falls back
+    to its cp.async loads. `encode(element, address, dims, strides, box) -> 128 bytes` encodes a map;
+    None uses the driver's cuTensorMapEncodeTiled.
 
     Raises:
         ValueError: `encode` returning other than 128 bytes.
         ZyfaDriverError: cuTensorMapEncodeTiled missing or failing.
     """
-    return bytes(_plan(spec).tma_maps(_args_bytes(args), encode))
+    return bytes(_plan(spec).tma_maps(_args_bytes(args), encode, _varlen_bytes(varlen)))
 
 
 def _check_handles(device: int, stream: int) -> None:
@@ -397,8 +404,9 @@ def launch(
     The C++ launch plan does the rest, as it does for zyfa-torch's C++ op: grid = `launch_grid(spec,
     args, multiprocessors of device, varlen)`; block = (threads, 1, 1); dynamic shared memory =
     spec.launch_smem_bytes (raised through cuFuncSetAttribute at load on CUDA when above 48 KiB). A spec
-    with loads "tma" gets a second parameter, the `zyfa_tma_maps` bytes (`tma_maps_bytes`, encoded
-    through cuTensorMapEncodeTiled at each launch). A spec with a `v_prep` entry (ABI 3) needs
+    with loads "tma" gets the `zyfa_tma_maps` bytes (`tma_maps_bytes`, encoded through
+    cuTensorMapEncodeTiled at each launch) as its last parameter: the second of a dense kernel, the third
+    of a varlen one. A spec with a `v_prep` entry (ABI 3) needs
     `workspace`, a device pointer to `spec.workspace_bytes(batch, heads_kv, seqlen_k)` bytes (16-byte
     aligned; the caller allocates it and keeps it alive until the launch has run on `stream`): that entry
     runs first on `stream`, writing the pre-transposed V there, then the kernel with args.v = workspace;

@@ -411,8 +411,10 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
         raise _row_error(where, name, f"layout {layout!r} is not one of {LAYOUTS}")
     if layout == "dense" and grid in ("batch_tiles", "dynamic"):
         raise _row_error(where, name, f'grid "{grid}" is for packed layouts; dense kernels take "tiles"')
-    if layout != "dense" and (loads != "cp.async" or v_prep):
-        raise _row_error(where, name, f"a {layout} kernel loads with cp.async and has no V pre-pass")
+    if layout == "paged" and loads != "cp.async":
+        raise _row_error(where, name, "a paged kernel gathers K / V through the page table: loads 'cp.async'")
+    if layout != "dense" and v_prep:
+        raise _row_error(where, name, f"a {layout} kernel has no V pre-pass")
     return KernelSpec(
         **fields,
         path=directory / row["file"],

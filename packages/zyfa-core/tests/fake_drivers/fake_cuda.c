@@ -132,15 +132,17 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
   const size_t len = strlen(name);
   const int vprep = len > 6 && strcmp(name + len - 6, "_vprep") == 0;
   const int varlen = strstr(name, "_varlen") != NULL || strstr(name, "_paged") != NULL;
-  f->param_count = (size_t)env_int("FAKE_PARAM_COUNT", strstr(name, "tma") || vprep || varlen ? 2 : 1);
+  const int tma = strstr(name, "tma") != NULL;
+  /* zyfa_fwd_args, then zyfa_varlen_args (packed) or the pre-pass's pointer, then zyfa_tma_maps ("tma"). */
+  f->param_count = (size_t)env_int("FAKE_PARAM_COUNT", vprep ? 2 : 1 + varlen + tma);
   if (f->param_count > 3) f->param_count = 3;
   f->param_size[0] = (size_t)env_int("FAKE_PARAM_SIZE", 192);
   f->param_size[1] = (size_t)env_int("FAKE_PARAM_SIZE2", vprep ? 8 : varlen ? 80 : 448);
-  f->param_size[2] = 8;
-  /* As nvcc lays them out: the 64-byte aligned maps right after the 192-byte args. */
+  f->param_size[2] = (size_t)env_int("FAKE_PARAM_SIZE3", 448);
+  /* As nvcc lays them out: each after the one before, rounded up to its alignment (64 for the maps). */
   f->param_offset[0] = 0;
-  f->param_offset[1] = (f->param_size[0] + 63) / 64 * 64;
-  f->param_offset[2] = f->param_offset[1] + f->param_size[1];
+  f->param_offset[1] = varlen ? f->param_size[0] : (f->param_size[0] + 63) / 64 * 64;
+  f->param_offset[2] = (f->param_offset[1] + f->param_size[1] + 63) / 64 * 64;
   *function = f;
   log_line("cuModuleGetFunction name=%s", name);
   return SUCCESS;
@@ -164,6 +166,11 @@ CUresult cuFuncGetParamInfo(void *function, size_t index, size_t *offset, size_t
   return SUCCESS;
 }
 
+/* The index of the kernel's zyfa_tma_maps parameter (its last, for a "tma" name), -1 for none. */
+static int tma_param(const fake_function *f) {
+  return strstr(f->name, "tma") != NULL && f->param_count > 1 ? (int)f->param_count - 1 : -1;
+}
+
 CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
   if (!g_current) return INVALID_CONTEXT;
@@ -172,18 +179,19 @@ CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, u
   if (e) return e;
   fake_function *f = function;
   /* Like the real driver, read exactly each declared parameter's size from params[i]. */
-  static char hex[2][2 * 4096 + 1];
-  for (size_t p = 0; p < 2; ++p) {
+  static char hex[3][2 * 4096 + 1];
+  for (size_t p = 0; p < 3; ++p) {
     hex[p][0] = 0;
     if (p >= f->param_count) continue;
     const unsigned char *bytes = params[p];
     for (size_t i = 0; i < f->param_size[p] && i < 4096; ++i) sprintf(hex[p] + 2 * i, "%02x", bytes[i]);
   }
-  /* zyfa_core promises a 64-byte aligned host copy of the maps (a __grid_constant__ CUtensorMap struct). */
-  if (f->param_count > 1 && (uintptr_t)params[1] % 64 != 0) return INVALID_VALUE;
-  log_line("cuLaunchKernel name=%s ctx=%#zx grid=%u,%u,%u block=%u,%u,%u smem=%u stream=%#zx args=%s%s%s", f->name,
+  /* zyfa_core promises a 64-byte aligned host copy of the maps (a __grid_constant__ CUtensorMap struct), the
+   * last parameter of a "tma" kernel. */
+  if (tma_param(f) >= 0 && (uintptr_t)params[tma_param(f)] % 64 != 0) return INVALID_VALUE;
+  log_line("cuLaunchKernel name=%s ctx=%#zx grid=%u,%u,%u block=%u,%u,%u smem=%u stream=%#zx args=%s%s%s%s%s", f->name,
            (size_t)g_current, gx, gy, gz, bx, by, bz, smem, (size_t)stream, hex[0],
-           f->param_count > 1 ? " second=" : "", hex[1]);
+           f->param_count > 1 ? " second=" : "", hex[1], f->param_count > 2 ? " third=" : "", hex[2]);
   return SUCCESS;
 }
 
