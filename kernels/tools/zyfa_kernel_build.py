@@ -135,8 +135,9 @@ VPREP_SUFFIX = "_vprep"
 # table) builds take zyfa_varlen_args as a second parameter. The sources that have them (VARLEN_SRCS: the
 # define that carries LAYOUT_DEFINE, the layouts built, the grids allowed): the sm90 wgmma kernel
 # (ZYFA_WS_VARLEN = 1 / 2) with no V pre-pass, on either grid (persistent: min(SMs, items) CTAs walk the
-# batch's (query tile, head) items), its BF16 varlen build also with loads "tma" (Q / K by TMA over the packed
-# tensors, zyfa_tma_maps as a third parameter; V stays on cp.async); the gfx950 BF16 kernel (ZYFA_VARLEN = 1 / 2), grid
+# batch's (query tile, head) items), its BF16 varlen build also with loads "tma" (Q / K by TMA over the
+# packed tensors, zyfa_tma_maps as a third parameter; V stays on cp.async); the gfx950 BF16 kernel
+# (ZYFA_VARLEN = 1 / 2), grid
 # "batch_tiles" = (ceil(max_seqlen_q / tile_m), heads_q, batch), a workgroup whose tile starts past its
 # sequence's length exiting at once; the mfma_fp8 generator (both layouts, on "batch_tiles"; no define: it
 # reads the field). The name spells the layout (LAYOUT_SUFFIX).

@@ -508,7 +508,8 @@ def tma_varlen_dir(tmp_path: Path, manifest_tools) -> Path:
 
 
 def encodes(calls: list[str]) -> list[dict[str, str]]:
-    return [dict(pair.split("=", 1) for pair in c.split(" ")[1:]) for c in calls if c.startswith("cuTensorMapEncodeTiled ")]
+    lines = [c for c in calls if c.startswith("cuTensorMapEncodeTiled ")]
+    return [dict(pair.split("=", 1) for pair in line.split(" ")[1:]) for line in lines]
 
 
 def test_varlen_tma_launch_passes_args_varlen_and_maps_over_the_packed_rows(
