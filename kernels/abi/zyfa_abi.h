@@ -39,9 +39,10 @@ typedef __UINT64_TYPE__ uint64_t;
  * ZYFA_FLAG_VARLEN / _PAGED / _DESCALE_TABLE and zyfa_varlen_args, the second parameter of kernels whose
  * manifest row has "layout" "varlen" or "paged" (zyfa_fwd_args unchanged: dense kernels take what they took).
  * 5: zyfa_varlen_args.item_counter (2026-12-06), the work counter of packed kernels whose manifest row has
- * "grid" "dynamic"; the struct grows from 72 to 80 bytes. 6: a "varlen" kernel whose row says "loads": "tma"
- * takes zyfa_tma_maps as a THIRD parameter, after zyfa_varlen_args, its maps over the packed tensors (below);
- * no struct changes. */
+ * "grid" "dynamic"; the struct grows from 72 to 80 bytes. 6 (2026-12-06): a "varlen" kernel whose row says
+ * "loads": "tma" takes zyfa_tma_maps as a THIRD parameter, after zyfa_varlen_args, its maps over the packed
+ * tensors (below); a "varlen" kernel may name a "v_prep" entry, which takes zyfa_varlen_args too and writes
+ * the packed Vt layout (ZYFA_VT_PACKED_*, below); no struct changes. */
 #define ZYFA_ABI_VERSION 6
 
 #define ZYFA_FLAG_CAUSAL 0x1u /* apply the causal mask */
@@ -65,6 +66,19 @@ typedef __UINT64_TYPE__ uint64_t;
 #define ZYFA_VT_PAD(tile_n) ((tile_n) % ZYFA_VPREP_KEYS == 0 ? (tile_n) : 2 * (tile_n))
 #define ZYFA_VT_ROW_BYTES(seqlen_k, tile_n) \
   (((int64_t)((seqlen_k) > 0 ? (seqlen_k) : 1) + ZYFA_VT_PAD(tile_n) - 1) / ZYFA_VT_PAD(tile_n) * ZYFA_VT_PAD(tile_n))
+
+/* ABI 6's V pre-pass of a packed ("varlen") kernel: `<kernel>_vprep(zyfa_fwd_args args, zyfa_varlen_args varlen,
+ * uint8_t *vt)` (block ZYFA_VPREP_THREADS threads, no dynamic shared memory, grid (row bytes / ZYFA_VPREP_KEYS,
+ * heads_kv, 1)) writes Vt [heads_kv][d_v][ZYFA_VT_PACKED_ROW_BYTES(batch, total_k)] bytes: sequence b's keys
+ * (as the kernel counts them, zyfa_varlen_args below) from column ZYFA_VT_PACKED_COLUMN(b, cu_seqlens_k[b]), a
+ * multiple of 16, every other column zero. Columns of consecutive sequences start at least len + 129 apart,
+ * so a KV block of up to 128 keys read from a sequence's column never meets the next sequence's keys; the row
+ * ends at least 128 columns past the last sequence's keys. For kernels with tile_n <= 128. */
+#define ZYFA_VT_PACKED_GAP 144
+#define ZYFA_VT_PACKED_COLUMN(b, k_start) ((int64_t)(b) * ZYFA_VT_PACKED_GAP + ((int64_t)(k_start) + 15) / 16 * 16)
+#define ZYFA_VT_PACKED_ROW_BYTES(batch, total_k)                                                              \
+  (((int64_t)(batch) * ZYFA_VT_PACKED_GAP + (int64_t)(total_k) + 128 + ZYFA_VPREP_KEYS - 1) / ZYFA_VPREP_KEYS * \
+   ZYFA_VPREP_KEYS)
 
 /* Packing: every field sits at its natural alignment, so pack 1 and pack 8 give the same layout (the
  * static_asserts below and tests/test_abi.py check it). With pack 1, nvcc also gives the struct

@@ -246,9 +246,17 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     const uint8_t* const k_base = static_cast<const uint8_t*>(args.k) +
         (static_cast<int64_t>(blk.batch) * args.k_stride_batch + static_cast<int64_t>(blk.kv_head) * args.k_stride_head) * kESize;
 #endif
+#if ZYFA_WS_VARLEN  // Vt of a packed batch: one row per (kv head, d), each sequence from its own column
+    [[maybe_unused]] const int64_t vt_row = ZYFA_VT_PACKED_ROW_BYTES(packed.batch, varlen.total_k);
+    [[maybe_unused]] const uint8_t* const vt_base = static_cast<const uint8_t*>(packed.v) +
+        static_cast<int64_t>(blk.kv_head) * kDV * vt_row + vt_packed_column(blk.batch, seq.k_start);
+#else
+    [[maybe_unused]] const int64_t vt_row = vt_row_bytes(seqlen_k);
+    [[maybe_unused]] const uint8_t* const vt_base = static_cast<const uint8_t*>(args.v) +
+        (static_cast<int64_t>(blk.batch) * args.heads_kv + blk.kv_head) * kDV * vt_row;
+#endif
     const uint8_t* const v_base = kVPre
-        ? static_cast<const uint8_t*>(args.v) +
-              (static_cast<int64_t>(blk.batch) * args.heads_kv + blk.kv_head) * kDV * vt_row_bytes(seqlen_k)
+        ? vt_base
         : static_cast<const uint8_t*>(args.v) +
               (static_cast<int64_t>(blk.batch) * args.v_stride_batch + static_cast<int64_t>(blk.kv_head) * args.v_stride_head) * kESize;
 #if ZYFA_WS_VARLEN == 2
@@ -372,8 +380,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       } else {
         mbar_wait(bar_empty_v(s), parity);
         if constexpr (kVPre) {  // Vt rows are d, a tile's chunks the 16-key groups: K's load, K's layout
-          load_tile<kDV, kTileN / 16>(v_s + s * kVStageBytes, v_base + j * kTileN, vt_row_bytes(seqlen_k), 0, kDV,
-                                      vec_ok, t);
+          load_tile<kDV, kTileN / 16>(v_s + s * kVStageBytes, v_base + j * kTileN, vt_row, 0, kDV, vec_ok, t);
           signal(bar_full_v(s));
         } else {
 #if ZYFA_WS_VARLEN == 2
@@ -684,12 +691,20 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 }
 
 #if ZYFA_WS_VPRE
-// The V pre-pass entry <kernel>_vprep (manifest row "v_prep"; launch contract in kernels/abi/zyfa_abi.h, ABI 3):
-// zyfa_sm90_ws::vt_prep for block (x, kv head, batch), 256 threads, 16 KiB of static shared memory.
+// The V pre-pass entry <kernel>_vprep (manifest row "v_prep"; launch contract in kernels/abi/zyfa_abi.h, ABI 3,
+// packed ABI 6): zyfa_sm90_ws::vt_prep for block (x, kv head, batch) or vt_prep_packed for block (x, kv head),
+// 256 threads, 16 KiB of static shared memory.
 #define ZYFA_VPREP_CAT2(a, b) a##b
 #define ZYFA_VPREP_CAT(a, b) ZYFA_VPREP_CAT2(a, b)
 #define ZYFA_VPREP_NAME ZYFA_VPREP_CAT(ZYFA_KERNEL_NAME, _vprep)
+#if ZYFA_WS_VARLEN  // ABI 6: block (x, kv head), the packed layout
+extern "C" __global__ void __launch_bounds__(ZYFA_VPREP_THREADS)
+    ZYFA_VPREP_NAME(const zyfa_fwd_args args, const zyfa_varlen_args varlen, uint8_t* vt) {
+  zyfa_sm90_ws::vt_prep_packed(args, varlen, vt);
+}
+#else
 extern "C" __global__ void __launch_bounds__(ZYFA_VPREP_THREADS) ZYFA_VPREP_NAME(const zyfa_fwd_args args, uint8_t* vt) {
   zyfa_sm90_ws::vt_prep(args, vt);
 }
+#endif
 #endif

@@ -134,9 +134,10 @@ VPREP_SUFFIX = "_vprep"
 # Packed batches (kernels/abi/zyfa_abi.h, ABI 4): "varlen" (packed k, v) and "paged" (k, v through a page
 # table) builds take zyfa_varlen_args as a second parameter. The sources that have them (VARLEN_SRCS: the
 # define that carries LAYOUT_DEFINE, the layouts built, the grids allowed): the sm90 wgmma kernel
-# (ZYFA_WS_VARLEN = 1 / 2) with no V pre-pass, on either grid (persistent: min(SMs, items) CTAs walk the
-# batch's (query tile, head) items), its BF16 varlen build also with loads "tma" (Q / K by TMA over the
-# packed tensors, zyfa_tma_maps as a third parameter; V stays on cp.async); the gfx950 BF16 kernel
+# (ZYFA_WS_VARLEN = 1 / 2) on either grid (persistent: min(SMs, items) CTAs walk the batch's (query tile,
+# head) items), its BF16 varlen build also with loads "tma" (Q / K by TMA over the packed tensors,
+# zyfa_tma_maps as a third parameter; V stays on cp.async), its e4m3 varlen build (tile_n <= 128) also with
+# a V pre-pass (the packed Vt layout of kernels/abi/zyfa_abi.h, ABI 6); the gfx950 BF16 kernel
 # (ZYFA_VARLEN = 1 / 2), grid
 # "batch_tiles" = (ceil(max_seqlen_q / tile_m), heads_q, batch), a workgroup whose tile starts past its
 # sequence's length exiting at once; the mfma_fp8 generator (both layouts, on "batch_tiles"; no define: it
@@ -315,8 +316,10 @@ def layout_problems(v: dict[str, Any]) -> list[str]:
     if kind == "dense":
         return []
     srcs = [src for src, (_, kinds, _) in VARLEN_SRCS.items() if kind in kinds]
-    if v["src"] not in srcs or v.get("v_prep"):
-        return [f"{label}: layout {kind!r} needs src one of {srcs} and no v_prep"]
+    if v["src"] not in srcs:
+        return [f"{label}: layout {kind!r} needs src one of {srcs}"]
+    if v.get("v_prep") and (kind != "varlen" or v["tile_n"] > 128):
+        return [f"{label}: v_prep on a packed batch is built for layout 'varlen' with tile_n <= 128 only"]
     if loads_mode(v) == "tma" and (kind != "varlen" or v["dtype"] != "bf16"):
         return [f"{label}: loads 'tma' on a packed batch is built for layout 'varlen' and dtype 'bf16' only"]
     grids = VARLEN_SRCS[v["src"]][2]

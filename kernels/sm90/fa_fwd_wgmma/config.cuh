@@ -204,8 +204,9 @@ static_assert(!kLSumOnes || !kVPre || kTileN <= 128, "lean P's ones rows with th
 static_assert(ZYFA_WS_VARLEN >= 0 && ZYFA_WS_VARLEN <= 2, "ZYFA_WS_VARLEN: 0 dense, 1 varlen, 2 paged");
 static_assert(!kSeqMajor || kVarlen, "ZYFA_WS_SEQ_MAJOR orders a packed batch's items");
 static_assert(!kDynamic || (kVarlen && kPersistent), "ZYFA_WS_DYNAMIC claims a persistent packed build's items");
-static_assert(!kVarlen || ((!kTma || (!kFp8 && !kPaged)) && !kVPre),
-              "ZYFA_WS_VARLEN: no V pre-pass; TMA (maps as parameter 3) on bf16 varlen only");
+static_assert(!kVarlen || !kTma || (!kFp8 && !kPaged), "ZYFA_WS_VARLEN: TMA (maps as parameter 3) on bf16 varlen only");
+static_assert(!kVarlen || !kVPre || (!kPaged && kTileN <= 128),
+              "ZYFA_WS_VARLEN: the packed V pre-pass on varlen builds of tile_n <= 128 (ZYFA_VT_PACKED_GAP)");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");
 // S is one m64nN wgmma accumulator; a P.V k-step is 16 bf16 / 32 e4m3 keys.
 static_assert(kTileN == 128 || kTileN == 192, "ZYFA_TILE_N: 128 or 192");

@@ -1,6 +1,7 @@
 // fa_fwd_wgmma: the V pre-pass (kVPre builds). e4m3 V is transposed in global memory by a separate entry,
-// <kernel>_vprep, which launchers run first into a workspace (kernels/abi/zyfa_abi.h version 3 is its launch
-// contract). args.v then points at Vt [batch][heads_kv][kDV][vt_row_bytes(seqlen_k)] bytes, each row's keys
+// <kernel>_vprep, which launchers run first into a workspace (kernels/abi/zyfa_abi.h versions 3 and 6 are its
+// launch contract). args.v then points at Vt [batch][heads_kv][kDV][vt_row_bytes(seqlen_k)] bytes (a packed
+// batch: [heads_kv][kDV][ZYFA_VT_PACKED_ROW_BYTES], each sequence from its own column), each row's keys
 // padded with zeros and permuted inside each 16-key group as the in-kernel transpose permutes them (position
 // 16h + 4t + i <- key 16h + 2t + (i&1) + 8(i>>1), load.cuh); the kernel does not read args.v's strides for V.
 #pragma once
@@ -10,6 +11,9 @@
 #include "abi/zyfa_abi.h"
 #include "sm90/fa_fwd_wgmma/config.cuh"
 #include "sm90/fa_fwd_wgmma/load.cuh"
+#if ZYFA_WS_VARLEN
+#include "sm90/fa_fwd_wgmma/varlen.cuh"
+#endif
 
 namespace zyfa_sm90_ws {
 
@@ -17,35 +21,30 @@ namespace zyfa_sm90_ws {
 // keys per block: kernels/abi/zyfa_abi.h's rule, which the launchers size the workspace by).
 __host__ __device__ constexpr int64_t vt_row_bytes(int seqlen_k) { return ZYFA_VT_ROW_BYTES(seqlen_k, kTileN); }
 
+// Sequence b's first Vt column in a packed batch's layout (zyfa_abi.h, ZYFA_VT_PACKED_COLUMN).
+__device__ __forceinline__ int64_t vt_packed_column(int b, int64_t k_start) { return ZYFA_VT_PACKED_COLUMN(b, k_start); }
+
 #if ZYFA_WS_VPRE  // only there: its static shared memory must not appear in the other builds
-// The pass (the body of the entry <kernel>_vprep in fa_fwd_wgmma.cu): V (args.v with its strides) -> Vt. Block (x, kv head, batch)
-// takes keys 128 x .. 128 x + 127 of all kDV = 128 columns. Its 256 threads copy the 128 key rows into
-// shared memory (16-byte chunk c of row r at chunk c ^ (r / 16 % 8)), then thread (g = t % 8, w = t / 8)
-// reads word w (d 4w .. 4w + 3) of the 16 rows of key group g (the swizzle puts the 8 groups of a warp on
-// distinct banks), byte-transposes them with 24 PRMT into the 4 d rows' 16 bytes in P's key order
-// (position 4q + i <- key 2q + (i & 1) + 8 (i >> 1)), and stores them; the 8 lanes of one w write 128
-// contiguous bytes of each d row. Keys >= seqlen_k are zeros. Grid (vt_row_bytes / 128, heads_kv, batch).
-__device__ __forceinline__ void vt_prep(const zyfa_fwd_args& args, uint8_t* vt) {
+// The pass's body for one block of 128 Vt columns (keys) of one kv head, all kDV = 128 rows (d). Its 256 threads
+// copy the 128 key rows into shared memory (16-byte chunk c of row r at chunk c ^ (r / 16 % 8)), then thread
+// (g = t % 8, w = t / 8) reads word w (d 4w .. 4w + 3) of the 16 rows of key group g (the swizzle puts the 8
+// groups of a warp on distinct banks), byte-transposes them with 24 PRMT into the 4 d rows' 16 bytes in P's
+// key order (position 4q + i <- key 2q + (i & 1) + 8 (i >> 1)), and stores them; the 8 lanes of one w write
+// 128 contiguous bytes of each d row. `row_of(r)` is the V row of column r of the block (nullptr: zeros);
+// `dst` the block's first column of Vt row d = 0, `rb` the bytes from one Vt row to the next.
+template <class RowOf>
+__device__ __forceinline__ void vt_prep_block(RowOf row_of, bool vec_ok, uint8_t* dst, int64_t rb) {
   static_assert(kDV == 128, "one 128-byte V row per key");
   static_assert(ZYFA_VPREP_KEYS == 128 && ZYFA_VPREP_THREADS == 256, "the body below is written for 128 keys x 256 threads");
   __shared__ __align__(16) uint8_t rows[128 * 128];
   const int t = static_cast<int>(threadIdx.x);
-  const int key0 = static_cast<int>(blockIdx.x) * 128;
-  const int64_t rb = vt_row_bytes(args.seqlen_k);
-  const uint8_t* const g = static_cast<const uint8_t*>(args.v) +
-      (static_cast<int64_t>(blockIdx.z) * args.v_stride_batch + static_cast<int64_t>(blockIdx.y) * args.v_stride_head) * kESize;
-  const bool vec_ok = ((reinterpret_cast<uintptr_t>(args.v) |
-                        static_cast<uintptr_t>((args.v_stride_batch | args.v_stride_seq | args.v_stride_head) * kESize)) &
-                       15u) == 0u;
   uint4 in[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) {  // all four loads in flight before the first store
     const int r = (t >> 3) + 32 * i, c = t & 7;
     in[i] = make_uint4(0u, 0u, 0u, 0u);
-    if (key0 + r < args.seqlen_k) {
-      const uint8_t* p = g + static_cast<int64_t>(key0 + r) * args.v_stride_seq * kESize + c * 16;
-      in[i] = vec_ok ? __ldg(reinterpret_cast<const uint4*>(p)) : load16_bytes(p);
-    }
+    const uint8_t* const row = row_of(r);
+    if (row != nullptr) in[i] = vec_ok ? __ldg(reinterpret_cast<const uint4*>(row + c * 16)) : load16_bytes(row + c * 16);
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -61,11 +60,69 @@ __device__ __forceinline__ void vt_prep(const zyfa_fwd_args& args, uint8_t* vt) 
   uint32_t out[4][4];  // out[q][b]: positions 4q .. 4q + 3 of d row 4 w + b
 #pragma unroll
   for (int q = 0; q < 4; ++q) transpose4x4(k[2 * q], k[2 * q + 1], k[2 * q + 8], k[2 * q + 9], out[q]);
-  uint8_t* const dst = vt + (static_cast<int64_t>(blockIdx.z) * args.heads_kv + blockIdx.y) * kDV * rb + key0 + 16 * grp;
 #pragma unroll
   for (int b = 0; b < 4; ++b)
-    *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(4 * w + b) * rb) = make_uint4(out[0][b], out[1][b], out[2][b], out[3][b]);
+    *reinterpret_cast<uint4*>(dst + 16 * grp + static_cast<int64_t>(4 * w + b) * rb) =
+        make_uint4(out[0][b], out[1][b], out[2][b], out[3][b]);
 }
+
+// 16-byte loads of V rows are legal (every row start 16-byte aligned; uniform per launch).
+__device__ __forceinline__ bool v_rows_aligned(const zyfa_fwd_args& args) {
+  return ((reinterpret_cast<uintptr_t>(args.v) |
+           static_cast<uintptr_t>((args.v_stride_batch | args.v_stride_seq | args.v_stride_head) * kESize)) & 15u) == 0u;
+}
+
+// The dense pass (the body of <kernel>_vprep): V (args.v with its strides) -> Vt. Block (x, kv head, batch)
+// takes keys 128 x .. 128 x + 127; keys >= seqlen_k are zeros. Grid (vt_row_bytes / 128, heads_kv, batch).
+__device__ __forceinline__ void vt_prep(const zyfa_fwd_args& args, uint8_t* vt) {
+  const int key0 = static_cast<int>(blockIdx.x) * 128;
+  const int64_t rb = vt_row_bytes(args.seqlen_k);
+  const uint8_t* const g = static_cast<const uint8_t*>(args.v) +
+      (static_cast<int64_t>(blockIdx.z) * args.v_stride_batch + static_cast<int64_t>(blockIdx.y) * args.v_stride_head) * kESize;
+  auto row_of = [&](int r) -> const uint8_t* {
+    return key0 + r < args.seqlen_k ? g + static_cast<int64_t>(key0 + r) * args.v_stride_seq * kESize : nullptr;
+  };
+  uint8_t* const dst = vt + (static_cast<int64_t>(blockIdx.z) * args.heads_kv + blockIdx.y) * kDV * rb + key0;
+  vt_prep_block(row_of, v_rows_aligned(args), dst, rb);
+}
+
+#if ZYFA_WS_VARLEN
+// The packed pass (the body of a varlen build's <kernel>_vprep): V [total_k, heads_kv, 128] -> Vt [heads_kv]
+// [128][ZYFA_VT_PACKED_ROW_BYTES(batch, total_k)], sequence b's keys (sequence_of: the counts the attention
+// kernel uses) from column vt_packed_column(b, k_start), zeros elsewhere. Block (x, kv head) writes columns
+// 128 x .. 128 x + 127: their sequence is the last one starting at or before the column. Columns of
+// consecutive sequences start more than 128 apart, so a block meets at most two: one search for its first
+// column, one comparison per row. (Decreasing cu_seqlens_k break that order; the rows then come out wrong,
+// still inside V and Vt.)
+__device__ __forceinline__ void vt_prep_packed(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl, uint8_t* vt) {
+  const int64_t col0 = static_cast<int64_t>(blockIdx.x) * 128;
+  const int64_t rb = ZYFA_VT_PACKED_ROW_BYTES(packed.batch, vl.total_k);
+  auto start_of = [&](int b) { return vt_packed_column(b, clamp64(__ldg(vl.cu_seqlens_k + b), 0, vl.total_k)); };
+  int lo = -1, hi = packed.batch;  // the last b with start_of(b) <= col0: in [lo, hi)
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    if (start_of(mid) <= col0) lo = mid;
+    else hi = mid;
+  }
+  const int b0 = lo;
+  const int64_t start1 = b0 + 1 < packed.batch ? start_of(b0 + 1) : INT64_MAX;
+  const Sequence s0 = b0 >= 0 ? sequence_of(packed, vl, b0) : Sequence{};
+  const Sequence s1 = start1 < col0 + 128 ? sequence_of(packed, vl, b0 + 1) : Sequence{};
+  const int64_t start0 = b0 >= 0 ? vt_packed_column(b0, s0.k_start) : 0;
+  const uint8_t* const g = static_cast<const uint8_t*>(packed.v) +
+      static_cast<int64_t>(blockIdx.y) * packed.v_stride_head * kESize;
+  auto row_of = [&](int r) -> const uint8_t* {
+    const int64_t col = col0 + r;
+    const bool second = col >= start1;
+    if (!second && b0 < 0) return nullptr;
+    const Sequence& s = second ? s1 : s0;
+    const int64_t key = col - (second ? start1 : start0);
+    return key < s.len_k ? g + (s.k_start + key) * packed.v_stride_seq * kESize : nullptr;
+  };
+  uint8_t* const dst = vt + static_cast<int64_t>(blockIdx.y) * kDV * rb + col0;
+  vt_prep_block(row_of, v_rows_aligned(packed), dst, rb);
+}
+#endif
 #endif
 
 }  // namespace zyfa_sm90_ws

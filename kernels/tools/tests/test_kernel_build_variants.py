@@ -265,7 +265,8 @@ def test_mfma_fp8_rows_name_a_descending_order() -> None:
 def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
     """layout "varlen" / "paged" adds -DZYFA_WS_VARLEN=1 / 2 and _varlen / _paged to the name; "dense" and
     absent are the same variant; a persistent grid adds -DZYFA_WS_PERSISTENT=1 as for a dense variant.
-    Refused on another source or a V pre-pass; TMA loads only on BF16 varlen."""
+    Refused on another source; TMA loads only on BF16 varlen, a V pre-pass only on varlen with
+    tile_n <= 128."""
     dense = variant(**WGMMA, tile_m=128, tile_n=128)
     assert kb.defines(dense) == kb.defines(variant(**WGMMA, tile_m=128, tile_n=128, layout="dense"))
     assert not any("ZYFA_WS_VARLEN" in d for d in kb.defines(dense))
@@ -278,11 +279,18 @@ def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
         persistent = variant(**WGMMA, tile_m=128, tile_n=128, layout=layout, grid="persistent")
         assert kb.variant_problems(persistent) == []
         assert kb.defines(persistent) == [*want[:-1], "-DZYFA_WS_PERSISTENT=1", want[-1]]
-        for bad in ({"src": "sm90/fa_fwd_simple.cu"}, {"v_prep": True}):
-            problems = kb.variant_problems(
-                variant(**{**WGMMA, "tile_m": 128, "tile_n": 128, **bad}, layout=layout)
-            )
-            assert any(f"layout '{layout}' needs src" in p for p in problems), (bad, problems)
+        problems = kb.variant_problems(
+            variant(**{**WGMMA, "tile_m": 128, "tile_n": 128, "src": "sm90/fa_fwd_simple.cu"}, layout=layout)
+        )
+        assert any(f"layout '{layout}' needs src" in p for p in problems), problems
+        lean = {**WGMMA, "dtype": "e4m3fn", "p_mode": "lean", "tile_m": 128}
+        prep = variant(**lean, tile_n=128, layout=layout, v_prep=True)
+        if layout == "varlen":  # the packed Vt layout (ABI 6), for KV blocks of up to 128 keys
+            assert kb.variant_problems(prep) == [] and "-DZYFA_WS_VPRE=1" in kb.defines(prep)
+            wide = kb.variant_problems(variant(**lean, tile_n=192, layout=layout, v_prep=True))
+            assert any("layout 'varlen' with tile_n <= 128 only" in p for p in wide), wide
+        else:
+            assert any("layout 'varlen' with tile_n <= 128 only" in p for p in kb.variant_problems(prep))
         tma = variant(**WGMMA, tile_m=128, tile_n=128, layout=layout, loads="tma")
         if layout == "varlen":  # BF16 varlen: Q / K by TMA, the maps as a third parameter
             assert kb.variant_problems(tma) == [] and "-DZYFA_WS_TMA=1" in kb.defines(tma)

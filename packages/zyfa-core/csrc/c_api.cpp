@@ -78,14 +78,14 @@ extern "C" int zyfa_check_p_mode(int fp8, const char *p_mode, int *index, zyfa_c
   return guarded(error, "", "check", [&] { *index = zyfa_core::check_p_mode(fp8 != 0, p_mode); });
 }
 
-extern "C" int zyfa_plan_workspace_bytes(const void *plan, const zyfa_fwd_args *args, unsigned long long *bytes,
-                                         zyfa_core_error *error) {
+extern "C" int zyfa_plan_workspace_bytes(const void *plan, const zyfa_fwd_args *args, const zyfa_varlen_args *varlen,
+                                         unsigned long long *bytes, zyfa_core_error *error) {
   if (plan == nullptr || args == nullptr || bytes == nullptr) {
     report(error, ZYFA_ERROR_VALUE, "", "plan", 0, "", "zyfa_plan_workspace_bytes: null plan, args or bytes");
     return 1;
   }
   const auto &p = *static_cast<const zyfa_core::LoadedPlan *>(plan);
-  return guarded(error, p.spec.name, "plan", [&] { *bytes = zyfa_core::workspace_bytes(p.spec, *args); });
+  return guarded(error, p.spec.name, "plan", [&] { *bytes = zyfa_core::workspace_bytes(p.spec, *args, varlen); });
 }
 
 extern "C" int zyfa_plan_launch(const void *plan, const zyfa_fwd_args *args, const zyfa_varlen_args *varlen,

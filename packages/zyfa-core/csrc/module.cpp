@@ -271,11 +271,14 @@ PYBIND11_MODULE(_driver, m) {
            }, py::arg("args"), py::arg("multiprocessors"), py::arg("varlen") = py::none(),
            "The launch grid (multiprocessors: persistent only; varlen: the zyfa_varlen_args bytes of a packed "
            "kernel).")
-      .def("workspace_bytes", [](const PlanSpec &s, const py::bytes &args) { return workspace_bytes(s, args_from(args)); },
-           py::arg("args"), "Device workspace bytes of the V pre-pass (0 for none).")
-      .def("check_workspace", [](const PlanSpec &s, const py::bytes &args, std::uint64_t workspace) {
-             check_workspace(s, args_from(args), workspace);
-           }, py::arg("args"), py::arg("workspace"))
+      .def("workspace_bytes", [](const PlanSpec &s, const py::bytes &args, const py::object &varlen) {
+             return workspace_bytes(s, args_from(args), varlen_from(varlen).get());
+           }, py::arg("args"), py::arg("varlen") = py::none(),
+           "Device workspace bytes of one launch (V pre-pass, item counter; 0 for none).")
+      .def("check_workspace", [](const PlanSpec &s, const py::bytes &args, std::uint64_t workspace,
+                                 const py::object &varlen) {
+             check_workspace(s, args_from(args), varlen_from(varlen).get(), workspace);
+           }, py::arg("args"), py::arg("workspace"), py::arg("varlen") = py::none())
       .def("tma_usable", [](const PlanSpec &s, const py::bytes &args, const py::object &varlen) {
              std::array<MapGeometry, 3> g;
              return tma_geometry(s, args_from(args), varlen_from(varlen).get(), g);

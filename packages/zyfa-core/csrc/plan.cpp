@@ -256,9 +256,12 @@ void check_spec(const PlanSpec &spec) {
     refuse(spec.name + ": a paged kernel gathers K / V rows through the page table with cp.async; loads 'tma' "
            "is for dense and varlen kernels");
   }
-  if (spec.layout != Layout::dense && !spec.v_prep.empty()) {
-    refuse(spec.name + ": a " + layout_name(spec.layout) + " kernel has no V pre-pass (v_prep is for dense "
-           "kernels)");
+  if (spec.layout == Layout::paged && !spec.v_prep.empty()) {
+    refuse(spec.name + ": a paged kernel has no V pre-pass (v_prep is for dense and varlen kernels)");
+  }
+  if (spec.layout == Layout::varlen && !spec.v_prep.empty() && spec.tile_n > 128) {
+    refuse(spec.name + ": the packed V pre-pass's layout serves KV blocks of up to 128 keys; tile_n is " +
+           std::to_string(spec.tile_n));
   }
 }
 
@@ -290,24 +293,38 @@ std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a
   return persistent_grid(spec, work_items(spec, a), multiprocessors);
 }
 
-std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a) {
+namespace {
+
+// Bytes of one row of the V pre-pass's Vt: a dense call's keys, or a packed batch's layout (zyfa_abi.h).
+std::int64_t vt_row_bytes(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen) {
+  if (spec.layout == Layout::dense) return ZYFA_VT_ROW_BYTES(a.seqlen_k, spec.tile_n);
+  if (varlen == nullptr) {
+    refuse(spec.name + ": the V pre-pass of a packed kernel needs the batch's zyfa_varlen_args (its total_k)");
+  }
+  return ZYFA_VT_PACKED_ROW_BYTES(a.batch, varlen->total_k);
+}
+
+}  // namespace
+
+std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen) {
   std::uint64_t bytes = 0;
-  if (!spec.v_prep.empty()) {
-    const std::int64_t row = ZYFA_VT_ROW_BYTES(a.seqlen_k, spec.tile_n);
-    bytes = static_cast<std::uint64_t>(a.batch) * static_cast<std::uint64_t>(a.heads_kv) *
-            static_cast<std::uint64_t>(a.d_v) * static_cast<std::uint64_t>(row);
+  if (!spec.v_prep.empty()) {  // Vt rows: (batch,) kv head, d; a packed batch's sequences share each row
+    const std::uint64_t planes = spec.layout == Layout::dense ? static_cast<std::uint64_t>(a.batch) : 1;
+    bytes = planes * static_cast<std::uint64_t>(a.heads_kv) * static_cast<std::uint64_t>(a.d_v) *
+            static_cast<std::uint64_t>(vt_row_bytes(spec, a, varlen));
   }
   return spec.grid == Grid::dynamic ? bytes + ZYFA_ITEM_COUNTER_BYTES : bytes;
 }
 
-void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, std::uint64_t workspace) {
-  const std::uint64_t bytes = workspace_bytes(spec, a);
+void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
+                     std::uint64_t workspace) {
+  const std::uint64_t bytes = workspace_bytes(spec, a, varlen);
   if (bytes == 0) return;
   if (workspace == 0) {
     refuse(spec.name + (spec.v_prep.empty() ? " claims its items from a counter in the workspace"
                                             : " reads V pre-transposed") +
            ": pass workspace=<device pointer to " + std::to_string(bytes) +
-           " bytes> (spec.workspace_bytes(batch, heads_kv, seqlen_k)); got 0");
+           " bytes> (spec.workspace_bytes(batch, heads_kv, seqlen_k, total_k)); got 0");
   }
   if (workspace % VECTOR_BYTES) {
     refuse(spec.name + ": workspace = " + hex(workspace) + " is not " + std::to_string(VECTOR_BYTES) +
@@ -369,7 +386,7 @@ LoadedPlan load_plan(const PlanSpec &spec, int device, const std::string &path) 
   // zyfa_fwd_args, then zyfa_varlen_args (packed batches), then zyfa_tma_maps ("tma" kernels).
   const size_t params = 1 + (spec.layout != Layout::dense ? 1 : 0) + (spec.tma ? 1 : 0);
   plan.kernel = load_kernel(device, path, spec.name, static_cast<int>(spec.smem), params);
-  if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0, 2);
+  if (!spec.v_prep.empty()) plan.prep = load_kernel(device, path, spec.v_prep, 0, spec.layout == Layout::dense ? 2 : 3);
   if (walks_items(spec.grid)) {
     plan.multiprocessors = device_properties(device).multiprocessors;
     persistent_grid(spec, 1, plan.multiprocessors);  // refuses a device that reports no count
@@ -382,24 +399,27 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
   const PlanSpec &spec = plan.spec;
   alignas(16) zyfa_fwd_args a = args;  // a private, aligned copy: the pre-pass changes v
   check_args(spec, a, varlen);
-  check_workspace(spec, a, workspace);
+  check_workspace(spec, a, varlen, workspace);
   const auto grid = launch_grid(spec, a, varlen, plan.multiprocessors);
   const unsigned block[3] = {static_cast<unsigned>(spec.threads), 1, 1};
-  if (!spec.v_prep.empty()) {
-    const std::int64_t row = ZYFA_VT_ROW_BYTES(a.seqlen_k, spec.tile_n);
+  if (!spec.v_prep.empty()) {  // grid (row / keys, kv heads, batch); a packed batch's sequences share a row
+    const std::int64_t row = vt_row_bytes(spec, a, varlen);
+    const unsigned planes = varlen != nullptr ? 1u : static_cast<unsigned>(a.batch);
     const unsigned prep_grid[3] = {static_cast<unsigned>(row / ZYFA_VPREP_KEYS), static_cast<unsigned>(a.heads_kv),
-                                   static_cast<unsigned>(a.batch)};
+                                   planes};
     const unsigned prep_block[3] = {ZYFA_VPREP_THREADS, 1, 1};
     const void *vt = reinterpret_cast<const void *>(static_cast<std::uintptr_t>(workspace));
-    launch_params(plan.prep, prep_grid, prep_block, 0, stream,
-                  {{&a, sizeof(a), alignof(zyfa_fwd_args)}, {&vt, sizeof(vt), alignof(const void *)}});
+    std::vector<KernelParam> prep = {{&a, sizeof(a), alignof(zyfa_fwd_args)}};
+    if (varlen != nullptr) prep.push_back({varlen, sizeof(*varlen), alignof(zyfa_varlen_args)});
+    prep.push_back({&vt, sizeof(vt), alignof(const void *)});
+    launch_params(plan.prep, prep_grid, prep_block, 0, stream, prep);
     a.v = vt;
   }
   zyfa_varlen_args v{};
   if (varlen != nullptr) {  // check_args: a varlen / paged kernel
     v = *varlen;
     if (spec.grid == Grid::dynamic) {  // its item counter: the workspace's last bytes, zero at launch
-      const std::uint64_t counter = workspace + workspace_bytes(spec, a) - ZYFA_ITEM_COUNTER_BYTES;
+      const std::uint64_t counter = workspace + workspace_bytes(spec, a, varlen) - ZYFA_ITEM_COUNTER_BYTES;
       clear_u32(plan.kernel, counter, 1, stream);
       v.item_counter = reinterpret_cast<std::uint32_t *>(static_cast<std::uintptr_t>(counter));
     }

@@ -59,13 +59,15 @@ void check_args(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_
 std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
                                     long long multiprocessors);
 
-// The workspace bytes of one launch: the V pre-pass's (batch x heads_kv x d_v rows of ZYFA_VT_ROW_BYTES),
-// then, grid dynamic, ZYFA_ITEM_COUNTER_BYTES for the item counter; 0 for a kernel that needs neither.
-std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a);
+// The workspace bytes of one launch: the V pre-pass's (batch x heads_kv x d_v rows of ZYFA_VT_ROW_BYTES; a
+// packed batch, `varlen` required: heads_kv x d_v rows of ZYFA_VT_PACKED_ROW_BYTES), then, grid dynamic,
+// ZYFA_ITEM_COUNTER_BYTES for the item counter; 0 for a kernel that needs neither.
+std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen);
 
 // Throws ArgumentError unless `workspace` is a 16-byte aligned device pointer (any value when
 // workspace_bytes is 0).
-void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, std::uint64_t workspace);
+void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
+                     std::uint64_t workspace);
 
 // One TMA map's geometry: zyfa_abi.h's comment above zyfa_tma_maps.
 struct MapGeometry {

@@ -18,8 +18,9 @@ extern "C" {
 #endif
 
 /* 3: zyfa_check_varlen, the int32 / float32 dtype codes, and zyfa_plan_launch's `varlen` argument.
- * 4: zyfa_varlen_args of ABI 5 (item_counter; 80 bytes), which zyfa_plan_launch takes. */
-#define ZYFA_CORE_API_VERSION 4
+ * 4: zyfa_varlen_args of ABI 5 (item_counter; 80 bytes), which zyfa_plan_launch takes.
+ * 5: zyfa_plan_workspace_bytes takes `varlen` too (a packed kernel's V pre-pass sizes by its total_k). */
+#define ZYFA_CORE_API_VERSION 5
 
 /* Exported even though the extension is built with -fvisibility=hidden: callers find these with dlsym. */
 #define ZYFA_CORE_EXPORT __attribute__((visibility("default")))
@@ -111,9 +112,11 @@ ZYFA_CORE_EXPORT int zyfa_check_p_mode(int fp8, const char *p_mode, int *index, 
  * handle, valid for the life of the process (zyfa_core keeps every loaded plan). `args` is the filled
  * argument struct (zyfa_abi.h); the plan checks it as zyfa_core.check_args does before any driver call. */
 
-/* The device workspace one launch of `args` needs (the V pre-pass's pre-transposed V), 0 for none. */
-ZYFA_CORE_EXPORT int zyfa_plan_workspace_bytes(const void *plan, const zyfa_fwd_args *args, unsigned long long *bytes,
-                              zyfa_core_error *error);
+/* The device workspace one launch of `args` needs (the V pre-pass's pre-transposed V, a grid "dynamic"
+ * kernel's item counter), 0 for none. `varlen` as for zyfa_plan_launch (a packed kernel's V pre-pass needs it). */
+ZYFA_CORE_EXPORT int zyfa_plan_workspace_bytes(const void *plan, const zyfa_fwd_args *args,
+                                               const zyfa_varlen_args *varlen, unsigned long long *bytes,
+                                               zyfa_core_error *error);
 
 /* Checks `args` and launches on `stream` (the raw CUstream / hipStream_t): the V pre-pass into `workspace`
  * (a 16-byte aligned device pointer to zyfa_plan_workspace_bytes bytes, which must stay allocated until the

@@ -73,6 +73,9 @@ VT_ROW_SAMPLES = [
     (385, 192),
     (100, 64),
 ]
+# (batch, total_k) samples of ZYFA_VT_PACKED_ROW_BYTES, and (b, k_start) of ZYFA_VT_PACKED_COLUMN (ABI 6).
+VT_PACKED_ROW_SAMPLES = [(1, 1), (1, 100), (3, 520), (64, 32768), (1000, 1)]
+VT_PACKED_COLUMN_SAMPLES = [(0, 0), (0, 1), (1, 16), (5, 17), (63, 30000)]
 
 
 def program(fields: list[tuple[str, str]], header_name: str) -> str:
@@ -88,6 +91,8 @@ def program(fields: list[tuple[str, str]], header_name: str) -> str:
         decode_lines.append(f'  printf("%s\\"{name}\\": {fmt}", {sep}, {cast}a.{name});')
     text = _PROGRAM.replace("@HEADER@", header_name).replace("@LAYOUT@", "\n".join(layout_lines))
     text = text.replace("@VT_ROWS@", ", ".join(f"{{{s}, {t}}}" for s, t in VT_ROW_SAMPLES))
+    text = text.replace("@VT_PACKED_ROWS@", ", ".join(f"{{{b}, {n}}}" for b, n in VT_PACKED_ROW_SAMPLES))
+    text = text.replace("@VT_PACKED_COLS@", ", ".join(f"{{{b}, {k}}}" for b, k in VT_PACKED_COLUMN_SAMPLES))
     varlen = "".join(
         f'  printf("%s\\"{name}\\": %zu", {sep}, offsetof(zyfa_varlen_args, {name}));\n'
         for sep, name in zip(
@@ -105,6 +110,8 @@ _PROGRAM = r"""
 #include <string.h>
 #include "@HEADER@"
 static const int vt_rows[][2] = {@VT_ROWS@};  /* (seqlen_k, tile_n) samples of ZYFA_VT_ROW_BYTES */
+static const int vt_packed_rows[][2] = {@VT_PACKED_ROWS@};  /* (batch, total_k): ZYFA_VT_PACKED_ROW_BYTES */
+static const int vt_packed_cols[][2] = {@VT_PACKED_COLS@};  /* (b, k_start): ZYFA_VT_PACKED_COLUMN */
 int main(int argc, char **argv) {
   zyfa_fwd_args a;
   (void)argv;
@@ -129,6 +136,15 @@ int main(int argc, char **argv) {
   printf("\"vprep\": [%d, %d", (int)ZYFA_VPREP_KEYS, (int)ZYFA_VPREP_THREADS);
   for (int i = 0; i < (int)(sizeof vt_rows / sizeof vt_rows[0]); ++i) {
     printf(", %lld", (long long)ZYFA_VT_ROW_BYTES(vt_rows[i][0], vt_rows[i][1]));
+  }
+  printf("], \"vt_packed\": [%d", (int)ZYFA_VT_PACKED_GAP);
+  for (int i = 0; i < (int)(sizeof vt_packed_rows / sizeof vt_packed_rows[0]); ++i) {
+    printf(", %lld", (long long)ZYFA_VT_PACKED_ROW_BYTES(vt_packed_rows[i][0], vt_packed_rows[i][1]));
+  }
+  printf("], \"vt_packed_columns\": [");
+  for (int i = 0; i < (int)(sizeof vt_packed_cols / sizeof vt_packed_cols[0]); ++i) {
+    const int *c = vt_packed_cols[i];
+    printf("%s%lld", i ? ", " : "", (long long)ZYFA_VT_PACKED_COLUMN(c[0], c[1]));
   }
   printf("], ");
   printf("\"size\": %zu, \"version\": %d, \"flag_causal\": %u, \"flag_lse\": %u, \"fields\": [",
@@ -437,6 +453,31 @@ def test_v_prep_constants_and_row_padding_match(compiled) -> None:
     assert (keys, threads) == (mf.VPREP_KEYS, mf.VPREP_THREADS)
     assert rows == [mf.vt_row_bytes(s, t) for s, t in VT_ROW_SAMPLES]
     assert rows == [128, 128, 128, 256, 16512, 384, 384, 768, 128]
+
+
+def test_packed_v_prep_layout_matches(compiled) -> None:
+    """ABI 6's packed V pre-pass: the gap and row bytes zyfa_core sizes the workspace with are the header's,
+    and the header's layout keeps its promise: each sequence's column a multiple of 16, at least 128 zero
+    columns after each sequence (within the row), on random packed batches."""
+    _, exe = compiled
+    gap, *rows = layout(exe)["vt_packed"]
+    assert gap == mf.VT_PACKED_GAP
+    assert rows == [mf.vt_packed_row_bytes(b, n) for b, n in VT_PACKED_ROW_SAMPLES]
+    columns = layout(exe)["vt_packed_columns"]
+    assert columns == [gap * b + -(-k // 16) * 16 for b, k in VT_PACKED_COLUMN_SAMPLES]
+    rng = random.Random()
+    for _ in range(200):
+        lens = [
+            rng.choice([0, 1, 15, 16, 17, 127, 128, 129, rng.randint(0, 3000)])
+            for _ in range(rng.randint(1, 40))
+        ]
+        starts = [sum(lens[:b]) for b in range(len(lens))]
+        row = mf.vt_packed_row_bytes(len(lens), sum(lens))
+        first = [gap * b + -(-k // 16) * 16 for b, k in enumerate(starts)]
+        ends = [*first[1:], row]  # the next sequence's first column, or the row's end
+        for b, n in enumerate(lens):
+            assert first[b] % 16 == 0 and row % mf.VPREP_KEYS == 0
+            assert ends[b] - (first[b] + n) >= 128, (lens, b)
 
 
 def test_item_counter_bytes_match(compiled) -> None:

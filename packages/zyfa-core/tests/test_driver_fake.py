@@ -298,15 +298,16 @@ class Error(ctypes.Structure):
 lib = ctypes.CDLL(_driver.__file__)
 lib.zyfa_plan_launch.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p,
                                  ctypes.c_ulonglong, ctypes.POINTER(Error)]
-lib.zyfa_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+lib.zyfa_plan_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p,
                                           ctypes.POINTER(ctypes.c_ulonglong), ctypes.POINTER(Error)]
 handle = zyfa_core.launcher.native_plan(spec, 0)
 raw = bytes(args)
 error = Error()
 need = ctypes.c_ulonglong()
-rc_need = lib.zyfa_plan_workspace_bytes(handle, raw, ctypes.byref(need), ctypes.byref(error))
 stream = 0x7000
 varlen = globals().get("varlen_args")
+rc_need = lib.zyfa_plan_workspace_bytes(handle, raw, bytes(varlen) if varlen is not None else None,
+                                        ctypes.byref(need), ctypes.byref(error))
 rc = lib.zyfa_plan_launch(handle, raw, bytes(varlen) if varlen is not None else None, stream, {workspace},
                           ctypes.byref(error))
 grid = zyfa_core.launch_grid(spec, args, 132 if spec.grid == "persistent" else None, varlen=varlen)
@@ -328,7 +329,7 @@ def test_native_plan_launch_cuda(run_with_fake, cuda_dir: Path, d_qk: int) -> No
     """The C API passes the same bytes, grid, block, smem and stream as `launch` does."""
     out, calls = run_with_fake("cuda", args_snippet(d_qk=d_qk) + native(), cuda_dir)
     assert out["rc"] == 0 and out["rc_need"] == 0 and out["need"] == 0, out["message"]
-    assert out["api"] == out["module_api"] == 4 and out["sizeof"] == 1360
+    assert out["api"] == out["module_api"] == 5 and out["sizeof"] == 1360
     (launch,) = calls_named(calls, "cuLaunchKernel")
     assert launch["name"] == out["name"] and launch["args"] == out["args"]
     assert launch["grid"] == ",".join(map(str, out["grid"])) and launch["block"] == "128,1,1"

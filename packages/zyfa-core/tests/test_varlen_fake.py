@@ -546,3 +546,69 @@ def test_tma_is_refused_on_paged_rows(tmp_path: Path, manifest_tools) -> None:
     kernels = manifest_tools.write(tmp_path / "paged_tma", rows, files={rows[0]["file"]: b"FAKECUBIN\n"})
     with pytest.raises(zyfa_core.ManifestError, match="a paged kernel gathers K / V through the page table"):
         zyfa_core.Manifest.load(kernels)
+
+
+# ------------------------------------------------------------------- packed kernels with a V pre-pass
+
+VARLEN_PREP = "fa_fwd_e4m3fn_hd128_causal_leanp_varlen_sm90a"
+PREP_WORKSPACE = 0x7F4000000000
+
+
+@pytest.fixture
+def prep_varlen_dir(tmp_path: Path, manifest_tools) -> Path:
+    shape = {"tile_m": 128, "tile_n": 128, "threads": 384}
+    row = manifest_tools.row(
+        VARLEN_PREP, layout="varlen", grid="persistent", v_prep=VARLEN_PREP + "_vprep", **shape
+    )
+    image = f"FAKECUBIN {VARLEN_PREP} {VARLEN_PREP}_vprep\n".encode()
+    return manifest_tools.write(tmp_path / "prep_varlen", [row], files={row["file"]: image})
+
+
+def test_varlen_v_prep_runs_on_the_packed_layout_then_the_kernel_reads_it(
+    run_with_fake, prep_varlen_dir: Path
+) -> None:
+    """A varlen kernel with a V pre-pass (ABI 6): <name>_vprep runs first with the args, zyfa_varlen_args and
+    the workspace pointer, on (row bytes / 128, heads_kv, 1): one Vt row per (kv head, d) holds every
+    sequence, VT_PACKED_GAP x batch + total_k + 128 columns rounded up to 128. Then the kernel, with v = the
+    workspace."""
+    rng = random.Random()
+    total_k, batch = rng.randint(1, 9000), rng.randint(1, 50)
+    args = packed_args(fp8=True, batch=batch, seqlen_q=max(1, 180 // batch))
+    varlen = varlen_args(total_k=total_k)
+    snippet = PERSISTENT_LAUNCH.format(kernel=VARLEN_PREP, args=bytes(args).hex(), varlen=bytes(varlen).hex())
+    snippet = snippet.replace("varlen=varlen)\n", f"varlen=varlen, workspace={PREP_WORKSPACE})\n", 1)
+    snippet += f"print(json.dumps(spec.workspace_bytes({batch}, 2, 300, {total_k})))\n"
+    out, calls = run_with_fake("cuda", snippet, prep_varlen_dir)
+    prep, main = [
+        dict(pair.split("=", 1) for pair in c.split(" ")[1:])
+        for c in calls
+        if c.startswith("cuLaunchKernel ")
+    ]
+    row = -(-(144 * batch + total_k + 128) // 128) * 128
+    assert zyfa_core.manifest.vt_packed_row_bytes(batch, total_k) == row
+    assert prep["name"] == VARLEN_PREP + "_vprep" and prep["grid"] == f"{row // 128},2,1"
+    assert prep["args"] == bytes(args).hex() and prep["second"] == bytes(varlen).hex()
+    assert prep["third"] == PREP_WORKSPACE.to_bytes(8, "little").hex()
+    moved = zyfa_core.ZyfaFwdArgs.from_buffer_copy(bytes(args))
+    moved.v = PREP_WORKSPACE
+    assert main["name"] == VARLEN_PREP and main["args"] == bytes(moved).hex()
+    assert main["second"] == bytes(varlen).hex() and "third" not in main
+    assert prep["stream"] == main["stream"] == "0x5000"
+    assert out == 2 * 128 * row  # heads_kv x d_v rows
+
+
+def test_varlen_v_prep_needs_total_k_and_its_workspace(prep_varlen_dir: Path) -> None:
+    spec = zyfa_core.Manifest.load(prep_varlen_dir).get(VARLEN_PREP)
+    with pytest.raises(ValueError, match="sized by total_k"):
+        spec.workspace_bytes(3, 2, 300)
+    with pytest.raises(
+        ValueError, match=r"reads V pre-transposed: pass workspace=<device pointer to 294912 bytes>"
+    ):
+        zyfa_core.launch(spec, packed_args(fp8=True), stream=0, device=0, varlen=varlen_args())
+
+
+def test_v_prep_is_refused_on_paged_rows(tmp_path: Path, manifest_tools) -> None:
+    rows = [manifest_tools.row(PAGED, layout="paged", v_prep=PAGED + "_vprep")]
+    kernels = manifest_tools.write(tmp_path / "paged_prep", rows, files={rows[0]["file"]: b"FAKECUBIN\n"})
+    with pytest.raises(zyfa_core.ManifestError, match="a paged kernel has no V pre-pass"):
+        zyfa_core.Manifest.load(kernels)

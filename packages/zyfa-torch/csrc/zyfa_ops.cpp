@@ -314,7 +314,7 @@ void launch(const Tensor &q, const Tensor &k, const Tensor &v, const Tensor &out
   alignas(16) const zyfa_fwd_args args = pack(q, k, v, out, lse, c, causal);
   zyfa_core_error err{};
   unsigned long long bytes = 0;
-  if (core().workspace_bytes(plan, &args, &bytes, &err) != 0) raise(err);
+  if (core().workspace_bytes(plan, &args, nullptr, &bytes, &err) != 0) raise(err);
   Tensor workspace;
   if (bytes != 0) workspace = at::empty({static_cast<int64_t>(bytes)}, q.options().dtype(at::kByte));
   const auto address = bytes != 0 ? reinterpret_cast<std::uintptr_t>(workspace.data_ptr()) : 0;

@@ -231,7 +231,9 @@ class _MockCore:
             p_mode=p_mode or ("exact" if dtype == "e4m3fn" else None),
             v_prep="",
             grid=self.grid,
-            workspace_bytes=lambda batch, heads_kv, seqlen_k: 16 if self.grid == "dynamic" else 0,
+            workspace_bytes=lambda batch, heads_kv, seqlen_k, total_k=None: (
+                16 if self.grid == "dynamic" else 0
+            ),
         )
 
     def launch(self, spec, args, *, stream, device, varlen=None, workspace=None):

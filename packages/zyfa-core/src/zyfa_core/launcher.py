@@ -407,7 +407,7 @@ def launch(
     with loads "tma" gets the `zyfa_tma_maps` bytes (`tma_maps_bytes`, encoded through
     cuTensorMapEncodeTiled at each launch) as its last parameter: the second of a dense kernel, the third
     of a varlen one. A spec with a `v_prep` entry (ABI 3) needs
-    `workspace`, a device pointer to `spec.workspace_bytes(batch, heads_kv, seqlen_k)` bytes (16-byte
+    `workspace`, a device pointer to `spec.workspace_bytes(batch, heads_kv, seqlen_k, total_k)` bytes (16-byte
     aligned; the caller allocates it and keeps it alive until the launch has run on `stream`): that entry
     runs first on `stream`, writing the pre-transposed V there, then the kernel with args.v = workspace;
     other specs ignore `workspace`. A packed call (args.flags has FLAG_VARLEN) passes its `varlen` struct, the
@@ -432,7 +432,7 @@ def launch(
     plan.check(data, packed)
     if isinstance(workspace, bool) or not isinstance(workspace, int) or not 0 <= workspace < 2**64:
         workspace = 0  # refused by the plan where the spec needs one (its workspace_bytes), with the bytes
-    plan.check_workspace(data, workspace)
+    plan.check_workspace(data, workspace, packed)
     _check_handles(device, stream)
     _loaded(spec, device).launch(data, stream, workspace, packed)
 

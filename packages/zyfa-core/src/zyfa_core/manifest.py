@@ -37,6 +37,7 @@ __all__ = [
     "preferred_p_modes",
     "VPREP_KEYS",
     "VPREP_THREADS",
+    "VT_PACKED_GAP",
     "KernelSpec",
     "Manifest",
     "SkippedKernel",
@@ -46,6 +47,7 @@ __all__ = [
     "file_sha256",
     "find_kernel_dir",
     "select",
+    "vt_packed_row_bytes",
     "vt_row_bytes",
 ]
 
@@ -101,6 +103,10 @@ VPREP_KEYS = 128
 checks the mirror)."""
 VPREP_THREADS = 256
 """Threads per block of the V pre-pass (ZYFA_VPREP_THREADS)."""
+VT_PACKED_GAP = 144
+"""Columns between consecutive sequences' Vt in a packed batch's V pre-pass (ZYFA_VT_PACKED_GAP, ABI 6;
+tests/test_abi.py checks the mirror): each sequence starts at VT_PACKED_GAP x b + its first key rounded up to
+16, so at least 128 zero columns follow it."""
 
 
 def vt_row_bytes(seqlen_k: int, tile_n: int) -> int:
@@ -108,6 +114,12 @@ def vt_row_bytes(seqlen_k: int, tile_n: int) -> int:
     multiple of lcm(tile_n, VPREP_KEYS), the kernel's KV block and the pass's keys per block."""
     pad = math.lcm(tile_n, VPREP_KEYS)
     return -(-max(seqlen_k, 1) // pad) * pad
+
+
+def vt_packed_row_bytes(batch: int, total_k: int) -> int:
+    """Bytes of one row of a packed batch's pre-transposed V (ZYFA_VT_PACKED_ROW_BYTES): every sequence's keys
+    from its own column, VT_PACKED_GAP x batch + total_k + 128 rounded up to a multiple of VPREP_KEYS."""
+    return -(-(batch * VT_PACKED_GAP + total_k + 128) // VPREP_KEYS) * VPREP_KEYS
 
 
 # Accepted spellings of the input dtypes -> the manifest's canonical name.
@@ -195,16 +207,30 @@ class KernelSpec:
         """Bytes of one row of this kernel's pre-transposed V (module function `vt_row_bytes`)."""
         return vt_row_bytes(seqlen_k, self.tile_n)
 
-    def workspace_bytes(self, batch: int, heads_kv: int, seqlen_k: int) -> int:
-        """Device workspace one launch needs: the pre-transposed V, batch x heads_kv x d_v rows of
-        `vt_row_bytes` (e4m3: 1 byte per element), then, grid "dynamic", ITEM_COUNTER_BYTES for the item
-        counter that the launcher clears before the kernel; 0 for a kernel that needs neither."""
-        vt = batch * heads_kv * self.d_v * self.vt_row_bytes(seqlen_k) if self.v_prep else 0
-        return vt + (ITEM_COUNTER_BYTES if self.grid == "dynamic" else 0)
+    def _vt_rows(self, batch: int, heads_kv: int, seqlen_k: int, total_k: int | None) -> tuple[int, int]:
+        """(rows, bytes per row) of the V pre-pass's Vt: batch x heads_kv x d_v rows of `vt_row_bytes`, or for
+        a packed kernel heads_kv x d_v rows of `vt_packed_row_bytes` (its sequences share each row)."""
+        if self.layout == "dense":
+            return batch * heads_kv * self.d_v, self.vt_row_bytes(seqlen_k)
+        if total_k is None:
+            raise ValueError(f"{self.name}: the V pre-pass of a packed kernel is sized by total_k; pass it")
+        return heads_kv * self.d_v, vt_packed_row_bytes(batch, total_k)
 
-    def v_prep_grid(self, batch: int, heads_kv: int, seqlen_k: int) -> tuple[int, int, int]:
-        """Launch grid of the V pre-pass: one block of VPREP_THREADS per 128 keys of each (kv head, batch)."""
-        return (self.vt_row_bytes(seqlen_k) // VPREP_KEYS, heads_kv, batch)
+    def workspace_bytes(self, batch: int, heads_kv: int, seqlen_k: int, total_k: int | None = None) -> int:
+        """Device workspace one launch needs: the pre-transposed V (`_vt_rows`; e4m3: 1 byte per element;
+        total_k, the packed keys, for a packed kernel with a V pre-pass), then, grid "dynamic",
+        ITEM_COUNTER_BYTES for the item counter that the launcher clears before the kernel; 0 for a kernel
+        that needs neither. Raises ValueError for a packed V pre-pass without total_k."""
+        rows, row_bytes = self._vt_rows(batch, heads_kv, seqlen_k, total_k) if self.v_prep else (0, 0)
+        return rows * row_bytes + (ITEM_COUNTER_BYTES if self.grid == "dynamic" else 0)
+
+    def v_prep_grid(
+        self, batch: int, heads_kv: int, seqlen_k: int, total_k: int | None = None
+    ) -> tuple[int, int, int]:
+        """Launch grid of the V pre-pass: one block of VPREP_THREADS per 128 keys of each (kv head, batch);
+        a packed kernel's, per 128 columns of each kv head's shared rows."""
+        _, row_bytes = self._vt_rows(batch, heads_kv, seqlen_k, total_k)
+        return (row_bytes // VPREP_KEYS, heads_kv, batch if self.layout == "dense" else 1)
 
     @property
     def launch_smem_bytes(self) -> int:
@@ -413,8 +439,8 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
         raise _row_error(where, name, f'grid "{grid}" is for packed layouts; dense kernels take "tiles"')
     if layout == "paged" and loads != "cp.async":
         raise _row_error(where, name, "a paged kernel gathers K / V through the page table: loads 'cp.async'")
-    if layout != "dense" and v_prep:
-        raise _row_error(where, name, f"a {layout} kernel has no V pre-pass")
+    if layout == "paged" and v_prep:
+        raise _row_error(where, name, "a paged kernel has no V pre-pass")
     return KernelSpec(
         **fields,
         path=directory / row["file"],

@@ -133,12 +133,12 @@ CUresult cuModuleGetFunction(void **function, void *module, const char *name) {
   const int vprep = len > 6 && strcmp(name + len - 6, "_vprep") == 0;
   const int varlen = strstr(name, "_varlen") != NULL || strstr(name, "_paged") != NULL;
   const int tma = strstr(name, "tma") != NULL;
-  /* zyfa_fwd_args, then zyfa_varlen_args (packed) or the pre-pass's pointer, then zyfa_tma_maps ("tma"). */
-  f->param_count = (size_t)env_int("FAKE_PARAM_COUNT", vprep ? 2 : 1 + varlen + tma);
+  /* zyfa_fwd_args, then zyfa_varlen_args (packed), then zyfa_tma_maps ("tma") or the pre-pass's pointer. */
+  f->param_count = (size_t)env_int("FAKE_PARAM_COUNT", 1 + varlen + (vprep || tma));
   if (f->param_count > 3) f->param_count = 3;
   f->param_size[0] = (size_t)env_int("FAKE_PARAM_SIZE", 192);
-  f->param_size[1] = (size_t)env_int("FAKE_PARAM_SIZE2", vprep ? 8 : varlen ? 80 : 448);
-  f->param_size[2] = (size_t)env_int("FAKE_PARAM_SIZE3", 448);
+  f->param_size[1] = (size_t)env_int("FAKE_PARAM_SIZE2", varlen ? 80 : vprep ? 8 : 448);
+  f->param_size[2] = (size_t)env_int("FAKE_PARAM_SIZE3", vprep ? 8 : 448);
   /* As nvcc lays them out: each after the one before, rounded up to its alignment (64 for the maps). */
   f->param_offset[0] = 0;
   f->param_offset[1] = varlen ? f->param_size[0] : (f->param_size[0] + 63) / 64 * 64;

@@ -343,12 +343,13 @@ def _launch(core: SimpleNamespace, spec: object, args: object, device: torch.dev
 
 
 def launch_workspace(
-    spec: object, batch: int, heads_kv: int, seqlen_k: int, device: torch.device
+    spec: object, batch: int, heads_kv: int, seqlen_k: int, device: torch.device, total_k: int | None = None
 ) -> Tensor | None:
     """The device workspace one launch of `spec` needs (zyfa_core's `KernelSpec.workspace_bytes`: a V
-    pre-pass's pre-transposed V, a grid "dynamic" kernel's item counter), from torch's caching allocator,
-    which keeps it for this stream's work after the tensor goes out of scope; None when it needs none."""
-    nbytes = spec.workspace_bytes(batch, heads_kv, seqlen_k)  # type: ignore[attr-defined]
+    pre-pass's pre-transposed V, a grid "dynamic" kernel's item counter; total_k: a packed call's keys), from
+    torch's caching allocator, which keeps it for this stream's work after the tensor goes out of scope; None
+    when it needs none."""
+    nbytes = spec.workspace_bytes(batch, heads_kv, seqlen_k, total_k)  # type: ignore[attr-defined]
     return torch.empty(nbytes, dtype=torch.uint8, device=device) if nbytes else None
 
 

@@ -3,7 +3,7 @@
 CPU tensors run `zyfa.reference.attention_varlen`; CUDA/ROCm tensors the zyfa_core kernel of layout "varlen"
 (packed k, v) or "paged" (k, v through a page table), launched through the same launch plan as the dense op
 with the packed batch's `zyfa_core.ZyfaVarlenArgs` as the kernel's second parameter (ABI 4; a grid "dynamic"
-kernel also takes a workspace for its item counter, ABI 5).
+kernel also takes a workspace for its item counter, ABI 5, and a V pre-pass one for the packed Vt, ABI 6).
 
 Nothing here reads device memory on the host: cu_seqlens, seqused_k, the page table and the descale table
 go to the kernel as device pointers, and the grid comes from host values only (total_q, the batch size and
@@ -124,7 +124,9 @@ def _fwd_core(q: Tensor, k: Tensor, v: Tensor, packed: _Packed, opts: _ops._Opti
     args = fill_args(core.abi, (q, k, v, out), lse if opts.return_lse else None, packed, opts)
     varlen = fill_varlen_args(core.abi, packed.index, packed.dims)
     dims = packed.dims
-    workspace = _ops.launch_workspace(spec, dims.batch, dims.heads_kv, packed.max_seqlens[1], q.device)
+    workspace = _ops.launch_workspace(
+        spec, dims.batch, dims.heads_kv, packed.max_seqlens[1], q.device, total_k=dims.total_k
+    )
     address = workspace.data_ptr() if workspace is not None else None
     _ops._launch(core, spec, args, q.device, varlen=varlen, workspace=address)
     return out, lse
