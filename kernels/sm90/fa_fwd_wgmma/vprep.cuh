@@ -30,8 +30,9 @@ __device__ __forceinline__ int64_t vt_packed_column(int b, int64_t k_start) { re
 // (g = t % 8, w = t / 8) reads word w (d 4w .. 4w + 3) of the 16 rows of key group g (the swizzle puts the 8
 // groups of a warp on distinct banks), byte-transposes them with 24 PRMT into the 4 d rows' 16 bytes in P's
 // key order (position 4q + i <- key 2q + (i & 1) + 8 (i >> 1)), and stores them; the 8 lanes of one w write
-// 128 contiguous bytes of each d row. `row_of(r)` is the V row of column r of the block (nullptr: zeros);
-// `dst` the block's first column of Vt row d = 0, `rb` the bytes from one Vt row to the next.
+// 128 contiguous bytes of each d row. `row_of(r, row)` says whether column r of the block holds a key (else
+// zeros) and sets `row` to its V row; `dst` is the block's first column of Vt row d = 0, `rb` the bytes from
+// one Vt row to the next.
 template <class RowOf>
 __device__ __forceinline__ void vt_prep_block(RowOf row_of, bool vec_ok, uint8_t* dst, int64_t rb) {
   static_assert(kDV == 128, "one 128-byte V row per key");
@@ -43,8 +44,8 @@ __device__ __forceinline__ void vt_prep_block(RowOf row_of, bool vec_ok, uint8_t
   for (int i = 0; i < 4; ++i) {  // all four loads in flight before the first store
     const int r = (t >> 3) + 32 * i, c = t & 7;
     in[i] = make_uint4(0u, 0u, 0u, 0u);
-    const uint8_t* const row = row_of(r);
-    if (row != nullptr) in[i] = vec_ok ? __ldg(reinterpret_cast<const uint4*>(row + c * 16)) : load16_bytes(row + c * 16);
+    const uint8_t* row = nullptr;
+    if (row_of(r, row)) in[i] = vec_ok ? __ldg(reinterpret_cast<const uint4*>(row + c * 16)) : load16_bytes(row + c * 16);
   }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -79,8 +80,9 @@ __device__ __forceinline__ void vt_prep(const zyfa_fwd_args& args, uint8_t* vt) 
   const int64_t rb = vt_row_bytes(args.seqlen_k);
   const uint8_t* const g = static_cast<const uint8_t*>(args.v) +
       (static_cast<int64_t>(blockIdx.z) * args.v_stride_batch + static_cast<int64_t>(blockIdx.y) * args.v_stride_head) * kESize;
-  auto row_of = [&](int r) -> const uint8_t* {
-    return key0 + r < args.seqlen_k ? g + static_cast<int64_t>(key0 + r) * args.v_stride_seq * kESize : nullptr;
+  auto row_of = [&](int r, const uint8_t*& row) {
+    row = g + static_cast<int64_t>(key0 + r) * args.v_stride_seq * kESize;
+    return key0 + r < args.seqlen_k;
   };
   uint8_t* const dst = vt + (static_cast<int64_t>(blockIdx.z) * args.heads_kv + blockIdx.y) * kDV * rb + key0;
   vt_prep_block(row_of, v_rows_aligned(args), dst, rb);
@@ -111,13 +113,13 @@ __device__ __forceinline__ void vt_prep_packed(const zyfa_fwd_args& packed, cons
   const int64_t start0 = b0 >= 0 ? vt_packed_column(b0, s0.k_start) : 0;
   const uint8_t* const g = static_cast<const uint8_t*>(packed.v) +
       static_cast<int64_t>(blockIdx.y) * packed.v_stride_head * kESize;
-  auto row_of = [&](int r) -> const uint8_t* {
+  auto row_of = [&](int r, const uint8_t*& row) {
     const int64_t col = col0 + r;
     const bool second = col >= start1;
-    if (!second && b0 < 0) return nullptr;
     const Sequence& s = second ? s1 : s0;
     const int64_t key = col - (second ? start1 : start0);
-    return key < s.len_k ? g + (s.k_start + key) * packed.v_stride_seq * kESize : nullptr;
+    row = g + (s.k_start + key) * packed.v_stride_seq * kESize;
+    return (second || b0 >= 0) && key < s.len_k;
   };
   uint8_t* const dst = vt + static_cast<int64_t>(blockIdx.y) * kDV * rb + col0;
   vt_prep_block(row_of, v_rows_aligned(packed), dst, rb);
