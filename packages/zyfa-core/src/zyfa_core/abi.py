@@ -240,7 +240,7 @@ def make_varlen_args(**fields: Any) -> ZyfaVarlenArgs:
 
 
 # ------------------------------------------------------------------------------------------------
-# zyfa_tma_maps: the second parameter of "loads": "tma" kernels
+# zyfa_tma_maps: the last parameter of "loads": "tma" kernels (a dense kernel's second, a varlen one's third)
 
 TMA_MAPS_BYTES = 448
 """sizeof(zyfa_tma_maps): maps q, k, v (128 bytes each) at 0, 128, 256; int32 valid at 384; zero."""

@@ -92,8 +92,8 @@ second, zyfa_tma_maps, which the launcher encodes (`zyfa_core.launcher.tma_maps_
 LAYOUTS = ("dense", "varlen", "paged")
 """What batches a kernel serves (ABI 4): "dense" [batch, seqlen, heads, d] tensors (one parameter, or the TMA
 maps as a second); "varlen" packed q/k/v by cu_seqlens and "paged" packed q with K/V through a page table,
-both with zyfa_varlen_args as the second parameter (kernels/abi/zyfa_abi.h). A row without "layout" is
-"dense"."""
+both with zyfa_varlen_args as the second parameter (a "tma" varlen kernel the maps third, ABI 6;
+kernels/abi/zyfa_abi.h). A row without "layout" is "dense"."""
 FP8_MAX_STALE_TAU = 0.8
 """Largest running-max staleness an FP8 kernel may declare (exclusive): its P = 2^(t - m + 8) must stay
 below e4m3's 448 = 2^8.81 when t exceeds the kept max by up to stale_tau (ZYFA_FP8_MAX_STALE_TAU in
@@ -155,7 +155,7 @@ class KernelSpec:
     `smem_bytes` is the dynamic shared memory to launch with for kind "cuda"; for "hip"/"asmgen" it
     is the LDS size recorded from the code object, which its descriptor already reserves (see
     `launch_smem_bytes`). `grid` is one of GRID_MODES: how `zyfa_core.launch_grid` sizes the launch.
-    `loads` is one of LOAD_MODES: "tma" kernels take the TMA maps as a second parameter.
+    `loads` is one of LOAD_MODES: "tma" kernels take the TMA maps as their last parameter.
     `v_prep` names the V pre-pass entry of the code object ("" for none): such a kernel reads V
     pre-transposed from a workspace of `workspace_bytes` that the pass fills first (ABI 3; `launch`).
     `causal` True: the kernel applies the bottom-right causal mask when ZYFA_FLAG_CAUSAL is set; every ZYFA
