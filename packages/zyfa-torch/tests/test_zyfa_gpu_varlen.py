@@ -172,11 +172,11 @@ def _check_against_the_reference(case, precision: str, paged: bool, page_size: i
         assert lse_err(lse, truth_lse) <= LSE_TOL["bf16"]
 
 
-def _tile_grid_kernels(directory: Path, names: list[str]) -> Path:
-    """A kernel directory with the rows `names` of kernels/variants.bzl built for grid "tiles" (one CTA per
-    work item) by the repository's kernel build; skips without the repository's tools or nvcc."""
+def _rebuilt_kernels(directory: Path, names: list[str], change) -> Path:
+    """A kernel directory with the rows `names` of kernels/variants.bzl rebuilt with `change(row)`'s fields by
+    the repository's kernel build; skips without the repository's tools or nvcc."""
     if not (TOOLS / "zyfa_kernel_build.py").is_file():
-        pytest.skip(f"the tile-grid builds need the repository's {TOOLS}")
+        pytest.skip(f"the rebuilt kernels need the repository's {TOOLS}")
     sys.path.insert(0, str(TOOLS))
     try:
         import zyfa_kernel_build as kb
@@ -186,44 +186,88 @@ def _tile_grid_kernels(directory: Path, names: list[str]) -> Path:
     try:
         toolchain = kb.ToolchainCache(root).get("cuda")
     except kb.ToolchainError as exc:
-        pytest.skip(f"the tile-grid builds need nvcc: {exc}")
+        pytest.skip(f"the rebuilt kernels need nvcc: {exc}")
     variants = kb.load_variants(root)
     metas = []
     for name in names:
-        tiles = {**kb.find_variant(variants, name), "grid": "tiles"}
-        metas.append({"kernel": kb.compile_variant(tiles, root, toolchain, directory / f"{name}.cubin")})
+        row = kb.find_variant(variants, name)
+        metas.append(
+            {
+                "kernel": kb.compile_variant(
+                    {**row, **change(row)}, root, toolchain, directory / f"{name}.cubin"
+                )
+            }
+        )
     kb.write_json(directory / "manifest.json", kb.merge_manifest(metas, kb.abi_version(root), directory))
     return directory
+
+
+def _tile_grid_kernels(directory: Path, names: list[str]) -> Path:
+    """The rows `names` built for grid "tiles" (one CTA per work item)."""
+    return _rebuilt_kernels(directory, names, lambda row: {"grid": "tiles"})
+
+
+def _bits_against(directory: Path, monkeypatch, precision: str, layouts, wanted, rebuild) -> None:
+    """The shipped kernels of `layouts` for which wanted(spec) holds against the same rows rebuilt by
+    `rebuild(directory, names)`, bit for bit in out and lse: steps of many items per CTA at both head shapes,
+    and CASES[0]'s and CASES[1]'s empty and one-row sequences. Skips when no shipped row qualifies."""
+    steps = (MANY_ITEMS, MANY_ITEMS_192)
+    batches = [(lens, [prefix + n for n in lens], hq, hkv, d) for lens, prefix, hq, hkv, d in steps]
+    batches += [CASES[0], CASES[1]]
+    runs, names, results = [], set(), []
+    for batch, paged in [(batch, paged) for batch in batches for paged in layouts]:
+        gpu, _, descales, p = _inputs(batch, precision, paged)
+        spec = _spec(gpu["q"], gpu["k"], gpu["v"], "paged" if paged else "varlen")
+        if not wanted(spec):
+            continue
+        runs.append((batch, paged, spec.name))
+        names.add(spec.name)
+        results.append(_call(gpu, p, descales, precision, return_attn_probs=True))
+    if not runs:
+        pytest.skip(f"no packed {precision} kernel of this build qualifies")
+    monkeypatch.setenv("ZYFA_KERNEL_DIR", str(rebuild(directory, sorted(names))))
+    for (batch, paged, name), (out, lse) in zip(runs, results, strict=True):
+        gpu, _, descales, p = _inputs(batch, precision, paged)
+        assert _spec(gpu["q"], gpu["k"], gpu["v"], "paged" if paged else "varlen").name == name
+        other_out, other_lse = _call(gpu, p, descales, precision, return_attn_probs=True)
+        where = f"{_ids(batch)} {'paged' if paged else 'varlen'}"
+        assert torch.equal(out, other_out), f"{where}: out differs from the rebuilt kernel's"
+        assert torch.equal(lse, other_lse), f"{where}: lse differs from the rebuilt kernel's"
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 def test_persistent_grid_gives_the_tile_grids_bits(precision, tmp_path, monkeypatch):
     """The shipped persistent and dynamic packed kernels against the same rows built for the tile grid:
     every tile is computed the same way whichever CTA takes it, so out and lse agree bit for bit (each
-    layout shipped on such a grid; steps of many items per CTA at both head shapes, and CASES[0]'s and
-    CASES[1]'s empty and one-row sequences)."""
-    steps = (MANY_ITEMS, MANY_ITEMS_192)
-    batches = [(lens, [prefix + n for n in lens], hq, hkv, d) for lens, prefix, hq, hkv, d in steps]
-    batches += [CASES[0], CASES[1]]
-    runs, names, results = [], set(), []
-    for batch, paged in [(batch, paged) for batch in batches for paged in (False, True)]:
-        gpu, _, descales, p = _inputs(batch, precision, paged)
-        spec = _spec(gpu["q"], gpu["k"], gpu["v"], "paged" if paged else "varlen")
-        if spec.grid not in ("persistent", "dynamic"):  # shipped on the tile grid: nothing to compare
-            continue
-        runs.append((batch, paged))
-        names.add(spec.name)
-        results.append(_call(gpu, p, descales, precision, return_attn_probs=True))
-    if not runs:
-        pytest.skip(f"no packed {precision} kernel of this build takes grid 'persistent' or 'dynamic'")
-    monkeypatch.setenv("ZYFA_KERNEL_DIR", str(_tile_grid_kernels(tmp_path, sorted(names))))
-    for (batch, paged), (out, lse) in zip(runs, results, strict=True):
-        gpu, _, descales, p = _inputs(batch, precision, paged)
-        assert _spec(gpu["q"], gpu["k"], gpu["v"], "paged" if paged else "varlen").grid == "tiles"
-        tiles_out, tiles_lse = _call(gpu, p, descales, precision, return_attn_probs=True)
-        where = f"{_ids(batch)} {'paged' if paged else 'varlen'}"
-        assert torch.equal(out, tiles_out), f"{where}: out differs from the tile grid's"
-        assert torch.equal(lse, tiles_lse), f"{where}: lse differs from the tile grid's"
+    layout shipped on such a grid)."""
+    _bits_against(
+        tmp_path, monkeypatch, precision, (False, True), lambda spec: spec.grid in ("persistent", "dynamic"),
+        _tile_grid_kernels,
+    )  # fmt: skip
+
+
+def _plain_loads(row: dict) -> dict:
+    """The row with cp.async loads and the in-kernel V transpose: no TMA, no V pre-pass (whose build has no
+    V staging buffers, two KV blocks of 128-byte rows)."""
+    if row.get("v_prep"):
+        return {
+            "loads": "cp.async",
+            "v_prep": False,
+            "smem_bytes": row["smem_bytes"] + 2 * row["tile_n"] * 128,
+        }
+    return {"loads": "cp.async"}
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_tma_and_v_prep_give_the_plain_loads_bits(precision, tmp_path, monkeypatch):
+    """The shipped varlen kernels that load Q / K by TMA over the packed tensors or read V from the packed V
+    pre-pass against the same rows with cp.async loads and the in-kernel V transpose: the tiles in shared
+    memory are the same bytes (rows of the next sequence or zeros past a sequence's end are masked or never
+    stored), so out and lse agree bit for bit."""
+    _bits_against(
+        tmp_path, monkeypatch, precision, (False,), lambda spec: spec.loads == "tma" or bool(spec.v_prep),
+        lambda directory, names: _rebuilt_kernels(directory, names, _plain_loads),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("page_size", [16, 64, 128, 256])
