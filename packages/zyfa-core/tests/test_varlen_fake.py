@@ -612,3 +612,52 @@ def test_v_prep_is_refused_on_paged_rows(tmp_path: Path, manifest_tools) -> None
     kernels = manifest_tools.write(tmp_path / "paged_prep", rows, files={rows[0]["file"]: b"FAKECUBIN\n"})
     with pytest.raises(zyfa_core.ManifestError, match="a paged kernel has no V pre-pass"):
         zyfa_core.Manifest.load(kernels)
+
+
+VARLEN_PREP_TMA = "fa_fwd_e4m3fn_hd128_causal_leanp_tma_varlen_sm90a"  # 3 parameters; its pre-pass 3 too
+
+
+def test_varlen_tma_with_v_prep_maps_v_over_the_packed_vt(
+    run_with_fake, tmp_path: Path, manifest_tools
+) -> None:
+    """An e4m3 varlen kernel with a V pre-pass and loads "tma": its q and k maps span the packed rows, its v map
+    the pre-pass's Vt in the workspace (row bytes x d_v x heads_kv x 1, bytes; box 128 keys x d_v rows), so
+    it loads V tiles by TMA too. Without the pre-pass such a row is refused (e4m3 V is not Vt)."""
+    shape = {"tile_m": 128, "tile_n": 128, "threads": 384}
+    row = manifest_tools.row(
+        VARLEN_PREP_TMA,
+        layout="varlen",
+        grid="persistent",
+        loads="tma",
+        v_prep=VARLEN_PREP_TMA + "_vprep",
+        **shape,
+    )
+    image = f"FAKECUBIN {VARLEN_PREP_TMA} {VARLEN_PREP_TMA}_vprep\n".encode()
+    kernels = manifest_tools.write(tmp_path / "prep_tma", [row], files={row["file"]: image})
+    args, varlen = packed_args(fp8=True), varlen_args()
+    snippet = PERSISTENT_LAUNCH.format(
+        kernel=VARLEN_PREP_TMA, args=bytes(args).hex(), varlen=bytes(varlen).hex()
+    )
+    snippet = snippet.replace("varlen=varlen)\n", f"varlen=varlen, workspace={PREP_WORKSPACE})\n", 1)
+    _, calls = run_with_fake("cuda", snippet, kernels)
+    vt_row = zyfa_core.manifest.vt_packed_row_bytes(3, 520)
+    got = [(int(e["address"], 16), e["dims"], e["strides"], e["box"], e["dtype"]) for e in encodes(calls)]
+    assert got == [
+        (args.q, "128,180,8,1", f"{8 * 128},128,{180 * 8 * 128}", "128,128,1,1", "0"),
+        (args.k, "128,520,2,1", f"{2 * 128},128,{520 * 2 * 128}", "128,128,1,1", "0"),
+        (
+            PREP_WORKSPACE,
+            f"{vt_row},128,2,1",
+            f"{vt_row},{vt_row * 128},{vt_row * 128 * 2}",
+            "128,128,1,1",
+            "0",
+        ),
+    ]
+    prep, main = [c for c in calls if c.startswith("cuLaunchKernel ")]
+    assert (
+        f"name={VARLEN_PREP_TMA}_vprep " in prep and f"name={VARLEN_PREP_TMA} " in main and " third=" in main
+    )
+    plain = manifest_tools.row(VARLEN_PREP_TMA, layout="varlen", grid="persistent", loads="tma", **shape)
+    refused = manifest_tools.write(tmp_path / "tma_no_prep", [plain], files={plain["file"]: image})
+    with pytest.raises(ValueError, match="loads by TMA only with the V pre-pass"):
+        zyfa_core.check_args(zyfa_core.Manifest.load(refused).get(VARLEN_PREP_TMA), args, varlen)
