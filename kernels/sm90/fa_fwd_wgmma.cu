@@ -203,7 +203,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     // TMA with V (kTmaV): thread 0 issues every load; the others would only poll (kTmaOneThread: the item map
     // keeps warp 0). Otherwise all 128 load V.
-    if (tma_on && kTmaV && tid >= (kTmaOneThread ? 1 : 32)) return;
+    if (tma_on && kTmaV && (kTmaOneThread ? tid != 0 : tid >= 32)) return;
 #if ZYFA_WS_PERSISTENT
 #if ZYFA_WS_VARLEN
     // The producer's first warp maps item k while item k - 1 loads (its loads issued, before the wait for Q).
