@@ -341,13 +341,15 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         if constexpr (kTmaV) {
           mbar_wait(bar_empty_v(s), parity);
           if (kTmaOneThread || t == 0) {
-            mbar_arrive_expect_tx(bar_full_v(s), kVStageBytes);
-            if constexpr (kVPre) {  // Vt: rows d, columns the keys (128 a box), the K tile's layout
+            if constexpr (kVPre) {  // Vt: rows d, columns the keys (128 a box), the K tile's layout; a region's
+              // rows past kDV (the tensor-pipe row sums' ones) are not loaded, so not expected either
+              mbar_arrive_expect_tx(bar_full_v(s), kDV * 128 * kVtRegions);
 #pragma unroll
-              for (int r = 0; r < kTileN / 128; ++r)
-                tma_load_4d(v_s + s * kVStageBytes + r * kDV * 128, &maps.v, tma_vt_col0 + j * kTileN + 128 * r, 0,
-                            blk.kv_head, tma_batch, bar_full_v(s));
+              for (int r = 0; r < kVtRegions; ++r)
+                tma_load_4d(v_s + s * kVStageBytes + r * kVtRows * 128, &maps.v, tma_vt_col0 + j * kTileN + 128 * r,
+                            0, blk.kv_head, tma_batch, bar_full_v(s));
             } else {
+              mbar_arrive_expect_tx(bar_full_v(s), kVStageBytes);
 #pragma unroll
               for (int r = 0; r < kVChunks / 8; ++r)
                 tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r,
