@@ -201,9 +201,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   if (wg == 0) {
     // ================================ producer warpgroup ================================
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    // TMA with V (kTmaV): thread 0 issues every load; the others would only poll (kTmaOneThread: the item map
-    // keeps warp 0). Otherwise all 128 load V.
-    if (tma_on && kTmaV && (kTmaOneThread ? tid != 0 : tid >= 32)) return;
+    // TMA with V (kTmaV): one thread issues every load; the others would only poll. Otherwise all 128 load V.
+    if (tma_on && kTmaV && tid != 0) return;
 #if ZYFA_WS_PERSISTENT
 #if ZYFA_WS_VARLEN
     // The producer's first warp maps item k while item k - 1 loads (its loads issued, before the wait for Q).
@@ -276,11 +275,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     // TMA coordinates: a packed batch's maps span all its rows (batch 1), a sequence starts at its first row.
 #if ZYFA_WS_VARLEN
     const int tma_q_row0 = static_cast<int>(seq.q_start), tma_k_row0 = static_cast<int>(seq.k_start);
-    [[maybe_unused]] const int tma_vt_col0 = static_cast<int>(vt_packed_column(blk.batch, seq.k_start));
     constexpr int tma_batch = 0;
 #else
     constexpr int tma_q_row0 = 0, tma_k_row0 = 0;
-    [[maybe_unused]] constexpr int tma_vt_col0 = 0;
     const int tma_batch = blk.batch;
 #endif
 #endif
@@ -300,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
 #if ZYFA_WS_TMA
       if (tma_on) {
-        if (kTmaOneThread || t == 0) {  // kTmaOneThread: thread 0 is the only producer thread left
+        if (kTmaV || t == 0) {  // kTmaV: thread 0 is the only producer thread left
           mbar_arrive_expect_tx(bar_q, kQBytes);
 #pragma unroll
           for (int r = 0; r < kQkRegions; ++r)
@@ -330,7 +327,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       if (kTmaV || !tma_on) mbar_wait(bar_empty_k(s), parity);  // TMA of Q / K only: the issuing thread waits
 #if ZYFA_WS_TMA
       if (tma_on) {
-        if (kTmaOneThread || t == 0) {
+        if (kTmaV || t == 0) {
           if constexpr (!kTmaV) mbar_wait(bar_empty_k(s), parity);
           mbar_arrive_expect_tx(bar_full_k(s), kKStageBytes);
 #pragma unroll
@@ -340,22 +337,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         }
         if constexpr (kTmaV) {
           mbar_wait(bar_empty_v(s), parity);
-          if (kTmaOneThread || t == 0) {
-            if constexpr (kVPre) {  // Vt: rows d, columns the keys (128 a box), the K tile's layout; a region's
-              // rows past kDV (the tensor-pipe row sums' ones) are not loaded, so not expected either
-              mbar_arrive_expect_tx(bar_full_v(s), kDV * 128 * kVtRegions);
+          mbar_arrive_expect_tx(bar_full_v(s), kVStageBytes);
 #pragma unroll
-              for (int r = 0; r < kVtRegions; ++r)
-                tma_load_4d(v_s + s * kVStageBytes + r * kVtRows * 128, &maps.v, tma_vt_col0 + j * kTileN + 128 * r,
-                            0, blk.kv_head, tma_batch, bar_full_v(s));
-            } else {
-              mbar_arrive_expect_tx(bar_full_v(s), kVStageBytes);
-#pragma unroll
-              for (int r = 0; r < kVChunks / 8; ++r)
-                tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r,
-                            tma_k_row0 + j * kTileN, blk.kv_head, tma_batch, bar_full_v(s));
-            }
-          }
+          for (int r = 0; r < kVChunks / 8; ++r)
+            tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r, tma_k_row0 + j * kTileN,
+                        blk.kv_head, tma_batch, bar_full_v(s));
           continue;
         }
       } else

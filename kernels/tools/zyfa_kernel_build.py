@@ -320,10 +320,8 @@ def layout_problems(v: dict[str, Any]) -> list[str]:
         return [f"{label}: layout {kind!r} needs src one of {srcs}"]
     if v.get("v_prep") and (kind != "varlen" or v["tile_n"] > 128):
         return [f"{label}: v_prep on a packed batch is built for layout 'varlen' with tile_n <= 128 only"]
-    if loads_mode(v) == "tma" and (kind != "varlen" or (v["dtype"] != "bf16" and not v.get("v_prep"))):
-        return [
-            f"{label}: loads 'tma' on a packed batch is built for layout 'varlen', dtype 'bf16' or a V pre-pass"
-        ]
+    if loads_mode(v) == "tma" and (kind != "varlen" or v["dtype"] != "bf16"):
+        return [f"{label}: loads 'tma' on a packed batch is built for layout 'varlen' and dtype 'bf16' only"]
     grids = VARLEN_SRCS[v["src"]][2]
     if grid_mode(v) not in grids:
         return [f"{label}: layout {kind!r} of {v['src']!r} is built for grid {' or '.join(grids)}"]

@@ -68,15 +68,11 @@ constexpr bool kVPre = kFp8 && ZYFA_WS_VPRE != 0;
 // computes (query tile, head) items of the batch's sequences, persistent (with kPersistent) or one per CTA;
 // "paged" (2) gathers K / V rows through the page table.
 constexpr bool kVarlen = ZYFA_WS_VARLEN != 0;
-// V by TMA too where a V tile read past a sequence's last key meets only zeros: BF16 dense builds (the maps'
-// zero fill) and the V pre-pass's Vt (zero-padded rows; a packed batch's zero columns after each sequence).
-// A packed build's BF16 V keeps cp.async, whose zero fill keeps a masked key's P = 0 from meeting the next
-// sequence's V row (0 x inf would poison the output); its Q / K tiles may read the next sequence's rows,
-// which the softmax masks by selection (K) or the epilogue never stores (Q). e4m3 V as given is not Vt.
-[[maybe_unused]] constexpr bool kTmaV = kTma && (kVPre || (!kFp8 && !kVarlen));
-// With every load by TMA (kTmaV) the producer warpgroup keeps one thread, or its first warp in a persistent
-// packed build, whose item map is a warp's work (ItemSlots); thread 0 issues the loads.
-[[maybe_unused]] constexpr bool kTmaOneThread = kTmaV && !(kVarlen && kPersistent);
+// V by TMA too: BF16 dense builds. A packed build's V keeps cp.async, whose zero fill past a sequence's last
+// key keeps a masked key's P = 0 from meeting the next sequence's V row (0 x inf would poison the output);
+// its Q / K tiles may read the next sequence's rows, which the softmax masks by selection (K) or the epilogue
+// never stores (Q). e4m3 V is transposed (Vt), which no TMA box gives.
+[[maybe_unused]] constexpr bool kTmaV = kTma && !kFp8 && !kVarlen;
 constexpr bool kPaged = ZYFA_WS_VARLEN == 2;
 // The packed items' order (varlen_tiles.h): sequence-major, or tile-major (every sequence's last tile first).
 constexpr bool kSeqMajor = ZYFA_WS_SEQ_MAJOR != 0;
@@ -208,8 +204,7 @@ static_assert(!kLSumOnes || !kVPre || kTileN <= 128, "lean P's ones rows with th
 static_assert(ZYFA_WS_VARLEN >= 0 && ZYFA_WS_VARLEN <= 2, "ZYFA_WS_VARLEN: 0 dense, 1 varlen, 2 paged");
 static_assert(!kSeqMajor || kVarlen, "ZYFA_WS_SEQ_MAJOR orders a packed batch's items");
 static_assert(!kDynamic || (kVarlen && kPersistent), "ZYFA_WS_DYNAMIC claims a persistent packed build's items");
-static_assert(!kVarlen || !kTma || (!kPaged && (!kFp8 || kVPre)),
-              "ZYFA_WS_VARLEN: TMA (maps as parameter 3) on varlen builds, e4m3 with the V pre-pass only");
+static_assert(!kVarlen || !kTma || (!kFp8 && !kPaged), "ZYFA_WS_VARLEN: TMA (maps as parameter 3) on bf16 varlen only");
 static_assert(!kVarlen || !kVPre || (!kPaged && kTileN <= 128),
               "ZYFA_WS_VARLEN: the packed V pre-pass on varlen builds of tile_n <= 128 (ZYFA_VT_PACKED_GAP)");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");

@@ -252,9 +252,6 @@ void check_spec(const PlanSpec &spec) {
     refuse(spec.name + ": grid dynamic is for packed (varlen / paged) kernels (it claims their items from "
            "zyfa_varlen_args.item_counter); a dense kernel takes grid tiles or persistent");
   }
-  if (spec.layout == Layout::varlen && spec.tma && spec.fp8 && spec.v_prep.empty()) {
-    refuse(spec.name + ": an e4m3 varlen kernel loads by TMA only with the V pre-pass (its V tiles are Vt)");
-  }
   if (spec.layout == Layout::paged && spec.tma) {
     refuse(spec.name + ": a paged kernel gathers K / V rows through the page table with cp.async; loads 'tma' "
            "is for dense and varlen kernels");
@@ -335,27 +332,6 @@ void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_va
   }
 }
 
-namespace {
-
-// The map of a V pre-pass's Vt (a.v, the workspace; bytes): dims (row bytes, d_v, heads_kv, batch, or 1 for a
-// packed batch), box 128 columns (keys) by d_v rows: the kernel's K tile layout.
-MapGeometry vt_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen) {
-  const std::int64_t row = vt_row_bytes(spec, a, varlen), planes = varlen ? 1 : a.batch;
-  MapGeometry g;
-  g.address = a.v;
-  const std::int64_t dims[4] = {row, a.d_v, a.heads_kv, planes};
-  for (int d = 0; d < 4; ++d) g.dims[d] = static_cast<std::uint64_t>(dims[d]);
-  g.strides[0] = static_cast<std::uint64_t>(row);
-  g.strides[1] = static_cast<std::uint64_t>(row * a.d_v);
-  g.strides[2] = static_cast<std::uint64_t>(row * a.d_v * a.heads_kv);
-  g.box[0] = TMA_BOX_BYTES;
-  g.box[1] = static_cast<std::uint32_t>(a.d_v);
-  g.box[2] = g.box[3] = 1;
-  return g;
-}
-
-}  // namespace
-
 bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
                   std::array<MapGeometry, 3> &out) {
   const std::int64_t elem = spec.fp8 ? 1 : 2;
@@ -390,7 +366,6 @@ bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varle
     g.box[1] = static_cast<std::uint32_t>(t.rows);
     g.box[2] = g.box[3] = 1;
   }
-  if (!spec.v_prep.empty()) out[2] = vt_geometry(spec, a, varlen);
   return true;
 }
 
