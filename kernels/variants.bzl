@@ -129,7 +129,10 @@ VARIANTS = [
     # 0.68-0.77x. Paged rows keep grid "tiles" (one CTA per item, the same output bits): FP8 paged on the
     # persistent grid measured 0.93x / 0.97x of it (d128, 192/128), and the BF16 paged builds spill there
     # (kernels/sm90/NOTES.md, "Packed batches"). FP8 in the default lean P mode. smem_bytes as the dense rows
-    # plus 128 B of barriers and item slots; lean d128 without the V pre-pass stages V (+32 KiB) like lean 192/128.
+    # plus 128 B of barriers and item slots. ABI 6: the BF16 varlen rows load Q / K by TMA over the packed tensors
+    # (518.1 / 532.5 against 514.3 / 514.7 TFLOP/s on cp.async, d128 / 192/128), the FP8 varlen rows read V from
+    # the packed V pre-pass (734.6 / 695.2 against 664.8 / 659.0 with the in-kernel transpose; no V staging, so
+    # 32 KiB less shared memory); the paged rows keep cp.async and the transpose.
     {"name": "fa_fwd_bf16_hd128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197888, "tag": "", "stale_tau": 8.0,
