@@ -351,8 +351,11 @@ bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varle
   };
   for (int i = 0; i < 3; ++i) {
     const Operand &t = operands[i];
-    // A packed batch's one "batch" is never stepped over: its stride is the tensor's rows, a valid value.
-    const std::int64_t strides[3] = {t.stride_seq, t.stride_head, varlen ? t.stride_seq * t.seqlen : t.stride_batch};
+    // A packed batch's one "batch" is never stepped over: its stride is the tensor's rows (-1, refused below,
+    // where that product would pass the maps' stride limit).
+    const std::int64_t packed_stride =
+        t.stride_seq < TMA_STRIDE_LIMIT / std::max<std::int64_t>(t.seqlen, 1) ? t.stride_seq * t.seqlen : -1;
+    const std::int64_t strides[3] = {t.stride_seq, t.stride_head, varlen ? packed_stride : t.stride_batch};
     if (address(t.p) % TMA_ALIGN) return false;
     MapGeometry &g = out[i];
     for (int s = 0; s < 3; ++s) {
