@@ -476,22 +476,24 @@ void set_max_dynamic_smem(Kernel &k, int bytes) {
 
 namespace {
 
-std::string parameters_text(const std::vector<size_t> &sizes) {
+std::string parameters_text(const size_t *sizes, size_t count) {
   static const char *const counts[] = {"no", "one", "two", "three"};
-  std::string text = std::string(counts[std::min<size_t>(sizes.size(), 3)]) +
-                     (sizes.size() == 1 ? " parameter of " : " parameters of ");
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    text += (i == 0 ? "" : i + 1 == sizes.size() ? " and " : ", ") + std::to_string(sizes[i]);
+  std::string text =
+      std::string(counts[std::min<size_t>(count, 3)]) + (count == 1 ? " parameter of " : " parameters of ");
+  for (size_t i = 0; i < count; ++i) {
+    text += (i == 0 ? "" : i + 1 == count ? " and " : ", ") + std::to_string(sizes[i]);
   }
   return text + " bytes";
 }
 
 // Throws the "ABI mismatch" DriverFailure unless the launch's parameter sizes match what cuFuncGetParamInfo
 // reported; no check when that is unknown.
-void check_parameters(const Kernel &k, const std::vector<size_t> &sizes) {
-  if (k.param_sizes.empty() || sizes == k.param_sizes) return;
+void check_parameters(const Kernel &k, const size_t *sizes, size_t count) {
+  const std::vector<size_t> &want = k.param_sizes;
+  if (want.empty() || (count == want.size() && std::equal(want.begin(), want.end(), sizes))) return;
   fail(k.name, "launch", 0, "",
-       "the kernel takes " + parameters_text(k.param_sizes) + " but the launch passes " + parameters_text(sizes) +
+       "the kernel takes " + parameters_text(want.data(), want.size()) + " but the launch passes " +
+           parameters_text(sizes, count) +
            " (ABI mismatch between the code object and zyfa_core, or a manifest 'loads' that is wrong)");
 }
 
@@ -500,20 +502,20 @@ void check_parameters(const Kernel &k, const std::vector<size_t> &sizes) {
 // The launch itself, for the launch plan (plan.cpp). Throws DriverFailure for a parameter mismatch with the
 // kernel's declared parameters or a failing driver call.
 void launch_params(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
-                   const std::vector<KernelParam> &params) {
+                   const KernelParams &params) {
   State &s = state();  // a Kernel exists only once a backend has loaded; no need for the probe lock
-  if (params.size() == 0 || params.size() > MAX_PARAMS) {
-    fail(k.name, "launch", 0, "", std::to_string(params.size()) + " parameters: a kernel takes 1 to " +
-                                      std::to_string(MAX_PARAMS));
+  if (params.count == 0) {
+    fail(k.name, "launch", 0, "", "no parameters: a kernel takes 1 to " + std::to_string(MAX_PARAMS));
   }
   // The parameter block, laid out as the kernel's: one buffer serves both backends (CUDA's parameters point
   // into it, so a 64-byte aligned __grid_constant__ zyfa_tma_maps has an aligned host copy; HIP takes it
   // whole as the kernarg segment).
   alignas(TENSOR_MAP_ALIGN) unsigned char buffer[MAX_ARGS_BYTES];
   void *pointers[MAX_PARAMS] = {};
-  std::vector<size_t> sizes;
+  size_t sizes[MAX_PARAMS] = {};
   size_t end = 0;
-  for (const KernelParam &p : params) {
+  for (size_t i = 0; i < params.count; ++i) {
+    const KernelParam &p = params.items[i];
     if (p.align == 0 || p.align > TENSOR_MAP_ALIGN || (p.align & (p.align - 1)) != 0) {
       fail(k.name, "launch", 0, "", "parameter alignment " + std::to_string(p.align) +
                                         " is not a power of two up to " + std::to_string(TENSOR_MAP_ALIGN));
@@ -525,11 +527,11 @@ void launch_params(const Kernel &k, const unsigned grid[3], const unsigned block
     }
     std::memset(buffer + end, 0, offset - end);
     std::memcpy(buffer + offset, p.bytes, p.size);
-    pointers[sizes.size()] = buffer + offset;
-    sizes.push_back(p.size);
+    pointers[i] = buffer + offset;
+    sizes[i] = p.size;
     end = offset + p.size;
   }
-  check_parameters(k, sizes);
+  check_parameters(k, sizes, params.count);
   DeviceScope scope(s, k.device, k.name);
   if (s.backend == Backend::cuda) {
     check(s,

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <initializer_list>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -85,12 +87,26 @@ struct KernelParam {
   size_t align;
 };
 
+// A launch's parameters in the kernel's order, at most MAX_PARAMS (a fixed array: no allocation per launch).
+struct KernelParams {
+  KernelParam items[MAX_PARAMS] = {};
+  size_t count = 0;
+
+  KernelParams(std::initializer_list<KernelParam> first) {
+    for (const KernelParam &p : first) add(p);
+  }
+  void add(const KernelParam &p) {
+    if (count == MAX_PARAMS) throw std::length_error("a kernel launch takes at most MAX_PARAMS parameters");
+    items[count++] = p;
+  }
+};
+
 // Launches `k` with `params` (1 to MAX_PARAMS, in the kernel's order). They are laid out as the kernel's
 // parameter block has them: each at the end of the one before rounded up to its alignment (zyfa_varlen_args at
 // 192, zyfa_tma_maps at the next multiple of 64). CUDA takes pointers into that block, HIP the block itself as
 // the kernarg segment. The bytes must stay readable until the call returns (the driver copies them).
 void launch_params(const Kernel &k, const unsigned grid[3], const unsigned block[3], unsigned smem, void *stream,
-                   const std::vector<KernelParam> &params);
+                   const KernelParams &params);
 
 // Sets `count` 32-bit words at device address `address` to 0 on `stream` (cuMemsetD32Async, in stream order
 // before the next launch), on `k`'s device; CUDA only. Throws DriverFailure.

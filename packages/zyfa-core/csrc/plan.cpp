@@ -316,10 +316,10 @@ std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a, cons
   return spec.grid == Grid::dynamic ? bytes + ZYFA_ITEM_COUNTER_BYTES : bytes;
 }
 
-void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
-                     std::uint64_t workspace) {
+std::uint64_t check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
+                              std::uint64_t workspace) {
   const std::uint64_t bytes = workspace_bytes(spec, a, varlen);
-  if (bytes == 0) return;
+  if (bytes == 0) return 0;
   if (workspace == 0) {
     refuse(spec.name + (spec.v_prep.empty() ? " claims its items from a counter in the workspace"
                                             : " reads V pre-transposed") +
@@ -330,6 +330,7 @@ void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_va
     refuse(spec.name + ": workspace = " + hex(workspace) + " is not " + std::to_string(VECTOR_BYTES) +
            "-byte aligned");
   }
+  return bytes;
 }
 
 bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
@@ -402,7 +403,7 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
   const PlanSpec &spec = plan.spec;
   alignas(16) zyfa_fwd_args a = args;  // a private, aligned copy: the pre-pass changes v
   check_args(spec, a, varlen);
-  check_workspace(spec, a, varlen, workspace);
+  const std::uint64_t workspace_size = check_workspace(spec, a, varlen, workspace);
   const auto grid = launch_grid(spec, a, varlen, plan.multiprocessors);
   const unsigned block[3] = {static_cast<unsigned>(spec.threads), 1, 1};
   if (!spec.v_prep.empty()) {  // grid (row / keys, kv heads, batch); a packed batch's sequences share a row
@@ -412,9 +413,9 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
                                    planes};
     const unsigned prep_block[3] = {ZYFA_VPREP_THREADS, 1, 1};
     const void *vt = reinterpret_cast<const void *>(static_cast<std::uintptr_t>(workspace));
-    std::vector<KernelParam> prep = {{&a, sizeof(a), alignof(zyfa_fwd_args)}};
-    if (varlen != nullptr) prep.push_back({varlen, sizeof(*varlen), alignof(zyfa_varlen_args)});
-    prep.push_back({&vt, sizeof(vt), alignof(const void *)});
+    KernelParams prep = {{&a, sizeof(a), alignof(zyfa_fwd_args)}};
+    if (varlen != nullptr) prep.add({varlen, sizeof(*varlen), alignof(zyfa_varlen_args)});
+    prep.add({&vt, sizeof(vt), alignof(const void *)});
     launch_params(plan.prep, prep_grid, prep_block, 0, stream, prep);
     a.v = vt;
   }
@@ -422,7 +423,7 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
   if (varlen != nullptr) {  // check_args: a varlen / paged kernel
     v = *varlen;
     if (spec.grid == Grid::dynamic) {  // its item counter: the workspace's last bytes, zero at launch
-      const std::uint64_t counter = workspace + workspace_bytes(spec, a, varlen) - ZYFA_ITEM_COUNTER_BYTES;
+      const std::uint64_t counter = workspace + workspace_size - ZYFA_ITEM_COUNTER_BYTES;
       clear_u32(plan.kernel, counter, 1, stream);
       v.item_counter = reinterpret_cast<std::uint32_t *>(static_cast<std::uintptr_t>(counter));
     }
@@ -433,9 +434,9 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
       encode_map(map_out, data_type, g.address, g.dims, g.strides, g.box, spec.name);
     });
   }
-  std::vector<KernelParam> params = {{&a, sizeof(a), alignof(zyfa_fwd_args)}};
-  if (varlen != nullptr) params.push_back({&v, sizeof(v), alignof(zyfa_varlen_args)});
-  if (spec.tma) params.push_back({&maps, sizeof(maps), alignof(zyfa_tma_maps)});
+  KernelParams params = {{&a, sizeof(a), alignof(zyfa_fwd_args)}};
+  if (varlen != nullptr) params.add({&v, sizeof(v), alignof(zyfa_varlen_args)});
+  if (spec.tma) params.add({&maps, sizeof(maps), alignof(zyfa_tma_maps)});
   launch_params(plan.kernel, grid.data(), block, spec.smem, stream, params);
 }
 

@@ -65,9 +65,9 @@ std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a
 std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen);
 
 // Throws ArgumentError unless `workspace` is a 16-byte aligned device pointer (any value when
-// workspace_bytes is 0).
-void check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
-                     std::uint64_t workspace);
+// workspace_bytes is 0); returns workspace_bytes.
+std::uint64_t check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
+                              std::uint64_t workspace);
 
 // One TMA map's geometry: zyfa_abi.h's comment above zyfa_tma_maps.
 struct MapGeometry {
