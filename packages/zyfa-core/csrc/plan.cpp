@@ -295,23 +295,31 @@ std::array<unsigned, 3> launch_grid(const PlanSpec &spec, const zyfa_fwd_args &a
 
 namespace {
 
-// Bytes of one row of the V pre-pass's Vt: a dense call's keys, or a packed batch's layout (zyfa_abi.h).
-std::int64_t vt_row_bytes(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen) {
-  if (spec.layout == Layout::dense) return ZYFA_VT_ROW_BYTES(a.seqlen_k, spec.tile_n);
+// The V pre-pass's Vt: `planes` (a dense call's batch; 1 for a packed batch, whose sequences share each row)
+// of heads_kv x d_v rows of `row` bytes (zyfa_abi.h).
+struct VtShape {
+  std::int64_t row;
+  std::uint64_t planes;
+};
+
+VtShape vt_shape(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen) {
+  if (spec.layout == Layout::dense) {
+    return {ZYFA_VT_ROW_BYTES(a.seqlen_k, spec.tile_n), static_cast<std::uint64_t>(a.batch)};
+  }
   if (varlen == nullptr) {
     refuse(spec.name + ": the V pre-pass of a packed kernel needs the batch's zyfa_varlen_args (its total_k)");
   }
-  return ZYFA_VT_PACKED_ROW_BYTES(a.batch, varlen->total_k);
+  return {ZYFA_VT_PACKED_ROW_BYTES(a.batch, varlen->total_k), 1};
 }
 
 }  // namespace
 
 std::uint64_t workspace_bytes(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen) {
   std::uint64_t bytes = 0;
-  if (!spec.v_prep.empty()) {  // Vt rows: (batch,) kv head, d; a packed batch's sequences share each row
-    const std::uint64_t planes = spec.layout == Layout::dense ? static_cast<std::uint64_t>(a.batch) : 1;
-    bytes = planes * static_cast<std::uint64_t>(a.heads_kv) * static_cast<std::uint64_t>(a.d_v) *
-            static_cast<std::uint64_t>(vt_row_bytes(spec, a, varlen));
+  if (!spec.v_prep.empty()) {
+    const VtShape vt = vt_shape(spec, a, varlen);
+    bytes = vt.planes * static_cast<std::uint64_t>(a.heads_kv) * static_cast<std::uint64_t>(a.d_v) *
+            static_cast<std::uint64_t>(vt.row);
   }
   return spec.grid == Grid::dynamic ? bytes + ZYFA_ITEM_COUNTER_BYTES : bytes;
 }
@@ -406,11 +414,10 @@ void launch(const LoadedPlan &plan, const zyfa_fwd_args &args, const zyfa_varlen
   const std::uint64_t workspace_size = check_workspace(spec, a, varlen, workspace);
   const auto grid = launch_grid(spec, a, varlen, plan.multiprocessors);
   const unsigned block[3] = {static_cast<unsigned>(spec.threads), 1, 1};
-  if (!spec.v_prep.empty()) {  // grid (row / keys, kv heads, batch); a packed batch's sequences share a row
-    const std::int64_t row = vt_row_bytes(spec, a, varlen);
-    const unsigned planes = varlen != nullptr ? 1u : static_cast<unsigned>(a.batch);
-    const unsigned prep_grid[3] = {static_cast<unsigned>(row / ZYFA_VPREP_KEYS), static_cast<unsigned>(a.heads_kv),
-                                   planes};
+  if (!spec.v_prep.empty()) {  // grid (row / keys, kv heads, planes)
+    const VtShape vt_rows = vt_shape(spec, a, varlen);
+    const unsigned prep_grid[3] = {static_cast<unsigned>(vt_rows.row / ZYFA_VPREP_KEYS),
+                                   static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(vt_rows.planes)};
     const unsigned prep_block[3] = {ZYFA_VPREP_THREADS, 1, 1};
     const void *vt = reinterpret_cast<const void *>(static_cast<std::uintptr_t>(workspace));
     KernelParams prep = {{&a, sizeof(a), alignof(zyfa_fwd_args)}};
