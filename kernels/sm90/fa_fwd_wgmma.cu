@@ -128,8 +128,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   if constexpr (kRawSmemBase) {
     if ((base & 1023u) != 0u) __trap();  // the layout's 1024-byte alignment (swizzle atoms) would not hold
   }
-  const uint32_t q_s = base;
-  const uint32_t k_s = q_s + kQBytes;
+  const uint32_t q_s = base;  // Q tile b at q_s + b kQBytes (kQBuffers)
+  const uint32_t k_s = q_s + kQBuffers * kQBytes;
   const uint32_t v_s = k_s + kStages * kKStageBytes;
   // Layout: Q, K stages, V stages, the ones region, the e4m3 V staging buffers, the mbarriers, the O staging
   // (kSmemBytes counts each). No load may write the mbarriers' bytes.
@@ -167,6 +167,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   };
 #endif
   const uint32_t bar_q_empty = bars + 8u * (1 + 4 * kStages);  // 8 arrivals: one per consumer warp
+  // Q tile b's full and empty mbarriers: tile 0's above, tile 1's after the item slots.
+  const uint32_t bar_q1 = bars + 8u * (2 + 4 * kStages) + kItemSlotBytes;
+  auto bar_q_of = [&](uint32_t b) { return b == 0u ? bar_q : bar_q1; };
+  auto bar_q_empty_of = [&](uint32_t b) { return b == 0u ? bar_q_empty : bar_q1 + 8u; };
 #elif !ZYFA_WS_VARLEN
   const Block blk = tile_block(args);
 #endif
@@ -179,6 +183,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
 #if ZYFA_WS_PERSISTENT && ZYFA_WS_VARLEN
     items.init();
+    if constexpr (kQBuffers == 2) {
+      mbar_init(bar_q_of(1), full_arrivals);
+      mbar_init(bar_q_empty_of(1), 8);
+    }
 #endif
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_full_k(s), full_arrivals);  // one arrival per producer thread (TMA: its one thread)
@@ -289,26 +297,32 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         mbar_arrive(bar);
       }
     };
+#if ZYFA_WS_PERSISTENT
+    const uint32_t q_b = q_loads % kQBuffers;  // this item's Q tile
+    const uint32_t q_dst = q_s + q_b * kQBytes, q_full = bar_q_of(q_b);
+#else
+    const uint32_t q_dst = q_s, q_full = bar_q;
+#endif
     if (blk.n_blocks > 0) {
 #if ZYFA_WS_PERSISTENT
-      // Q of the previous item is free once every consumer warp's last S wgmma has completed.
-      mbar_wait(bar_q_empty, (q_loads & 1u) ^ 1u);
+      // The tile's previous Q is free once every consumer warp's last S wgmma of that item has completed.
+      mbar_wait(bar_q_empty_of(q_b), ((q_loads / kQBuffers) & 1u) ^ 1u);
       ++q_loads;
 #endif
 #if ZYFA_WS_TMA
       if (tma_on) {
         if (kTmaV || t == 0) {  // kTmaV: thread 0 is the only producer thread left
-          mbar_arrive_expect_tx(bar_q, kQBytes);
+          mbar_arrive_expect_tx(q_full, kQBytes);
 #pragma unroll
           for (int r = 0; r < kQkRegions; ++r)
-            tma_load_4d(q_s + r * kTileM * 128, &maps.q, kBoxElems * r, tma_q_row0 + blk.q_row0, blk.head, tma_batch,
-                        bar_q);
+            tma_load_4d(q_dst + r * kTileM * 128, &maps.q, kBoxElems * r, tma_q_row0 + blk.q_row0, blk.head, tma_batch,
+                        q_full);
         }
       } else
 #endif
       {
-        load_tile<kTileM, kQkChunks>(q_s, q_base, args.q_stride_seq * kESize, blk.q_row0, seqlen_q, vec_ok, t);
-        signal(bar_q);
+        load_tile<kTileM, kQkChunks>(q_dst, q_base, args.q_stride_seq * kESize, blk.q_row0, seqlen_q, vec_ok, t);
+        signal(q_full);
       }
     }
     const uint32_t stg = v_s + kStages * kVStageBytes + kOnesBytes;  // kVStaged: two staging buffers (the mbarriers after them)
@@ -413,7 +427,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #if ZYFA_WS_PERSISTENT
   int ring_s = 0;         // K / V ring stage and phase parity of this item's block 0
   uint32_t ring_ph = 0;
-  uint32_t q_phase = 0;   // Q full-barrier parity of this item's Q
+  uint32_t q_buf = 0;     // Q tile of this item (kQBuffers), and its full-barrier parity
+  uint32_t q_phase = 0;
 #pragma unroll 1
   for (uint32_t k_item = 0;; ++k_item) {
   ZYFA_ITEM_OF_CTA(k_item);
@@ -426,6 +441,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #else
   constexpr int ring_s = 0;
   constexpr uint32_t ring_ph = 0;
+  constexpr uint32_t q_buf = 0;
   constexpr uint32_t q_phase = 0;
 #endif
   const int n = item_uniform(blk.n_blocks);
@@ -457,7 +473,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   };
   if (cw == 1 && n > 0) named_bar_arrive(pp_other, 256);  // consumer 0 goes first
 
-  const uint32_t q_tile = q_s + cw * 64 * 128;  // this warpgroup's rows of Q
+  const uint32_t q_tile = q_s + q_buf * kQBytes + cw * 64 * 128;  // this warpgroup's rows of Q
 
   float o[kOAcc];
   float lones[4];  // kLSumOnes: the row sums of the P.V in flight
@@ -533,7 +549,11 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   };
 
   if (n > 0) {
+#if ZYFA_WS_PERSISTENT
+    mbar_wait(bar_q_of(q_buf), q_phase);
+#else
     mbar_wait(bar_q, q_phase);
+#endif
     // ---- block 0: S_0 only
     mbar_wait(bar_full_k(ring_s), ring_ph);
     pp_sync();
@@ -605,7 +625,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 
 #if ZYFA_WS_PERSISTENT
     // Every S of this item (the only Q reads) has completed in this warp: Q may be reloaded.
-    release(bar_q_empty);
+    release(bar_q_empty_of(q_buf));
 #endif
     // ---- last P V
     const int sl = s;  // block n - 1
@@ -632,7 +652,10 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       ring_s = 0;
       ring_ph ^= 1u;
     }
-    q_phase ^= 1u;
+    if (++q_buf == kQBuffers) {  // the next item's Q: the next tile, the next phase after the last
+      q_buf = 0;
+      q_phase ^= 1u;
+    }
 #endif
   }
 

@@ -160,7 +160,8 @@ constexpr int kVtRegions = (kTileN + 127) / 128;
 constexpr int kVStageBytes = kPv16 ? kDV * kTileN * 2 : kVtRows * 128 * kVtRegions;
 // Q full, Q empty (persistent) and 4 mbarriers per stage, 8 B each; persistent packed builds add the item
 // slots after them (varlen.cuh, ItemSlots: 4 mbarriers, 2 slots of kItemSlotStride bytes, 24 B of walk
-// position). Packed builds keep the same layout on either grid, so a row's smem_bytes fits both.
+// position), and Q tile 1's full and empty mbarriers with kQBuffers 2. Packed builds keep the same layout on
+// either grid, so a row's smem_bytes fits both.
 constexpr int kItemSlotStride = kDynamic ? 16 : 8;  // batch, q_tile (, the item: dynamic)
 constexpr int kItemSlotBytes = kVarlen && kPersistent ? 4 * 8 + 2 * kItemSlotStride + 24 : 0;
 constexpr int kBarrierBytes = kVarlen ? 256 : 128;
@@ -168,8 +169,14 @@ constexpr int kAlignSlack = 1024;
 // kVStaged: two row-major staging buffers of V rows (kTileN keys x 128 B) that cp.async fills one block
 // ahead of the transpose.
 constexpr int kStagingBytes = kVStaged ? 2 * kTileN * kVRowBytes : 0;
-constexpr int kSmemNoOStage = kQBytes + kStages * (kKStageBytes + kVStageBytes) + kOnesBytes + kStagingBytes +
-                               kBarrierBytes + kAlignSlack;
+constexpr int kSmemOneQ = kQBytes + kStages * (kKStageBytes + kVStageBytes) + kOnesBytes + kStagingBytes +
+                           kBarrierBytes + kAlignSlack;
+// Packed (not paged) builds keep two Q tiles where the layout still leaves room for the half-row O staging:
+// on the persistent grid the producer then loads item k + 1's Q (and after it that item's first K / V
+// blocks) while item k's S blocks still read its own, instead of after the last of them. Tile i % 2 holds
+// the CTA's i-th Q; each has its full and empty mbarrier. The tile grid uses tile 0 (same layout either way).
+constexpr int kQBuffers = kVarlen && !kPaged && kSmemOneQ + kQBytes + 8 * 16 * kDV <= 227 * 1024 ? 2 : 1;
+constexpr int kSmemNoOStage = kSmemOneQ + (kQBuffers - 1) * kQBytes;
 // The epilogue's O staging (epilogue.cuh): its width per pass comes from the shared memory the build gives
 // beyond the rest of the layout (variants.bzl smem_bytes): 8 warps x 16 rows x kDV bf16 = 32 KiB for whole
 // rows, half of it for two passes of kDV / 2 columns, none for the register path.
@@ -215,8 +222,10 @@ static_assert(kQkRowBytes % 32 == 0 && kDQk <= 256, "d_qk * element size must be
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384, "setmaxnreg budget exceeds the launch allocation");
 static_assert(kSmemBytes == ZYFA_SMEM_BYTES,
               "ZYFA_SMEM_BYTES (variants.bzl smem_bytes) must equal this kernel's shared-memory layout");
+static_assert(kQBuffers == 1 || kOStageCols != 0,
+              "two Q tiles leave room for the O staging: smem_bytes counts the second tile and the staging");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory layout exceeds the sm_90 per-block limit");
-static_assert((2 + 4 * kStages) * 8 + kItemSlotBytes <= kBarrierBytes,
+static_assert((2 + 4 * kStages) * 8 + kItemSlotBytes + (kQBuffers - 1) * 16 <= kBarrierBytes,
               "mbarriers do not fit their area");
 static_assert(kVStageBytes % 1024 == 0 && kKStageBytes % 1024 == 0, "stages must keep 1024-byte alignment");
 
