@@ -42,8 +42,10 @@ typedef __UINT64_TYPE__ uint64_t;
  * "grid" "dynamic"; the struct grows from 72 to 80 bytes. 6 (2026-12-06): a "varlen" kernel whose row says
  * "loads": "tma" takes zyfa_tma_maps as a THIRD parameter, after zyfa_varlen_args, its maps over the packed
  * tensors (below); a "varlen" kernel may name a "v_prep" entry, which takes zyfa_varlen_args too and writes
- * the packed Vt layout (ZYFA_VT_PACKED_*, below); no struct changes. */
-#define ZYFA_ABI_VERSION 6
+ * the packed Vt layout (ZYFA_VT_PACKED_*, below); no struct changes. 7 (2026-12-07): a kernel whose row has
+ * both "loads": "tma" and a "v_prep" entry reads Vt tiles by TMA: its v map describes the pre-pass's Vt in
+ * the workspace (below), not v; no struct changes. */
+#define ZYFA_ABI_VERSION 7
 
 #define ZYFA_FLAG_CAUSAL 0x1u /* apply the causal mask */
 #define ZYFA_FLAG_LSE 0x2u    /* write log-sum-exp to `lse` */
@@ -146,9 +148,12 @@ ZYFA_ABI_ASSERT(ZYFA_ABI_AT(lse, 32) && ZYFA_ABI_AT(q_stride_batch, 40) &&
  *            seqlen total_q for q and total_k for k and v, batch 1
  *   strides {stride_seq, stride_head, stride_batch} x element size, in bytes (packed: the batch stride is
  *            the tensor's rows x stride_seq, never stepped over)
- *   box     {64 elements (128 bytes of bf16), rows, 1, 1}, rows = the manifest's tile_m for q and
+ *   box     {128 bytes (64 bf16 / 128 e4m3 elements), rows, 1, 1}, rows = the manifest's tile_m for q and
  *            tile_n for k and v; element strides all 1
- *   bf16 element type, no interleave, 128-byte swizzle, L2 promotion 256 B, out-of-bounds fill zeros.
+ *   bf16 (e4m3: uint8) element type, no interleave, 128-byte swizzle, L2 promotion 256 B, out-of-bounds fill zeros.
+ * A kernel with a V pre-pass (ABI 7) takes as v the pass's Vt (the workspace): dims {Vt row bytes, d_v,
+ * heads_kv, planes (a dense call's batch, 1 for a packed batch)}, strides {row, d_v x row, heads_kv x d_v x
+ * row} bytes, box {128, d_v, 1, 1}.
  * valid = 0: the maps are unset and the kernel loads with cp.async instead. Launchers set 0 (all bytes
  * zero) when a q / k / v pointer or any of their strides in bytes is not a multiple of 16. */
 typedef struct __attribute__((aligned(64))) zyfa_tensor_map {

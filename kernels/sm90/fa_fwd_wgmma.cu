@@ -182,7 +182,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     mbar_init(bar_q_empty, 8);
 #endif
 #if ZYFA_WS_PERSISTENT && ZYFA_WS_VARLEN
-    items.init();
+    // Every warp takes the items but the producer warps that exit (kTmaV with TMA on: all but the first).
+    items.init(tma_on && kTmaV ? kThreads / 32 - 3 : kThreads / 32);
     if constexpr (kQBuffers == 2) {
       mbar_init(bar_q_of(1), full_arrivals);
       mbar_init(bar_q_empty_of(1), 8);
@@ -209,8 +210,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   if (wg == 0) {
     // ================================ producer warpgroup ================================
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-    // TMA with V (kTmaV): one thread issues every load; the others would only poll. Otherwise all 128 load V.
-    if (tma_on && kTmaV && tid != 0) return;
+    // TMA with V (kTmaV): one thread issues every load; the others would only poll (a persistent packed build
+    // keeps its first warp, which maps the items: kTmaOneThread). Otherwise all 128 load V.
+    if (tma_on && kTmaV && (kTmaOneThread ? tid != 0 : tid >= 32)) return;
 #if ZYFA_WS_PERSISTENT
 #if ZYFA_WS_VARLEN
     // The producer's first warp maps item k while item k - 1 loads (its loads issued, before the wait for Q).
@@ -281,12 +283,17 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
            args.k_stride_head | args.v_stride_batch | args.v_stride_seq | args.v_stride_head) * kESize) & 15) == 0;
 #if ZYFA_WS_TMA
     // TMA coordinates: a packed batch's maps span all its rows (batch 1), a sequence starts at its first row.
+    // The Vt map (kTmaV e4m3): columns, d, kv head, plane; a packed sequence's keys from its own column.
 #if ZYFA_WS_VARLEN
     const int tma_q_row0 = static_cast<int>(seq.q_start), tma_k_row0 = static_cast<int>(seq.k_start);
     constexpr int tma_batch = 0;
+    [[maybe_unused]] const int vt_col0 = static_cast<int>(vt_packed_column(blk.batch, seq.k_start));
+    [[maybe_unused]] constexpr int vt_plane = 0;
 #else
     constexpr int tma_q_row0 = 0, tma_k_row0 = 0;
     const int tma_batch = blk.batch;
+    [[maybe_unused]] constexpr int vt_col0 = 0;
+    [[maybe_unused]] const int vt_plane = blk.batch;
 #endif
 #endif
     auto signal = [&](uint32_t bar) {
@@ -311,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
 #if ZYFA_WS_TMA
       if (tma_on) {
-        if (kTmaV || t == 0) {  // kTmaV: thread 0 is the only producer thread left
+        if (kTmaOneThread || t == 0) {  // kTmaOneThread: thread 0 is the only producer thread left
           mbar_arrive_expect_tx(q_full, kQBytes);
 #pragma unroll
           for (int r = 0; r < kQkRegions; ++r)
@@ -341,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       if (kTmaV || !tma_on) mbar_wait(bar_empty_k(s), parity);  // TMA of Q / K only: the issuing thread waits
 #if ZYFA_WS_TMA
       if (tma_on) {
-        if (kTmaV || t == 0) {
+        if (kTmaOneThread || t == 0) {
           if constexpr (!kTmaV) mbar_wait(bar_empty_k(s), parity);
           mbar_arrive_expect_tx(bar_full_k(s), kKStageBytes);
 #pragma unroll
@@ -351,11 +358,20 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         }
         if constexpr (kTmaV) {
           mbar_wait(bar_empty_v(s), parity);
-          mbar_arrive_expect_tx(bar_full_v(s), kVStageBytes);
+          if (kTmaOneThread || t == 0) {
+            mbar_arrive_expect_tx(bar_full_v(s), kVTmaBytes);
+            if constexpr (kFp8) {  // Vt (the pre-pass): regions of kDV rows x 128 key bytes, keys from vt_col0
 #pragma unroll
-          for (int r = 0; r < kVChunks / 8; ++r)
-            tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r, tma_k_row0 + j * kTileN,
-                        blk.kv_head, tma_batch, bar_full_v(s));
+              for (int r = 0; r < kVtRegions; ++r)
+                tma_load_4d(v_s + s * kVStageBytes + r * kVtRows * 128, &maps.v, vt_col0 + j * kTileN + 128 * r, 0,
+                            blk.kv_head, vt_plane, bar_full_v(s));
+            } else {
+#pragma unroll
+              for (int r = 0; r < kVChunks / 8; ++r)
+                tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r,
+                            tma_k_row0 + j * kTileN, blk.kv_head, tma_batch, bar_full_v(s));
+            }
+          }
           continue;
         }
       } else

@@ -137,7 +137,8 @@ VPREP_SUFFIX = "_vprep"
 # (ZYFA_WS_VARLEN = 1 / 2) on either grid (persistent: min(SMs, items) CTAs walk the batch's (query tile,
 # head) items), its BF16 varlen build also with loads "tma" (Q / K by TMA over the packed tensors,
 # zyfa_tma_maps as a third parameter; V stays on cp.async), its e4m3 varlen build (tile_n <= 128) also with
-# a V pre-pass (the packed Vt layout of kernels/abi/zyfa_abi.h, ABI 6); the gfx950 BF16 kernel
+# a V pre-pass (the packed Vt layout of kernels/abi/zyfa_abi.h, ABI 6) and with it loads "tma" (Q, K and the
+# Vt tiles by TMA, ABI 7); the gfx950 BF16 kernel
 # (ZYFA_VARLEN = 1 / 2), grid
 # "batch_tiles" = (ceil(max_seqlen_q / tile_m), heads_q, batch), a workgroup whose tile starts past its
 # sequence's length exiting at once; the mfma_fp8 generator (both layouts, on "batch_tiles"; no define: it
@@ -320,8 +321,11 @@ def layout_problems(v: dict[str, Any]) -> list[str]:
         return [f"{label}: layout {kind!r} needs src one of {srcs}"]
     if v.get("v_prep") and (kind != "varlen" or v["tile_n"] > 128):
         return [f"{label}: v_prep on a packed batch is built for layout 'varlen' with tile_n <= 128 only"]
-    if loads_mode(v) == "tma" and (kind != "varlen" or v["dtype"] != "bf16"):
-        return [f"{label}: loads 'tma' on a packed batch is built for layout 'varlen' and dtype 'bf16' only"]
+    if loads_mode(v) == "tma" and (kind != "varlen" or (v["dtype"] != "bf16" and not v.get("v_prep"))):
+        return [
+            f"{label}: loads 'tma' on a packed batch is built for layout 'varlen', dtype 'bf16' or e4m3fn with "
+            "v_prep (Vt tiles from the pre-pass) only"
+        ]
     grids = VARLEN_SRCS[v["src"]][2]
     if grid_mode(v) not in grids:
         return [f"{label}: layout {kind!r} of {v['src']!r} is built for grid {' or '.join(grids)}"]

@@ -68,12 +68,17 @@ constexpr bool kVPre = kFp8 && ZYFA_WS_VPRE != 0;
 // computes (query tile, head) items of the batch's sequences, persistent (with kPersistent) or one per CTA;
 // "paged" (2) gathers K / V rows through the page table.
 constexpr bool kVarlen = ZYFA_WS_VARLEN != 0;
-// V by TMA too: BF16 dense builds. A packed build's V keeps cp.async, whose zero fill past a sequence's last
-// key keeps a masked key's P = 0 from meeting the next sequence's V row (0 x inf would poison the output);
-// its Q / K tiles may read the next sequence's rows, which the softmax masks by selection (K) or the epilogue
-// never stores (Q). e4m3 V is transposed (Vt), which no TMA box gives.
-[[maybe_unused]] constexpr bool kTmaV = kTma && !kFp8 && !kVarlen;
 constexpr bool kPaged = ZYFA_WS_VARLEN == 2;
+// V by TMA too: BF16 dense builds, and e4m3 builds with the pre-pass (Vt tiles, whose map the launcher
+// encodes over the workspace; a packed Vt row holds zeros between sequences, so a tile read past a sequence's
+// last key meets zeros). A packed BF16 build's V keeps cp.async, whose zero fill past a sequence's last key
+// keeps a masked key's P = 0 from meeting the next sequence's V row (0 x inf would poison the output); its
+// Q / K tiles may read the next sequence's rows, which the softmax masks by selection (K) or the epilogue
+// never stores (Q). e4m3 V without the pre-pass is transposed in the kernel, which no TMA box gives.
+[[maybe_unused]] constexpr bool kTmaV = kTma && (kVPre || (!kFp8 && !kVarlen));
+// With V by TMA one producer thread issues every load and the other producer threads exit; a persistent
+// packed build keeps the first warp, which maps the items (ItemSlots), and its lane 0 issues the loads.
+[[maybe_unused]] constexpr bool kTmaOneThread = kTmaV && !(kVarlen && kPersistent);
 // The packed items' order (varlen_tiles.h): sequence-major, or tile-major (every sequence's last tile first).
 constexpr bool kSeqMajor = ZYFA_WS_SEQ_MAJOR != 0;
 // Persistent packed builds whose CTAs claim items from the launch's counter (zyfa_varlen_args.item_counter,
@@ -158,6 +163,8 @@ constexpr int kKStageBytes = kQkRegions * kTileN * 128;
 // is only partly used).
 constexpr int kVtRegions = (kTileN + 127) / 128;
 constexpr int kVStageBytes = kPv16 ? kDV * kTileN * 2 : kVtRows * 128 * kVtRegions;
+// The bytes a V stage's TMA writes (kTmaV): e4m3 the kDV Vt rows of each region, not lean d128's ones rows.
+[[maybe_unused]] constexpr int kVTmaBytes = kFp8 ? kDV * 128 * kVtRegions : kVStageBytes;
 // Q full, Q empty (persistent) and 4 mbarriers per stage, 8 B each; persistent packed builds add the item
 // slots after them (varlen.cuh, ItemSlots: 4 mbarriers, 2 slots of kItemSlotStride bytes, 24 B of walk
 // position), and Q tile 1's full and empty mbarriers with kQBuffers 2. Packed builds keep the same layout on
@@ -191,9 +198,9 @@ constexpr int kSmemBytes = kSmemNoOStage + kOStageBytes;
 constexpr bool kRawSmemBase = kLeanP;
 
 // ---- registers: setmaxnreg budgets, 128 x producer + 256 x consumer <= 168 x 384 (the launch allocation).
-// e4m3 with TMA 80 / 208 (thread 0's TMA state beside the V staging spills at 72); staged e4m3 V 72 / 216;
-// otherwise 56 / 224.
-constexpr bool kFp8Tma = kFp8 && kTma;
+// e4m3 with TMA beside the V staging 80 / 208 (thread 0's TMA state spills at 72); staged e4m3 V 72 / 216;
+// otherwise (e4m3 all-TMA included) 56 / 224.
+constexpr bool kFp8Tma = kFp8 && kTma && kVStaged;
 constexpr int kProducerRegs = kFp8Tma ? 80 : kVStaged ? 72 : 56;
 constexpr int kConsumerRegs = kFp8Tma ? 208 : kVStaged ? 216 : 224;
 
@@ -211,7 +218,8 @@ static_assert(!kLSumOnes || !kVPre || kTileN <= 128, "lean P's ones rows with th
 static_assert(ZYFA_WS_VARLEN >= 0 && ZYFA_WS_VARLEN <= 2, "ZYFA_WS_VARLEN: 0 dense, 1 varlen, 2 paged");
 static_assert(!kSeqMajor || kVarlen, "ZYFA_WS_SEQ_MAJOR orders a packed batch's items");
 static_assert(!kDynamic || (kVarlen && kPersistent), "ZYFA_WS_DYNAMIC claims a persistent packed build's items");
-static_assert(!kVarlen || !kTma || (!kFp8 && !kPaged), "ZYFA_WS_VARLEN: TMA (maps as parameter 3) on bf16 varlen only");
+static_assert(!kVarlen || !kTma || (!kPaged && (!kFp8 || kVPre)),
+              "ZYFA_WS_VARLEN: TMA (maps as parameter 3) on bf16 varlen and e4m3 varlen with the V pre-pass only");
 static_assert(!kVarlen || !kVPre || (!kPaged && kTileN <= 128),
               "ZYFA_WS_VARLEN: the packed V pre-pass on varlen builds of tile_n <= 128 (ZYFA_VT_PACKED_GAP)");
 static_assert(kThreads == 384 && kTileM == 128, "one producer + two consumer warpgroups of 64 rows");

@@ -169,12 +169,12 @@ struct ItemSlots {
   // Word i of the walk's position: t, then the low and high halves of from_next and from_t.
   __device__ __forceinline__ uint32_t walk_word(int i) const { return walk_at() + (i == 0 ? 0u : 4u + 4u * i); }
 
-  // By one thread, before the CTA's first barrier sync.
-  __device__ __forceinline__ void init() const {
+  // By one thread, before the CTA's first barrier sync; `warps` take every item (each frees its slot).
+  __device__ __forceinline__ void init(uint32_t warps) const {
     mbar_init(full(0), 1);
     mbar_init(full(1), 1);
-    mbar_init(empty(0), kThreads / 32);
-    mbar_init(empty(1), kThreads / 32);
+    mbar_init(empty(0), warps);
+    mbar_init(empty(1), warps);
     st_shared_u32(walk_word(0), static_cast<uint32_t>(-1));  // TileIndex t = -1: the walk has not started
   }
 

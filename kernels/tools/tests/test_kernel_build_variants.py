@@ -296,10 +296,13 @@ def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
             assert kb.variant_problems(tma) == [] and "-DZYFA_WS_TMA=1" in kb.defines(tma)
         else:
             problems = kb.variant_problems(tma)
-            assert any("built for layout 'varlen' and dtype 'bf16' only" in p for p in problems)
+            assert any("built for layout 'varlen', dtype 'bf16' or e4m3fn with v_prep" in p for p in problems)
     fp8 = {**WGMMA, "dtype": "e4m3fn", "p_mode": "lean"}
     fp8_tma = variant(**fp8, tile_m=128, tile_n=128, layout="varlen", loads="tma")
-    assert any("dtype 'bf16' only" in p for p in kb.variant_problems(fp8_tma))
+    assert any("e4m3fn with v_prep" in p for p in kb.variant_problems(fp8_tma))
+    fp8_tma_prep = variant(**fp8, tile_m=128, tile_n=128, layout="varlen", loads="tma", v_prep=True)
+    assert kb.variant_problems(fp8_tma_prep) == []  # Q, K and the Vt tiles by TMA (ABI 7)
+    assert {"-DZYFA_WS_TMA=1", "-DZYFA_WS_VPRE=1"} <= set(kb.defines(fp8_tma_prep))
     (problem,) = kb.variant_problems(variant(**WGMMA, layout="ragged"))
     assert "layout 'ragged' is not one of" in problem
 

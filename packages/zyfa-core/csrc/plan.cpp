@@ -256,6 +256,10 @@ void check_spec(const PlanSpec &spec) {
     refuse(spec.name + ": a paged kernel gathers K / V rows through the page table with cp.async; loads 'tma' "
            "is for dense and varlen kernels");
   }
+  if (spec.layout == Layout::varlen && spec.tma && spec.fp8 && spec.v_prep.empty()) {
+    refuse(spec.name + ": an e4m3 varlen kernel loads V by TMA only as the V pre-pass's Vt tiles; loads 'tma' "
+           "needs a v_prep entry (or take loads 'cp.async')");
+  }
   if (spec.layout == Layout::paged && !spec.v_prep.empty()) {
     refuse(spec.name + ": a paged kernel has no V pre-pass (v_prep is for dense and varlen kernels)");
   }
@@ -341,6 +345,31 @@ std::uint64_t check_workspace(const PlanSpec &spec, const zyfa_fwd_args &a, cons
   return bytes;
 }
 
+namespace {
+
+// The v map of a kernel with a V pre-pass: its Vt in the workspace (a.v by then), planes x heads_kv x d_v rows
+// of vt.row bytes, a box of 128 key bytes by d_v rows. False (cp.async) where a column is no int32 coordinate.
+bool vt_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen, MapGeometry &g) {
+  const VtShape vt = vt_shape(spec, a, varlen);
+  const std::uint64_t rows = static_cast<std::uint64_t>(a.d_v) * static_cast<std::uint64_t>(a.heads_kv);
+  const std::uint64_t row = static_cast<std::uint64_t>(vt.row);
+  if (vt.row > INT32_MAX || address(a.v) % TMA_ALIGN || row % TMA_ALIGN ||
+      row * rows >= static_cast<std::uint64_t>(TMA_STRIDE_LIMIT)) {
+    return false;
+  }
+  const std::uint64_t dims[4] = {row, static_cast<std::uint64_t>(a.d_v), static_cast<std::uint64_t>(a.heads_kv),
+                                  vt.planes};
+  const std::uint64_t strides[3] = {row, row * static_cast<std::uint64_t>(a.d_v), row * rows};
+  const std::uint32_t box[4] = {TMA_BOX_BYTES, static_cast<std::uint32_t>(a.d_v), 1, 1};
+  g.address = a.v;
+  std::copy(dims, dims + 4, g.dims);
+  std::copy(strides, strides + 3, g.strides);
+  std::copy(box, box + 4, g.box);
+  return true;
+}
+
+}  // namespace
+
 bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
                   std::array<MapGeometry, 3> &out) {
   const std::int64_t elem = spec.fp8 ? 1 : 2;
@@ -378,7 +407,7 @@ bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varle
     g.box[1] = static_cast<std::uint32_t>(t.rows);
     g.box[2] = g.box[3] = 1;
   }
-  return true;
+  return spec.v_prep.empty() || vt_geometry(spec, a, varlen, out[2]);
 }
 
 void fill_tma_maps(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen, zyfa_tma_maps &maps,

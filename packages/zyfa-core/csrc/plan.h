@@ -80,7 +80,8 @@ using MapEncoder = std::function<void(void *map_out, int data_type, const MapGeo
 
 // Whether q, k and v can be described by tensor maps (pointers and strides in bytes multiples of 16,
 // strides below 2^40 bytes); the three geometries go to `out`. A packed batch (`varlen` not null) is described
-// as one sequence of its total_q / total_k rows.
+// as one sequence of its total_q / total_k rows. A kernel with a V pre-pass maps v (the workspace by then) as
+// its Vt: dims {row bytes, d_v, heads_kv, planes}, box {128, d_v, 1, 1} (zyfa_abi.h, ABI 7).
 bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen,
                   std::array<MapGeometry, 3> &out);
 

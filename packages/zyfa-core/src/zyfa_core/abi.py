@@ -51,7 +51,7 @@ __all__ = [
 # 4: packed batches: FLAG_VARLEN / FLAG_PAGED / FLAG_DESCALE_TABLE and zyfa_varlen_args, the second
 # parameter of "varlen" / "paged" kernels (zyfa_fwd_args unchanged).
 # Bump together with ZYFA_ABI_VERSION in zyfa_abi.h.
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 FLAG_CAUSAL = 0x1
 """Apply the bottom-right aligned causal mask (ZYFA_FLAG_CAUSAL)."""

@@ -166,9 +166,12 @@ CUresult cuFuncGetParamInfo(void *function, size_t index, size_t *offset, size_t
   return SUCCESS;
 }
 
-/* The index of the kernel's zyfa_tma_maps parameter (its last, for a "tma" name), -1 for none. */
+/* The index of the kernel's zyfa_tma_maps parameter (its last, for a "tma" name that is no "_vprep" entry),
+ * -1 for none. */
 static int tma_param(const fake_function *f) {
-  return strstr(f->name, "tma") != NULL && f->param_count > 1 ? (int)f->param_count - 1 : -1;
+  const size_t len = strlen(f->name);
+  const int vprep = len > 6 && strcmp(f->name + len - 6, "_vprep") == 0;
+  return strstr(f->name, "tma") != NULL && !vprep && f->param_count > 1 ? (int)f->param_count - 1 : -1;
 }
 
 CUresult cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
