@@ -323,8 +323,8 @@ def layout_problems(v: dict[str, Any]) -> list[str]:
         return [f"{label}: v_prep on a packed batch is built for layout 'varlen' with tile_n <= 128 only"]
     if loads_mode(v) == "tma" and (kind != "varlen" or (v["dtype"] != "bf16" and not v.get("v_prep"))):
         return [
-            f"{label}: loads 'tma' on a packed batch is built for layout 'varlen', dtype 'bf16' or e4m3fn with "
-            "v_prep (Vt tiles from the pre-pass) only"
+            f"{label}: loads 'tma' on a packed batch is built for layout 'varlen', dtype 'bf16' or e4m3fn "
+            "with v_prep (Vt tiles from the pre-pass) only"
         ]
     grids = VARLEN_SRCS[v["src"]][2]
     if grid_mode(v) not in grids:

@@ -52,7 +52,9 @@ def test_load_reads_every_row(kernel_dir: Path) -> None:
 
 def test_abi_version_mismatch_names_both_versions(tmp_path: Path, manifest_tools) -> None:
     manifest_tools.write(tmp_path, [manifest_tools.row(SM90[0])], abi_version=zyfa_core.ABI_VERSION + 1)
-    with pytest.raises(ManifestError, match=rf"ABI version {zyfa_core.ABI_VERSION + 1}.*ABI version {zyfa_core.ABI_VERSION}"):
+    with pytest.raises(
+        ManifestError, match=rf"ABI version {zyfa_core.ABI_VERSION + 1}.*ABI version {zyfa_core.ABI_VERSION}"
+    ):
         zyfa_core.Manifest.load(tmp_path)
 
 

@@ -600,14 +600,21 @@ def test_varlen_v_prep_runs_on_the_packed_layout_then_the_kernel_reads_it(
 VARLEN_TMA_PREP = "fa_fwd_e4m3fn_hd128_causal_leanp_tma_varlen_sm90a"  # fake_cuda.c: 3 parameters, maps third
 
 
-def test_varlen_tma_with_v_prep_maps_v_over_the_packed_vt(run_with_fake, tmp_path: Path, manifest_tools) -> None:
+def test_varlen_tma_with_v_prep_maps_v_over_the_packed_vt(
+    run_with_fake, tmp_path: Path, manifest_tools
+) -> None:
     """An e4m3 "varlen" kernel with loads "tma" and a V pre-pass (ABI 7): the pass runs first, then the
     kernel with maps of q and k over the packed rows (boxes of 128 e4m3 elements) and of v over the pass's
     Vt in the workspace: dims {row bytes, d_v, heads_kv, 1}, strides {row, d_v row, heads_kv d_v row}, box
     {128, d_v, 1, 1}."""
     shape = {"tile_m": 128, "tile_n": 128, "threads": 384}
     row = manifest_tools.row(
-        VARLEN_TMA_PREP, layout="varlen", grid="persistent", loads="tma", v_prep=VARLEN_TMA_PREP + "_vprep", **shape
+        VARLEN_TMA_PREP,
+        layout="varlen",
+        grid="persistent",
+        loads="tma",
+        v_prep=VARLEN_TMA_PREP + "_vprep",
+        **shape,
     )
     image = f"FAKECUBIN {VARLEN_TMA_PREP} {VARLEN_TMA_PREP}_vprep\n".encode()
     kernels = manifest_tools.write(tmp_path / "tma_prep", [row], files={row["file"]: image})
@@ -615,7 +622,9 @@ def test_varlen_tma_with_v_prep_maps_v_over_the_packed_vt(run_with_fake, tmp_pat
     total_q, total_k, batch = rng.randint(1, 5000), rng.randint(1, 9000), rng.randint(1, 50)
     args = packed_args(fp8=True, batch=batch, seqlen_q=max(1, 180 // batch))
     varlen = varlen_args(total_q=total_q, total_k=total_k)
-    snippet = PERSISTENT_LAUNCH.format(kernel=VARLEN_TMA_PREP, args=bytes(args).hex(), varlen=bytes(varlen).hex())
+    snippet = PERSISTENT_LAUNCH.format(
+        kernel=VARLEN_TMA_PREP, args=bytes(args).hex(), varlen=bytes(varlen).hex()
+    )
     snippet = snippet.replace("varlen=varlen)\n", f"varlen=varlen, workspace={PREP_WORKSPACE})\n", 1)
     _, calls = run_with_fake("cuda", snippet, kernels)
     hq, hkv, d = 8, 2, 128
@@ -624,7 +633,12 @@ def test_varlen_tma_with_v_prep_maps_v_over_the_packed_vt(run_with_fake, tmp_pat
     assert got == [
         (args.q, f"{d},{total_q},{hq},1", f"{hq * d},{d},{total_q * hq * d}", "128,128,1,1"),
         (args.k, f"{d},{total_k},{hkv},1", f"{hkv * d},{d},{total_k * hkv * d}", "128,128,1,1"),
-        (PREP_WORKSPACE, f"{vt_row},{d},{hkv},1", f"{vt_row},{d * vt_row},{hkv * d * vt_row}", f"128,{d},1,1"),
+        (
+            PREP_WORKSPACE,
+            f"{vt_row},{d},{hkv},1",
+            f"{vt_row},{d * vt_row},{hkv * d * vt_row}",
+            f"128,{d},1,1",
+        ),
     ]
     prep, main = [c for c in calls if c.startswith("cuLaunchKernel ")]
     assert f"name={VARLEN_TMA_PREP}_vprep " in prep and f"name={VARLEN_TMA_PREP} " in main
@@ -634,7 +648,9 @@ def test_varlen_tma_with_v_prep_maps_v_over_the_packed_vt(run_with_fake, tmp_pat
 
 
 def test_varlen_e4m3_tma_needs_the_v_pre_pass(tmp_path: Path, manifest_tools) -> None:
-    row = manifest_tools.row(VARLEN_TMA_PREP, layout="varlen", loads="tma", tile_m=128, tile_n=128, threads=384)
+    row = manifest_tools.row(
+        VARLEN_TMA_PREP, layout="varlen", loads="tma", tile_m=128, tile_n=128, threads=384
+    )
     kernels = manifest_tools.write(tmp_path / "tma_no_prep", [row], files={row["file"]: b"FAKECUBIN\n"})
     with pytest.raises(zyfa_core.ManifestError, match="loads V by TMA only as the V pre-pass's Vt tiles"):
         zyfa_core.Manifest.load(kernels)

@@ -443,7 +443,9 @@ def _spec_from_row(row: Any, directory: Path, where: str) -> KernelSpec:
         raise _row_error(where, name, "a paged kernel has no V pre-pass")
     if layout == "varlen" and loads == "tma" and dtype != "bf16" and not v_prep:
         raise _row_error(
-            where, name, "an e4m3 varlen kernel loads V by TMA only as the V pre-pass's Vt tiles: name a v_prep entry"
+            where,
+            name,
+            "an e4m3 varlen kernel loads V by TMA only as the V pre-pass's Vt tiles: name a v_prep entry",
         )
     return KernelSpec(
         **fields,
