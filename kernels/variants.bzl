@@ -65,6 +65,10 @@ Fields:
               query tile first, then the one before it, ...), "sequence_major" = a sequence's tiles on
               consecutive items, longest first, the sequences by tile count, descending (-DZYFA_WS_SEQ_MAJOR=1,
               kernels/sm90/fa_fwd_wgmma/varlen_tiles.h).
+  q_tiles     optional int (1 when absent), build-only: query tiles in shared memory. 2 on a "varlen" row of
+              src sm90/fa_fwd_wgmma.cu (-DZYFA_WS_Q_TILES=2): on the persistent grid the producer loads the
+              next item's Q while the current item's S blocks still read its own; smem_bytes counts the
+              second tile (the tile grid leaves it unused).
 """
 
 VARIANTS = [
@@ -136,7 +140,7 @@ VARIANTS = [
     {"name": "fa_fwd_bf16_hd128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230656, "tag": "", "stale_tau": 8.0,
-     "grid": "persistent", "layout": "varlen", "loads": "tma"},
+     "grid": "persistent", "layout": "varlen", "loads": "tma", "q_tiles": 2},
     {"name": "fa_fwd_bf16_hd128_causal_paged_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 128, "d_v": 128,
      "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197888, "tag": "", "stale_tau": 8.0,
@@ -158,7 +162,7 @@ VARIANTS = [
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 168192, "tag": "",
      "grid": "persistent", "layout": "varlen", "v_prep": True,
-     "loads": "tma"},
+     "loads": "tma", "q_tiles": 2},
     {"name": "fa_fwd_e4m3fn_hd128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn", "d_qk": 128,
      "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 184576, "tag": "",
@@ -167,7 +171,7 @@ VARIANTS = [
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231680, "tag": "",
      "grid": "dynamic", "layout": "varlen", "tile_order": "sequence_major", "v_prep": True,
-     "loads": "tma"},
+     "loads": "tma", "q_tiles": 2},
     {"name": "fa_fwd_e4m3fn_hd192x128_causal_leanp_paged_sm90a", "arch": "sm90a", "dtype": "e4m3fn",
      "d_qk": 192, "d_v": 128, "causal": True, "p_mode": "lean", "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 231680, "tag": "",

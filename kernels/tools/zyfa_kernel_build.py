@@ -80,6 +80,7 @@ OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
     "v_prep": bool,
     "tile_order": str,
     "layout": str,
+    "q_tiles": int,
 }
 # Query-tile order of a "tiles" grid: "ascending" = blockIdx.x is the query tile; "descending" = blockIdx.x
 # is ceil(seqlen_q / tile_m) - 1 - tile, so the causal tiles with the most keys are dispatched first
@@ -201,6 +202,7 @@ def variant_problems(v: Any, root: Path = ROOT) -> list[str]:
     problems += loads_problems(v)
     problems += stale_problems(v, fp8_max_stale_tau(root))
     problems += v_prep_problems(v)
+    problems += q_tiles_problems(v)
     problems += tile_order_problems(v)
     problems += layout_problems(v)
     if v["kind"] not in ARCH_KINDS.get(v["arch"], ()):
@@ -337,6 +339,19 @@ def v_prep_entry(v: dict[str, Any]) -> str:
     return v["name"] + VPREP_SUFFIX if v.get("v_prep", False) else ""
 
 
+def q_tiles(v: dict[str, Any]) -> int:
+    """Query tiles in the kernel's shared memory: the "q_tiles" field, 1 when absent."""
+    return v.get("q_tiles", 1)
+
+
+def q_tiles_problems(v: dict[str, Any]) -> list[str]:
+    """What is wrong with the variant's q_tiles (2 only on the wgmma kernel's varlen builds)."""
+    tiles = q_tiles(v)
+    if tiles == 1 or (tiles == 2 and v["src"] == PERSISTENT_SRC and layout(v) == "varlen"):
+        return []
+    return [f"{v['name']}: q_tiles {tiles!r}: 1, or 2 on a {PERSISTENT_SRC!r} layout 'varlen' row"]
+
+
 def v_prep_problems(v: dict[str, Any]) -> list[str]:
     """What is wrong with the variant's v_prep (set where the wgmma kernel's ZYFA_WS_VPRE is not built)."""
     if not v.get("v_prep", False):
@@ -420,6 +435,8 @@ def defines(v: dict[str, Any]) -> list[str]:
         values[STALE_SRCS[v["src"]]] = f"{stale_tau(v)!r}f"  # a float literal, e.g. 8.0f
     if v_prep_entry(v):
         values["ZYFA_WS_VPRE"] = 1
+    if q_tiles(v) != 1:
+        values["ZYFA_WS_Q_TILES"] = q_tiles(v)
     if tile_order(v) in TILE_ORDER_DEFINES:
         values["ZYFA_TILE_DESCENDING"] = TILE_ORDER_DEFINES[tile_order(v)]
     if tile_order(v) == "sequence_major":

@@ -5,7 +5,7 @@
 // ZYFA_SMEM_BYTES, ZYFA_LEAN_P, and only where the entry asks for them ZYFA_WS_PV_F16 (p_mode "f16"),
 // ZYFA_WS_PERSISTENT (grid "persistent"), ZYFA_WS_TMA (loads "tma"), ZYFA_WS_STALE_TAU (stale_tau > 0) and
 // ZYFA_WS_VPRE (v_prep), ZYFA_WS_VARLEN (layout "varlen" 1, "paged" 2), ZYFA_WS_SEQ_MAJOR (tile_order
-// "sequence_major") and ZYFA_WS_DYNAMIC (grid "dynamic", with ZYFA_WS_PERSISTENT). Everything else below is a constexpr derived from them: the per-variant choices
+// "sequence_major"), ZYFA_WS_DYNAMIC (grid "dynamic", with ZYFA_WS_PERSISTENT) and ZYFA_WS_Q_TILES (q_tiles). Everything else below is a constexpr derived from them: the per-variant choices
 // (softmax form, row-max method, row-sum method, ring depth, register split) are the ones measured fastest
 // for that variant (kernels/sm90/NOTES.md, "What was tried", lists what was measured against them).
 #pragma once
@@ -43,6 +43,9 @@
 #endif
 #ifndef ZYFA_WS_DYNAMIC
 #define ZYFA_WS_DYNAMIC 0
+#endif
+#ifndef ZYFA_WS_Q_TILES
+#define ZYFA_WS_Q_TILES 1
 #endif
 
 namespace zyfa_sm90_ws {
@@ -178,11 +181,11 @@ constexpr int kAlignSlack = 1024;
 constexpr int kStagingBytes = kVStaged ? 2 * kTileN * kVRowBytes : 0;
 constexpr int kSmemOneQ = kQBytes + kStages * (kKStageBytes + kVStageBytes) + kOnesBytes + kStagingBytes +
                            kBarrierBytes + kAlignSlack;
-// Packed (not paged) builds keep two Q tiles where the layout still leaves room for the half-row O staging:
-// on the persistent grid the producer then loads item k + 1's Q (and after it that item's first K / V
-// blocks) while item k's S blocks still read its own, instead of after the last of them. Tile i % 2 holds
-// the CTA's i-th Q; each has its full and empty mbarrier. The tile grid uses tile 0 (same layout either way).
-constexpr int kQBuffers = kVarlen && !kPaged && kSmemOneQ + kQBytes + 8 * 16 * kDV <= 227 * 1024 ? 2 : 1;
+// Two Q tiles (q_tiles 2, varlen builds): on the persistent grid the producer loads item k + 1's Q (and after
+// it that item's first K / V blocks) while item k's S blocks still read its own, instead of after the last of
+// them. Tile i % 2 holds the CTA's i-th Q; each has its full and empty mbarrier. The tile grid uses tile 0
+// (a row's layout fits either grid).
+constexpr int kQBuffers = ZYFA_WS_Q_TILES;
 constexpr int kSmemNoOStage = kSmemOneQ + (kQBuffers - 1) * kQBytes;
 // The epilogue's O staging (epilogue.cuh): its width per pass comes from the shared memory the build gives
 // beyond the rest of the layout (variants.bzl smem_bytes): 8 warps x 16 rows x kDV bf16 = 32 KiB for whole
@@ -218,6 +221,7 @@ static_assert(!kLSumOnes || !kVPre || kTileN <= 128, "lean P's ones rows with th
 static_assert(ZYFA_WS_VARLEN >= 0 && ZYFA_WS_VARLEN <= 2, "ZYFA_WS_VARLEN: 0 dense, 1 varlen, 2 paged");
 static_assert(!kSeqMajor || kVarlen, "ZYFA_WS_SEQ_MAJOR orders a packed batch's items");
 static_assert(!kDynamic || (kVarlen && kPersistent), "ZYFA_WS_DYNAMIC claims a persistent packed build's items");
+static_assert(kQBuffers == 1 || (kQBuffers == 2 && kVarlen && !kPaged), "ZYFA_WS_Q_TILES: 1, or 2 on a varlen build");
 static_assert(!kVarlen || !kTma || (!kPaged && (!kFp8 || kVPre)),
               "ZYFA_WS_VARLEN: TMA (maps as parameter 3) on bf16 varlen and e4m3 varlen with the V pre-pass only");
 static_assert(!kVarlen || !kVPre || (!kPaged && kTileN <= 128),
@@ -230,8 +234,6 @@ static_assert(kQkRowBytes % 32 == 0 && kDQk <= 256, "d_qk * element size must be
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384, "setmaxnreg budget exceeds the launch allocation");
 static_assert(kSmemBytes == ZYFA_SMEM_BYTES,
               "ZYFA_SMEM_BYTES (variants.bzl smem_bytes) must equal this kernel's shared-memory layout");
-static_assert(kQBuffers == 1 || kOStageCols != 0,
-              "two Q tiles leave room for the O staging: smem_bytes counts the second tile and the staging");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory layout exceeds the sm_90 per-block limit");
 static_assert((2 + 4 * kStages) * 8 + kItemSlotBytes + (kQBuffers - 1) * 16 <= kBarrierBytes,
               "mbarriers do not fit their area");

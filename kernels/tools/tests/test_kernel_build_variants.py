@@ -300,6 +300,11 @@ def test_layout_defines_ws_varlen_and_names_the_kernel() -> None:
     fp8 = {**WGMMA, "dtype": "e4m3fn", "p_mode": "lean"}
     fp8_tma = variant(**fp8, tile_m=128, tile_n=128, layout="varlen", loads="tma")
     assert any("e4m3fn with v_prep" in p for p in kb.variant_problems(fp8_tma))
+    two_q = variant(**WGMMA, tile_m=128, tile_n=128, layout="varlen", grid="persistent", q_tiles=2)
+    assert kb.variant_problems(two_q) == [] and "-DZYFA_WS_Q_TILES=2" in kb.defines(two_q)
+    assert not any("Q_TILES" in d for d in kb.defines({**two_q, "q_tiles": 1}))
+    for bad in ({"q_tiles": 3}, {"layout": "paged"}, {"layout": "dense"}):
+        assert any("q_tiles" in p for p in kb.variant_problems({**two_q, **bad})), bad
     fp8_tma_prep = variant(**fp8, tile_m=128, tile_n=128, layout="varlen", loads="tma", v_prep=True)
     assert kb.variant_problems(fp8_tma_prep) == []  # Q, K and the Vt tiles by TMA (ABI 7)
     assert {"-DZYFA_WS_TMA=1", "-DZYFA_WS_VPRE=1"} <= set(kb.defines(fp8_tma_prep))

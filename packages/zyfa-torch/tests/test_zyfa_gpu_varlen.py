@@ -248,14 +248,15 @@ def test_persistent_grid_gives_the_tile_grids_bits(precision, tmp_path, monkeypa
 
 def _plain_loads(row: dict) -> dict:
     """The row with cp.async loads and the in-kernel V transpose: no TMA, no V pre-pass (whose build has no
-    V staging buffers, two KV blocks of 128-byte rows). Where the staging leaves no room for a packed row's
-    second Q tile, the build keeps one (kernels/sm90/fa_fwd_wgmma/config.cuh, kQBuffers)."""
+    V staging buffers, two KV blocks of 128-byte rows). Where the staging leaves no room for a row's second Q
+    tile (q_tiles), the rebuild keeps one."""
     if row.get("v_prep"):
         from zyfa_core.manifest import MAX_SMEM_BYTES
 
         smem = row["smem_bytes"] + 2 * row["tile_n"] * 128
-        if smem > MAX_SMEM_BYTES["cuda"]:
+        if smem > MAX_SMEM_BYTES["cuda"] and row.get("q_tiles", 1) == 2:
             smem -= row["tile_m"] * math.ceil(row["d_qk"] / 128) * 128  # an e4m3 Q tile of 128-byte regions
+            return {"loads": "cp.async", "v_prep": False, "smem_bytes": smem, "q_tiles": 1}
         return {"loads": "cp.async", "v_prep": False, "smem_bytes": smem}
     return {"loads": "cp.async"}
 
