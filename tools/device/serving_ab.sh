@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# serving_ab.sh — a packed-kernel candidate against a baseline build on the serving step, in one device call.
+#
+# Prepare here (no GPU needed; nvcc builds sm_90a code objects on any machine):
+#     python3 kernels/tools/zyfa_kernel_build.py build-all --arch sm90a --out .carry/k-new     # the candidate
+#     (git worktree of the baseline) ... build-all --arch sm90a --out .carry/k-base             # the baseline
+#     bash tools/device/make_peer_carry.sh   # .carry/fa3-site.tar.xz: FlashAttention-3 varlen, the peer
+# then, on the GPU machine, from the repository root with .carry/ beside it:
+#     OUT=/tmp/out bash tools/device/serving_ab.sh
+# Environment:
+#     ZYFA_AB_NEW=.carry/k-new     the candidate: a whole sm_90a kernel directory (manifest.json + code
+#                                  objects); zyfa-core is installed without compiling kernels and runs these
+#     ZYFA_AB_BASES=.carry/k-base  baseline kernel directories, one A/B per entry (space-separated); each
+#                                  needs only the varlen rows and a manifest of the installed ABI version
+#     ZYFA_AB_S=560                wall-clock budget in seconds; the later stages shrink or are skipped to fit
+# Stages, in order (each reports its elapsed time; a stage's failure does not stop the next):
+#     install    tools/device/h200_run.sh's env, wheels and install stages, ZYFA_SKIP_KERNELS=1
+#     smoke      test_zyfa_gpu_varlen.py's reference and many-items tests on the candidate (a hang or a
+#                failure skips the A/B: its timing would be of a broken kernel)
+#     ab         per baseline: `zyfa-bench serving --prefix 0 --impl zyfa-varlen,fa3-varlen --repeats 20
+#                --baseline-kernels BASE --json $OUT/ab-<i>-<base>.json` with ZYFA_KERNEL_DIR = the candidate
+#     tests      the rest of test_zyfa_gpu_varlen.py, then its bit-equality tests (which rebuild rows with
+#                this checkout's kernels/tools on the GPU machine), then the sanitizer test, as time allows
+set -u
+export PYTHONUNBUFFERED=1
+OUT="${OUT:-/tmp/zyfa-out}"
+mkdir -p "$OUT"
+R="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$R"
+NEW="$(realpath "${ZYFA_AB_NEW:-.carry/k-new}")"
+BASES="${ZYFA_AB_BASES:-.carry/k-base}"
+BUDGET="${ZYFA_AB_S:-560}"
+PY="${PYTHON:-python3}"
+T0=$(date +%s)
+left() { echo $((BUDGET - $(date +%s) + T0)); }
+stage() { echo "[$(($(date +%s) - T0)) s, $(left) s left] $*"; }
+HELPERS="$R/packages/zyfa-core/tests:$R/packages/zyfa-torch/tests:$R/packages/zyfa-bench/tests"
+VARLEN_TESTS=packages/zyfa-torch/tests/test_zyfa_gpu_varlen.py
+# pytest under a wall-clock limit: its first argument is the limit in seconds, the rest pytest's arguments.
+pt() {
+    local limit=$1
+    shift
+    PYTHONPATH="$PYTHONPATH:$HELPERS" timeout "$limit" "$PY" -m pytest --import-mode=importlib -q -rfEs \
+        -p no:cacheprovider "$@" 2>&1 | tail -15
+}
+
+stage "install (kernels from $NEW)"
+export ZYFA_KERNEL_DIR="$NEW"
+ZYFA_SKIP_KERNELS=1 ZYFA_SKIP=tests,throughput,accuracy,clocks,report ZYFA_TOTAL_S=240 OUT="$OUT/install" \
+    bash tools/device/h200_run.sh >"$OUT/install.txt" 2>&1
+grep -E "^device|^torch|!!!" "$OUT/install.txt" | head -5
+source tools/device/site_path.sh
+export PYTHONPATH
+PYTHONPATH="$(site_pythonpath)"
+
+stage smoke
+pt 120 --timeout=40 -x "$VARLEN_TESTS" -k "matches_the_reference or many_items" | tee "$OUT/pytest-smoke.txt"
+if grep -q " passed" "$OUT/pytest-smoke.txt" && ! grep -qE "failed|error|Timeout" "$OUT/pytest-smoke.txt"; then
+    i=0
+    for base in $BASES; do
+        i=$((i + 1))
+        stage "ab $(basename "$NEW") against $(basename "$base")"
+        timeout 120 "$PY" -m zyfa_bench.cli serving --prefix 0 --impl zyfa-varlen,fa3-varlen --repeats 20 \
+            --baseline-kernels "$(realpath "$base")" --json "$OUT/ab-$i-$(basename "$base").json" 2>&1 | tail -12
+    done
+else
+    echo "!!! the candidate failed its smoke tests: no A/B"
+fi
+
+stage tests
+(($(left) > 60)) && pt $(($(left) - 10)) --timeout=60 "$VARLEN_TESTS" -k "not bits" | tee "$OUT/pytest-varlen.txt"
+(($(left) > 60)) && pt $(($(left) - 5)) --timeout=140 "$VARLEN_TESTS" -k bits | tee "$OUT/pytest-bits.txt"
+(($(left) > 90)) && pt $(($(left) - 5)) packages/zyfa-torch/tests/test_zyfa_gpu_sanitizer.py | tee "$OUT/pytest-san.txt"
+stage done
