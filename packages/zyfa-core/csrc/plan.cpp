@@ -387,7 +387,9 @@ bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varle
       {a.k, a.k_stride_seq, a.k_stride_head, a.k_stride_batch, a.d_qk, rows_k, a.heads_kv, spec.tile_n},
       {a.v, a.v_stride_seq, a.v_stride_head, a.v_stride_batch, a.d_v, rows_k, a.heads_kv, spec.tile_n},
   };
-  for (int i = 0; i < 3; ++i) {
+  // With a V pre-pass, v is its Vt (vt_geometry), whatever v's own strides were.
+  const bool vt = !spec.v_prep.empty();
+  for (int i = 0; i < (vt ? 2 : 3); ++i) {
     const Operand &t = operands[i];
     // A packed batch's one "batch" is never stepped over: its stride is the tensor's rows (-1, refused below,
     // where that product would pass the maps' stride limit).
@@ -407,7 +409,7 @@ bool tma_geometry(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varle
     g.box[1] = static_cast<std::uint32_t>(t.rows);
     g.box[2] = g.box[3] = 1;
   }
-  return spec.v_prep.empty() || vt_geometry(spec, a, varlen, out[2]);
+  return !vt || vt_geometry(spec, a, varlen, out[2]);
 }
 
 void fill_tma_maps(const PlanSpec &spec, const zyfa_fwd_args &a, const zyfa_varlen_args *varlen, zyfa_tma_maps &maps,
