@@ -135,6 +135,9 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   // (kSmemBytes counts each). No load may write the mbarriers' bytes.
   const uint32_t bars = v_s + kStages * kVStageBytes + kOnesBytes + kStagingBytes;
   const uint32_t bar_q = bars;
+  // Q tile b's full mbarrier (kQBuffers): tile 0's first, tile 1's after the item slots, its empty one after it.
+  const uint32_t bar_q1 = bars + 8u * (2 + 4 * kStages) + kItemSlotBytes;
+  auto bar_q_of = [&](uint32_t b) { return b == 0u ? bar_q : bar_q1; };
   auto bar_full_k = [&](int s) { return bars + 8u * (1 + s); };
   auto bar_full_v = [&](int s) { return bars + 8u * (1 + kStages + s); };
   auto bar_empty_k = [&](int s) { return bars + 8u * (1 + 2 * kStages + s); };
@@ -167,9 +170,6 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   };
 #endif
   const uint32_t bar_q_empty = bars + 8u * (1 + 4 * kStages);  // 8 arrivals: one per consumer warp
-  // Q tile b's full and empty mbarriers: tile 0's above, tile 1's after the item slots.
-  const uint32_t bar_q1 = bars + 8u * (2 + 4 * kStages) + kItemSlotBytes;
-  auto bar_q_of = [&](uint32_t b) { return b == 0u ? bar_q : bar_q1; };
   auto bar_q_empty_of = [&](uint32_t b) { return b == 0u ? bar_q_empty : bar_q1 + 8u; };
 #elif !ZYFA_WS_VARLEN
   const Block blk = tile_block(args);
@@ -183,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
 #if ZYFA_WS_PERSISTENT && ZYFA_WS_VARLEN
     // Every warp takes the items but the producer warps that exit (kTmaV with TMA on: all but the first).
-    items.init(tma_on && kTmaV ? kThreads / 32 - 3 : kThreads / 32);
+    items.init(tma_on && kTmaV ? kThreads / 32 - 4 + kTmaProducerThreads / 32 : kThreads / 32);
     if constexpr (kQBuffers == 2) {
       mbar_init(bar_q_of(1), full_arrivals);
       mbar_init(bar_q_empty_of(1), 8);
@@ -212,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
     // TMA with V (kTmaV): one thread issues every load; the others would only poll (a persistent packed build
     // keeps its first warp, which maps the items: kTmaOneThread). Otherwise all 128 load V.
-    if (tma_on && kTmaV && (kTmaOneThread ? tid != 0 : tid >= 32)) return;
+    if (tma_on && kTmaV && static_cast<uint32_t>(tid) >= kTmaProducerThreads) return;
 #if ZYFA_WS_PERSISTENT
 #if ZYFA_WS_VARLEN
     // The producer's first warp maps item k while item k - 1 loads (its loads issued, before the wait for Q).
@@ -249,6 +249,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #else
     const int t = tid;
     constexpr int kv_base = 0;
+    constexpr uint32_t q_loads = 0;
 #endif
     const uint8_t* const q_base = static_cast<const uint8_t*>(args.q) +
         (static_cast<int64_t>(blk.batch) * args.q_stride_batch + static_cast<int64_t>(blk.head) * args.q_stride_head) * kESize;
@@ -304,12 +305,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         mbar_arrive(bar);
       }
     };
-#if ZYFA_WS_PERSISTENT
     const uint32_t q_b = q_loads % kQBuffers;  // this item's Q tile
     const uint32_t q_dst = q_s + q_b * kQBytes, q_full = bar_q_of(q_b);
-#else
-    const uint32_t q_dst = q_s, q_full = bar_q;
-#endif
     if (blk.n_blocks > 0) {
 #if ZYFA_WS_PERSISTENT
       // The tile's previous Q is free once every consumer warp's last S wgmma of that item has completed.
@@ -565,11 +562,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
   };
 
   if (n > 0) {
-#if ZYFA_WS_PERSISTENT
     mbar_wait(bar_q_of(q_buf), q_phase);
-#else
-    mbar_wait(bar_q, q_phase);
-#endif
     // ---- block 0: S_0 only
     mbar_wait(bar_full_k(ring_s), ring_ph);
     pp_sync();
