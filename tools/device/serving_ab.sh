@@ -8,15 +8,16 @@
 # then, on the GPU machine, from the repository root with .carry/ beside it:
 #     OUT=/tmp/out bash tools/device/serving_ab.sh
 # Environment:
-#     ZYFA_AB_NEW=.carry/k-new     the candidate: a whole sm_90a kernel directory (manifest.json + code
-#                                  objects); zyfa-core is installed without compiling kernels and runs these
+#     ZYFA_AB_NEW=.carry/k-new     the candidates, space-separated, best first: whole sm_90a kernel
+#                                  directories (manifest.json + code objects); zyfa-core is installed without
+#                                  compiling kernels, and the first candidate to pass its smoke tests is timed
 #     ZYFA_AB_BASES=.carry/k-base  baseline kernel directories, one A/B per entry (space-separated); each
 #                                  needs only the varlen rows and a manifest of the installed ABI version
 #     ZYFA_AB_S=560                wall-clock budget in seconds; the later stages shrink or are skipped to fit
 # Stages, in order (each reports its elapsed time; a stage's failure does not stop the next):
 #     install    tools/device/h200_run.sh's env, wheels and install stages, ZYFA_SKIP_KERNELS=1
-#     smoke      test_zyfa_gpu_varlen.py's reference and many-items tests on the candidate (a hang or a
-#                failure skips the A/B: its timing would be of a broken kernel)
+#     smoke      test_zyfa_gpu_varlen.py's reference and many-items tests on each candidate in turn until
+#                one passes (a hang or a failure rules a candidate out: its timing would be of a broken kernel)
 #     ab         per baseline: `zyfa-bench serving --prefix 0 --impl zyfa-varlen,fa3-varlen --repeats 20
 #                --baseline-kernels BASE --json $OUT/ab-<i>-<base>.json` with ZYFA_KERNEL_DIR = the candidate
 #     tests      the rest of test_zyfa_gpu_varlen.py, then its bit-equality tests (which rebuild rows with
@@ -27,7 +28,7 @@ OUT="${OUT:-/tmp/zyfa-out}"
 mkdir -p "$OUT"
 R="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$R"
-NEW="$(realpath "${ZYFA_AB_NEW:-.carry/k-new}")"
+CANDIDATES="${ZYFA_AB_NEW:-.carry/k-new}"
 BASES="${ZYFA_AB_BASES:-.carry/k-base}"
 BUDGET="${ZYFA_AB_S:-560}"
 PY="${PYTHON:-python3}"
@@ -44,8 +45,7 @@ pt() {
         -p no:cacheprovider "$@" 2>&1 | tail -15
 }
 
-stage "install (kernels from $NEW)"
-export ZYFA_KERNEL_DIR="$NEW"
+stage install
 ZYFA_SKIP_KERNELS=1 ZYFA_SKIP=tests,throughput,accuracy,clocks,report ZYFA_TOTAL_S=240 OUT="$OUT/install" \
     bash tools/device/h200_run.sh >"$OUT/install.txt" 2>&1
 grep -E "^device|^torch|!!!" "$OUT/install.txt" | head -5
@@ -53,9 +53,20 @@ source tools/device/site_path.sh
 export PYTHONPATH
 PYTHONPATH="$(site_pythonpath)"
 
-stage smoke
-pt 120 --timeout=40 -x "$VARLEN_TESTS" -k "matches_the_reference or many_items" | tee "$OUT/pytest-smoke.txt"
-if grep -q " passed" "$OUT/pytest-smoke.txt" && ! grep -qE "failed|error|Timeout" "$OUT/pytest-smoke.txt"; then
+NEW=""
+for candidate in $CANDIDATES; do
+    export ZYFA_KERNEL_DIR="$(realpath "$candidate")"
+    stage "smoke $(basename "$candidate")"
+    log="$OUT/pytest-smoke-$(basename "$candidate").txt"
+    pt 120 --timeout=40 -x "$VARLEN_TESTS" -k "matches_the_reference or many_items" | tee "$log"
+    if grep -q " passed" "$log" && ! grep -qE "failed|error|Timeout" "$log"; then
+        NEW="$ZYFA_KERNEL_DIR"
+        break
+    fi
+    echo "!!! $(basename "$candidate") failed its smoke tests"
+done
+if [ -n "$NEW" ]; then
+    export ZYFA_KERNEL_DIR="$NEW"
     i=0
     for base in $BASES; do
         i=$((i + 1))
@@ -64,7 +75,9 @@ if grep -q " passed" "$OUT/pytest-smoke.txt" && ! grep -qE "failed|error|Timeout
             --baseline-kernels "$(realpath "$base")" --json "$OUT/ab-$i-$(basename "$base").json" 2>&1 | tail -12
     done
 else
-    echo "!!! the candidate failed its smoke tests: no A/B"
+    echo "!!! no candidate passed its smoke tests: no A/B, no further tests"
+    stage done
+    exit 1
 fi
 
 stage tests
