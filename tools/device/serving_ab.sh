@@ -4,7 +4,7 @@
 # Prepare here (no GPU needed; nvcc builds sm_90a code objects on any machine):
 #     python3 kernels/tools/zyfa_kernel_build.py build-all --arch sm90a --out .carry/k-new     # the candidate
 #     (git worktree of the baseline) ... build-all --arch sm90a --out .carry/k-base             # the baseline
-#     bash tools/device/make_peer_carry.sh   # .carry/fa3-site.tar.xz: FlashAttention-3 varlen, the peer
+#     bash tools/device/make_peer_carry.sh   # FlashAttention-3 varlen, the peer (FA4 and cuDNN: the table)
 # then, on the GPU machine, from the repository root with .carry/ beside it:
 #     OUT=/tmp/out bash tools/device/serving_ab.sh
 # Environment:
@@ -13,6 +13,8 @@
 #                                  compiling kernels, and the first candidate to pass its smoke tests is timed
 #     ZYFA_AB_BASES=.carry/k-base  baseline kernel directories, one A/B per entry (space-separated); each
 #                                  needs only the varlen rows and a manifest of the installed ABI version
+#     ZYFA_AB_TABLE=0              1: after the A/B, the whole serving table on the timed candidate (every
+#                                  implementation installed, with and without the shared prefix)
 #     ZYFA_AB_S=560                wall-clock budget in seconds; the later stages shrink or are skipped to fit
 # Stages, in order (each reports its elapsed time; a stage's failure does not stop the next):
 #     install    tools/device/h200_run.sh's env, wheels and install stages, ZYFA_SKIP_KERNELS=1
@@ -20,6 +22,7 @@
 #                one passes (a hang or a failure rules a candidate out: its timing would be of a broken kernel)
 #     ab         per baseline: `zyfa-bench serving --prefix 0 --impl zyfa-varlen,fa3-varlen --repeats 20
 #                --baseline-kernels BASE --json $OUT/ab-<i>-<base>.json` with ZYFA_KERNEL_DIR = the candidate
+#     table      with ZYFA_AB_TABLE=1: `zyfa-bench serving --repeats 20 --json $OUT/serving.json`
 #     tests      the rest of test_zyfa_gpu_varlen.py, then its bit-equality tests (which rebuild rows with
 #                this checkout's kernels/tools on the GPU machine), then the sanitizer test, as time allows
 set -u
@@ -74,6 +77,10 @@ if [ -n "$NEW" ]; then
         timeout 120 "$PY" -m zyfa_bench.cli serving --prefix 0 --impl zyfa-varlen,fa3-varlen --repeats 20 \
             --baseline-kernels "$(realpath "$base")" --json "$OUT/ab-$i-$(basename "$base").json" 2>&1 | tail -12
     done
+    if [ "${ZYFA_AB_TABLE:-0}" = 1 ]; then
+        stage "table ($(basename "$NEW"))"
+        timeout 240 "$PY" -m zyfa_bench.cli serving --repeats 20 --json "$OUT/serving.json" 2>&1 | tail -45
+    fi
 else
     echo "!!! no candidate passed its smoke tests: no A/B, no further tests"
     stage done
