@@ -581,56 +581,76 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 
     // ---- blocks 1..n-1: S_j overlapped with P_{j-1} V_{j-1}. s / ph: stage and phase parity of
     // block j (j % kStages, (j / kStages) & 1), kept incrementally.
+    // ZYFA_BLOCK_STEP(SOFTMAX): iteration j's body, SOFTMAX its softmax of S_j into alpha (one text, two loops).
     int s = ring_s;
     uint32_t ph = ring_ph;
-#pragma unroll 1
-    for (int j = 1; j < n; ++j) {
-      const int sp = s;
-      const uint32_t php = ph;
-      if (++s == kStages) {
-        s = 0;
-        ph ^= 1u;
-      }
-      mbar_wait(bar_full_k(s), ph);
-      pp_sync();
-      fence_regs(sacc);
-      fence_regs(o);
-      fence_regs(lones);
-      fence_regs(p);
-      wgmma_fence();
-      issue_s_block(s);
-      apply_pending_rescale();  // kRescaleEarly: O *= alpha_{j-1} while S_j runs
-      mbar_wait(bar_full_v(sp), php);
-      fence_regs(o);
-      fence_regs(lones);
-      fence_regs(p);
-      wgmma_fence();  // the P.V group has its own fence (FA3 order), ptxas wants one per group
-      issue_pv_block(sp);
-      pp_arrive(false);
-      wgmma_wait<1>();
-      fence_regs(sacc);
-      release(bar_empty_k(s));
-      run_softmax(alpha, j);
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(lones);
-      fence_regs(p);  // P_{j-1} stays live until its wgmma has finished reading it
-      release(bar_empty_v(sp));
-      add_block_sums();  // P_{j-1}
-      // The O rescale only when some row of the warp moved its max (warp-uniform).
-      const bool rescale = __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f);
-      if constexpr (kRescaleEarly) {
-        pend_rescale = rescale;  // applied before P_j V_j is issued (next iteration or the last P V)
-        alpha_pend[0] = alpha[0];
-        alpha_pend[1] = alpha[1];
-      } else if (rescale) {
-#pragma unroll
-        for (int i = 0; i < kOAcc; ++i) o[i] *= alpha[(i >> 1) & 1];
-      }
-      pack_p(sacc, p);  // P registers are written only outside any wgmma's flight (FA3 order)
-      alpha_prev[0] = alpha[0];
+#define ZYFA_BLOCK_STEP(SOFTMAX)                                                                        \
+      const int sp = s;                                                                                 \
+      const uint32_t php = ph;                                                                          \
+      if (++s == kStages) {                                                                             \
+        s = 0;                                                                                          \
+        ph ^= 1u;                                                                                       \
+      }                                                                                                 \
+      mbar_wait(bar_full_k(s), ph);                                                                     \
+      pp_sync();                                                                                        \
+      fence_regs(sacc);                                                                                 \
+      fence_regs(o);                                                                                    \
+      fence_regs(lones);                                                                                \
+      fence_regs(p);                                                                                    \
+      wgmma_fence();                                                                                    \
+      issue_s_block(s);                                                                                 \
+      apply_pending_rescale(); /* kRescaleEarly: O *= alpha_{j-1} while S_j runs */                     \
+      mbar_wait(bar_full_v(sp), php);                                                                   \
+      fence_regs(o);                                                                                    \
+      fence_regs(lones);                                                                                \
+      fence_regs(p);                                                                                    \
+      wgmma_fence(); /* the P.V group has its own fence (FA3 order), ptxas wants one per group */       \
+      issue_pv_block(sp);                                                                               \
+      pp_arrive(false);                                                                                 \
+      wgmma_wait<1>();                                                                                  \
+      fence_regs(sacc);                                                                                 \
+      release(bar_empty_k(s));                                                                          \
+      SOFTMAX;                                                                                          \
+      wgmma_wait<0>();                                                                                  \
+      fence_regs(o);                                                                                    \
+      fence_regs(lones);                                                                                \
+      fence_regs(p); /* P_{j-1} stays live until its wgmma has finished reading it */                   \
+      release(bar_empty_v(sp));                                                                         \
+      add_block_sums(); /* P_{j-1} */                                                                   \
+      /* The O rescale only when some row of the warp moved its max (warp-uniform). */                  \
+      const bool rescale = __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f);               \
+      if constexpr (kRescaleEarly) {                                                                    \
+        pend_rescale = rescale; /* applied before P_j V_j is issued (next iteration or the last P V) */ \
+        alpha_pend[0] = alpha[0];                                                                       \
+        alpha_pend[1] = alpha[1];                                                                       \
+      } else if (rescale) {                                                                             \
+_Pragma("unroll")                                                                                       \
+        for (int i = 0; i < kOAcc; ++i) o[i] *= alpha[(i >> 1) & 1];                                    \
+      }                                                                                                 \
+      pack_p(sacc, p); /* P registers are written only outside any wgmma's flight (FA3 order) */        \
+      alpha_prev[0] = alpha[0];                                                                         \
       alpha_prev[1] = alpha[1];
+    int j = 1;
+    if constexpr (kSplitLoop) {
+      // The whole blocks before the first masked one (need_mask is monotonic in j) on the fast path, each
+      // body straight-line code: the kSettled softmax once every row of the warp has a running max >= 0
+      // (the integer row max then needs no fallback), the general one until then.
+      if (qk_scale > 0.0f) {
+#pragma unroll 1
+        for (; j < n && !need_mask(j); ++j) {
+          if (__all_sync(0xffffffffu, m_run[0] >= 0.0f && m_run[1] >= 0.0f)) {
+            ZYFA_BLOCK_STEP(softmax_block_whole<true>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
+          } else {
+            ZYFA_BLOCK_STEP(softmax_block_whole<false>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
+          }
+        }
+      }
     }
+#pragma unroll 1
+    for (; j < n; ++j) {
+      ZYFA_BLOCK_STEP(run_softmax(alpha, j))
+    }
+#undef ZYFA_BLOCK_STEP
 
 #if ZYFA_WS_PERSISTENT
     // Every S of this item (the only Q reads) has completed in this warp: Q may be reloaded.

@@ -111,6 +111,13 @@ constexpr bool kMaxTree = !kFp8;
 // BF16: the O rescale by alpha_j is applied between the S_{j+1} issue and the P_j V_j issue (while S_{j+1}
 // occupies the tensor core) instead of right after the P.V wait; same arithmetic, bitwise the same output.
 constexpr bool kRescaleEarly = !kFp8;
+// BF16: the loop's whole blocks (before the first masked one) run in a loop of their own whose body is
+// straight-line code (no mask, no qk_scale sign test, no integer-max fallback once every running max is >= 0),
+// so ptxas can interleave the softmax phases as in one basic block.
+#ifndef ZYFA_WS_SPLIT_LOOP
+#define ZYFA_WS_SPLIT_LOOP 1
+#endif
+constexpr bool kSplitLoop = !kFp8 && ZYFA_WS_SPLIT_LOOP != 0;
 // Longest-first order across (head, batch) pairs (LPT for the causal tail) needs at most kLptPairs pairs; on
 // the tile grid also K and V that fit in L2 together (kLptL2Bytes, half of an H100's / H200's 50 MB L2),
 // otherwise launch order (L2 reuse of one head's K and V at a time): with LPT the CTAs in flight read every

@@ -42,11 +42,14 @@ __device__ __forceinline__ int row_bits_minmax(const float (&s)[kSAcc]) {
 // as S: qk_scale > 0) is already >= 0 (the block cannot raise it; kernels/tools/tests/test_row_max3_bound.py).
 // Only when m_run is negative too is the exact max taken, as the int MIN (negative floats order in reverse
 // as ints).
-template <int R>
+// kSettled: the caller knows m_run >= 0 (every row of the warp), so the int max is always enough: no branch.
+template <int R, bool kSettled>
 __device__ __forceinline__ float row_max3(const float (&s)[kSAcc], float m_run) {
   const int m = row_bits_minmax<R, true>(s);
   float res = __int_as_float(m);
-  if (m < 0 && !(m_run >= 0.0f)) res = __int_as_float(row_bits_minmax<R, false>(s));
+  if constexpr (!kSettled) {
+    if (m < 0 && !(m_run >= 0.0f)) res = __int_as_float(row_bits_minmax<R, false>(s));
+  }
   return res;
 }
 
@@ -84,7 +87,7 @@ __device__ __forceinline__ void lean_codes_to_f16(float (&s)[N]) {
 // from the contract's two roundings by at most an ulp of the exponent argument). Lean P: the upper
 // clamp at 126 never binds (S A + B = 8 (S C - m) + 120 <= 120 up to rounding) and masked keys
 // (S = -inf) land on code 0 through the lower clamp. Other scales take the literal contract path.
-template <bool kFast>
+template <bool kFast, bool kSettled = false>
 __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                              float qk_scale, float lean_a) {
 #pragma unroll
@@ -107,7 +110,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
 #pragma unroll
     for (int c = 1; c < kChains; ++c) mx = fmaxf(mx, mxc[c]);
     if constexpr (kMax3 && kFast) {  // mxc then dead
-      mx = r == 0 ? row_max3<0>(s, m_run[0]) : row_max3<1>(s, m_run[1]);
+      mx = r == 0 ? row_max3<0, kSettled>(s, m_run[0]) : row_max3<1, kSettled>(s, m_run[1]);
     }
     mx = quad_max(mx);
     float m_new = fmaxf(m_run[r], kFast ? mx * qk_scale : mx);
@@ -148,6 +151,7 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
 // chains, then both quad shuffles, then the two rows' exponentials or lean codes alternating, so their
 // dependent chains overlap; ptxas cannot move work across softmax_rows' per-row branch on m_new) (same
 // per-element arithmetic and per-row summation order, so bitwise the same output).
+template <bool kSettled = false>
 __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                                 float qk_scale, float lean_a) {
   constexpr int kChains = kMaxTree ? 4 : 2;  // per row; the two rows add two more chains
@@ -175,8 +179,8 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
     for (int c = 1; c < kChains; ++c) mx[r] = fmaxf(mx[r], mxc[r][c]);
   }
   if constexpr (kMax3) {  // the FMNMX chains above are then dead code
-    mx[0] = row_max3<0>(s, m_run[0]);
-    mx[1] = row_max3<1>(s, m_run[1]);
+    mx[0] = row_max3<0, kSettled>(s, m_run[0]);
+    mx[1] = row_max3<1, kSettled>(s, m_run[1]);
   }
 #pragma unroll
   for (int k = 1; k <= 2; k <<= 1) {  // quad max, the two rows' shuffles in flight together
@@ -221,6 +225,32 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
   }
 }
 
+// The tail / causal mask of one block: element (j, e) holds key key0 + 8j + 2 tig + (e & 1), visible iff
+// key <= row_lim[e >> 1]; the others become -inf.
+__device__ __forceinline__ void mask_block(float (&s)[kSAcc], int key0, const int (&row_lim)[2], int tig) {
+  const int thr0 = row_lim[0] - key0 - 2 * tig;
+  const int thr1 = row_lim[1] - key0 - 2 * tig;
+#pragma unroll
+  for (int j = 0; j < kSTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (8 * j + (e & 1) > ((e >> 1) ? thr1 : thr0)) s[4 * j + e] = -INFINITY;
+    }
+  }
+}
+
+// The fast path (qk_scale > 0) of an unmasked block, kSettled as in row_max3: straight-line code, so ptxas can
+// interleave the max, exponentials, sums and the P packing of the loop body that calls it.
+template <bool kSettled>
+__device__ __forceinline__ void softmax_block_whole(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2],
+                                                    float (&alpha)[2], float qk_scale, float lean_a) {
+  if constexpr (kSoftmaxX2) {
+    softmax_rows_x2<kSettled>(s, m_run, l_run, alpha, qk_scale, lean_a);
+  } else {
+    softmax_rows<true, kSettled>(s, m_run, l_run, alpha, qk_scale, lean_a);
+  }
+}
+
 __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[2], float (&l_run)[2], float (&alpha)[2],
                                               int key0, bool need_mask, const int (&row_lim)[2], float qk_scale,
                                               float lean_a, int tig) {
@@ -230,24 +260,9 @@ __device__ __forceinline__ void softmax_block(float (&s)[kSAcc], float (&m_run)[
 #pragma unroll
     for (int i = 0; i < kSAcc; ++i) s[i] *= qk_scale;  // t = S C first; masked t are set below
   }
-  if (need_mask) {
-    // Element (j, e) holds key key0 + 8j + 2 tig + (e & 1); visible iff key <= row_lim[e >> 1].
-    const int thr0 = row_lim[0] - key0 - 2 * tig;
-    const int thr1 = row_lim[1] - key0 - 2 * tig;
-#pragma unroll
-    for (int j = 0; j < kSTiles; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (8 * j + (e & 1) > ((e >> 1) ? thr1 : thr0)) s[4 * j + e] = -INFINITY;
-      }
-    }
-  }
+  if (need_mask) mask_block(s, key0, row_lim, tig);
   if (fast) {
-    if constexpr (kSoftmaxX2) {
-      softmax_rows_x2(s, m_run, l_run, alpha, qk_scale, lean_a);
-    } else {
-      softmax_rows<true>(s, m_run, l_run, alpha, qk_scale, lean_a);
-    }
+    softmax_block_whole<false>(s, m_run, l_run, alpha, qk_scale, lean_a);
   } else {
     softmax_rows<false>(s, m_run, l_run, alpha, qk_scale, lean_a);
     if constexpr (kLeanP) lean_codes_to_f16(s);
