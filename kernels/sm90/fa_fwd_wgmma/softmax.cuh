@@ -116,11 +116,12 @@ __device__ __forceinline__ void softmax_rows(float (&s)[kSAcc], float (&m_run)[2
     float m_new = fmaxf(m_run[r], kFast ? mx * qk_scale : mx);
     if constexpr (kStaleTau > 0.0f) m_new = m_new > m_run[r] + kStaleTau ? m_new : m_run[r];
     alpha[r] = 1.0f;  // m_new == -inf: nothing visible yet, the block changes nothing
-    if (m_new != -INFINITY) {
-      alpha[r] = m_run[r] == -INFINITY ? 0.0f : ex2(m_run[r] - m_new);
+    if (kSettled || m_new != -INFINITY) {  // kSettled: m_new >= m_run >= 0, no branch
+      alpha[r] = !kSettled && m_run[r] == -INFINITY ? 0.0f : ex2(m_run[r] - m_new);
       m_run[r] = m_new;
     }
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // keeps exp2(t - m) = 0 for masked t, not NaN
+    // Keeps exp2(t - m) = 0 for masked t, not NaN.
+    const float m_use = !kSettled && m_new == -INFINITY ? 0.0f : m_new;
     const float lean_b = 120.0f - 8.0f * m_use;
     const float neg_m = kPShift - m_use;
     float lsum = 0.0f;
