@@ -15,9 +15,9 @@
 #                                  needs only the varlen rows and a manifest of the installed ABI version
 #     ZYFA_AB_TABLE=0              1: after the A/B, the whole serving table on the timed candidate (every
 #                                  implementation installed, with and without the shared prefix)
-#     ZYFA_AB_DENSE=""             a precision (bf16 or fp8): the dense kernels of that precision (fp8: lean) against the
-#                                  first baseline too, beside FlashAttention-3 (the baseline then needs those
-#                                  dense rows), and test_zyfa_gpu.py on the candidate
+#     ZYFA_AB_DENSE=""             precisions (bf16, fp8; space-separated): the dense kernels of each (fp8: lean)
+#                                  against the first baseline too, beside FlashAttention-3 (the baseline then
+#                                  needs those dense rows), and test_zyfa_gpu.py on the candidate
 #     ZYFA_AB_S=560                wall-clock budget in seconds; the later stages shrink or are skipped to fit
 # Stages, in order (each reports its elapsed time; a stage's failure does not stop the next):
 #     install    tools/device/h200_run.sh's env, wheels and install stages, ZYFA_SKIP_KERNELS=1
@@ -25,9 +25,9 @@
 #                one passes (a hang or a failure rules a candidate out: its timing would be of a broken kernel)
 #     ab         per baseline: `zyfa-bench serving --prefix 0 --impl zyfa-varlen,fa3-varlen --repeats 20
 #                --baseline-kernels BASE --json $OUT/ab-<i>-<base>.json` with ZYFA_KERNEL_DIR = the candidate
-#     dense      with ZYFA_AB_DENSE=P: `zyfa-bench throughput --precision P --impl zyfa-P,fa3-P --shape
+#     dense      per P in ZYFA_AB_DENSE: `zyfa-bench throughput --precision P --impl zyfa-P,fa3-P --shape
 #                gqa128,mla192 --seqlens 2048,4096,8192,16384 --repeats 20 --rounds 2 --no-ceilings --no-graph
-#                --baseline-kernels BASE --json $OUT/dense-ab.json` (fp8: zyfa-fp8-lean against fa3-fp8)
+#                --baseline-kernels BASE --json $OUT/dense-ab-P.json` (fp8: zyfa-fp8-lean against fa3-fp8)
 #     table      with ZYFA_AB_TABLE=1: `zyfa-bench serving --repeats 20 --json $OUT/serving.json`
 #     tests      the rest of test_zyfa_gpu_varlen.py, then its bit-equality tests (which rebuild rows with
 #                this checkout's kernels/tools on the GPU machine), then the sanitizer test, as time allows
@@ -85,15 +85,15 @@ if [ -n "$NEW" ]; then
             --baseline-kernels "$(realpath "$base")" --json "$OUT/ab-$i-$(basename "$base").json" 2>&1 | tail -12
     done
     DENSE="${ZYFA_AB_DENSE:-}"
-    if [ -n "$DENSE" ]; then
-        base="${BASES%% *}"
-        stage "dense $DENSE: $(basename "$NEW") against $(basename "$base")"
-        impl="zyfa-$DENSE,fa3-$DENSE"
-        [ "$DENSE" = fp8 ] && impl="zyfa-fp8-lean,fa3-fp8"
-        timeout 180 "$PY" -m zyfa_bench.cli throughput --precision "$DENSE" --impl "$impl" \
+    base="${BASES%% *}"
+    for prec in $DENSE; do
+        stage "dense $prec: $(basename "$NEW") against $(basename "$base")"
+        impl="zyfa-$prec,fa3-$prec"
+        [ "$prec" = fp8 ] && impl="zyfa-fp8-lean,fa3-fp8"
+        timeout 180 "$PY" -m zyfa_bench.cli throughput --precision "$prec" --impl "$impl" \
             --shape gqa128,mla192 --seqlens 2048,4096,8192,16384 --repeats 20 --rounds 2 --no-ceilings \
-            --no-graph --baseline-kernels "$(realpath "$base")" --json "$OUT/dense-ab.json" 2>&1 | tail -20
-    fi
+            --no-graph --baseline-kernels "$(realpath "$base")" --json "$OUT/dense-ab-$prec.json" 2>&1 | tail -20
+    done
     if [ "${ZYFA_AB_TABLE:-0}" = 1 ]; then
         stage "table ($(basename "$NEW"))"
         timeout 240 "$PY" -m zyfa_bench.cli serving --repeats 20 --json "$OUT/serving.json" 2>&1 | tail -45

@@ -117,7 +117,7 @@ constexpr bool kRescaleEarly = !kFp8;
 #ifndef ZYFA_WS_SPLIT_LOOP
 #define ZYFA_WS_SPLIT_LOOP 1
 #endif
-constexpr bool kSplitLoop = !kFp8 && ZYFA_WS_SPLIT_LOOP != 0;
+constexpr bool kSplitLoop = (!kFp8 || kLeanP) && ZYFA_WS_SPLIT_LOOP != 0;
 // Longest-first order across (head, batch) pairs (LPT for the causal tail) needs at most kLptPairs pairs; on
 // the tile grid also K and V that fit in L2 together (kLptL2Bytes, half of an H100's / H200's 50 MB L2),
 // otherwise launch order (L2 reuse of one head's K and V at a time): with LPT the CTAs in flight read every
