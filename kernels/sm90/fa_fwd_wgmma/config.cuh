@@ -111,15 +111,10 @@ constexpr bool kMaxTree = !kFp8;
 // BF16: the O rescale by alpha_j is applied between the S_{j+1} issue and the P_j V_j issue (while S_{j+1}
 // occupies the tensor core) instead of right after the P.V wait; same arithmetic, bitwise the same output.
 constexpr bool kRescaleEarly = !kFp8;
-// BF16 and lean P: the loop's whole blocks (before the first masked one) in a loop of their own whose body
-// is straight-line code (no mask, no qk_scale sign test, no integer-max fallback once every running max is
-// >= 0), so ptxas schedules the softmax phases as one basic block. Built, not yet timed on a GPU: off in the
-// shipped builds, whose code objects are byte-identical with and without this code (kernels/sm90/NOTES.md,
-// "Whole blocks in a loop of their own").
-#ifndef ZYFA_WS_SPLIT_LOOP
-#define ZYFA_WS_SPLIT_LOOP 0
-#endif
-constexpr bool kSplitLoop = (!kFp8 || kLeanP) && ZYFA_WS_SPLIT_LOOP != 0;
+// BF16: the loop's whole blocks (before the first masked one) in a loop of their own whose body is
+// straight-line code (no mask, no qk_scale sign test, no integer-max fallback once every running max is >= 0),
+// so ptxas schedules the softmax phases as one basic block (FA3's unmasked loop). Lean P measured mixed.
+constexpr bool kSplitLoop = !kFp8;
 // Longest-first order across (head, batch) pairs (LPT for the causal tail) needs at most kLptPairs pairs; on
 // the tile grid also K and V that fit in L2 together (kLptL2Bytes, half of an H100's / H200's 50 MB L2),
 // otherwise launch order (L2 reuse of one head's K and V at a time): with LPT the CTAs in flight read every
