@@ -582,6 +582,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     // ---- blocks 1..n-1: S_j overlapped with P_{j-1} V_{j-1}. s / ph: stage and phase parity of
     // block j (j % kStages, (j / kStages) & 1), kept incrementally.
     // ZYFA_BLOCK_STEP(SOFTMAX): iteration j's body, SOFTMAX its softmax of S_j into alpha (one text, two loops).
+    // A macro, not a lambda: a lambda renumbers NVVM's values, which moves ptxas's register allocation of the
+    // FP8 builds (one loop) away from their timed SASS.
     int s = ring_s;
     uint32_t ph = ring_ph;
 #define ZYFA_BLOCK_STEP(SOFTMAX)                                                                        \
