@@ -31,6 +31,8 @@
 #     table      with ZYFA_AB_TABLE=1: `zyfa-bench serving --repeats 20 --json $OUT/serving.json`
 #     tests      the rest of test_zyfa_gpu_varlen.py, then its bit-equality tests (which rebuild rows with
 #                this checkout's kernels/tools on the GPU machine), then the sanitizer test, as time allows
+# The logs (install, pytest) end up in one $OUT/logs.tgz beside the JSON results: a device call returns only a
+# few files.
 set -u
 export PYTHONUNBUFFERED=1
 OUT="${OUT:-/tmp/zyfa-out}"
@@ -43,6 +45,7 @@ BUDGET="${ZYFA_AB_S:-560}"
 PY="${PYTHON:-python3}"
 T0=$(date +%s)
 left() { echo $((BUDGET - $(date +%s) + T0)); }
+pack_logs() { (cd "$OUT" && tar -czf logs.tgz --remove-files ./*.txt install 2>/dev/null); }
 stage() { echo "[$(($(date +%s) - T0)) s, $(left) s left] $*"; }
 HELPERS="$R/packages/zyfa-core/tests:$R/packages/zyfa-torch/tests:$R/packages/zyfa-bench/tests"
 VARLEN_TESTS=packages/zyfa-torch/tests/test_zyfa_gpu_varlen.py
@@ -101,6 +104,7 @@ if [ -n "$NEW" ]; then
 else
     echo "!!! no candidate passed its smoke tests: no A/B, no further tests"
     stage done
+    pack_logs
     exit 1
 fi
 
@@ -111,3 +115,4 @@ stage tests
 [ -n "$DENSE" ] && (($(left) > 60)) && pt $(($(left) - 5)) --timeout=120 packages/zyfa-torch/tests/test_zyfa_gpu.py |
     tee "$OUT/pytest-dense.txt"
 stage done
+pack_logs
