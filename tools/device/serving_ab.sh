@@ -25,9 +25,10 @@
 #                one passes (a hang or a failure rules a candidate out: its timing would be of a broken kernel)
 #     ab         per baseline: `zyfa-bench serving --prefix 0 --impl zyfa-varlen,fa3-varlen --repeats 20
 #                --baseline-kernels BASE --json $OUT/ab-<i>-<base>.json` with ZYFA_KERNEL_DIR = the candidate
-#     dense      per P in ZYFA_AB_DENSE: `zyfa-bench throughput --precision P --impl zyfa-P,fa3-P --shape
+#     dense      per P in ZYFA_AB_DENSE: `zyfa-bench throughput --precision P --impl zyfa-P,zyfa-varlen-P,fa3-P --shape
 #                gqa128,mla192 --seqlens 2048,4096,16384 --repeats 20 --rounds 2 --no-ceilings --no-check --no-graph
-#                --baseline-kernels BASE --json $OUT/dense-ab-P.json` (fp8: zyfa-fp8-lean against fa3-fp8)
+#                --baseline-kernels BASE --json $OUT/dense-ab-P.json` (fp8: zyfa-fp8-lean); zyfa-varlen-P is the
+#                same batch through flash_attn_varlen_func (varlen against dense at the same work)
 #     table      with ZYFA_AB_TABLE=1: `zyfa-bench serving --repeats 20 --json $OUT/serving.json`
 #     tests      the rest of test_zyfa_gpu_varlen.py, then its bit-equality tests (which rebuild rows with
 #                this checkout's kernels/tools on the GPU machine), then the sanitizer test, as time allows
@@ -91,8 +92,8 @@ if [ -n "$NEW" ]; then
     base="${BASES%% *}"
     for prec in $DENSE; do
         stage "dense $prec: $(basename "$NEW") against $(basename "$base")"
-        impl="zyfa-$prec,fa3-$prec"
-        [ "$prec" = fp8 ] && impl="zyfa-fp8-lean,fa3-fp8"
+        impl="zyfa-$prec,zyfa-varlen-$prec,fa3-$prec"
+        [ "$prec" = fp8 ] && impl="zyfa-fp8-lean,zyfa-varlen-fp8,fa3-fp8"
         timeout 180 "$PY" -m zyfa_bench.cli throughput --precision "$prec" --impl "$impl" \
             --shape gqa128,mla192 --seqlens 2048,4096,16384 --repeats 20 --rounds 2 --no-ceilings --no-check \
             --no-graph --baseline-kernels "$(realpath "$base")" --json "$OUT/dense-ab-$prec.json" 2>&1 | tail -20

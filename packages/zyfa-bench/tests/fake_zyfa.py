@@ -45,6 +45,7 @@ def build() -> types.ModuleType:
     ref = types.ModuleType("zyfa.reference")
     mod.__version__ = "0.0.0-fake"
     mod.calls = []
+    mod.varlen_calls = []
 
     def rotate(x: Tensor, *, seed: int = 0) -> Tensor:
         return (x.float() @ _rotation(x.shape[-1], seed).to(x.device)).to(x.dtype)
@@ -105,6 +106,35 @@ def build() -> types.ModuleType:
             qf, kf, vf = q.float(), k.float(), v.float()
         return dense(qf, kf, vf, scale, causal).bfloat16()
 
+    def flash_attn_varlen_func(
+        q,
+        k,
+        v,
+        cu_seqlens_q,
+        cu_seqlens_k,
+        max_seqlen_q,
+        max_seqlen_k,
+        seqused_q=None,
+        seqused_k=None,
+        softmax_scale=None,
+        causal=False,
+        *,
+        q_descale=None,
+        k_descale=None,
+        v_descale=None,
+        p_mode=None,
+    ):
+        """Each sequence of the packed batch through flash_attn_func; `varlen_calls` records the packing."""
+        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        mod.varlen_calls.append(
+            {"cu_q": cq, "cu_k": ck, "max": (max_seqlen_q, max_seqlen_k), "p_mode": p_mode}
+        )
+        kw = dict(softmax_scale=softmax_scale, causal=causal, p_mode=p_mode)
+        kw.update(q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+        spans = [(slice(cq[i], cq[i + 1]), slice(ck[i], ck[i + 1])) for i in range(len(cq) - 1)]
+        outs = [flash_attn_func(q[None, sq], k[None, sk], v[None, sk], **kw)[0] for sq, sk in spans]
+        return torch.cat(outs)
+
     def attention_dense_f64(
         q, k, v, softmax_scale=None, causal=True, q_descale=1.0, k_descale=1.0, v_descale=1.0
     ):
@@ -113,6 +143,7 @@ def build() -> types.ModuleType:
         return out, None
 
     mod.flash_attn_func = flash_attn_func
+    mod.flash_attn_varlen_func = flash_attn_varlen_func
     mod.fp8_quantize = fp8_quantize
     mod.rotate_qk = rotate_qk
     mod.rotate = rotate

@@ -131,7 +131,7 @@ def test_baseline_runs_on_its_kernel_dir_and_restores_the_environment(monkeypatc
 
 def test_gpu_only_peers_refuse_cpu():
     for p in all_peers():
-        if p.family in ("zyfa",) or p.name == "sdpa-math":
+        if p.family in ("zyfa", "zyfa-varlen") or p.name == "sdpa-math":
             assert p.supports(GQA, CPU)[0]
         else:
             assert not p.supports(GQA, CPU)[0]
@@ -166,6 +166,31 @@ def test_zyfa_uniform_run(fake_zyfa_mod):
     assert fake_zyfa_mod.calls[-1]["p_mode"] == "lean"
     with pytest.raises(ValueError, match="needs FP8 inputs"):
         peer.prepare(_inputs(GQA))
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+@pytest.mark.parametrize("spec", [GQA, MLA, Spec(3, 10, 16, 2, 1, 16, 16)])
+def test_zyfa_varlen_packs_the_batch_at_uniform_lengths(fake_zyfa_mod, spec, precision):
+    fp8 = precision == "fp8"
+    inputs = _inputs(spec, fp8=fp8)
+    out = select([f"zyfa-varlen-{precision}"])[0].prepare(inputs).output()
+    assert out.dtype == torch.float32
+    assert out.shape == (spec.batch, spec.seqlen_q, spec.heads_q, spec.d_v)
+    assert errors(out, _ref(inputs, fp8=fp8))["rel_l2"] < 1e-2
+    call = fake_zyfa_mod.varlen_calls[-1]
+    assert call["cu_q"] == [b * spec.seqlen_q for b in range(spec.batch + 1)]
+    assert call["cu_k"] == [b * spec.seqlen_k for b in range(spec.batch + 1)]
+    assert call["max"] == (spec.seqlen_q, spec.seqlen_k)
+    assert call["p_mode"] == ("lean" if fp8 else None)
+
+
+def test_zyfa_varlen_follows_baseline_kernels(tmp_path):
+    (tmp_path / "manifest.json").write_text("{}")
+    chosen = select(["zyfa-varlen-bf16", "zyfa-bf16"], baseline_kernels=str(tmp_path))
+    assert [p.name for p in chosen] == [
+        "zyfa-bf16", "zyfa-bf16-baseline", "zyfa-varlen-bf16", "zyfa-varlen-bf16-baseline"
+    ]  # fmt: skip
+    assert [p.name for p in select(["zyfa-varlen"])] == ["zyfa-varlen-bf16", "zyfa-varlen-fp8"]
 
 
 # ------------------------------------------------------------------ NVIDIA adapters, mocked

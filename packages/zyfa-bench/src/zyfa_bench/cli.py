@@ -25,10 +25,10 @@ __all__ = ["build_parser", "main"]
 
 IMPL_HELP = (
     "comma-separated implementations: peer names (zyfa-bf16, zyfa-fp8-exact, zyfa-fp8-lean, zyfa-fp8-f16, "
-    "fa3-bf16, fa3-fp8, fa4-bf16, cudnn-bf16, cudnn-fp8, sdpa-flash, sdpa-cudnn, sdpa-efficient, sdpa-math, "
-    "flashinfer-bf16, aiter-bf16, aiter-fp8, triton-amd-bf16, triton-amd-fp8), families (zyfa, fa3, fa4, "
-    "cudnn, torch-sdpa, flashinfer, aiter, triton-amd), 'all' (unavailable ones then appear as skipped rows "
-    "with the reason) or 'available'"
+    "zyfa-varlen-bf16, zyfa-varlen-fp8, fa3-bf16, fa3-fp8, fa4-bf16, cudnn-bf16, cudnn-fp8, sdpa-flash, "
+    "sdpa-cudnn, sdpa-efficient, sdpa-math, flashinfer-bf16, aiter-bf16, aiter-fp8, triton-amd-bf16, "
+    "triton-amd-fp8), families (zyfa, zyfa-varlen, fa3, fa4, cudnn, torch-sdpa, flashinfer, aiter, "
+    "triton-amd), 'all' (unavailable ones then appear as skipped rows with the reason) or 'available'"
 )
 
 

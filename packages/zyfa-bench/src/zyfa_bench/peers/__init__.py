@@ -14,7 +14,7 @@ from zyfa_bench.peers.fa4 import FA4BF16
 from zyfa_bench.peers.flashinfer import FlashInferBF16, FlashInferFP8
 from zyfa_bench.peers.torch_sdpa import TorchSDPA
 from zyfa_bench.peers.triton_amd import TritonAmdBF16, TritonAmdFP8
-from zyfa_bench.peers.zyfa import ZyfaBaseline, ZyfaBF16, ZyfaFP8
+from zyfa_bench.peers.zyfa import ZyfaBaseline, ZyfaBF16, ZyfaFP8, ZyfaVarlen
 
 __all__ = ["Peer", "Prepared", "Unsupported", "all_peers", "select"]
 
@@ -26,6 +26,8 @@ def all_peers() -> list[Peer]:
         ZyfaFP8("exact"),
         ZyfaFP8("lean"),
         ZyfaFP8("f16"),
+        ZyfaVarlen("bf16"),
+        ZyfaVarlen("fp8"),
         FA3BF16(),
         FA3FP8(),
         FA4BF16(),
@@ -51,7 +53,7 @@ def select(
 
     "available" keeps the peers whose `available()` is true right now.  Unknown names raise ValueError
     listing the known ones.  With `baseline_kernels` (a kernel build's directory), each chosen ZYFA
-    implementation is followed by its `ZyfaBaseline` on that build.
+    implementation (dense or varlen) is followed by its `ZyfaBaseline` on that build.
     """
     peers = [p for p in all_peers() if p.precision in precisions]
     known = {p.name for p in all_peers()} | {p.family for p in all_peers()} | {"all", "available"}
@@ -63,6 +65,6 @@ def select(
         wanted = "all" in names or p.name in names or p.family in names
         if wanted or ("available" in names and p.available()[0]):
             chosen.append(p)
-            if baseline_kernels is not None and p.family == "zyfa":
+            if baseline_kernels is not None and p.family in ("zyfa", "zyfa-varlen"):
                 chosen.append(ZyfaBaseline(p, baseline_kernels))
     return chosen

@@ -1,4 +1,6 @@
-"""ZYFA itself, through `zyfa.flash_attn_func`: BF16, and FP8 with exact P or lean P.
+"""ZYFA itself, through `zyfa.flash_attn_func`: BF16, and FP8 with exact P or lean P; and the same problems
+packed into one token dimension through `zyfa.flash_attn_varlen_func` (the serving path at the dense call's
+work, so the two compare in one run).
 
 On CUDA/ROCm tensors the op runs the zyfa_core kernel selected for (arch, dtype, d_qk, d_v, causal,
 p_mode); on CPU tensors it runs `zyfa.reference` (the blockwise numerics), which is how the harness is
@@ -19,7 +21,7 @@ from zyfa_bench.inputs import Inputs
 from zyfa_bench.peers.base import Peer, Prepared, bshd_float, import_status, validate_once
 from zyfa_bench.spec import Spec
 
-__all__ = ["ZyfaBF16", "ZyfaBaseline", "ZyfaFP8"]
+__all__ = ["ZyfaBF16", "ZyfaBaseline", "ZyfaFP8", "ZyfaVarlen"]
 
 KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"  # zyfa_core.manifest.ENV_KERNEL_DIR (zyfa-bench does not import zyfa_core)
 
@@ -89,6 +91,46 @@ class ZyfaFP8(_Zyfa):
             p_mode=self.p_mode,
         )
         return validate_once(Prepared(lambda: zyfa.flash_attn_func(q8, k8, v8, **kw), bshd_float), q8.device)
+
+
+class ZyfaVarlen(_Zyfa):
+    """zyfa.flash_attn_varlen_func on the spec's batch packed into one token dimension: every sequence at
+    the spec's lengths (uniform `cu_seqlens`), so its work is the dense call's; BF16, or FP8 with lean P."""
+
+    family = "zyfa-varlen"
+
+    def __init__(self, precision: str) -> None:
+        if precision not in ("bf16", "fp8"):
+            raise ValueError(f"precision must be 'bf16' or 'fp8', got {precision!r}")
+        self.precision = precision
+        self.name = f"zyfa-varlen-{precision}"
+        self.note = "flash_attn_varlen_func, the batch packed at uniform lengths" + (
+            ", lean P" if precision == "fp8" else ""
+        )
+
+    def _prepare(self, inputs: Inputs) -> Prepared:
+        import zyfa
+
+        spec = inputs.spec
+        fp8 = self.precision == "fp8"
+        q, k, v = (inputs.q8, inputs.k8, inputs.v8) if fp8 else (inputs.q, inputs.k, inputs.v)
+        if q is None:
+            raise ValueError(f"{self.name} needs FP8 inputs (quantize_inputs)")
+        rows = torch.arange(spec.batch + 1, device=q.device, dtype=torch.int32)
+        cu_q, cu_k = rows * spec.seqlen_q, rows * spec.seqlen_k
+        packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]  # [batch * seqlen, heads, dim]
+        kw: dict[str, object] = {"softmax_scale": inputs.softmax_scale, "causal": spec.causal}
+        if fp8:
+            kw.update(q_descale=inputs.q_descale, k_descale=inputs.k_descale, v_descale=inputs.v_descale)
+            kw.update(p_mode="lean")
+
+        def call() -> object:
+            return zyfa.flash_attn_varlen_func(*packed, cu_q, cu_k, spec.seqlen_q, spec.seqlen_k, **kw)
+
+        def result(out: object) -> torch.Tensor:  # back to [batch, seqlen_q, heads_q, d_v]
+            return bshd_float(out).reshape(spec.batch, spec.seqlen_q, spec.heads_q, spec.d_v)
+
+        return validate_once(Prepared(call, result), q.device)
 
 
 @contextlib.contextmanager
