@@ -45,6 +45,18 @@ class _Zyfa(Peer):
         return True, ""
 
 
+def _fp8_options(inputs: Inputs, p_mode: str) -> dict[str, object]:
+    """The keyword arguments of an FP8 call: scale, mask, the per-tensor descales (Python floats), P mode."""
+    return {
+        "softmax_scale": inputs.softmax_scale,
+        "causal": inputs.spec.causal,
+        "q_descale": inputs.q_descale,
+        "k_descale": inputs.k_descale,
+        "v_descale": inputs.v_descale,
+        "p_mode": p_mode,
+    }
+
+
 class ZyfaBF16(_Zyfa):
     """zyfa.flash_attn_func on BF16 inputs."""
 
@@ -82,14 +94,7 @@ class ZyfaFP8(_Zyfa):
         import zyfa
 
         q8, k8, v8 = inputs.q8, inputs.k8, inputs.v8
-        kw = dict(
-            softmax_scale=inputs.softmax_scale,
-            causal=inputs.spec.causal,
-            q_descale=inputs.q_descale,
-            k_descale=inputs.k_descale,
-            v_descale=inputs.v_descale,
-            p_mode=self.p_mode,
-        )
+        kw = _fp8_options(inputs, self.p_mode)
         return validate_once(Prepared(lambda: zyfa.flash_attn_func(q8, k8, v8, **kw), bshd_float), q8.device)
 
 
@@ -114,15 +119,14 @@ class ZyfaVarlen(_Zyfa):
         spec = inputs.spec
         fp8 = self.precision == "fp8"
         q, k, v = (inputs.q8, inputs.k8, inputs.v8) if fp8 else (inputs.q, inputs.k, inputs.v)
-        if q is None:
-            raise ValueError(f"{self.name} needs FP8 inputs (quantize_inputs)")
         rows = torch.arange(spec.batch + 1, device=q.device, dtype=torch.int32)
         cu_q, cu_k = rows * spec.seqlen_q, rows * spec.seqlen_k
         packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]  # [batch * seqlen, heads, dim]
-        kw: dict[str, object] = {"softmax_scale": inputs.softmax_scale, "causal": spec.causal}
-        if fp8:
-            kw.update(q_descale=inputs.q_descale, k_descale=inputs.k_descale, v_descale=inputs.v_descale)
-            kw.update(p_mode="lean")
+        kw = (
+            _fp8_options(inputs, "lean")
+            if fp8
+            else {"softmax_scale": inputs.softmax_scale, "causal": spec.causal}
+        )
 
         def call() -> object:
             return zyfa.flash_attn_varlen_func(*packed, cu_q, cu_k, spec.seqlen_q, spec.seqlen_k, **kw)
