@@ -542,6 +542,16 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
     const int key0 = j * kTileN;
     return key0 + kTileN > seqlen_k || (blk.causal && key0 + kTileN - 1 > wg_row0 + blk.diag);
   };
+  // need_mask is monotonic in j: it holds from this block on (at most n) and for none before it. Block j
+  // is whole iff its keys end within seqlen_k and, causal, within the warpgroup's first row's view.
+  auto first_masked_block = [&]() {
+    int64_t j_first = seqlen_k / kTileN;
+    if (blk.causal) {
+      const int64_t seen = wg_row0 + blk.diag + 1;  // keys the first row sees
+      j_first = min(j_first, seen <= 0 ? int64_t{0} : seen / kTileN);
+    }
+    return static_cast<int>(min(j_first, static_cast<int64_t>(n)));
+  };
   auto release = [&](uint32_t bar) {
     if (lane == 0) mbar_arrive(bar);
   };
@@ -634,17 +644,18 @@ _Pragma("unroll")                                                               
       alpha_prev[1] = alpha[1];
     int j = 1;
     if constexpr (kSplitLoop) {
-      // The whole blocks before the first masked one (need_mask is monotonic in j) on the fast path, each
-      // body straight-line code: the kSettled softmax once every row of the warp has a running max >= 0
-      // (the integer row max then needs no fallback), the general one until then.
+      // The whole blocks (those before the first masked one) on the fast path, each body straight-line code:
+      // the general softmax until every row of the warp has a running max >= 0, then the kSettled one (the
+      // integer row max needs no fallback), in a loop of its own: running maxima never decrease.
       if (qk_scale > 0.0f) {
+        const int j_whole = first_masked_block();
 #pragma unroll 1
-        for (; j < n && !need_mask(j); ++j) {
-          if (__all_sync(0xffffffffu, m_run[0] >= 0.0f && m_run[1] >= 0.0f)) {
-            ZYFA_BLOCK_STEP(softmax_block_whole<true>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
-          } else {
-            ZYFA_BLOCK_STEP(softmax_block_whole<false>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
-          }
+        for (; j < j_whole && !__all_sync(0xffffffffu, m_run[0] >= 0.0f && m_run[1] >= 0.0f); ++j) {
+          ZYFA_BLOCK_STEP(softmax_block_whole<false>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
+        }
+#pragma unroll 1
+        for (; j < j_whole; ++j) {
+          ZYFA_BLOCK_STEP(softmax_block_whole<true>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
         }
       }
     }

@@ -195,9 +195,10 @@ __device__ __forceinline__ void softmax_rows_x2(float (&s)[kSAcc], float (&m_run
   for (int r = 0; r < 2; ++r) {
     float m_new = fmaxf(m_run[r], mx[r] * qk_scale);
     if constexpr (kStaleTau > 0.0f) m_new = m_new > m_run[r] + kStaleTau ? m_new : m_run[r];
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // m_new == -inf implies m_run == -inf
+    // m_new == -inf implies m_run == -inf (kSettled: m_new >= m_run >= 0, no test).
+    const float m_use = !kSettled && m_new == -INFINITY ? 0.0f : m_new;
     // m_new == -inf: nothing visible yet, alpha 1; m_run == -inf < m_new: ex2(-inf) = 0.
-    alpha[r] = m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
+    alpha[r] = !kSettled && m_new == -INFINITY ? 1.0f : ex2(m_run[r] - m_use);
     m_run[r] = m_new;
     lean_b[r] = 120.0f - 8.0f * m_use;
     if constexpr (kLeanP) lean_b[r] *= kLeanF16Scale;  // exact: a power-of-two scale
