@@ -657,6 +657,14 @@ _Pragma("unroll")                                                               
         for (; j < j_whole; ++j) {
           ZYFA_BLOCK_STEP(softmax_block_whole<true>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
         }
+        // The masked blocks (the diagonal, the tail) of a settled warp: the mask, then the same softmax.
+        if (j < n && __all_sync(0xffffffffu, m_run[0] >= 0.0f && m_run[1] >= 0.0f)) {
+#pragma unroll 1
+          for (; j < n; ++j) {
+            ZYFA_BLOCK_STEP(mask_block(sacc, j * kTileN, row_lim, tig);
+                            softmax_block_whole<true>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
+          }
+        }
       }
     }
 #pragma unroll 1
