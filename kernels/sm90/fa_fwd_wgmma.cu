@@ -648,7 +648,7 @@ _Pragma("unroll")                                                               
       // the general softmax until every row of the warp has a running max >= 0, then the kSettled one (the
       // integer row max needs no fallback), in a loop of its own: running maxima never decrease.
       if (qk_scale > 0.0f) {
-        const int j_whole = first_masked_block();
+        const int j_whole = item_uniform(first_masked_block());  // a uniform loop bound
 #pragma unroll 1
         for (; j < j_whole && !__all_sync(0xffffffffu, m_run[0] >= 0.0f && m_run[1] >= 0.0f); ++j) {
           ZYFA_BLOCK_STEP(softmax_block_whole<false>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
