@@ -221,7 +221,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
       if (tid >= 32) return;
       const uint32_t next = items.claim(k, varlen.item_counter);
       if (next < n_items) items.publish(k, items.map(packed, varlen, next), next);
-      else items.publish(k, VarlenTile{-1, 0}, next);  // the end: every warp of the CTA stops here
+      else items.publish(k, VarlenTile{-1, 0, 0}, next);  // the end: every warp of the CTA stops here
 #else
       const uint32_t next = cta_item(k);
       if (tid < 32 && next < n_items) items.publish(k, items.map(packed, varlen, next), next);

@@ -177,7 +177,7 @@ constexpr int kVStageBytes = kPv16 ? kDV * kTileN * 2 : kVtRows * 128 * kVtRegio
 // slots after them (varlen.cuh, ItemSlots: 4 mbarriers, 2 slots of kItemSlotStride bytes, 24 B of walk
 // position), and Q tile 1's full and empty mbarriers with kQBuffers 2. Packed builds keep the same layout on
 // either grid, so a row's smem_bytes fits both.
-constexpr int kItemSlotStride = kDynamic ? 16 : 8;  // batch, q_tile (, the item: dynamic)
+constexpr int kItemSlotStride = kDynamic ? 16 : kSeqMajor ? 12 : 8;  // batch, q_tile (, head, item)
 constexpr int kItemSlotBytes = kVarlen && kPersistent ? 4 * 8 + 2 * kItemSlotStride + 24 : 0;
 constexpr int kBarrierBytes = kVarlen ? 256 : 128;
 constexpr int kAlignSlack = 1024;

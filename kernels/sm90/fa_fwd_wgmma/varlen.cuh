@@ -1,9 +1,9 @@
 // fa_fwd_wgmma: packed variable-length batches (ZYFA_WS_VARLEN; kernels/abi/zyfa_abi.h, ABI 4).
 //
-// The work items of a packed batch are (query tile, head) pairs: item lin has rank lin / heads_q and head
-// lin % heads_q, for lin below the compact bound ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, 128) x
-// heads_q; varlen_item maps an item to a sequence (its batch index) and a q tile of it (varlen_tiles.h:
-// ranks longest first), or to nothing past the last tile. A persistent build (grid "persistent", launched
+// The work items of a packed batch are (query tile, head) pairs: item lin belongs to rank lin / heads_q, for
+// lin below the compact bound ZYFA_VARLEN_TILES(total_q, batch, max_seqlen_q, 128) x heads_q; varlen_item maps
+// an item to a sequence (its batch index), a q tile of it and a head (varlen_tiles.h, item_tile: ranks longest
+// first), or to nothing past the last tile. A persistent build (grid "persistent", launched
 // (min(SMs, items), 1, 1)) walks its items as the dense persistent kernel does (scheduler.cuh, cta_item),
 // the producer's first warp mapping each and handing it to the other warps (ItemSlots); a tile-grid build
 // (grid "tiles", launched (bound, heads_q, 1)) computes item blockIdx.x + gridDim.x * blockIdx.y and exits
@@ -120,15 +120,16 @@ struct VarlenItem {
   Block blk;
 };
 
-// The item of tile `tile` (varlen_tile's answer for rank lin / heads_q) and head lin % heads_q: the sequence's
-// view and the block. A few independent loads of the sequence's counts; no warp reduction.
+// The item of tile `tile` (item_tile's answer for item lin): the sequence's view and the block. A few
+// independent loads of the sequence's counts; no warp reduction. Tile-major, every warp takes the head as
+// lin % heads_q itself (the item slots carry no head).
 __device__ __forceinline__ VarlenItem varlen_item_of(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
                                                      VarlenTile tile, uint32_t lin) {
   VarlenItem it;
   it.blk.batch = tile.batch;  // its view's batch strides are 0
   if (tile.batch < 0) return it;
   const int ratio = packed.heads_q / packed.heads_kv;
-  it.blk.head = static_cast<int>(lin % static_cast<uint32_t>(packed.heads_q));
+  it.blk.head = kSeqMajor ? tile.head : static_cast<int>(lin % static_cast<uint32_t>(packed.heads_q));
   it.blk.q_row0 = tile.q_tile * kTileM;
   it.seq = sequence_of(packed, vl, tile.batch);
   it.args = sequence_args(packed, vl, it.seq, tile.batch, it.blk.head / ratio);
@@ -137,14 +138,14 @@ __device__ __forceinline__ VarlenItem varlen_item_of(const zyfa_fwd_args& packed
   return it;
 }
 
-// Item lin: rank lin / heads_q in varlen_tile's order and head lin % heads_q, so the heads of one
-// tile are adjacent items (GQA heads that share K / V rows read them while they are in L2), mapped by the
-// calling warp (all 32 lanes active: warp reductions, no shared memory, no barrier). Every warp that calls it
+// Item lin in item_tile's order (GQA heads that share K / V rows adjacent, so they read them while they are
+// in L2), mapped by the calling warp (all 32 lanes active: warp reductions, no shared memory, no barrier). Every warp that calls it
 // computes the same item, so a block's exit on batch < 0 is uniform. (Persistent builds: ItemSlots.)
 __device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
                                                   uint32_t lin) {
   const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
-  const VarlenTile tile = varlen_tile<kTileM, kSeqMajor>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q));
+  const VarlenTile tile =
+      item_tile<kTileM, kSeqMajor>(lanes, packed_q(packed, vl), lin, packed.heads_q, packed.heads_q / packed.heads_kv);
   return varlen_item_of(packed, vl, tile, lin);
 }
 
@@ -159,7 +160,7 @@ __device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, c
 // warp can compute it.
 struct ItemSlots {
   // kItemSlotBytes from `bars`: full[2], empty[2] (8 B each), the slots (2 x kItemSlotStride B: batch, q_tile,
-  // dynamic builds the item), then the walk's position (t, from_next, from_t).
+  // sequence-major the head, dynamic the item), then the walk's position (t, from_next, from_t).
   uint32_t bars;
 
   __device__ __forceinline__ uint32_t full(uint32_t k) const { return bars + 8u * (k & 1u); }
@@ -196,8 +197,8 @@ struct ItemSlots {
     at.from_next = static_cast<int64_t>((static_cast<uint64_t>(w[2]) << 32) | w[1]);
     at.from_t = static_cast<int64_t>((static_cast<uint64_t>(w[4]) << 32) | w[3]);
     const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
-    const VarlenTile tile =
-        varlen_tile_walk<kTileM, kSeqMajor>(lanes, packed_q(packed, vl), lin / static_cast<uint32_t>(packed.heads_q), at);
+    const VarlenTile tile = item_tile_walk<kTileM, kSeqMajor>(lanes, packed_q(packed, vl), lin, packed.heads_q,
+                                                              packed.heads_q / packed.heads_kv, at);
     if (lane0) {
       const uint64_t next = static_cast<uint64_t>(at.from_next), from = static_cast<uint64_t>(at.from_t);
       const uint32_t out[5] = {static_cast<uint32_t>(at.t), static_cast<uint32_t>(next),
@@ -230,7 +231,8 @@ struct ItemSlots {
       mbar_wait(empty(k), ((k >> 1) & 1u) ^ 1u);
       st_shared_u32(slot(k), static_cast<uint32_t>(tile.batch));
       st_shared_u32(slot(k) + 4u, static_cast<uint32_t>(tile.q_tile));
-      if constexpr (kDynamic) st_shared_u32(slot(k) + 8u, item);
+      if constexpr (kSeqMajor) st_shared_u32(slot(k) + 8u, static_cast<uint32_t>(tile.head));
+      if constexpr (kDynamic) st_shared_u32(slot(k) + 12u, item);
       mbar_arrive(full(k));  // release: the stores above are visible to every thread that sees the phase
     }
     __syncwarp();
@@ -239,17 +241,19 @@ struct ItemSlots {
   // Item k's tile, by every warp of the CTA: lane 0 waits for it, reads it and frees the slot (its reads and
   // its arrival in program order), the warp gets it by shuffles; a dynamic build's item comes to `item`.
   __device__ __forceinline__ VarlenTile take(uint32_t k, [[maybe_unused]] uint32_t& item) const {
-    uint32_t batch = 0u, q_tile = 0u, claimed = 0u;
+    uint32_t batch = 0u, q_tile = 0u, head = 0u, claimed = 0u;
     if ((threadIdx.x & 31u) == 0u) {
       mbar_wait(full(k), (k >> 1) & 1u);
       batch = ld_shared_u32(slot(k));
       q_tile = ld_shared_u32(slot(k) + 4u);
-      if constexpr (kDynamic) claimed = ld_shared_u32(slot(k) + 8u);
+      if constexpr (kSeqMajor) head = ld_shared_u32(slot(k) + 8u);
+      if constexpr (kDynamic) claimed = ld_shared_u32(slot(k) + 12u);
       mbar_arrive(empty(k));
     }
     VarlenTile tile;
     tile.batch = static_cast<int>(__shfl_sync(0xffffffffu, batch, 0));
     tile.q_tile = static_cast<int>(__shfl_sync(0xffffffffu, q_tile, 0));
+    tile.head = kSeqMajor ? static_cast<int>(__shfl_sync(0xffffffffu, head, 0)) : 0;
     if constexpr (kDynamic) item = __shfl_sync(0xffffffffu, claimed, 0);
     return tile;
   }

@@ -143,10 +143,12 @@ ZYFA_HD int nth_sequence_with_tile(const Lanes& lanes, const PackedQ& p, int t, 
   return -1;
 }
 
-// An item's tile: sequence `batch` (-1: past the last tile, nothing to compute), query tile `q_tile`.
+// An item's tile: sequence `batch` (-1: past the last tile, nothing to compute), query tile `q_tile`, query
+// head `head` (item_tile; the rank maps leave it 0).
 struct VarlenTile {
   int batch;
   int q_tile;
+  int head;
 };
 
 // Where a rank lies in the order: class t with tiles_from(t + 1) = from_next <= rank < from_t =
@@ -196,6 +198,7 @@ ZYFA_HD VarlenTile tile_at(const Lanes& lanes, const PackedQ& p, uint32_t rank, 
   int64_t j = static_cast<int64_t>(rank) - at.from_next;  // the rank's place in its class
   VarlenTile tile;
   tile.q_tile = at.t;
+  tile.head = 0;
   if constexpr (kSeqMajor) {  // each sequence of the class takes v = t + 1 consecutive ranks
     const int64_t v = at.t + 1, o = j;
     j = o / v;
@@ -210,7 +213,7 @@ ZYFA_HD VarlenTile tile_at(const Lanes& lanes, const PackedQ& p, uint32_t rank, 
 template <int kTile, bool kSeqMajor, class Lanes>
 ZYFA_HD VarlenTile varlen_tile(const Lanes& lanes, const PackedQ& p, uint32_t rank) {
   const TileIndex at = locate_rank<kTile, kSeqMajor>(lanes, p, rank);
-  if (at.t < 0) return VarlenTile{-1, 0};
+  if (at.t < 0) return VarlenTile{-1, 0, 0};
   return tile_at<kTile, kSeqMajor>(lanes, p, rank, at);
 }
 
@@ -221,17 +224,60 @@ ZYFA_HD VarlenTile varlen_tile(const Lanes& lanes, const PackedQ& p, uint32_t ra
 template <int kTile, bool kSeqMajor, class Lanes>
 ZYFA_HD VarlenTile varlen_tile_walk(const Lanes& lanes, const PackedQ& p, uint32_t rank, TileIndex& at) {
   if (at.t < 0 || static_cast<int64_t>(rank) < at.from_next) at = locate_rank<kTile, kSeqMajor>(lanes, p, rank);
-  if (at.t < 0) return VarlenTile{-1, 0};
+  if (at.t < 0) return VarlenTile{-1, 0, 0};
   while (static_cast<int64_t>(rank) >= at.from_t) {
     if (at.t == 0) {  // rank >= tiles_from(0): past the last tile
       at.t = -1;
-      return VarlenTile{-1, 0};
+      return VarlenTile{-1, 0, 0};
     }
     --at.t;
     at.from_next = at.from_t;
     at.from_t = tiles_from<kTile, kSeqMajor>(lanes, p, at.t);
   }
   return tile_at<kTile, kSeqMajor>(lanes, p, rank, at);
+}
+
+// Items: item lin of a launch with `heads` query heads, `ratio` of them per kv head, belongs to rank
+// lin / heads (the ranks above; every rank's heads items in a row). Tile-major: the rank's tile, head
+// lin % heads (the heads of one tile adjacent). Sequence-major: a sequence's v * heads items (v = at.t + 1
+// tiles, its ranks' items) go kv head by kv head, each kv head's tiles longest first, the kv head's `ratio`
+// query heads adjacent (FlashAttention-3's varlen order): the items that run together read one kv head's
+// K / V rows of one sequence, which stay in L2 across its tiles even where the sequence's K / V of all heads
+// does not fit. `tile` is rank lin / heads's tile (batch >= 0) and `at` its class.
+template <bool kSeqMajor>
+ZYFA_HD VarlenTile item_of_rank_tile(VarlenTile tile, uint32_t lin, int heads, int ratio, const TileIndex& at) {
+  const int64_t rank = lin / static_cast<uint32_t>(heads);
+  if constexpr (kSeqMajor) {
+    const int64_t v = at.t + 1;
+    const int64_t first_rank = rank - (v - 1 - tile.q_tile);  // the sequence's first rank (its last tile)
+    const int64_t o = static_cast<int64_t>(lin) - first_rank * heads;  // in [0, v * heads)
+    const int64_t per_kv = v * ratio;
+    const int64_t kv = o / per_kv, in_kv = o - kv * per_kv;
+    const int64_t step = in_kv / ratio;  // tiles into the kv head's run, longest first
+    tile.q_tile = static_cast<int>(v - 1 - step);
+    tile.head = static_cast<int>(kv * ratio + (in_kv - step * ratio));
+  } else {
+    tile.head = static_cast<int>(lin - rank * heads);
+  }
+  return tile;
+}
+
+// Item lin's tile and head (batch -1 past the last tile).
+template <int kTile, bool kSeqMajor, class Lanes>
+ZYFA_HD VarlenTile item_tile(const Lanes& lanes, const PackedQ& p, uint32_t lin, int heads, int ratio) {
+  const TileIndex at = locate_rank<kTile, kSeqMajor>(lanes, p, lin / static_cast<uint32_t>(heads));
+  if (at.t < 0) return VarlenTile{-1, 0, 0};
+  const VarlenTile tile = tile_at<kTile, kSeqMajor>(lanes, p, lin / static_cast<uint32_t>(heads), at);
+  return item_of_rank_tile<kSeqMajor>(tile, lin, heads, ratio, at);
+}
+
+// item_tile along a persistent CTA's non-decreasing items, `at` carried as varlen_tile_walk carries it.
+template <int kTile, bool kSeqMajor, class Lanes>
+ZYFA_HD VarlenTile item_tile_walk(const Lanes& lanes, const PackedQ& p, uint32_t lin, int heads, int ratio,
+                                  TileIndex& at) {
+  const VarlenTile tile = varlen_tile_walk<kTile, kSeqMajor>(lanes, p, lin / static_cast<uint32_t>(heads), at);
+  if (tile.batch < 0) return tile;
+  return item_of_rank_tile<kSeqMajor>(tile, lin, heads, ratio, at);
 }
 
 }  // namespace zyfa_sm90_ws

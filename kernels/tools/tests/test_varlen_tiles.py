@@ -7,7 +7,9 @@ prefix (a persistent CTA's walk stops at its first item without one), and the ra
 order: tile-major, the tile index never rises with the rank (longest causal tiles first); sequence-major, a
 sequence's tiles take consecutive ranks from its last tile down and the sequences come by tile count,
 descending. In both orders a persistent CTA's incremental walk over rising ranks (varlen_tile_walk) gives
-every rank the tile varlen_tile gives it."""
+every rank the tile varlen_tile gives it. The items (item_tile: a rank's heads_q items) are checked the
+same way: each (sequence, tile, head) once, tile-major in rank order with head lin % heads_q,
+sequence-major kv head by kv head, each kv head's tiles longest first with its query heads adjacent."""
 
 from __future__ import annotations
 
@@ -50,6 +52,70 @@ static int fail(const char* what, int c, long long rank) {
   return 1;
 }
 
+// The items of the batch (item_tile), `heads` query heads, `ratio` per kv head: every (sequence, tile,
+// head) that exists goes to exactly one item below expected * heads, none to the others; each item lies in
+// its rank's sequence (tile-major: its rank's tile, head lin % heads); sequence-major, a sequence's items
+// go kv head by kv head, each kv head's tiles from the last down, its query heads adjacent. The walk along
+// rising items (item_tile_walk) answers as item_tile does.
+template <int kTile, bool kSeqMajor>
+static int check_items(std::mt19937_64& rng, int c, const PackedQ& p, const std::vector<int>& tiles,
+                       int64_t expected, int64_t bound) {
+  const int ratio = 1 << (rng() % 3), heads = ratio * static_cast<int>(1 + rng() % 3);
+  std::vector<std::vector<int>> hit(tiles.size());
+  for (size_t b = 0; b < tiles.size(); ++b) hit[b].assign(static_cast<size_t>(tiles[b]) * heads, 0);
+  VarlenTile prev{-1, 0, 0};
+  for (int64_t lin = 0; lin < bound * heads; ++lin) {
+    const uint32_t l = static_cast<uint32_t>(lin);
+    const VarlenTile t = item_tile<kTile, kSeqMajor>(HostLanes{}, p, l, heads, ratio);
+    if (t.batch < 0) {
+      if (lin < expected * heads) return fail("an item below the item count got no tile", c, lin);
+      continue;
+    }
+    if (lin >= expected * heads) return fail("an item past the last tile got a tile", c, lin);
+    const VarlenTile r = varlen_tile<kTile, kSeqMajor>(HostLanes{}, p, l / static_cast<uint32_t>(heads));
+    if (t.batch != r.batch) return fail("an item left its rank's sequence", c, lin);
+    if (t.q_tile < 0 || t.q_tile >= tiles[t.batch] || t.head < 0 || t.head >= heads) {
+      return fail("an item's tile or head is out of range", c, lin);
+    }
+    int& once = hit[t.batch][static_cast<size_t>(t.q_tile) * heads + t.head];
+    if (once++ != 0) return fail("item given twice", c, lin);
+    if (!kSeqMajor && (t.q_tile != r.q_tile || t.head != static_cast<int>(lin % heads))) {
+      return fail("a tile-major item is not its rank's tile and head lin % heads", c, lin);
+    }
+    if (kSeqMajor) {
+      const int last_tile = tiles[t.batch] - 1;
+      bool ok;
+      if (prev.batch != t.batch) {
+        ok = t.head == 0 && t.q_tile == last_tile;
+      } else if (t.head / ratio == prev.head / ratio) {
+        ok = (t.q_tile == prev.q_tile && t.head == prev.head + 1) ||
+             (t.q_tile == prev.q_tile - 1 && t.head % ratio == 0 && prev.head % ratio == ratio - 1);
+      } else {
+        ok = t.head / ratio == prev.head / ratio + 1 && t.head % ratio == 0 && t.q_tile == last_tile &&
+             prev.q_tile == 0 && prev.head % ratio == ratio - 1;
+      }
+      if (!ok) return fail("a sequence's items are not kv head by kv head, tiles descending", c, lin);
+    }
+    prev = t;
+  }
+  for (const auto& h : hit) {
+    for (int x : h) {
+      if (x != 1) return fail("a (tile, head) was given to no item", c, -1);
+    }
+  }
+  TileIndex at{-1, 0, 0};
+  for (int64_t lin = static_cast<int64_t>(rng() % 3); lin < bound * heads + 3; lin += rng() % 7) {
+    const uint32_t l = static_cast<uint32_t>(lin);
+    const VarlenTile want = item_tile<kTile, kSeqMajor>(HostLanes{}, p, l, heads, ratio);
+    const VarlenTile got = item_tile_walk<kTile, kSeqMajor>(HostLanes{}, p, l, heads, ratio, at);
+    const bool same = got.q_tile == want.q_tile && got.head == want.head;
+    if (got.batch != want.batch || (want.batch >= 0 && !same)) {
+      return fail("the item walk differs from item_tile", c, lin);
+    }
+  }
+  return 0;
+}
+
 // One random packed batch: lengths drawn from a mix of 0, 1, tile multiples and a long tail.
 template <int kTile, bool kSeqMajor>
 static int check_case(std::mt19937_64& rng, int c) {
@@ -84,7 +150,7 @@ static int check_case(std::mt19937_64& rng, int c) {
   }
   const int64_t bound = ZYFA_VARLEN_TILES(total_q, batch, max_len, kTile);
   if (expected > bound) return fail("the grid bound is below the tile count", c, -1);
-  VarlenTile last{-1, 1 << 30};
+  VarlenTile last{-1, 1 << 30, 0};
   int64_t given = 0;
   for (int64_t rank = 0; rank < bound; ++rank) {
     const VarlenTile t = varlen_tile<kTile, kSeqMajor>(HostLanes{}, p, static_cast<uint32_t>(rank));
@@ -130,7 +196,9 @@ static int check_case(std::mt19937_64& rng, int c) {
       rank += static_cast<int64_t>(rng() % (walk + 1 < 4 ? 3 * (walk + 1) : 3 * kTile));
     }
   }
-  return 0;
+  std::vector<int> tiles(batch);
+  for (int b = 0; b < batch; ++b) tiles[b] = static_cast<int>(seen[b].size());
+  return check_items<kTile, kSeqMajor>(rng, c, p, tiles, expected, bound);
 }
 
 int main(int argc, char** argv) {
@@ -175,11 +243,11 @@ def test_every_tile_once_longest_first(tiles_exe: Path) -> None:
     assert done.returncode == 0 and done.stdout.strip() == "ok 400 cases", f"seed {seed}: {done.stdout}"
 
 
-def test_the_check_catches_a_walk_that_skips_a_step(tmp_path: Path) -> None:
-    """A walk that moves at most one tile index per call is caught as soon as ranks jump further."""
+def run_with_header_edit(tmp_path: Path, old: str, new: str, seed: int, cases: int) -> str:
+    """The harness's output against varlen_tiles.h with `old` replaced by `new` (a deliberate bug); fails
+    unless the edit applies and the harness then exits non-zero."""
     header = (REPO / "kernels/sm90/fa_fwd_wgmma/varlen_tiles.h").read_text()
-    step = "  while (static_cast<int64_t>(rank) >= at.from_t) {"
-    broken = header.replace(step, step.replace("while", "if"))
+    broken = header.replace(old, new)
     assert broken != header
     (tmp_path / "sm90/fa_fwd_wgmma").mkdir(parents=True)
     (tmp_path / "sm90/fa_fwd_wgmma/varlen_tiles.h").write_text(broken)
@@ -189,8 +257,24 @@ def test_the_check_catches_a_walk_that_skips_a_step(tmp_path: Path) -> None:
     exe = tmp_path / "broken"
     flags = [f for f in compiler() if not f.startswith("-I")]
     subprocess.run([*flags, f"-I{tmp_path}", str(tmp_path / "main.cpp"), "-o", str(exe)], check=True)
-    done = subprocess.run([str(exe), "3", "200"], capture_output=True, text=True)
-    assert done.returncode != 0 and "the walk's tile differs" in done.stdout
+    done = subprocess.run([str(exe), str(seed), str(cases)], capture_output=True, text=True)
+    assert done.returncode != 0
+    return done.stdout
+
+
+def test_the_check_catches_a_walk_that_skips_a_step(tmp_path: Path) -> None:
+    """A walk that moves at most one tile index per call is caught as soon as ranks jump further."""
+    step = "  while (static_cast<int64_t>(rank) >= at.from_t) {"
+    out = run_with_header_edit(tmp_path, step, step.replace("while", "if"), 3, 200)
+    assert "the walk's tile differs" in out
+
+
+def test_the_check_catches_sequence_major_items_in_rank_order(tmp_path: Path) -> None:
+    """Sequence-major items whose tiles rise inside a kv head's run (still each (tile, head) once) are
+    caught by the order check."""
+    old = "    tile.q_tile = static_cast<int>(v - 1 - step);"
+    out = run_with_header_edit(tmp_path, old, "    tile.q_tile = static_cast<int>(step);", 5, 200)
+    assert "kv head by kv head, tiles descending" in out
 
 
 def test_the_check_catches_a_wrong_bound(tiles_exe: Path, tmp_path: Path) -> None:
