@@ -62,8 +62,9 @@ Fields:
               (x fastest) compute the last query tile of every head and batch first, then the one before it,
               and so on (src gfx950/fa_fwd_bf16.hip, -DZYFA_TILE_DESCENDING=2). The launch grid is the same.
               Packed rows of src sm90/fa_fwd_wgmma.cu: "ascending" = tile-major items (every sequence's last
-              query tile first, then the one before it, ...), "sequence_major" = a sequence's tiles on
-              consecutive items, longest first, the sequences by tile count, descending (-DZYFA_WS_SEQ_MAJOR=1,
+              query tile first, then the one before it, ...), "sequence_major" = a sequence's items on
+              consecutive items, kv head by kv head, each kv head's tiles longest first with its query heads
+              adjacent, the sequences by tile count, descending (-DZYFA_WS_SEQ_MAJOR=1,
               kernels/sm90/fa_fwd_wgmma/varlen_tiles.h).
   q_tiles     optional int (1 when absent), build-only: query tiles in shared memory. 2 on a "varlen" row of
               src sm90/fa_fwd_wgmma.cu (-DZYFA_WS_Q_TILES=2): on the persistent grid the producer loads the
@@ -146,10 +147,12 @@ VARIANTS = [
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 197888, "tag": "", "stale_tau": 8.0,
      "grid": "tiles", "layout": "paged"},
     # 192/128 (16 K / V heads of 320 elements: the step's K / V is 2.5x d128's): grid "dynamic" with
-    # tile_order "sequence_major" (a sequence's tiles on consecutive items keep its K / V in L2; claimed items
-    # keep the CTAs balanced): 518.0 and 684.0 TFLOP/s (BF16, FP8) against 477.1 and 666.0 for the persistent
-    # grid's builds; at d128 it gave 526.7 against 517.5 (BF16) and 649.6 against 666.8 (FP8), so the d128
-    # rows keep the persistent grid and tile-major order (kernels/sm90/NOTES.md, "Packed batches").
+    # tile_order "sequence_major" (a sequence's items kv head by kv head keep one kv head's K / V in L2;
+    # claimed items keep the CTAs balanced): 518.0 and 684.0 TFLOP/s (BF16, FP8) against 477.1 and 666.0 for
+    # the persistent grid's builds, and the kv-head order 573.5 / 732.6 against 558.8 / 722.8 with a
+    # sequence's tiles first; on the d128 rows the kv-head order with claims measured 539.6 / 749.8 against
+    # 547.5 / 773.6 for the persistent grid and tile-major order, which they keep (kernels/sm90/NOTES.md,
+    # "Packed batches").
     {"name": "fa_fwd_bf16_hd192x128_causal_varlen_sm90a", "arch": "sm90a", "dtype": "bf16", "d_qk": 192,
      "d_v": 128, "causal": True, "p_mode": None, "kind": "cuda", "src": "sm90/fa_fwd_wgmma.cu",
      "tile_m": 128, "tile_n": 128, "threads": 384, "smem_bytes": 230656, "tag": "", "stale_tau": 8.0,

@@ -91,9 +91,9 @@ OPTIONAL_FIELDS: dict[str, type | tuple[type, ...]] = {
 # and batch first, then the one before it, and so on (-DZYFA_TILE_DESCENDING=2): the longest tiles of the
 # whole launch start first, not only those of each head (the mfma_fp8 generator reads the field itself).
 # "sequence_major" (packed rows of sm90/fa_fwd_wgmma.cu, -DZYFA_WS_SEQ_MAJOR=1): the items take a packed
-# batch's sequences by tile count, descending, each sequence's tiles on consecutive items, longest first
-# (kernels/sm90/fa_fwd_wgmma/varlen_tiles.h); "ascending" there is tile-major (every sequence's last tile
-# first, then the one before it).
+# batch's sequences by tile count, descending, each sequence's items consecutive, kv head by kv head, each kv
+# head's tiles longest first (kernels/sm90/fa_fwd_wgmma/varlen_tiles.h); "ascending" there is tile-major
+# (every sequence's last tile first, then the one before it).
 TILE_ORDERS = ("ascending", "descending", "global_descending", "sequence_major")
 TILE_ORDER_DEFINES = {"descending": 1, "global_descending": 2}
 DESCENDING_SRCS = ("gfx950/fa_fwd_bf16.hip", "mfma_fp8")

@@ -15,11 +15,12 @@
 //   ..., tile 0 last; inside one t, sequences in batch order. This is the longest-first order of the dense
 //   kernels (scheduler.cuh) over the whole packed batch, a prefix only shifting each sequence's costs.
 // - Sequence-major ("sequence_major"): sequences by tile count n_b, descending (batch order among equal
-//   counts), each sequence's tiles on consecutive ranks, longest first. The tiles that run together read one
-//   sequence's K / V, which stays in L2 across its tiles; tile-major deals every sequence's tile t out
-//   before tile t - 1, so a sequence's K / V is read again for each of its tiles once the batch's K / V
-//   outgrows L2. It pays where K / V is large (BF16 192/128 with 16 K / V heads) and loses where the
-//   kernel is short of load balance rather than bandwidth (kernels/sm90/NOTES.md has the figures).
+//   counts), each sequence's tiles on consecutive ranks, longest first; its items then go kv head by kv head
+//   (item_tile below). The items that run together read one kv head's K / V of one sequence, which stays in
+//   L2 across its tiles; tile-major deals every sequence's tile t out before tile t - 1, so a sequence's K / V
+//   is read again for each of its tiles once the batch's K / V outgrows L2. It pays where K / V is large
+//   (192/128 with 16 K / V heads) and loses where the kernel is short of load balance rather than bandwidth
+//   (kernels/sm90/NOTES.md has the figures).
 //
 // A warp computes the map with no shared memory. Ranks fall into classes t = T - 1 .. 0, in that order:
 // tile-major, class t holds every sequence's tile t (the sequences with n_b > t); sequence-major, every tile
