@@ -122,7 +122,8 @@ struct VarlenItem {
 
 // The item of tile `tile` (item_tile's answer for item lin): the sequence's view and the block. A few
 // independent loads of the sequence's counts; no warp reduction. Tile-major, every warp takes the head as
-// lin % heads_q itself (the item slots carry no head).
+// lin % heads_q itself, as item_tile does: the item slots then carry no head, and those builds keep the code
+// they were timed with.
 __device__ __forceinline__ VarlenItem varlen_item_of(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
                                                      VarlenTile tile, uint32_t lin) {
   VarlenItem it;
@@ -139,13 +140,14 @@ __device__ __forceinline__ VarlenItem varlen_item_of(const zyfa_fwd_args& packed
 }
 
 // Item lin in item_tile's order (GQA heads that share K / V rows adjacent, so they read them while they are
-// in L2), mapped by the calling warp (all 32 lanes active: warp reductions, no shared memory, no barrier). Every warp that calls it
-// computes the same item, so a block's exit on batch < 0 is uniform. (Persistent builds: ItemSlots.)
+// in L2), mapped by the calling warp (all 32 lanes active: warp reductions, no shared memory, no barrier).
+// Every warp that calls it computes the same item, so a block's exit on batch < 0 is uniform. (Persistent
+// builds: ItemSlots.)
 __device__ __forceinline__ VarlenItem varlen_item(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl,
                                                   uint32_t lin) {
   const WarpLanes lanes{static_cast<int>(threadIdx.x & 31u)};
-  const VarlenTile tile =
-      item_tile<kTileM, kSeqMajor>(lanes, packed_q(packed, vl), lin, packed.heads_q, packed.heads_q / packed.heads_kv);
+  const int ratio = packed.heads_q / packed.heads_kv;
+  const VarlenTile tile = item_tile<kTileM, kSeqMajor>(lanes, packed_q(packed, vl), lin, packed.heads_q, ratio);
   return varlen_item_of(packed, vl, tile, lin);
 }
 
