@@ -103,6 +103,7 @@ def test_throughput_baseline_kernels_times_both_builds_in_one_run(tmp_path, fake
     rows = load_results(out)["rows"]
     assert {r["impl"] for r in rows if r["status"] == "ok"} == {"zyfa-bf16", "zyfa-bf16-baseline"}
     assert {c["kernel_dir"] for c in fake_zyfa_mod.calls} == {None, str(base.resolve())}
+    assert load_results(out)["kernels"]["baseline"]["dir"] == str(base.resolve())  # its manifest: "{}"
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
         main([*args, "--baseline-kernels", str(tmp_path / "missing")])

@@ -304,7 +304,8 @@ def cmd_serving(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
     lens = tuple(long_tailed_lengths(args.prompts, args.tokens, seed=args.seed))
     settings = {k: v for k, v in vars(args).items() if k != "func"}
-    writer = ResultWriter(args.json, "serving", {**environment(device), "settings": settings})
+    env = environment(device, baseline_kernels=args.baseline_kernels)
+    writer = ResultWriter(args.json, "serving", {**env, "settings": settings})
     for shape in args.shape.split(","):
         _, (hq, hkv, dqk, dv) = parse_shape(shape.strip())
         for prefix in _ints(args.prefix):
@@ -495,7 +496,8 @@ def _header(device: torch.device, peers: list[Any], settings: dict[str, Any]) ->
     for p in peers:
         ok, why = p.available()
         described.append({**p.describe(), "available": ok, "reason": why})
-    return {**environment(device), "settings": settings, "peers": described}
+    env = environment(device, baseline_kernels=settings.get("baseline_kernels"))
+    return {**env, "settings": settings, "peers": described}
 
 
 def _workload(text: str) -> Any:

@@ -13,6 +13,9 @@
                    nvidia-cudnn-frontend, fa3-fwd, flash-attn-4, nvidia-cutlass-dsl, flashinfer-python,
                    amd-aiter, transformers, safetensors, rich, matplotlib, ...: version or null},
       "packages": {every installed distribution: version},
+      "kernels": {"zyfa": the ZYFA kernel build named by $ZYFA_KERNEL_DIR, or null (the installed
+                  zyfa-core's), "baseline": the --baseline-kernels build or null}; a build is {dir,
+                  abi_version, code_objects: {kernel name: sha256 from its manifest}},
       "seeds": {base seed and how each problem's seed derives from it},
       "settings": the command's options,
       "peers": [{name, family, precision, vendor, note, available, reason}],
@@ -46,6 +49,7 @@ __all__ = [
     "device_info",
     "environment",
     "failure_reason",
+    "kernel_build",
     "load_results",
     "versions",
 ]
@@ -146,8 +150,30 @@ def device_info(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def environment(device: torch.device) -> dict[str, Any]:
-    """Host, device, versions and installed packages, for the header of a result file."""
+# zyfa_core.manifest.ENV_KERNEL_DIR and MANIFEST_NAME (zyfa-bench does not import zyfa_core).
+KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"
+_MANIFEST_NAME = "manifest.json"
+
+
+def kernel_build(directory: str | os.PathLike[str] | None) -> dict[str, Any] | None:
+    """The ZYFA kernel build in `directory` (manifest.json beside its code objects): the directory, the ABI
+    version and each code object's sha256 as the manifest lists it, so a result names the exact code objects
+    it timed. None without a directory; {"dir", "error"} when the manifest cannot be read."""
+    if directory is None:
+        return None
+    path = Path(directory).resolve()
+    try:
+        manifest = json.loads((path / _MANIFEST_NAME).read_text())
+        rows = manifest["kernels"]
+        code_objects = {str(row["name"]): row.get("sha256") for row in rows}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return {"dir": str(path), "error": failure_reason(exc)}
+    return {"dir": str(path), "abi_version": manifest.get("abi_version"), "code_objects": code_objects}
+
+
+def environment(device: torch.device, baseline_kernels: str | None = None) -> dict[str, Any]:
+    """Host, device, versions, installed packages and the ZYFA kernel builds in use (`baseline_kernels`: a
+    second build timed beside them), for the header of a result file."""
     return {
         "host": {
             "hostname": socket.gethostname(),
@@ -158,6 +184,10 @@ def environment(device: torch.device) -> dict[str, Any]:
         "device": device_info(device),
         "versions": versions(),
         "packages": all_packages(),
+        "kernels": {
+            "zyfa": kernel_build(os.environ.get(KERNEL_DIR_ENV) or None),
+            "baseline": kernel_build(baseline_kernels),
+        },
     }
 
 

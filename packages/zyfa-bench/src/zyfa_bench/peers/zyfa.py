@@ -19,11 +19,10 @@ import torch
 
 from zyfa_bench.inputs import Inputs
 from zyfa_bench.peers.base import Peer, Prepared, bshd_float, import_status, validate_once
+from zyfa_bench.results import KERNEL_DIR_ENV
 from zyfa_bench.spec import Spec
 
 __all__ = ["ZyfaBF16", "ZyfaBaseline", "ZyfaFP8", "ZyfaVarlen"]
-
-KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"  # zyfa_core.manifest.ENV_KERNEL_DIR (zyfa-bench does not import zyfa_core)
 
 
 class _Zyfa(Peer):
