@@ -649,8 +649,9 @@ _Pragma("unroll")                                                               
       // integer row max needs no fallback), in a loop of its own: running maxima never decrease.
       if (qk_scale > 0.0f) {
         const int j_whole = item_uniform(first_masked_block());  // a uniform loop bound
+        auto settled = [&]() { return __all_sync(0xffffffffu, m_run[0] >= 0.0f && m_run[1] >= 0.0f); };
 #pragma unroll 1
-        for (; j < j_whole && !__all_sync(0xffffffffu, m_run[0] >= 0.0f && m_run[1] >= 0.0f); ++j) {
+        for (; j < j_whole && !settled(); ++j) {
           ZYFA_BLOCK_STEP(softmax_block_whole<false>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
         }
 #pragma unroll 1
@@ -658,7 +659,7 @@ _Pragma("unroll")                                                               
           ZYFA_BLOCK_STEP(softmax_block_whole<true>(sacc, m_run, l_run, alpha, qk_scale, lean_a))
         }
         // The masked blocks (the diagonal, the tail) of a settled warp: the mask, then the same softmax.
-        if (j < n && __all_sync(0xffffffffu, m_run[0] >= 0.0f && m_run[1] >= 0.0f)) {
+        if (j < n && settled()) {
 #pragma unroll 1
           for (; j < n; ++j) {
             ZYFA_BLOCK_STEP(mask_block(sacc, j * kTileN, row_lim, tig);

@@ -148,10 +148,20 @@ def existing_parent(text: str) -> str:
     return text
 
 
+# A ZYFA kernel build is a directory holding this manifest beside its code objects (zyfa_core.manifest's
+# MANIFEST_NAME; zyfa-bench does not import zyfa_core).
+MANIFEST_NAME = "manifest.json"
+
+
+def holds_kernel_build(directory: str | Path) -> bool:
+    """Whether `directory` holds a kernel build (its manifest)."""
+    return (Path(directory) / MANIFEST_NAME).is_file()
+
+
 def kernel_dir(text: str) -> str:
     """A kernel build's directory: it must hold a manifest.json."""
     path = Path(text).expanduser()
-    if not (path / "manifest.json").is_file():
+    if not holds_kernel_build(path):
         raise argparse.ArgumentTypeError(f"{text!r} holds no manifest.json; give a kernel build's directory")
     return str(path.resolve())
 

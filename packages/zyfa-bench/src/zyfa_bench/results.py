@@ -43,6 +43,8 @@ from typing import Any
 
 import torch
 
+from zyfa_bench.argtypes import MANIFEST_NAME
+
 __all__ = [
     "SCHEMA",
     "ResultWriter",
@@ -150,9 +152,8 @@ def device_info(device: torch.device) -> dict[str, Any]:
     return info
 
 
-# zyfa_core.manifest.ENV_KERNEL_DIR and MANIFEST_NAME (zyfa-bench does not import zyfa_core).
+# zyfa_core.manifest.ENV_KERNEL_DIR (zyfa-bench does not import zyfa_core).
 KERNEL_DIR_ENV = "ZYFA_KERNEL_DIR"
-_MANIFEST_NAME = "manifest.json"
 
 
 def kernel_build(directory: str | os.PathLike[str] | None) -> dict[str, Any] | None:
@@ -163,7 +164,7 @@ def kernel_build(directory: str | os.PathLike[str] | None) -> dict[str, Any] | N
         return None
     path = Path(directory).resolve()
     try:
-        manifest = json.loads((path / _MANIFEST_NAME).read_text())
+        manifest = json.loads((path / MANIFEST_NAME).read_text())
         rows = manifest["kernels"]
         code_objects = {str(row["name"]): row.get("sha256") for row in rows}
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from zyfa_bench.argtypes import holds_kernel_build
 from zyfa_bench.flops import attention_flops, packed_flops
 from zyfa_bench.peers.base import PackedBatch, Peer, Unsupported
 from zyfa_bench.spec import Spec
@@ -311,7 +312,7 @@ def measure(
 
     if baseline_kernels is not None:
         baseline_kernels = str(Path(baseline_kernels).resolve())
-        if not (Path(baseline_kernels) / "manifest.json").is_file():
+        if not holds_kernel_build(baseline_kernels):
             raise ValueError(f"--baseline-kernels {baseline_kernels} holds no manifest.json")
     inputs = build_step(step, device=device, precision=precision, seed=seed)
     rows: list[dict[str, object]] = []

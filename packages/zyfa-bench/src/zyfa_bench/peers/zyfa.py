@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from zyfa_bench.argtypes import holds_kernel_build
 from zyfa_bench.inputs import Inputs
 from zyfa_bench.peers.base import Peer, Prepared, bshd_float, import_status, validate_once
 from zyfa_bench.results import KERNEL_DIR_ENV
@@ -178,7 +179,7 @@ class ZyfaBaseline(Peer):
         self.note = f"{inner.name} on the kernels in {self.kernel_dir}"
 
     def available(self) -> tuple[bool, str]:
-        if not (Path(self.kernel_dir) / "manifest.json").is_file():
+        if not holds_kernel_build(self.kernel_dir):
             return False, f"{self.kernel_dir} holds no manifest.json"
         return self.inner.available()
 
