@@ -412,11 +412,29 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         } else {
 #if ZYFA_WS_VARLEN == 2
           load_tile_paged<kTileN, kVChunks>(v_s + s * kVStageBytes, v_rows, j * kTileN, seqlen_k, vec_ok, t);
+          signal(bar_full_v(s));
 #else
+#if ZYFA_WS_TMA
+          // kTmaVWhole: a block wholly inside the sequence by TMA (thread 0's arrival carries its bytes, the
+          // others arrive at once); the last, partial block by cp.async, whose zero fill keeps the next
+          // sequence's V rows out of P.V.
+          if (kTmaVWhole && tma_on && (j + 1) * kTileN <= seqlen_k) {
+            if (t == 0) {
+              mbar_arrive_expect_tx(bar_full_v(s), kVTmaBytes);
+#pragma unroll
+              for (int r = 0; r < kVChunks / 8; ++r)
+                tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r,
+                            tma_k_row0 + j * kTileN, blk.kv_head, tma_batch, bar_full_v(s));
+            } else {
+              mbar_arrive(bar_full_v(s));
+            }
+            continue;
+          }
+#endif
           load_tile<kTileN, kVChunks>(v_s + s * kVStageBytes, v_base, args.v_stride_seq * kESize, j * kTileN, seqlen_k,
                                       vec_ok, t);
-#endif
           signal(bar_full_v(s));
+#endif
         }
       }
     }
