@@ -57,7 +57,7 @@ from zyfa_core.manifest import (
     select,
 )
 
-__version__ = "0.6.2"
+__version__ = "0.6.3"
 
 __all__ = [
     "ABI_VERSION",
