@@ -31,7 +31,8 @@
  * Loads: Q / K (BF16 also V) by TMA (cp.async.bulk.tensor, 128-byte swizzle, completing on the full
  *   mbarriers with expect_tx) from one producer thread in "tma" variants (ZYFA_WS_TMA: the kernel takes
  *   zyfa_tma_maps, encoded by the launcher, as its last parameter; maps.valid == 0 keeps the cp.async path;
- *   packed builds load V with cp.async, kTmaV);
+ *   packed BF16 builds load V by TMA on a sequence's whole blocks, its last partial block by cp.async:
+ *   kTmaVWhole);
  *   otherwise 128 producer threads copy by 16-byte cp.async (zero-fill past seqlen) straight into the
  *   swizzled layout and signal the full mbarrier with cp.async.mbarrier.arrive.noinc. Strides or base
  *   pointers that are not 16-byte aligned take a byte-load path (uniform per launch). e4m3 V is always
