@@ -306,6 +306,15 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         mbar_arrive(bar);
       }
     };
+#if ZYFA_WS_TMA
+    // V block j (BF16 rows, kVChunks / 8 boxes) into stage s by TMA, completing on its full barrier.
+    [[maybe_unused]] auto tma_v_block = [&](int s, int j) {
+#pragma unroll
+      for (int r = 0; r < kVChunks / 8; ++r)
+        tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r, tma_k_row0 + j * kTileN,
+                    blk.kv_head, tma_batch, bar_full_v(s));
+    };
+#endif
     const uint32_t q_b = q_loads % kQBuffers;  // this item's Q tile
     const uint32_t q_dst = q_s + q_b * kQBytes, q_full = bar_q_of(q_b);
     if (blk.n_blocks > 0) {
@@ -364,10 +373,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
                 tma_load_4d(v_s + s * kVStageBytes + r * kVtRows * 128, &maps.v, vt_col0 + j * kTileN + 128 * r, 0,
                             blk.kv_head, vt_plane, bar_full_v(s));
             } else {
-#pragma unroll
-              for (int r = 0; r < kVChunks / 8; ++r)
-                tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r,
-                            tma_k_row0 + j * kTileN, blk.kv_head, tma_batch, bar_full_v(s));
+              tma_v_block(s, j);
             }
           }
           continue;
@@ -422,10 +428,7 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
           if (kTmaVWhole && tma_on && (j + 1) * kTileN <= seqlen_k) {
             if (t == 0) {
               mbar_arrive_expect_tx(bar_full_v(s), kVTmaBytes);
-#pragma unroll
-              for (int r = 0; r < kVChunks / 8; ++r)
-                tma_load_4d(v_s + s * kVStageBytes + r * kTileN * 128, &maps.v, kBoxElems * r,
-                            tma_k_row0 + j * kTileN, blk.kv_head, tma_batch, bar_full_v(s));
+              tma_v_block(s, j);
             } else {
               mbar_arrive(bar_full_v(s));
             }
