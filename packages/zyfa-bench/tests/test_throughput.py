@@ -125,6 +125,8 @@ def test_repeats_total_is_the_option(spy, repeats, rounds, split):
         # warmup 0 and one input set: round 0 still touches the set once, later rounds make no call.
         assert peer.calls == 1 + repeats
         assert timing["min_ms"] <= timing["p10_ms"] <= timing["median_ms"] <= timing["p90_ms"]
+        assert len(timing["round_median_ms"]) == len(split)
+        assert all(timing["min_ms"] <= m <= timing["max_ms"] for m in timing["round_median_ms"])
         assert set(timing) == {
             "median_ms",
             "min_ms",
@@ -138,6 +140,7 @@ def test_repeats_total_is_the_option(spy, repeats, rounds, split):
             "t_start",
             "t_end",
             "rounds",
+            "round_median_ms",
         }
 
 

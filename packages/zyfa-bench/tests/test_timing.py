@@ -63,6 +63,7 @@ def test_summarise_runs_pools_every_call():
     assert t.repeats == 5 and t.rounds == 2 and t.warmup == 3 and t.sets == 1
     assert t.median_ms == pooled[2] and t.min_ms == pooled[0] and t.max_ms == pooled[-1]
     assert t.t_start == runs[0].t_start and t.t_end == runs[1].t_end
+    assert t.round_median_ms == [sorted(runs[0].times_ms)[1], sum(runs[1].times_ms) / 2]  # each run's own
     single = summarise_runs(runs[:1])
     assert single.rounds == 1 and single.repeats == 3 and single.median_ms == sorted(runs[0].times_ms)[1]
     with pytest.raises(ValueError):

@@ -23,7 +23,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -58,8 +58,11 @@ class Timing:
     t_start: float  # time.monotonic() bounds of the timed region (to match clock samples)
     t_end: float
     rounds: int = 1  # timed runs the figures pool (interleaved rounds; t_start/t_end span all of them)
+    # Each round's own median, in round order: a spread between rounds (clock states) shows here, one
+    # inside every round does not.
+    round_median_ms: list[float] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, float | int | str]:
+    def as_dict(self) -> dict[str, float | int | str | list[float]]:
         """Fields as a plain dict (for JSON rows)."""
         return asdict(self)
 
@@ -130,7 +133,7 @@ def _percentile(sorted_vals: list[float], q: float) -> float:
 
 
 def _summarise(
-    times: list[float], warmup: int, sets: int, method: str, t0: float, t1: float, rounds: int = 1
+    times: list[float], warmup: int, sets: int, method: str, t0: float, t1: float, round_medians: list[float]
 ) -> Timing:
     s = sorted(times)
     return Timing(
@@ -145,7 +148,8 @@ def _summarise(
         method=method,
         t_start=t0,
         t_end=t1,
-        rounds=rounds,
+        rounds=len(round_medians),
+        round_median_ms=round_medians,
     )
 
 
@@ -154,14 +158,16 @@ def summarise_runs(runs: Sequence[CallTimes]) -> Timing:
 
     median/min/max/p10/p90 pool all calls; repeats is their total; warmup the sum of the warm-ups asked
     for; t_start/t_end span the first run's start to the last run's end (the runs themselves are the
-    timed intervals: pass them to `ClockSampler.windows` for clocks); rounds is len(runs).
+    timed intervals: pass them to `ClockSampler.windows` for clocks); rounds is len(runs), round_median_ms
+    each run's own median.
     """
     if not runs:
         raise ValueError("summarise_runs needs at least one run")
     times = [t for run in runs for t in run.times_ms]
     warmup = sum(run.warmup for run in runs)
     first, last = runs[0], runs[-1]
-    return _summarise(times, warmup, first.sets, first.method, first.t_start, last.t_end, len(runs))
+    round_medians = [statistics.median(run.times_ms) for run in runs]
+    return _summarise(times, warmup, first.sets, first.method, first.t_start, last.t_end, round_medians)
 
 
 def time_calls(
