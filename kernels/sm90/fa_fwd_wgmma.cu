@@ -419,7 +419,6 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
         } else {
 #if ZYFA_WS_VARLEN == 2
           load_tile_paged<kTileN, kVChunks>(v_s + s * kVStageBytes, v_rows, j * kTileN, seqlen_k, vec_ok, t);
-          signal(bar_full_v(s));
 #else
 #if ZYFA_WS_TMA
           // kTmaVWhole: a block wholly inside the sequence by TMA (thread 0's arrival carries its bytes, the
@@ -437,8 +436,8 @@ extern "C" __global__ void __launch_bounds__(ZYFA_THREADS, 1) ZYFA_KERNEL_NAME(c
 #endif
           load_tile<kTileN, kVChunks>(v_s + s * kVStageBytes, v_base, args.v_stride_seq * kESize, j * kTileN, seqlen_k,
                                       vec_ok, t);
-          signal(bar_full_v(s));
 #endif
+          signal(bar_full_v(s));
         }
       }
     }

@@ -84,7 +84,8 @@ constexpr bool kPaged = ZYFA_WS_VARLEN == 2;
 [[maybe_unused]] constexpr bool kTmaOneThread = kTmaV && !(kVarlen && kPersistent);
 // BF16 varlen with TMA: V by TMA on the blocks wholly inside a sequence, by cp.async (zero-filled) on its last
 // partial block; the V full barrier keeps its 128 arrivals (the TMA thread's carries the bytes).
-[[maybe_unused]] constexpr bool kTmaVWhole = kTma && !kTmaV && !kFp8 && kVarlen && !kPaged;
+// (TMA on varlen builds excludes paged ones: the static_assert below.)
+[[maybe_unused]] constexpr bool kTmaVWhole = kTma && kVarlen && !kFp8;
 [[maybe_unused]] constexpr uint32_t kTmaProducerThreads = kTmaOneThread ? 1 : 32;
 // The packed items' order (varlen_tiles.h): sequence-major, or tile-major (every sequence's last tile first).
 constexpr bool kSeqMajor = ZYFA_WS_SEQ_MAJOR != 0;
