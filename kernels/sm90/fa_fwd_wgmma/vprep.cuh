@@ -135,10 +135,12 @@ __device__ __forceinline__ void vt_prep_packed(const zyfa_fwd_args& packed, cons
   auto row_of = [&](int r, const uint8_t*& row) {
     const int64_t col = col0 + r;
     const bool second = col >= start1;
-    const Sequence& s = second ? s1 : s0;
+    // Field by field: a reference to one of the two structs puts both in local memory.
+    const int64_t k_start = second ? s1.k_start : s0.k_start;
+    const int len_k = second ? s1.len_k : s0.len_k;
     const int64_t key = col - (second ? start1 : start0);
-    row = g + (s.k_start + key) * packed.v_stride_seq * kESize;
-    return (second || b0 >= 0) && key < s.len_k;
+    row = g + (k_start + key) * packed.v_stride_seq * kESize;
+    return (second || b0 >= 0) && key < len_k;
   };
   uint8_t* const dst = vt + static_cast<int64_t>(blockIdx.y) * kDV * rb + col0;
   vt_prep_block(row_of, v_rows_aligned(packed), dst, rb);
