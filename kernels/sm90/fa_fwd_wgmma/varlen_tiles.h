@@ -30,7 +30,8 @@
 // last rank's class: varlen_tile_walk); then one ballot pass picks the sequence (tile_at). The per-lane
 // steps are written once, over a Lanes type: the warp's lanes on the device (WarpLanes, varlen.cuh), a loop
 // over 32 lanes in the host test (kernels/tools/tests/test_varlen_tiles.py), so the test runs this code,
-// not a model of it.
+// not a model of it. The V pre-pass's column search (last_at_or_before, below; vprep.cuh) is written over the
+// same Lanes and tested the same way (test_last_at_or_before.py).
 #pragma once
 
 #include <stdint.h>
@@ -65,6 +66,27 @@ ZYFA_HD int popcount32(uint32_t x) {
 #else
   return __builtin_popcount(x);
 #endif
+}
+
+// The last b in [0, n) with value_of(b) <= x, or -1, for values that never decrease with b, in rounds of 32
+// probes: lane i probes b = lo + 1 + i step, the probes at or before x are a prefix of the lanes, and the round
+// narrows (lo, hi) to one step. Two rounds of one load per lane up to 1024 entries, where a bisection waits out
+// log2 n loads one after another. (Values that do decrease break the order; lo still lands in [-1, n).)
+template <class Lanes, class ValueOf>
+ZYFA_HD int last_at_or_before(const Lanes& lanes, int n, int64_t x, ValueOf value_of) {
+  int lo = -1, hi = n;  // value_of(lo) <= x < value_of(hi), with lo = -1 and hi = n as sentinels
+  while (hi - lo > 1) {
+    const int step = (hi - lo - 1 + 31) / 32;
+    const int first = lo + 1;
+    const int at = popcount32(lanes.ballot([&](int lane) {
+      const int b = first + lane * step;
+      return b < hi && value_of(b) <= x;
+    }));
+    if (at > 0) lo = first + (at - 1) * step;
+    const int after = first + at * step;  // the first probe past x
+    hi = after < hi ? after : hi;
+  }
+  return lo;
 }
 
 // The query rows of a packed batch, as the kernel may read them: cu_seqlens_q [batch + 1] on the device,

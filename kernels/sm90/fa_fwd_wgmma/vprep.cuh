@@ -89,39 +89,18 @@ __device__ __forceinline__ void vt_prep(const zyfa_fwd_args& args, uint8_t* vt) 
 }
 
 #if ZYFA_WS_VARLEN
-// The last b in [0, batch) whose start_of(b) <= col, or -1, in rounds of 32 probes, one per lane of the warp
-// (lane i probes b = lo + 1 + i step): starts never decrease with b, so the lanes whose probe is <= col are a
-// prefix of the warp and narrow (lo, hi) to one step. Two rounds of one load per lane up to 1024 sequences,
-// where a bisection waits out log2(batch) loads one after another. (Decreasing starts break the order; lo then
-// still lands in [-1, batch).)
-template <class StartOf>
-__device__ __forceinline__ int last_start_at_or_before(StartOf start_of, int batch, int64_t col) {
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  int lo = -1, hi = batch;  // start_of(lo) <= col < start_of(hi), with lo = -1 and hi = batch as sentinels
-  while (hi - lo > 1) {
-    const int step = (hi - lo - 1 + 31) / 32;
-    const int b = lo + 1 + lane * step;
-    const unsigned below = __ballot_sync(0xffffffffu, b < hi && start_of(b) <= col);
-    const int n = __popc(below);  // probes at or before col
-    const int first_after = lo + 1 + n * step;
-    if (n > 0) lo = lo + 1 + (n - 1) * step;
-    hi = min(hi, first_after);
-  }
-  return lo;
-}
-
 // The packed pass (the body of a varlen build's <kernel>_vprep): V [total_k, heads_kv, 128] -> Vt [heads_kv]
 // [128][ZYFA_VT_PACKED_ROW_BYTES(batch, total_k)], sequence b's keys (sequence_of: the counts the attention
 // kernel uses) from column vt_packed_column(b, k_start), zeros elsewhere. Block (x, kv head) writes columns
 // 128 x .. 128 x + 127: their sequence is the last one starting at or before the column. Columns of
 // consecutive sequences start more than 128 apart, so a block meets at most two: one search for its first
-// column, one comparison per row; both sequences' counts load together. (Decreasing cu_seqlens_k break that
-// order; the rows then come out wrong, still inside V and Vt.)
+// column (last_at_or_before, varlen_tiles.h), one comparison per row; both sequences' counts load together.
+// (Decreasing cu_seqlens_k break that order; the rows then come out wrong, still inside V and Vt.)
 __device__ __forceinline__ void vt_prep_packed(const zyfa_fwd_args& packed, const zyfa_varlen_args& vl, uint8_t* vt) {
   const int64_t col0 = static_cast<int64_t>(blockIdx.x) * 128;
   const int64_t rb = ZYFA_VT_PACKED_ROW_BYTES(packed.batch, vl.total_k);
   auto start_of = [&](int b) { return vt_packed_column(b, clamp64(__ldg(vl.cu_seqlens_k + b), 0, vl.total_k)); };
-  const int b0 = last_start_at_or_before(start_of, packed.batch, col0);
+  const int b0 = last_at_or_before(WarpLanes{static_cast<int>(threadIdx.x) & 31}, packed.batch, col0, start_of);
   const bool has1 = b0 + 1 < packed.batch;
   // Both sequences' counts read unconditionally (at clamped indices: batch >= 1), so their loads issue together.
   const Sequence r0 = sequence_of(packed, vl, max(b0, 0));
