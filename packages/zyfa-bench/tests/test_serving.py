@@ -99,7 +99,8 @@ def test_measure_rows_on_cpu():
 
 def test_baseline_kernels_time_zyfa_varlen_on_the_other_build(tmp_path, monkeypatch):
     """Each zyfa-varlen call of the baseline row runs with $ZYFA_KERNEL_DIR at the baseline build, the row
-    right after zyfa-varlen's; the plain row runs without it, and the environment is restored."""
+    right after zyfa-varlen's, the two timed in interleaved rounds; the plain row runs without it, and the
+    environment is restored."""
     import zyfa
 
     base = tmp_path / "before"
@@ -117,12 +118,15 @@ def test_baseline_kernels_time_zyfa_varlen_on_the_other_build(tmp_path, monkeypa
     step = ServingStep((3, 9), 0, 16, 2, 1, 128, 128)
     cpu = torch.device("cpu")
     impls = ["zyfa-varlen", "zyfa-dense"]
-    rows = measure(step, impls, device=cpu, precision="bf16", warmup=1, repeats=2, baseline_kernels=str(base))
+    rows = measure(
+        step, impls, device=cpu, precision="bf16", warmup=1, repeats=2, rounds=2, baseline_kernels=str(base)
+    )
     assert [row["impl"] for row in rows] == ["zyfa-varlen", BASELINE, "zyfa-dense"]
     assert all(row["status"] == "ok" for row in rows) and rows[1]["kernels"] == str(base.resolve())
-    n_plain = seen.count(None)
-    n_base = len(seen) - n_plain
-    assert n_plain > 0 and n_base > 0 and seen == [None] * n_plain + [str(base.resolve())] * n_base
+    assert [row["timing"]["rounds"] for row in rows] == [2, 2, 2]
+    # Preparation (plain), round 0 (plain, baseline, dense), round 1 (baseline, dense, plain).
+    runs = [value for i, value in enumerate(seen) if i == 0 or seen[i - 1] != value]
+    assert runs == [None, str(base.resolve()), None]
     assert "ZYFA_KERNEL_DIR" not in os.environ
     with pytest.raises(ValueError, match="holds no manifest.json"):
         measure(step, ["zyfa-varlen"], device=cpu, precision="bf16", baseline_kernels=str(tmp_path))

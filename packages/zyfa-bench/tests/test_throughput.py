@@ -8,7 +8,7 @@ from itertools import groupby
 import pytest
 import torch
 
-import zyfa_bench.throughput as throughput
+import zyfa_bench.timing as timing
 from zyfa_bench.peers.base import Peer, Prepared, Unsupported
 from zyfa_bench.spec import Spec
 from zyfa_bench.throughput import Problem, SweepOptions, run_sweep
@@ -78,13 +78,13 @@ def _runs(log: list[tuple[str, str]], kind: str = "call") -> list[str]:
 def spy(monkeypatch):
     """Every call_times the sweep makes: (peer, warmup, repeats, warm_every_set)."""
     seen: list[tuple[str, int, int, bool]] = []
-    real = throughput.call_times
+    real = timing.call_times
 
     def wrapper(calls, *, device, warmup, repeats, warm_every_set=True):
         seen.append((calls[0].__self__.name, warmup, repeats, warm_every_set))
         return real(calls, device=device, warmup=warmup, repeats=repeats, warm_every_set=warm_every_set)
 
-    monkeypatch.setattr(throughput, "call_times", wrapper)
+    monkeypatch.setattr(timing, "call_times", wrapper)
     return seen
 
 

@@ -7,7 +7,15 @@ import time
 import pytest
 import torch
 
-from zyfa_bench.timing import buffer_sets, call_times, host_overhead, summarise_runs, time_calls
+from zyfa_bench.timing import (
+    buffer_sets,
+    call_times,
+    host_overhead,
+    interleaved_call_times,
+    round_repeats,
+    summarise_runs,
+    time_calls,
+)
 
 
 def test_buffer_sets_defeat_l2():
@@ -68,6 +76,41 @@ def test_summarise_runs_pools_every_call():
     assert single.rounds == 1 and single.repeats == 3 and single.median_ms == sorted(runs[0].times_ms)[1]
     with pytest.raises(ValueError):
         summarise_runs([])
+
+
+def test_interleaved_rounds_rotate_and_split_the_repeats():
+    """Three implementations, 8 repeats in 3 rounds (3 + 3 + 2): orders A B C, B C A, C A B; round 0 warms
+    each up fully (warm-up 2 on one set), later rounds make one untimed call; B raises in round 1 and is left
+    out after that, its result the exception."""
+    log: list[str] = []
+    fail = {"B": 1}  # B's call number that raises (0-based, warm-up included)
+    made: dict[str, int] = {}
+
+    def make(name: str):
+        def call():
+            n = made.get(name, 0)
+            made[name] = n + 1
+            if fail.get(name) is not None and n == 2 + 3 + fail[name]:
+                raise RuntimeError(f"{name} broke")
+            log.append(name)
+
+        return call
+
+    cpu = torch.device("cpu")
+    results = interleaved_call_times([[make(n)] for n in "ABC"], device=cpu, warmup=2, repeats=8, rounds=3)
+    runs = [name for i, name in enumerate(log) if i == 0 or log[i - 1] != name]
+    # Round 1: B's untimed call passes, its first timed call raises; round 2 is C A without B.
+    assert runs == ["A", "B", "C", "B", "C", "A", "C", "A"]
+    a, b, c = results
+    assert isinstance(b, RuntimeError) and str(b) == "B broke"
+    assert isinstance(a, list) and [len(r.times_ms) for r in a] == [3, 3, 2]
+    assert isinstance(c, list) and [r.warmup for r in c] == [2, 1, 1]
+    assert made["A"] == made["C"] == 2 + 3 + (1 + 3) + (1 + 2)
+    assert round_repeats(20, 3) == [7, 7, 6] and round_repeats(2, 3) == [1, 1]
+    with pytest.raises(ValueError):
+        round_repeats(0, 3)
+    with pytest.raises(ValueError):
+        interleaved_call_times([[lambda: None]], device=cpu, rounds=0)
 
 
 def test_time_calls_rejects_bad_arguments():

@@ -276,12 +276,20 @@ def _serving_parser(sub: Any) -> None:
         "--repeats", type=T.positive_int, default=20, help="timed calls per row (default: %(default)s)"
     )
     s.add_argument(
+        "--rounds",
+        type=T.positive_int,
+        default=3,
+        help="interleaved timing rounds: the step's implementations are prepared, then each round times a "
+        "share of every one's repeats, in an order rotated every round (1: each one's repeats back to "
+        "back; at most --repeats rounds are used; default: %(default)s)",
+    )
+    s.add_argument(
         "--baseline-kernels",
         type=T.kernel_dir,
         default=None,
         metavar="DIR",
         help="also time zyfa-varlen on the kernel build in DIR (a manifest.json and its code objects), as "
-        "zyfa-varlen-baseline right after it: a before/after comparison in one run",
+        "zyfa-varlen-baseline, next to it in the rounds: a before/after comparison in one run",
     )
     s.add_argument("--device", type=T.device, default=_default_device(), help="default: %(default)s")
     s.add_argument(
@@ -318,6 +326,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
                     precision=precision,
                     seed=args.seed,
                     repeats=args.repeats,
+                    rounds=args.rounds,
                     baseline_kernels=args.baseline_kernels,
                 ):
                     writer.add(row)

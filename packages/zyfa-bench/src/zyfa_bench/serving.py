@@ -7,7 +7,8 @@ prefix followed by its own tokens, all read from a paged KV cache through a page
 are shared by every row of the table, and each prompt's new tokens sit in pages of its own (chunked prefill:
 len_q = new tokens <= len_k = prefix + new tokens, bottom-right causal).
 
-The implementations compared on the same step, each timed with `zyfa_bench.timing.time_calls`:
+The implementations compared on the same step, all prepared first, then timed together in interleaved rounds
+(`zyfa_bench.timing.interleaved_call_times`):
 - "zyfa-varlen": `zyfa.flash_attn_varlen_func` (cu_seqlens; page_table and seqused_k with a prefix);
 - "fa3-varlen": FlashAttention-3 (`fa3_fwd_interface`, PyPI fa3-fwd): `flash_attn_varlen_func` without a
   prefix, `flash_attn_with_kvcache` (page_table, cache_seqlens, cu_seqlens_q) with one, as serving
@@ -302,13 +303,16 @@ def measure(
     seed: int = 0,
     warmup: int = 3,
     repeats: int = 20,
+    rounds: int = 3,
     baseline_kernels: str | None = None,
 ) -> list[dict[str, object]]:
-    """One row per implementation: ms (median), TFLOP/s, or the reason it was skipped or failed. With
-    `baseline_kernels` (a kernel build's directory, its manifest.json checked first), "zyfa-varlen" is also
-    timed on that build as "zyfa-varlen-baseline", right after it."""
+    """One row per implementation: ms (median), TFLOP/s, or the reason it was skipped or failed. Every
+    implementation is prepared first, then all are timed in `rounds` interleaved rounds
+    (`zyfa_bench.timing.interleaved_call_times`). With `baseline_kernels` (a kernel build's directory, its
+    manifest.json checked first), "zyfa-varlen" is also timed on that build as "zyfa-varlen-baseline",
+    right after it in every round's order."""
     from zyfa_bench.peers.zyfa import on_kernels
-    from zyfa_bench.timing import time_calls
+    from zyfa_bench.timing import interleaved_call_times, summarise_runs
 
     if baseline_kernels is not None:
         baseline_kernels = str(Path(baseline_kernels).resolve())
@@ -316,6 +320,7 @@ def measure(
             raise ValueError(f"--baseline-kernels {baseline_kernels} holds no manifest.json")
     inputs = build_step(step, device=device, precision=precision, seed=seed)
     rows: list[dict[str, object]] = []
+    ready: list[tuple[int, Callable[[], object], float]] = []  # (row index, call, flops)
     for impl in _with_baseline(impls, baseline_kernels):
         row: dict[str, object] = {"impl": impl, "precision": precision, "step": step.as_dict()}
         why = _available(impl, device, precision)
@@ -329,18 +334,33 @@ def measure(
                 row["kernels"] = baseline_kernels
             else:
                 call, flops = prepare(impl, step, inputs)
-            timing = time_calls([call], device=device, warmup=warmup, repeats=repeats)
-        except Unsupported as exc:  # a documented limit of the peer on this step: not a failure
-            rows.append({**row, "status": "skipped", "reason": str(exc)})
+        except Exception as exc:
+            rows.append({**row, **_not_measured(exc)})
             continue
-        except Exception as exc:  # one implementation's failure is a row, not the end of the run
-            rows.append({**row, "status": "failed", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0]})
+        ready.append((len(rows), call, flops))
+        rows.append(row)
+    results = interleaved_call_times(
+        [[call] for _, call, _ in ready], device=device, warmup=warmup, repeats=repeats, rounds=rounds
+    )
+    for (at, _, flops), result in zip(ready, results, strict=True):
+        row = rows[at]
+        if isinstance(result, Exception):
+            rows[at] = {**row, **_not_measured(result)}
             continue
+        timing = summarise_runs(result)
         tflops = flops / (timing.median_ms * 1e-3) / 1e12
-        rows.append({**row, "status": "ok", "flops": flops, "timing": asdict(timing), "tflops": tflops})
-        if (impl, precision) in _NOTES:
-            rows[-1]["note"] = _NOTES[impl, precision]
+        rows[at] = {**row, "status": "ok", "flops": flops, "timing": asdict(timing), "tflops": tflops}
+        if (row["impl"], precision) in _NOTES:
+            rows[at]["note"] = _NOTES[row["impl"], precision]
     return rows
+
+
+def _not_measured(exc: Exception) -> dict[str, object]:
+    """The status and reason of a row whose preparation or timing raised: a documented limit of the peer on
+    this step (`Unsupported`) is a skipped row, any other exception a failed one."""
+    if isinstance(exc, Unsupported):
+        return {"status": "skipped", "reason": str(exc)}
+    return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0]}
 
 
 def format_table(rows: list[dict[str, object]]) -> str:

@@ -3,8 +3,8 @@
 For each problem (shape preset × seqlen, batch = tokens // seqlen) fresh inputs are drawn once and
 shared by all implementations (FP8 ones get the same quantised tensors).  Every implementation is
 prepared first (outside the timer: layouts, plans, JIT compiles, one validation call); then they are
-timed in `rounds` interleaved rounds (`zyfa_bench.timing.call_times`): each round times a share of the
-repeats of every implementation, in an order rotated by one per round (A B C, B C A, C A B), and each
+timed in `rounds` interleaved rounds (`zyfa_bench.timing.interleaved_call_times`): each round times a share
+of the repeats of every implementation, in an order rotated by one per round (A B C, B C A, C A B), and each
 implementation's figures pool all its calls (`summarise_runs`).  A power-capped GPU's clock swings
 between states over seconds; timed back to back, each implementation could land in a different state
 and the ratios between them would be off by the clock ratio (~10% seen on an H200); interleaved, every
@@ -37,8 +37,8 @@ from zyfa_bench.spec import Spec
 from zyfa_bench.timing import (
     CallTimes,
     buffer_sets,
-    call_times,
     host_overhead,
+    interleaved_call_times,
     l2_bytes,
     summarise_runs,
 )
@@ -150,40 +150,20 @@ class _Ready:
     error: str | None = None
 
 
-def _round_repeats(repeats: int, rounds: int) -> list[int]:
-    """Timed calls of each round: `repeats` split as evenly as possible, earlier rounds taking the rest.
-
-    The total is exactly `repeats` (so `--repeats` keeps its meaning); more rounds than repeats are cut to
-    one call per round.
-    """
-    rounds = min(rounds, repeats)
-    return [repeats // rounds + (1 if r < repeats % rounds else 0) for r in range(rounds)]
-
-
 def _time_rounds(ready: list[_Ready], device: torch.device, options: SweepOptions) -> None:
-    """Time every ready peer in interleaved rounds, the order rotated by one each round."""
-    for r, count in enumerate(_round_repeats(options.repeats, options.rounds)):
-        shift = r % len(ready) if ready else 0
-        for item in ready[shift:] + ready[:shift]:
-            if item.error is not None:
-                continue  # failed in an earlier round: its row reports that
-            # Round 0 warms up fully (--warmup, and every input set once).  Later rounds make one untimed
-            # call: the sets are resident already, but the peer's first launch after other peers' kernels
-            # (cold instruction cache and TLB entries) would otherwise be a timed call; one call costs
-            # little next to a round, while a full warm-up per round would about double the sweep.
-            warm = options.warmup if r == 0 else min(1, options.warmup)
-            try:
-                item.runs.append(
-                    call_times(
-                        [p.call for p in item.prepared],
-                        device=device,
-                        warmup=warm,
-                        repeats=count,
-                        warm_every_set=r == 0,
-                    )
-                )
-            except Exception as exc:  # a peer's failure is a row, not the end of the sweep
-                item.error = f"timing failed: {failure_reason(exc)}"
+    """Time every ready peer in interleaved rounds (`interleaved_call_times`)."""
+    results = interleaved_call_times(
+        [[p.call for p in item.prepared] for item in ready],
+        device=device,
+        warmup=options.warmup,
+        repeats=options.repeats,
+        rounds=options.rounds,
+    )
+    for item, result in zip(ready, results, strict=True):
+        if isinstance(result, Exception):  # a peer's failure is a row, not the end of the sweep
+            item.error = f"timing failed: {failure_reason(result)}"
+        else:
+            item.runs = result
 
 
 def _input_sets(

@@ -9,8 +9,10 @@ Every throughput figure of zyfa-bench comes from `time_calls`:
 - the median is the figure; min, max and the 10th/90th percentiles show the spread.
 
 `call_times` is the same timer returning the raw per-call times (`CallTimes`); `summarise_runs` turns one
-or several such runs into one `Timing`, so that a caller can time several implementations in interleaved
-rounds (zyfa_bench.throughput) and still summarise each one over all its calls.
+or several such runs into one `Timing`. `interleaved_call_times` times several implementations in
+interleaved rounds, the order rotated every round (the throughput sweep and the serving step), so that a
+power-capped GPU's clock swings between seconds-long states hit every implementation alike; each one is
+then summarised over all its calls.
 
 `host_overhead` measures what a call costs the host in eager mode and under CUDA-graph replay, where the
 launch work is done once at capture.
@@ -35,7 +37,9 @@ __all__ = [
     "buffer_sets",
     "call_times",
     "host_overhead",
+    "interleaved_call_times",
     "l2_bytes",
+    "round_repeats",
     "summarise_runs",
     "synchronize",
     "time_calls",
@@ -223,6 +227,58 @@ def call_times(
         call()
         times.append((time.perf_counter() - start) * 1e3)
     return CallTimes(times, warmup, len(calls), "wall-clock", t0, time.monotonic())
+
+
+def round_repeats(repeats: int, rounds: int) -> list[int]:
+    """Timed calls of each round: `repeats` split as evenly as possible, earlier rounds taking the rest.
+
+    The total is exactly `repeats` (so `--repeats` keeps its meaning); more rounds than repeats are cut to
+    one call per round.
+    """
+    if repeats < 1 or rounds < 1:
+        raise ValueError(f"repeats and rounds must be >= 1, got {repeats}, {rounds}")
+    rounds = min(rounds, repeats)
+    return [repeats // rounds + (1 if r < repeats % rounds else 0) for r in range(rounds)]
+
+
+def interleaved_call_times(
+    impls: Sequence[Sequence[Callable[[], object]]],
+    *,
+    device: torch.device,
+    warmup: int = 3,
+    repeats: int = 20,
+    rounds: int = 3,
+) -> list[list[CallTimes] | Exception]:
+    """`repeats` timed calls of every implementation (impls[i]: its callables, one per input set), split over
+    `rounds` rounds; each round times every implementation's share in turn, the order rotated by one per
+    round (A B C, B C A, C A B).
+
+    Round 0 warms each implementation up fully (`warmup`, and every input set once). Later rounds make one
+    untimed call first: the sets are resident already, but an implementation's first launch after the
+    others' kernels (cold instruction cache and TLB entries) would otherwise be a timed call. Returns, per
+    implementation, its runs (one `CallTimes` per round, for `summarise_runs`), or the exception one of its
+    calls raised; it then takes no part in the later rounds.
+    """
+    results: list[list[CallTimes] | Exception] = [[] for _ in impls]
+    for r, count in enumerate(round_repeats(repeats, rounds)):
+        shift = r % len(impls) if impls else 0
+        for i in [*range(shift, len(impls)), *range(shift)]:
+            runs = results[i]
+            if isinstance(runs, Exception):
+                continue
+            try:
+                runs.append(
+                    call_times(
+                        impls[i],
+                        device=device,
+                        warmup=warmup if r == 0 else min(1, warmup),
+                        repeats=count,
+                        warm_every_set=r == 0,
+                    )
+                )
+            except Exception as exc:  # one implementation's failure is its result, not the end of the rounds
+                results[i] = exc
+    return results
 
 
 def _time_events(
