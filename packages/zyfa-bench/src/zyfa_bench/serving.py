@@ -310,7 +310,7 @@ def measure(
     implementation is prepared first, then all are timed in `rounds` interleaved rounds
     (`zyfa_bench.timing.interleaved_call_times`). With `baseline_kernels` (a kernel build's directory, its
     manifest.json checked first), "zyfa-varlen" is also timed on that build as "zyfa-varlen-baseline",
-    right after it in every round's order."""
+    next to it in the rounds' order."""
     from zyfa_bench.peers.zyfa import on_kernels
     from zyfa_bench.timing import interleaved_call_times, summarise_runs
 
