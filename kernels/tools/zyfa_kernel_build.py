@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 # Siblings in kernels/tools/ (this file runs as a script, so its directory is on sys.path).
-from zyfa_resources import parse_ptxas, read_gfx950_resources
+from zyfa_resources import parse_ptxas, read_gfx950_resources, serialized_wgmma
 from zyfa_toolchains import (
     ASMGEN_SRC,
     BuildError,
@@ -455,6 +455,8 @@ def compile_cuda(v: dict[str, Any], root: Path, tc: Toolchain, out: Path, work: 
     ]  # fmt: skip
     output = run_tool(argv, tool_env(work, tc.env), f"nvcc ({v['name']})")
     res = parse_ptxas(output, v["name"])
+    if reasons := serialized_wgmma(output, v["name"]):
+        raise BuildError(f"{v['name']}: ptxas serialised its wgmmas ({'; '.join(reasons)})")
     if v_prep_entry(v) and parse_ptxas(output, v_prep_entry(v))["spill_bytes"]:
         raise BuildError(f"{v_prep_entry(v)}: the V pre-pass entry spills registers")
     if res["static_smem"] + v["smem_bytes"] > SM90_MAX_SMEM:

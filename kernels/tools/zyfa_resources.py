@@ -34,6 +34,16 @@ def parse_ptxas(output: str, name: str) -> dict[str, int]:
     return {"spill_bytes": 0, **entries[name]}
 
 
+def serialized_wgmma(output: str, name: str) -> list[str]:
+    """ptxas's reasons for serialising the wgmmas of entry `name` (its notes "Potential Performance Loss:
+    wgmma.mma_async instructions are serialized ...", C75xx): a wait after every wgmma, the pipeline gone."""
+    pattern = re.compile(
+        r"\((C75\d\d)\) Potential Performance Loss: wgmma\.mma_async instructions are serialized (.*?)"
+        r"\s+in the function '([\w$.]+)'"
+    )
+    return [f"{m.group(1)} {m.group(2)}" for m in pattern.finditer(output) if m.group(3) == name]
+
+
 # ---------------------------------------------------------------------------------------------
 # gfx950 resources from the .s: the kernel descriptor and the .amdgpu_metadata block.
 

@@ -338,13 +338,15 @@ def test_cuda_compile_names_the_v_prep_entry_and_refuses_its_spills(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With a stand-in nvcc: a "v_prep": True variant compiles with -DZYFA_WS_VPRE=1 and its manifest row
-    names the pass entry <name>_vprep (launchers run it first); a spilling pass entry fails the build."""
+    names the pass entry <name>_vprep (launchers run it first); a spilling pass entry fails the build, and so
+    does a kernel whose wgmmas ptxas serialised."""
     v = variant(arch="sm90a", kind="cuda", src="sm90/fa_fwd_wgmma.cu", d_qk=128, d_v=128, dtype="e4m3fn",
                 p_mode="lean", v_prep=True)  # fmt: skip
     root = make_root(tmp_path / "repo", [v])
     (root / "kernels" / "sm90").mkdir()
     (root / "kernels" / "sm90" / "fa_fwd_wgmma.cu").write_text("// stand-in source\n")
     spill = {"bytes": 0}
+    note = {"text": ""}
     argvs: list[list[str]] = []
 
     def fake_nvcc(argv: list[str], env: dict[str, str], what: str) -> str:
@@ -356,6 +358,7 @@ def test_cuda_compile_names_the_v_prep_entry_and_refuses_its_spills(
             f"    0 bytes stack frame, {spill['bytes']} bytes spill stores, 0 bytes spill loads\n"
             "ptxas info    : Used 32 registers, used 1 barriers, 16384 bytes smem\n"
             f"ptxas info    : Compiling entry function '{v['name']}'\nptxas info    : Used 168 registers\n"
+            + note["text"]
         )
 
     monkeypatch.setattr(kb, "run_tool", fake_nvcc)
@@ -366,6 +369,13 @@ def test_cuda_compile_names_the_v_prep_entry_and_refuses_its_spills(
     spill["bytes"] = 8
     with pytest.raises(kb.BuildError, match="_vprep: the V pre-pass entry spills registers"):
         kb.compile_variant(v, root, tc, tmp_path / "out2" / f"{v['name']}.cubin")
+    spill["bytes"] = 0
+    note["text"] = (
+        "ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
+        f"to program dependence on compiler-inserted WG.AR in divergent path in the function '{v['name']}'\n"
+    )
+    with pytest.raises(kb.BuildError, match="ptxas serialised its wgmmas .C7520 due to program dependence"):
+        kb.compile_variant(v, root, tc, tmp_path / "out3" / f"{v['name']}.cubin")
 
 
 def test_build_progress_names_each_variant_and_what_is_left(capsys):

@@ -7,7 +7,7 @@ import re
 
 import pytest
 from kernel_build_testlib import FIXTURES
-from zyfa_resources import parse_ptxas, read_gfx950_resources
+from zyfa_resources import parse_ptxas, read_gfx950_resources, serialized_wgmma
 from zyfa_toolchains import BuildError
 
 PTXAS = """\
@@ -39,6 +39,23 @@ def test_ptxas_without_the_entry_names_what_it_saw() -> None:
         match=r"no entry 'fa_fwd_x' \(entries: \['fa_fwd_bf16_hd128_causal_sm90a', 'other_kernel'\]\)",
     ):
         parse_ptxas(text, "fa_fwd_x")
+
+
+def test_serialised_wgmma_notes_of_the_right_entry() -> None:
+    note = (
+        "ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized "
+        "due to insufficient register resources for the wgmma pipeline in the function '{name}'\n"
+    )
+    injected = (
+        "ptxas info    : (C7519) warpgroup.arrive is injected in around line 946 by compiler "
+        "in function 'k'\n"
+    )
+    text = PTXAS.format(stack=0, spill=0, loads=0, regs=1, smem=0)
+    text += note.format(name="other_kernel") + injected
+    assert serialized_wgmma(text, "fa_fwd_bf16_hd128_causal_sm90a") == []
+    assert serialized_wgmma(text, "other_kernel") == [
+        "C7511 due to insufficient register resources for the wgmma pipeline"
+    ]
 
 
 def fixture(name: str = "k") -> str:
