@@ -57,7 +57,7 @@ from zyfa_core.manifest import (
     select,
 )
 
-__version__ = "0.6.4"
+__version__ = "0.6.5"
 
 __all__ = [
     "ABI_VERSION",

@@ -36,7 +36,7 @@ from zyfa.interface import flash_attn_func, flash_attn_varlen_func
 from zyfa.quantize import fp8_quantize
 from zyfa.rotation import hadamard_matrix, rotate, rotate_qk, rotation_matrix
 
-__version__ = "0.6.4"
+__version__ = "0.6.5"
 
 __all__ = [
     "__version__",
