@@ -25,6 +25,9 @@
 #                one passes (a hang or a failure rules a candidate out: its timing would be of a broken kernel)
 #     ab         per baseline: `zyfa-bench serving --prefix 0 --impl zyfa-varlen,fa3-varlen --repeats 20
 #                --baseline-kernels BASE --json $OUT/ab-<i>-<base>.json` with ZYFA_KERNEL_DIR = the candidate
+#     bits       tools/device/bits_compare.py: the candidate's and the first baseline's outputs on fixed dense,
+#                packed and paged inputs, compared bit for bit ($OUT/bits.txt; the baseline then needs the dense
+#                and paged rows too, else the stage reports the missing kernel)
 #     dense      per P in ZYFA_AB_DENSE: `zyfa-bench throughput --precision P --impl zyfa-P,zyfa-varlen-P,fa3-P --shape
 #                gqa128,mla192 --seqlens 2048,4096,16384 --repeats 20 --rounds 2 --no-ceilings --no-check --no-graph
 #                --baseline-kernels BASE --json $OUT/dense-ab-P.json` (fp8: zyfa-fp8-lean); zyfa-varlen-P is the
@@ -88,8 +91,16 @@ if [ -n "$NEW" ]; then
         timeout 120 "$PY" -m zyfa_bench.cli serving --prefix 0 --impl zyfa-varlen,fa3-varlen --repeats 20 \
             --baseline-kernels "$(realpath "$base")" --json "$OUT/ab-$i-$(basename "$base").json" 2>&1 | tail -12
     done
-    DENSE="${ZYFA_AB_DENSE:-}"
     base="${BASES%% *}"
+    stage "bits: $(basename "$NEW") against $(basename "$base")"
+    for dir in "$NEW" "$(realpath "$base")"; do
+        ZYFA_KERNEL_DIR="$dir" timeout 90 "$PY" tools/device/bits_compare.py save "$OUT/bits-$(basename "$dir").pt" |
+            tail -1
+    done
+    "$PY" tools/device/bits_compare.py compare "$OUT/bits-$(basename "$NEW").pt" \
+        "$OUT/bits-$(basename "$base").pt" 2>&1 | tee "$OUT/bits.txt" | tail -20
+    rm -f "$OUT"/bits-*.pt
+    DENSE="${ZYFA_AB_DENSE:-}"
     for prec in $DENSE; do
         stage "dense $prec: $(basename "$NEW") against $(basename "$base")"
         impl="zyfa-$prec,zyfa-varlen-$prec,fa3-$prec"
