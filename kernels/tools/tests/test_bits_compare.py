@@ -1,5 +1,5 @@
-"""tools/device/bits_compare.py without a GPU: its comparison must catch one flipped bit and a missing case, and
-its cases must run end to end (here on the CPU reference, at small sizes)."""
+"""tools/device/bits_compare.py without a GPU: its comparison must catch one flipped bit and a missing
+case, and its cases must run end to end (here on the CPU reference, at small sizes)."""
 
 from __future__ import annotations
 
