@@ -93,13 +93,12 @@ if [ -n "$NEW" ]; then
     done
     base="${BASES%% *}"
     stage "bits: $(basename "$NEW") against $(basename "$base")"
-    for dir in "$NEW" "$(realpath "$base")"; do
-        ZYFA_KERNEL_DIR="$dir" timeout 90 "$PY" tools/device/bits_compare.py save "$OUT/bits-$(basename "$dir").pt" |
-            tail -1
-    done
-    "$PY" tools/device/bits_compare.py compare "$OUT/bits-$(basename "$NEW").pt" \
-        "$OUT/bits-$(basename "$base").pt" 2>&1 | tee "$OUT/bits.txt" | tail -20
-    rm -f "$OUT"/bits-*.pt
+    ZYFA_KERNEL_DIR="$NEW" timeout 90 "$PY" tools/device/bits_compare.py save "$OUT/bits-new.pt" | tail -1
+    ZYFA_KERNEL_DIR="$(realpath "$base")" timeout 90 "$PY" tools/device/bits_compare.py save "$OUT/bits-base.pt" |
+        tail -1
+    "$PY" tools/device/bits_compare.py compare "$OUT/bits-new.pt" "$OUT/bits-base.pt" 2>&1 | tee "$OUT/bits.txt" |
+        tail -20
+    rm -f "$OUT/bits-new.pt" "$OUT/bits-base.pt"
     DENSE="${ZYFA_AB_DENSE:-}"
     for prec in $DENSE; do
         stage "dense $prec: $(basename "$NEW") against $(basename "$base")"
