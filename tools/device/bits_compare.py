@@ -7,10 +7,11 @@ here against the build it replaces: run `save` once per kernel directory (`ZYFA_
     ZYFA_KERNEL_DIR=B python3 tools/device/bits_compare.py save b.pt
     python3 tools/device/bits_compare.py compare a.pt b.pt      # exit status 1 if any case differs
 
-The cases: both head shapes (d=128 GQA 32/8, 192/128 with 16 heads), BF16 and FP8 (lean P, unit descales);
-dense batches whose last tile is partial (2 x 3000) and whole (1 x 8192); a packed batch with empty, length-1
-and partial-tile sequences; a paged chunked-prefill batch (300 cached keys per sequence, pages of 64 in a
-shuffled table). Inputs come from fixed seeds, so both runs see the same bytes.
+The cases: both head shapes (d=128 GQA 32/8, 192/128 with 16 heads), BF16 and FP8; dense batches (FP8: lean
+P, unit descales) whose last tile is partial (2 x 3000) and whole (1 x 8192); a packed batch with empty,
+length-1 and partial-tile sequences and a paged chunked-prefill batch (a shared 320-key prefix, pages of 64 in
+a shuffled table), both built by `zyfa_bench.serving.build_step` (FP8: power-of-two descales). Inputs come
+from fixed seeds, so both runs see the same bytes.
 """
 
 from __future__ import annotations
@@ -24,31 +25,9 @@ SHAPES = (("d128", 32, 8, 128, 128), ("mla", 16, 16, 192, 128))
 DENSE = ((2, 3000), (1, 8192))
 PACKED_LENS = (1, 130, 0, 2049, 777, 4100, 64, 3)
 PAGED_LENS = (1, 130, 0, 2049, 777, 64, 3)
-PAGED_PREFIX = 300
+PAGED_PREFIX = 320  # whole pages
 PAGE_SIZE = 64
 FP8 = {"q_descale": 1.0, "k_descale": 1.0, "v_descale": 1.0}
-
-
-def _cumulative(lens: Any) -> Any:
-    import torch
-
-    cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
-    cu[1:] = torch.cumsum(lens, 0)
-    return cu
-
-
-def _page_table(lens_k: Any) -> tuple[Any, int]:
-    """A shuffled page table covering lens_k keys per sequence, and the number of pages."""
-    import torch
-
-    pages = [(int(n) + PAGE_SIZE - 1) // PAGE_SIZE for n in lens_k]
-    table = torch.zeros(len(pages), max(pages), dtype=torch.int32)
-    order = torch.randperm(sum(pages), generator=torch.Generator().manual_seed(7))
-    at = 0
-    for b, count in enumerate(pages):
-        table[b, :count] = order[at : at + count]
-        at += count
-    return table, sum(pages)
 
 
 def cases(device: str) -> Iterator[tuple[str, Any, Any]]:
@@ -56,6 +35,7 @@ def cases(device: str) -> Iterator[tuple[str, Any, Any]]:
     import torch
 
     import zyfa
+    from zyfa_bench.serving import ServingStep, build_step, zyfa_varlen_call
 
     g = torch.Generator(device=device).manual_seed(1234)
 
@@ -76,26 +56,12 @@ def cases(device: str) -> Iterator[tuple[str, Any, Any]]:
                 *fp8(q, k, v), causal=True, return_attn_probs=True, p_mode="lean", **FP8
             )
             yield (f"dense-fp8-lean-{name}-{b}x{s}", *out[:2])
-        lens = torch.tensor(PACKED_LENS, dtype=torch.int32)
-        cu, m, total = _cumulative(lens).to(device), int(lens.max()), int(lens.sum())
-        q, k, v = draw(total, hq, dqk), draw(total, hkv, dqk), draw(total, hkv, dv)
-        for tag, ins, extra in (("bf16", (q, k, v), {}), ("fp8", fp8(q, k, v), FP8)):
-            out = zyfa.flash_attn_varlen_func(
-                *ins, cu, cu, m, m, causal=True, return_attn_probs=True, **extra
-            )
-            yield (f"varlen-{tag}-{name}", *out[:2])
-        lens_q = torch.tensor(PAGED_LENS, dtype=torch.int32)
-        lens_k = lens_q + PAGED_PREFIX
-        table, n_pages = _page_table(lens_k)
-        q = draw(int(lens_q.sum()), hq, dqk)
-        k_cache, v_cache = draw(n_pages, PAGE_SIZE, hkv, dqk), draw(n_pages, PAGE_SIZE, hkv, dv)
-        for tag, ins, extra in (("bf16", (q, k_cache, v_cache), {}), ("fp8", fp8(q, k_cache, v_cache), FP8)):
-            out = zyfa.flash_attn_varlen_func(
-                *ins, _cumulative(lens_q).to(device), _cumulative(lens_k).to(device), int(lens_q.max()),
-                int(lens_k.max()), seqused_k=lens_k.to(device), page_table=table.to(device), causal=True,
-                return_attn_probs=True, **extra,
-            )  # fmt: skip
-            yield (f"paged-{tag}-{name}", *out[:2])
+        for kind, lens, prefix in (("varlen", PACKED_LENS, 0), ("paged", PAGED_LENS, PAGED_PREFIX)):
+            step = ServingStep(lens, prefix, PAGE_SIZE, hq, hkv, dqk, dv)
+            for precision in ("bf16", "fp8"):
+                inputs = build_step(step, device=torch.device(device), precision=precision, seed=1234)
+                out = zyfa_varlen_call(step, inputs, return_attn_probs=True)()
+                yield (f"{kind}-{precision}-{name}", *out[:2])
 
 
 def save(path: str, device: str) -> None:

@@ -49,7 +49,7 @@ def test_every_case_runs_and_saves(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(bits_compare, "DENSE", ((1, 70),))
     monkeypatch.setattr(bits_compare, "PACKED_LENS", (1, 0, 70))
     monkeypatch.setattr(bits_compare, "PAGED_LENS", (1, 0, 70))
-    monkeypatch.setattr(bits_compare, "PAGED_PREFIX", 5)
+    monkeypatch.setattr(bits_compare, "PAGED_PREFIX", 64)
     monkeypatch.setattr(bits_compare, "SHAPES", (("small", 4, 2, 128, 128),))
     bits_compare.main(["save", str(tmp_path / "cpu.pt"), "--device", "cpu"])
     saved = torch.load(tmp_path / "cpu.pt")

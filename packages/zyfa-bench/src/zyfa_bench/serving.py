@@ -174,10 +174,12 @@ def build_step(step: ServingStep, *, device: torch.device, precision: str, seed:
     )
 
 
-def _zyfa_varlen(step: ServingStep, x: StepInputs) -> Callable[[], object]:
+def zyfa_varlen_call(step: ServingStep, x: StepInputs, **extra: object) -> Callable[[], object]:
+    """`zyfa.flash_attn_varlen_func` on the step's inputs (packed, or paged through its table; FP8 with the
+    inputs' descales), causal, with `extra` keyword arguments (e.g. return_attn_probs=True)."""
     import zyfa
 
-    kw: dict[str, object] = {"causal": True}
+    kw: dict[str, object] = {"causal": True, **extra}
     if x.descales is not None:
         kw.update(q_descale=x.descales[0], k_descale=x.descales[1], v_descale=x.descales[2])
     if x.page_table is not None:  # the key counts come from seqused_k, the keys through the table
@@ -230,7 +232,7 @@ def _zyfa_dense(step: ServingStep, x: StepInputs) -> Callable[[], object]:
 
 
 _BUILDERS: dict[str, Callable[[ServingStep, StepInputs], Callable[[], object]]] = {
-    "zyfa-varlen": _zyfa_varlen,
+    "zyfa-varlen": zyfa_varlen_call,
     "fa3-varlen": _fa3_varlen,
     "fa4-varlen": _fa4_varlen,
     "cudnn-varlen": _cudnn_varlen,
