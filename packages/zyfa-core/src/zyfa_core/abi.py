@@ -50,6 +50,10 @@ __all__ = [
 # 3: adds the V pre-pass entry of "v_prep" kernels (zyfa_fwd_args unchanged; see zyfa_abi.h).
 # 4: packed batches: FLAG_VARLEN / FLAG_PAGED / FLAG_DESCALE_TABLE and zyfa_varlen_args, the second
 # parameter of "varlen" / "paged" kernels (zyfa_fwd_args unchanged).
+# 5: zyfa_varlen_args.item_counter, the work counter of grid "dynamic" kernels (72 -> 80 bytes).
+# 6: a "varlen" kernel takes zyfa_tma_maps third ("loads": "tma") and may name a "v_prep" entry, which
+# writes the packed Vt layout; no struct changes.
+# 7: a kernel with "loads": "tma" and a "v_prep" entry maps v over the pre-pass's Vt; no struct changes.
 # Bump together with ZYFA_ABI_VERSION in zyfa_abi.h.
 ABI_VERSION = 7
 
