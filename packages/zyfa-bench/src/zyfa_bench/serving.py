@@ -39,6 +39,7 @@ from torch import Tensor
 from zyfa_bench.argtypes import holds_kernel_build
 from zyfa_bench.flops import attention_flops, packed_flops
 from zyfa_bench.peers.base import PackedBatch, Peer, Unsupported
+from zyfa_bench.results import failure_reason
 from zyfa_bench.spec import Spec
 
 __all__ = [
@@ -362,7 +363,7 @@ def _not_measured(exc: Exception) -> dict[str, object]:
     this step (`Unsupported`) is a skipped row, any other exception a failed one."""
     if isinstance(exc, Unsupported):
         return {"status": "skipped", "reason": str(exc)}
-    return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}".splitlines()[0]}
+    return {"status": "failed", "reason": failure_reason(exc)}
 
 
 def format_table(rows: list[dict[str, object]]) -> str:
