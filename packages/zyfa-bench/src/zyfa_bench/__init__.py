@@ -14,6 +14,6 @@ from __future__ import annotations
 from zyfa_bench.flops import attention_flops
 from zyfa_bench.spec import PRESETS, Spec
 
-__version__ = "0.3.12"
+__version__ = "0.3.13"
 
 __all__ = ["PRESETS", "Spec", "__version__", "attention_flops"]
